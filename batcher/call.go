@@ -1,0 +1,122 @@
+package batcher
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Call states.
+const (
+	callPending uint32 = iota
+	callDone
+)
+
+// Call is one admitted request on its way to its terminal result.
+//
+// Ownership: req, admitted, deadline, due, tokens and span are set by Submit
+// before the call is visible to any other goroutine and never change. heapIdx
+// and the timing fields up to dispatch are guarded by the lane's mutex while
+// the call is queued; once batched they belong to the batch's runner. state
+// decides the one terminal result: whoever moves it from pending to done
+// writes result and closes done; nobody else touches either.
+type Call struct {
+	req      *Request
+	b        *Batcher
+	lane     *lane
+	admitted time.Time
+	deadline time.Time
+	due      time.Time // when its lane must send it, from its priority's delay
+	tokens   int       // estimated prompt tokens plus max_tokens
+	span     trace.Span
+
+	heapIdx int         // index in the lane's deadline heap; -1 when not queued
+	queued  atomic.Bool // in a lane's queue: finish must take it out
+
+	batchedAt    time.Time // first batch formed (runner-owned once batched)
+	dispatchedAt time.Time // first upstream call
+	upstream     time.Duration
+	attempts     int
+	run          atomic.Pointer[batchRun] // the batch carrying it now, if any
+
+	// evMu orders a request's events: none is emitted after its EventDone.
+	// Taken only when the request has a Sink.
+	evMu   sync.Mutex
+	state  atomic.Uint32
+	result Result
+	done   chan struct{}
+}
+
+// Request returns the call's request.
+func (c *Call) Request() *Request { return c.req }
+
+// Done is closed when the call's result is ready.
+func (c *Call) Done() <-chan struct{} { return c.done }
+
+// Result returns the terminal result. It is valid once Done is closed.
+func (c *Call) Result() Result {
+	<-c.done
+	return c.result
+}
+
+// Deadline returns when the call expires.
+func (c *Call) Deadline() time.Time { return c.deadline }
+
+// Cancel ends the call with ErrCanceled unless it already ended. It never
+// touches the call's batch-mates.
+func (c *Call) Cancel() {
+	c.finish(Result{Err: ErrCanceled}, time.Now())
+}
+
+// pending reports whether the call has no terminal result yet.
+func (c *Call) pending() bool { return c.state.Load() == callPending }
+
+// emit sends a progress event, unless the call already ended.
+func (c *Call) emit(ev *Event) {
+	sink := c.req.Sink
+	if sink == nil {
+		return
+	}
+	ev.Request = c.req
+	c.evMu.Lock()
+	if c.pending() {
+		sink.OnEvent(ev)
+	}
+	c.evMu.Unlock()
+}
+
+// finish gives the call its terminal result, once; later calls are no-ops.
+// It reports whether this call decided the result.
+func (c *Call) finish(r Result, now time.Time) bool {
+	sink := c.req.Sink
+	if sink != nil {
+		c.evMu.Lock()
+		defer c.evMu.Unlock()
+	}
+	if !c.state.CompareAndSwap(callPending, callDone) {
+		return false
+	}
+	r.Timings.Total = now.Sub(c.admitted)
+	c.result = r
+	if c.span != nil {
+		if r.Err != nil {
+			c.span.SetStatus(codes.Error, r.Err.Error())
+		}
+		c.span.End(trace.WithTimestamp(now))
+	}
+	if sink != nil {
+		sink.OnEvent(&Event{Kind: EventDone, Time: now, Request: c.req, Result: &c.result})
+	}
+	close(c.done)
+	if c.queued.Load() {
+		c.lane.forget(c)
+	}
+	if run := c.run.Load(); run != nil {
+		run.forget()
+	}
+	c.b.release()
+	return true
+}

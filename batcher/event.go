@@ -1,0 +1,63 @@
+package batcher
+
+import "time"
+
+// EventKind is the kind of a progress event.
+type EventKind uint8
+
+// The event kinds, in the order a request meets them. Batched, Dispatched
+// and Retrying may repeat when a request is retried.
+const (
+	EventQueued EventKind = iota + 1
+	EventBatched
+	EventDispatched
+	EventRetrying
+	EventDone
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventQueued:
+		return "queued"
+	case EventBatched:
+		return "batched"
+	case EventDispatched:
+		return "dispatched"
+	case EventRetrying:
+		return "retrying"
+	case EventDone:
+		return "done"
+	}
+	return "event(?)"
+}
+
+// Event is one progress event of one request. Only the fields of its Kind
+// are set.
+type Event struct {
+	Kind    EventKind
+	Time    time.Time
+	Request *Request
+
+	Lane string // EventQueued
+
+	BatchID   string // EventBatched, EventDispatched
+	BatchSize int    // EventBatched
+	Attempt   int    // EventDispatched, EventRetrying (the attempt that failed)
+	Backend   string // EventDispatched
+
+	Delay time.Duration // EventRetrying
+	Class ErrorClass    // EventRetrying
+	Err   error         // EventRetrying
+
+	Result *Result // EventDone
+}
+
+// EventSink receives progress events.
+//
+// OnEvent is called from the batcher's own goroutines, possibly concurrently
+// for different requests but in order for any one request. It must not block
+// and must not call back into the Batcher; copy what it needs, since the
+// Event and its Result are not valid after it returns.
+type EventSink interface {
+	OnEvent(ev *Event)
+}

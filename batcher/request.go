@@ -1,0 +1,173 @@
+package batcher
+
+import (
+	"strconv"
+	"time"
+)
+
+// Priority orders work when dispatch capacity is scarce. Lower values go
+// first.
+type Priority uint8
+
+// The priorities, most urgent first.
+const (
+	PriorityUrgent Priority = iota
+	PriorityHigh
+	PriorityNormal
+	PriorityLow
+	PriorityDeferrable
+
+	numPriorities = int(PriorityDeferrable) + 1
+)
+
+var priorityNames = [numPriorities]string{"urgent", "high", "normal", "low", "deferrable"}
+
+func (p Priority) String() string {
+	if int(p) < numPriorities {
+		return priorityNames[p]
+	}
+	return "priority(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Operation is the kind of model call a route serves.
+type Operation uint8
+
+// The operations.
+const (
+	OpChat Operation = iota + 1
+	OpCompletion
+	OpEmbedding
+)
+
+func (o Operation) String() string {
+	switch o {
+	case OpChat:
+		return "chat"
+	case OpCompletion:
+		return "completion"
+	case OpEmbedding:
+		return "embedding"
+	}
+	return "operation(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Dedup says whether identical requests in flight together may share one
+// upstream call.
+type Dedup uint8
+
+// The dedup modes.
+const (
+	// DedupAuto shares only deterministic requests: embeddings, and
+	// temperature 0 with a fixed seed.
+	DedupAuto Dedup = iota
+	DedupOn
+	DedupOff
+)
+
+// Message is one turn of a chat.
+type Message struct {
+	Role    string
+	Content string
+}
+
+// Input is a request's input. Op says which of its fields is set.
+type Input struct {
+	Op       Operation
+	Messages []Message // OpChat
+	Prompt   string    // OpCompletion
+	Text     string    // OpEmbedding
+}
+
+// Size returns the input's size in bytes, as limited by MaxInputBytes.
+func (in *Input) Size() int {
+	switch in.Op {
+	case OpChat:
+		n := 0
+		for i := range in.Messages {
+			n += len(in.Messages[i].Content)
+		}
+		return n
+	case OpCompletion:
+		return len(in.Prompt)
+	case OpEmbedding:
+		return len(in.Text)
+	}
+	return 0
+}
+
+// Params are the generation parameters. Nil means unset.
+type Params struct {
+	MaxTokens   int32 // 0: the route's default
+	Temperature *float32
+	TopP        *float32
+	Stop        []string
+	Seed        *int64
+}
+
+// Request is one model call.
+//
+// The batcher reads a Request until its Call is done and never writes it; the
+// caller must not change it before then.
+type Request struct {
+	// ID is the caller's id, carried into events and results.
+	ID string
+	// Route names the configured route (the model callers ask for).
+	Route    string
+	Priority Priority
+	Input    Input
+	Params   Params
+	// Timeout, when positive, bounds the request's life from admission.
+	Timeout  time.Duration
+	Metadata map[string]string
+	Dedup    Dedup
+	// Sink, when set, receives the request's progress events and its
+	// terminal EventDone.
+	Sink EventSink
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int32
+	CompletionTokens int32
+}
+
+// Total returns prompt plus completion tokens.
+func (u Usage) Total() int32 { return u.PromptTokens + u.CompletionTokens }
+
+// FinishReason says why generation stopped.
+type FinishReason uint8
+
+// The finish reasons.
+const (
+	FinishUnspecified FinishReason = iota
+	FinishStop
+	FinishLength
+	FinishContentFilter
+)
+
+// Timings break down where a request's time went.
+type Timings struct {
+	BatchWait time.Duration // admission until its batch was formed
+	Queued    time.Duration // admission until its first upstream call
+	Upstream  time.Duration // time in upstream calls, over all attempts
+	Total     time.Duration // admission until the terminal result
+}
+
+// Result is a request's terminal result. Err is nil on success.
+type Result struct {
+	Text         string
+	Embedding    []float32
+	FinishReason FinishReason
+	Usage        Usage
+
+	BatchID      string
+	BatchSize    int
+	Attempts     int
+	Backend      string
+	Deduplicated bool
+	Timings      Timings
+
+	Err error
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

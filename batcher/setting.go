@@ -1,0 +1,240 @@
+package batcher
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Defaults, from the seed design.
+const (
+	DefaultMaxBatchSize    = 10
+	DefaultMinBatchSize    = 2
+	DefaultWindow          = 100 * time.Millisecond
+	DefaultMaxWait         = 5 * time.Second
+	DefaultQueueCapacity   = 1000
+	DefaultQueueTimeout    = 60 * time.Second
+	DefaultMaxConcurrency  = 8
+	DefaultAgingStep       = time.Second
+	DefaultIdleLaneTimeout = time.Minute
+	DefaultMaxInputBytes   = 256 << 10
+	DefaultMaxTokensLimit  = 32768
+	DefaultMaxTokens       = 256
+	// DefaultMaxBatchTokens of 0 means no token budget per batch.
+	DefaultMaxBatchTokens = 0
+)
+
+// BatchConfig sets how a route's lanes form batches. A zero field takes its
+// default.
+type BatchConfig struct {
+	// MaxBatchSize: a batch is sent when it holds this many requests.
+	// Default DefaultMaxBatchSize; must be at least 1.
+	MaxBatchSize int
+	// MinBatchSize: a batch this large is sent at once while its backend has
+	// idle capacity. Default DefaultMinBatchSize; 1 to MaxBatchSize.
+	MinBatchSize int
+	// MaxBatchTokens: a batch is sent when its estimated tokens (prompt plus
+	// max_tokens) reach this budget. Default 0: no budget.
+	MaxBatchTokens int
+	// Window: how long a NORMAL request may wait for its batch to fill.
+	// Default DefaultWindow.
+	Window time.Duration
+	// MaxWait caps every priority's delay. Default DefaultMaxWait; at least
+	// Window.
+	MaxWait time.Duration
+	// Delays, when set, gives each priority its own delay, indexed by
+	// Priority; otherwise URGENT 0, HIGH Window/2, NORMAL Window, LOW
+	// 10×Window and DEFERRABLE MaxWait, all capped by MaxWait.
+	Delays *[5]time.Duration
+}
+
+// Route maps the model name callers use to a backend and its model.
+type Route struct {
+	Name    string    // what callers put in Request.Route
+	Op      Operation // the one operation the route serves
+	Backend string    // the backend's name
+	Model   string    // the backend's model name; Name when empty
+	Batch   BatchConfig
+	// MaxInputBytes limits a request's input. Default DefaultMaxInputBytes.
+	MaxInputBytes int
+	// MaxTokensLimit is the largest max_tokens a request may ask for.
+	// Default DefaultMaxTokensLimit.
+	MaxTokensLimit int32
+	// DefaultMaxTokens applies to requests that leave max_tokens unset.
+	// Default DefaultMaxTokens.
+	DefaultMaxTokens int32
+}
+
+// BackendConfig names a Backend and bounds it.
+type BackendConfig struct {
+	Name    string
+	Backend Backend
+	// MaxConcurrency bounds concurrent Dispatch calls. Default
+	// DefaultMaxConcurrency.
+	MaxConcurrency int
+}
+
+// Option configures a Batcher.
+type Option func(*config)
+
+// WithRoute adds a route. Its backend must be added too. A route with a
+// duplicate name, or a bad field, fails New with an error naming the field.
+func WithRoute(r Route) Option { return func(c *config) { c.routes = append(c.routes, r) } }
+
+// WithBackend adds a backend.
+func WithBackend(b BackendConfig) Option { return func(c *config) { c.backends = append(c.backends, b) } }
+
+// WithQueueCapacity bounds the requests admitted and not yet terminal.
+// Default DefaultQueueCapacity; less than 1 fails New.
+func WithQueueCapacity(n int) Option { return func(c *config) { c.queueCapacity = n } }
+
+// WithQueueTimeout bounds every request's life. Default DefaultQueueTimeout;
+// not positive fails New.
+func WithQueueTimeout(d time.Duration) Option { return func(c *config) { c.queueTimeout = d } }
+
+// WithAgingStep sets how long a waiting request takes to climb one priority
+// when capacity is scarce. Default DefaultAgingStep; not positive fails New.
+func WithAgingStep(d time.Duration) Option { return func(c *config) { c.agingStep = d } }
+
+// WithIdleLaneTimeout sets how long an empty lane lives before it is
+// reclaimed. Default DefaultIdleLaneTimeout; not positive fails New.
+func WithIdleLaneTimeout(d time.Duration) Option { return func(c *config) { c.idleLane = d } }
+
+// WithTracerProvider sets where request and batch spans go. Default none: no
+// spans, at no cost.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tracerProvider = tp } }
+
+type config struct {
+	routes         []Route
+	backends       []BackendConfig
+	queueCapacity  int
+	queueTimeout   time.Duration
+	agingStep      time.Duration
+	idleLane       time.Duration
+	tracerProvider trace.TracerProvider
+}
+
+// routeConfig is a Route with every default resolved.
+type routeConfig struct {
+	Route
+	delays  [numPriorities]time.Duration
+	backend *backendState
+}
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{
+		queueCapacity: DefaultQueueCapacity,
+		queueTimeout:  DefaultQueueTimeout,
+		agingStep:     DefaultAgingStep,
+		idleLane:      DefaultIdleLaneTimeout,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	var errs []error
+	if c.queueCapacity < 1 {
+		errs = append(errs, fmt.Errorf("queue capacity: must be at least 1, got %d", c.queueCapacity))
+	}
+	if c.queueTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("queue timeout: must be positive, got %v", c.queueTimeout))
+	}
+	if c.agingStep <= 0 {
+		errs = append(errs, fmt.Errorf("aging step: must be positive, got %v", c.agingStep))
+	}
+	if c.idleLane <= 0 {
+		errs = append(errs, fmt.Errorf("idle lane timeout: must be positive, got %v", c.idleLane))
+	}
+	return c, errors.Join(errs...)
+}
+
+func resolveBackend(b BackendConfig) (BackendConfig, error) {
+	if b.Name == "" {
+		return b, errors.New("backend name: must not be empty")
+	}
+	if b.Backend == nil {
+		return b, fmt.Errorf("backend %q: no implementation", b.Name)
+	}
+	if b.MaxConcurrency == 0 {
+		b.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if b.MaxConcurrency < 1 {
+		return b, fmt.Errorf("backend %q max concurrency: must be at least 1, got %d", b.Name, b.MaxConcurrency)
+	}
+	return b, nil
+}
+
+func resolveRoute(r Route) (routeConfig, error) {
+	rc := routeConfig{Route: r}
+	if r.Name == "" {
+		return rc, errors.New("route name: must not be empty")
+	}
+	field := func(f string) string { return fmt.Sprintf("route %q %s", r.Name, f) }
+	if r.Op < OpChat || r.Op > OpEmbedding {
+		return rc, fmt.Errorf("%s: must be chat, completion or embedding", field("operation"))
+	}
+	if r.Backend == "" {
+		return rc, fmt.Errorf("%s: must name a backend", field("backend"))
+	}
+	if rc.Model == "" {
+		rc.Model = r.Name
+	}
+	b := &rc.Batch
+	if b.MaxBatchSize == 0 {
+		b.MaxBatchSize = DefaultMaxBatchSize
+	}
+	if b.MaxBatchSize < 1 {
+		return rc, fmt.Errorf("%s: must be at least 1, got %d", field("max batch size"), b.MaxBatchSize)
+	}
+	if b.MinBatchSize == 0 {
+		b.MinBatchSize = min(DefaultMinBatchSize, b.MaxBatchSize)
+	}
+	if b.MinBatchSize < 1 || b.MinBatchSize > b.MaxBatchSize {
+		return rc, fmt.Errorf("%s: must be 1 to max batch size %d, got %d", field("min batch size"), b.MaxBatchSize, b.MinBatchSize)
+	}
+	if b.MaxBatchTokens < 0 {
+		return rc, fmt.Errorf("%s: must not be negative, got %d", field("max batch tokens"), b.MaxBatchTokens)
+	}
+	if b.Window == 0 {
+		b.Window = DefaultWindow
+	}
+	if b.Window < 0 {
+		return rc, fmt.Errorf("%s: must be positive, got %v", field("window"), b.Window)
+	}
+	if b.MaxWait == 0 {
+		b.MaxWait = max(DefaultMaxWait, b.Window)
+	}
+	if b.MaxWait < b.Window {
+		return rc, fmt.Errorf("%s: must be at least the window %v, got %v", field("max wait"), b.Window, b.MaxWait)
+	}
+	if b.Delays != nil {
+		for p, d := range b.Delays {
+			if d < 0 {
+				return rc, fmt.Errorf("%s: must not be negative, got %v", field(Priority(p).String()+" delay"), d)
+			}
+			rc.delays[p] = min(d, b.MaxWait)
+		}
+	} else {
+		rc.delays = [numPriorities]time.Duration{0, b.Window / 2, b.Window, min(10*b.Window, b.MaxWait), b.MaxWait}
+	}
+	if rc.MaxInputBytes == 0 {
+		rc.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if rc.MaxInputBytes < 1 {
+		return rc, fmt.Errorf("%s: must be at least 1, got %d", field("max input bytes"), rc.MaxInputBytes)
+	}
+	if rc.MaxTokensLimit == 0 {
+		rc.MaxTokensLimit = DefaultMaxTokensLimit
+	}
+	if rc.MaxTokensLimit < 1 {
+		return rc, fmt.Errorf("%s: must be at least 1, got %d", field("max tokens limit"), rc.MaxTokensLimit)
+	}
+	if rc.DefaultMaxTokens == 0 {
+		rc.DefaultMaxTokens = min(DefaultMaxTokens, rc.MaxTokensLimit)
+	}
+	if rc.DefaultMaxTokens < 1 || rc.DefaultMaxTokens > rc.MaxTokensLimit {
+		return rc, fmt.Errorf("%s: must be 1 to max tokens limit %d, got %d", field("default max tokens"), rc.MaxTokensLimit, rc.DefaultMaxTokens)
+	}
+	return rc, nil
+}

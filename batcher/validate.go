@@ -1,0 +1,119 @@
+package batcher
+
+import (
+	"math"
+	"time"
+)
+
+// Limits on request fields that do not depend on the route.
+const (
+	MaxIDBytes          = 128
+	MaxMetadataEntries  = 32
+	MaxMetadataKeyBytes = 64
+	MaxMetadataValBytes = 512
+	MaxStopSequences    = 4
+	MaxStopBytes        = 64
+	MaxChatMessages     = 256
+)
+
+var validRoles = map[string]bool{"system": true, "user": true, "assistant": true, "tool": true, "developer": true}
+
+// validate checks r against its route and returns a *ValidationError naming
+// the first bad field.
+func validate(r *Request, rc *routeConfig) *ValidationError {
+	if len(r.ID) > MaxIDBytes {
+		return invalid("id", "must be at most %d bytes, got %d", MaxIDBytes, len(r.ID))
+	}
+	if r.Priority > PriorityDeferrable {
+		return invalid("priority", "unknown priority %d", r.Priority)
+	}
+	in := &r.Input
+	if in.Op != rc.Op {
+		if in.Op == 0 {
+			return invalid("input", "must be set: route %q takes %s input", rc.Name, rc.Op)
+		}
+		return invalid("input", "route %q takes %s input, got %s", rc.Name, rc.Op, in.Op)
+	}
+	switch in.Op {
+	case OpChat:
+		if len(in.Messages) == 0 {
+			return invalid("input.chat.messages", "must hold at least one message")
+		}
+		if len(in.Messages) > MaxChatMessages {
+			return invalid("input.chat.messages", "must hold at most %d messages, got %d", MaxChatMessages, len(in.Messages))
+		}
+		empty := true
+		for i := range in.Messages {
+			m := &in.Messages[i]
+			if !validRoles[m.Role] {
+				return invalid("input.chat.messages["+itoa(i)+"].role", "must be system, user, assistant, tool or developer, got %q", truncate(m.Role))
+			}
+			if m.Content != "" {
+				empty = false
+			}
+		}
+		if empty {
+			return invalid("input.chat.messages", "every message is empty")
+		}
+	case OpCompletion:
+		if in.Prompt == "" {
+			return invalid("input.completion.prompt", "must not be empty")
+		}
+	case OpEmbedding:
+		if in.Text == "" {
+			return invalid("input.embedding.text", "must not be empty")
+		}
+	}
+	if n := in.Size(); n > rc.MaxInputBytes {
+		return invalid("input", "must be at most %d bytes, got %d", rc.MaxInputBytes, n)
+	}
+	p := &r.Params
+	if p.MaxTokens < 0 || p.MaxTokens > rc.MaxTokensLimit {
+		return invalid("params.max_tokens", "must be 1 to %d, got %d", rc.MaxTokensLimit, p.MaxTokens)
+	}
+	if t := p.Temperature; t != nil && (isNaN(*t) || *t < 0 || *t > 2) {
+		return invalid("params.temperature", "must be 0 to 2, got %v", *t)
+	}
+	if t := p.TopP; t != nil && (isNaN(*t) || *t <= 0 || *t > 1) {
+		return invalid("params.top_p", "must be greater than 0 and at most 1, got %v", *t)
+	}
+	if len(p.Stop) > MaxStopSequences {
+		return invalid("params.stop", "must hold at most %d sequences, got %d", MaxStopSequences, len(p.Stop))
+	}
+	for i, s := range p.Stop {
+		if s == "" || len(s) > MaxStopBytes {
+			return invalid("params.stop["+itoa(i)+"]", "must be 1 to %d bytes, got %d", MaxStopBytes, len(s))
+		}
+	}
+	if r.Timeout < 0 {
+		return invalid("timeout", "must not be negative, got %v", r.Timeout)
+	}
+	if r.Timeout > 24*time.Hour {
+		return invalid("timeout", "must be at most 24h, got %v", r.Timeout)
+	}
+	if len(r.Metadata) > MaxMetadataEntries {
+		return invalid("metadata", "must hold at most %d entries, got %d", MaxMetadataEntries, len(r.Metadata))
+	}
+	for k, v := range r.Metadata {
+		if k == "" || len(k) > MaxMetadataKeyBytes {
+			return invalid("metadata", "keys must be 1 to %d bytes, got %d", MaxMetadataKeyBytes, len(k))
+		}
+		if len(v) > MaxMetadataValBytes {
+			return invalid("metadata["+truncate(k)+"]", "must be at most %d bytes, got %d", MaxMetadataValBytes, len(v))
+		}
+	}
+	if r.Dedup > DedupOff {
+		return invalid("dedup", "unknown mode %d", r.Dedup)
+	}
+	return nil
+}
+
+func isNaN(f float32) bool { return math.IsNaN(float64(f)) }
+
+// truncate keeps caller-controlled strings in error messages short.
+func truncate(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "..."
+	}
+	return s
+}
