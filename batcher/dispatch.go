@@ -3,6 +3,7 @@ package batcher
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -191,7 +192,8 @@ func (r *batchRun) run(formed time.Time) {
 
 	// Deadlines keep firing while the upstream call runs.
 	w := &deadlineWatch{calls: live}
-	w.timer = time.AfterFunc(w.next(start).Sub(start), w.fire)
+	w.timer = time.AfterFunc(math.MaxInt64, w.fire)
+	w.timer.Reset(w.next(start).Sub(start))
 
 	out := make([]Response, n)
 	err := dispatch(ctx, be.impl, &r.batch, out)
@@ -224,6 +226,9 @@ func (r *batchRun) run(formed time.Time) {
 				Queued:    c.dispatchedAt.Sub(c.admitted),
 				Upstream:  c.upstream,
 			},
+		}
+		if e != nil && !end.Before(c.deadline) {
+			e = ErrDeadline // the batch context ran out with the request's time
 		}
 		if e != nil {
 			res.Err = e

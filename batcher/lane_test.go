@@ -1,0 +1,256 @@
+package batcher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func TestTriggerSize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MaxBatchSize: 3, MinBatchSize: 3, Window: time.Hour})
+		c1, c2 := submit(t, b, req("1", PriorityNormal)), submit(t, b, req("2", PriorityNormal))
+		synctest.Wait()
+		if n := be.calls.Load(); n != 0 {
+			t.Fatalf("sent %d batches below max size", n)
+		}
+		c3 := submit(t, b, req("3", PriorityNormal))
+		synctest.Wait()
+		if got := be.sizes(); !slices.Equal(got, []int{3}) {
+			t.Fatalf("batches %v, want [3]", got)
+		}
+		for _, c := range []*Call{c1, c2, c3} {
+			wantOK(t, c)
+		}
+	})
+}
+
+func TestTriggerSizeWhileBackendBusy(t *testing.T) {
+	// With the one slot busy, min-batch-when-idle cannot fire: the lane
+	// waits for its window, unless the batch fills first.
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{hold: make(chan struct{})}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 3, MinBatchSize: 1, Window: time.Hour})
+		first := submit(t, b, req("first", PriorityNormal))
+		synctest.Wait()
+		var cs []*Call
+		for i := range 3 {
+			cs = append(cs, submit(t, b, req(fmt.Sprint(i), PriorityNormal)))
+		}
+		synctest.Wait()
+		if got := be.sizes(); !slices.Equal(got, []int{1}) {
+			t.Fatalf("batches %v while busy, want [1]", got)
+		}
+		be.hold <- struct{}{}
+		synctest.Wait()
+		wantOK(t, first)
+		if got := be.sizes(); !slices.Equal(got, []int{1, 3}) {
+			t.Fatalf("batches %v, want [1 3]", got)
+		}
+		close(be.hold)
+		synctest.Wait()
+		for _, c := range cs {
+			wantOK(t, c)
+		}
+	})
+}
+
+func TestTriggerTokenBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MaxBatchSize: 10, MinBatchSize: 10, MaxBatchTokens: 100, Window: time.Hour})
+		// Each request costs 40/4+1 = 11 prompt tokens plus 39 max_tokens = 50.
+		mk := func(id string) *Request {
+			r := req(id, PriorityNormal)
+			r.Input.Prompt = fmt.Sprintf("%-40s", id)
+			r.Params.MaxTokens = 39
+			return r
+		}
+		submit(t, b, mk("a"))
+		synctest.Wait()
+		if n := be.calls.Load(); n != 0 {
+			t.Fatalf("sent %d batches below the token budget", n)
+		}
+		submit(t, b, mk("b"))
+		submit(t, b, mk("c"))
+		synctest.Wait()
+		if got := be.batchIDs(); len(got) != 1 || !slices.Equal(got[0], []string{"a", "b"}) {
+			t.Fatalf("batches %v, want [[a b]]: the budget caps the batch at 100 tokens", got)
+		}
+	})
+}
+
+func TestTriggerWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{Window: 100 * time.Millisecond})
+		start := time.Now()
+		c := submit(t, b, req("1", PriorityNormal))
+		time.Sleep(100*time.Millisecond - time.Nanosecond)
+		synctest.Wait()
+		if be.calls.Load() != 0 {
+			t.Fatal("sent before the window passed")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		wantOK(t, c)
+		if got := c.Result().Timings.BatchWait; got != 100*time.Millisecond {
+			t.Fatalf("batch wait %v, want 100ms", got)
+		}
+		if time.Since(start) != 100*time.Millisecond {
+			t.Fatalf("done after %v", time.Since(start))
+		}
+	})
+}
+
+func TestTriggerUrgentLeavesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MinBatchSize: 5, Window: time.Hour})
+		a, c := submit(t, b, req("a", PriorityNormal)), submit(t, b, req("b", PriorityLow))
+		synctest.Wait()
+		if be.calls.Load() != 0 {
+			t.Fatal("sent before any trigger")
+		}
+		u := submit(t, b, req("u", PriorityUrgent))
+		synctest.Wait()
+		got := be.batchIDs()
+		if len(got) != 1 || len(got[0]) != 3 || got[0][0] != "u" {
+			t.Fatalf("batches %v, want one batch of 3 led by the urgent request", got)
+		}
+		for _, x := range []*Call{a, c, u} {
+			wantOK(t, x)
+		}
+	})
+}
+
+func TestTriggerMinBatchWhenIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MinBatchSize: 2, Window: time.Hour})
+		submit(t, b, req("1", PriorityNormal))
+		synctest.Wait()
+		if be.calls.Load() != 0 {
+			t.Fatal("a lone request left before min batch size")
+		}
+		submit(t, b, req("2", PriorityNormal))
+		synctest.Wait()
+		if got := be.sizes(); !slices.Equal(got, []int{2}) {
+			t.Fatalf("batches %v, want [2] at once while the backend is idle", got)
+		}
+	})
+}
+
+func TestTriggerMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MinBatchSize: 5, Window: time.Second, MaxWait: 3 * time.Second})
+		low := submit(t, b, req("low", PriorityLow))   // 10×window, capped at 3s
+		def := submit(t, b, req("def", PriorityDeferrable)) // max wait
+		time.Sleep(3*time.Second - time.Nanosecond)
+		synctest.Wait()
+		if isDone(low) || isDone(def) {
+			t.Fatal("background work left before max wait")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		wantOK(t, low)
+		wantOK(t, def)
+	})
+}
+
+func TestPriorityDelays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b, err := New(
+			WithBackend(BackendConfig{Name: "be", Backend: be}),
+			WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", Batch: BatchConfig{MinBatchSize: 5, Window: 100 * time.Millisecond}}),
+			WithRoute(Route{Name: "h", Op: OpCompletion, Backend: "be", Batch: BatchConfig{MinBatchSize: 5, Window: 100 * time.Millisecond}}),
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Shutdown(context.Background())
+		start := time.Now()
+		h := req("high", PriorityHigh)
+		h.Route = "h"
+		hc := submit(t, b, h)
+		nc := submit(t, b, req("normal", PriorityNormal))
+		<-hc.Done()
+		if d := time.Since(start); d != 50*time.Millisecond {
+			t.Fatalf("HIGH left after %v, want half the window", d)
+		}
+		<-nc.Done()
+		if d := time.Since(start); d != 100*time.Millisecond {
+			t.Fatalf("NORMAL left after %v, want the window", d)
+		}
+	})
+}
+
+func TestLaneIsolation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MaxBatchSize: 10, MinBatchSize: 10, Window: time.Second})
+		hot, cold := float32(0.9), float32(0)
+		var calls []*Call
+		for i := range 6 {
+			r := req(fmt.Sprint(i), PriorityNormal)
+			r.Params.Temperature = &hot
+			if i%2 == 0 {
+				r.Params.Temperature = &cold
+			}
+			calls = append(calls, submit(t, b, r))
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		got := be.batchIDs()
+		slices.SortFunc(got, func(a, b []string) int { return len(a) - len(b) })
+		for _, batch := range got {
+			slices.Sort(batch)
+		}
+		slices.SortFunc(got, func(a, b []string) int { return slices.Compare(a, b) })
+		want := [][]string{{"0", "2", "4"}, {"1", "3", "5"}}
+		if len(got) != 2 || !slices.Equal(got[0], want[0]) || !slices.Equal(got[1], want[1]) {
+			t.Fatalf("batches %v, want %v: different temperatures never share a batch", got, want)
+		}
+		for _, c := range calls {
+			wantOK(t, c)
+		}
+	})
+}
+
+func TestIdleLaneReclaimed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MinBatchSize: 1}, WithIdleLaneTimeout(time.Minute))
+		c := submit(t, b, req("1", PriorityNormal))
+		<-c.Done()
+		if n := laneCount(b); n != 1 {
+			t.Fatalf("%d lanes, want 1", n)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := laneCount(b); n != 0 {
+			t.Fatalf("%d lanes after the idle timeout, want 0", n)
+		}
+		// A new request gets a new lane.
+		wantOKDo(t, b, req("2", PriorityNormal))
+	})
+}
+
+func laneCount(b *Batcher) int {
+	b.lanesMu.RLock()
+	defer b.lanesMu.RUnlock()
+	return len(b.lanes)
+}
+
+func wantOKDo(t *testing.T, b *Batcher, r *Request) {
+	t.Helper()
+	if res, err := b.Do(context.Background(), r); err != nil || res.Text == "" {
+		t.Fatalf("Do(%s) = %+v, %v", r.ID, res, err)
+	}
+}
