@@ -149,7 +149,7 @@ func TestTriggerMaxWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &fakeBackend{}
 		b := newTest(t, be, 4, BatchConfig{MinBatchSize: 5, Window: time.Second, MaxWait: 3 * time.Second})
-		low := submit(t, b, req("low", PriorityLow))   // 10×window, capped at 3s
+		low := submit(t, b, req("low", PriorityLow))        // 10×window, capped at 3s
 		def := submit(t, b, req("def", PriorityDeferrable)) // max wait
 		time.Sleep(3*time.Second - time.Nanosecond)
 		synctest.Wait()

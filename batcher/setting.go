@@ -84,7 +84,9 @@ type Option func(*config)
 func WithRoute(r Route) Option { return func(c *config) { c.routes = append(c.routes, r) } }
 
 // WithBackend adds a backend.
-func WithBackend(b BackendConfig) Option { return func(c *config) { c.backends = append(c.backends, b) } }
+func WithBackend(b BackendConfig) Option {
+	return func(c *config) { c.backends = append(c.backends, b) }
+}
 
 // WithQueueCapacity bounds the requests admitted and not yet terminal.
 // Default DefaultQueueCapacity; less than 1 fails New.
@@ -104,7 +106,9 @@ func WithIdleLaneTimeout(d time.Duration) Option { return func(c *config) { c.id
 
 // WithTracerProvider sets where request and batch spans go. Default none: no
 // spans, at no cost.
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tracerProvider = tp } }
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
 
 type config struct {
 	routes         []Route
