@@ -134,7 +134,7 @@ func ParseRequest(user string) (items []string, maxTokens int, err error) {
 	}
 	switch {
 	case rest == ".":
-	case strings.HasPrefix(rest, headerTokens) && strings.HasSuffix(rest, headerEnd):
+	case len(rest) > len(headerTokens)+len(headerEnd) && strings.HasPrefix(rest, headerTokens) && strings.HasSuffix(rest, headerEnd):
 		t := rest[len(headerTokens) : len(rest)-len(headerEnd)]
 		maxTokens, err = strconv.Atoi(t)
 		if err != nil || maxTokens < 1 || t != strconv.Itoa(maxTokens) {

@@ -80,6 +80,7 @@ func TestParseRequestRejects(t *testing.T) {
 		"Answer each of the following 01 requests.\n{\"id\":1,\"request\":\"a\"}",
 		"Answer each of the following 1 requests, each in at most x tokens.\n{\"id\":1,\"request\":\"a\"}",
 		"Answer each of the following 1 requests!\n{\"id\":1,\"request\":\"a\"}",
+		"Answer each of the following 1 requests, each in at most tokens.\n{\"id\":1,\"request\":\"a\"}",
 	} {
 		if _, _, err := ParseRequest(s); !errors.Is(err, ErrNotPacked) {
 			t.Errorf("ParseRequest(%q) = %v, want ErrNotPacked", s, err)
@@ -214,6 +215,7 @@ func FuzzParse(f *testing.F) {
 func FuzzParseRequest(f *testing.F) {
 	f.Add("Answer each of the following 2 requests, each in at most 5 tokens.\n{\"id\":1,\"request\":\"a\"}\n{\"id\":2,\"request\":\"b\"}", "a", "b")
 	f.Add("Answer each of the following 1 requests.\n{\"id\":1,\"request\":\"\"}", "x\ny", "")
+	f.Add("Answer each of the following 1 requests, each in at most tokens.", "", "")
 	f.Fuzz(func(t *testing.T, user, a, b string) {
 		// Arbitrary input: no panic, and a success is self-consistent.
 		if items, mt, err := ParseRequest(user); err == nil {

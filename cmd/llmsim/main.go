@@ -1,0 +1,150 @@
+// Command llmsim serves an OpenAI-compatible simulated model on a port:
+// /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models, with
+// deterministic output, realistic usage, a latency model, RPM and TPM limits
+// and injected faults. Every knob of package llmsim is a flag; run
+// `llmsim -h` for the list.
+//
+//	llmsim -addr 127.0.0.1:8081 -latency 20ms -rpm 600
+//
+// It stops gracefully on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/batcherhq/batcher/llmsim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "llmsim:", err)
+		os.Exit(2)
+	}
+}
+
+type options struct {
+	addr            string
+	apiKeyEnv       string
+	logLevel        slog.Level
+	shutdownTimeout time.Duration
+	cfg             llmsim.Config
+}
+
+func parseFlags(args []string, out io.Writer) (*options, error) {
+	o := &options{}
+	c := &o.cfg
+	fs := flag.NewFlagSet("llmsim", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "address to listen on")
+	models := fs.String("models", strings.Join(llmsim.DefaultModels, ","), "comma-separated model names to serve")
+	fs.StringVar(&o.apiKeyEnv, "api-key-env", "", "name of an environment variable holding the API key callers must send (default: no key)")
+	fs.DurationVar(&c.Latency, "latency", 0, "base latency of every call")
+	fs.DurationVar(&c.PerToken, "per-token", 0, "latency added per generated token")
+	fs.DurationVar(&c.PerPromptToken, "per-prompt-token", 0, "latency added per prompt token")
+	fs.IntVar(&c.MaxConcurrency, "max-concurrency", 0, "calls served at once; the rest wait (0: no bound)")
+	fs.IntVar(&c.RPM, "rpm", 0, "requests per minute before 429 (0: no limit)")
+	fs.IntVar(&c.TPM, "tpm", 0, "tokens per minute before 429 (0: no limit)")
+	fs.IntVar(&c.ReplyTokens, "reply-tokens", llmsim.DefaultReplyTokens, "length of a full answer in tokens")
+	fs.IntVar(&c.EmbeddingDim, "embedding-dim", llmsim.DefaultEmbeddingDim, "length of every embedding")
+	fs.Int64Var(&c.MaxRequestBytes, "max-request-bytes", llmsim.DefaultMaxRequestBytes, "largest request body")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the fault draws")
+	fs.Float64Var(&c.ErrorRate, "error-rate", 0, "share of calls answered 500, 502 or 503")
+	fs.Float64Var(&c.TimeoutRate, "timeout-rate", 0, "share of calls that hang until the client gives up")
+	fs.Float64Var(&c.ResetRate, "reset-rate", 0, "share of calls whose connection is reset")
+	fs.Float64Var(&c.MalformedRate, "malformed-rate", 0, "share of calls answered 200 with a truncated or non-JSON body")
+	fs.Float64Var(&c.PackMissingRate, "pack-missing-rate", 0, "share of packed items left unanswered")
+	fs.Float64Var(&c.PackMalformedRate, "pack-malformed-rate", 0, "share of packed items answered with a number")
+	fs.Float64Var(&c.PackUnparseableRate, "pack-unparseable-rate", 0, "share of packed calls answered with prose")
+	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "how long shutdown waits for calls in flight")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.Models = nil
+	for m := range strings.SplitSeq(*models, ",") {
+		c.Models = append(c.Models, strings.TrimSpace(m))
+	}
+	if o.apiKeyEnv != "" {
+		c.APIKey = os.Getenv(o.apiKeyEnv)
+		if c.APIKey == "" {
+			return nil, fmt.Errorf("-api-key-env: environment variable %s is empty or unset", o.apiKeyEnv)
+		}
+	}
+	if o.shutdownTimeout <= 0 {
+		return nil, fmt.Errorf("-shutdown-timeout: must be positive, got %v", o.shutdownTimeout)
+	}
+	return o, nil
+}
+
+// run serves until ctx ends. ready, when set, learns the address it
+// listens on.
+func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr string)) error {
+	o, err := parseFlags(args, logOut)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: o.logLevel}))
+	o.cfg.Logger = log
+	sim, err := llmsim.New(o.cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           sim,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	c := &o.cfg
+	log.Info("llmsim listening", "addr", ln.Addr().String(), "models", strings.Join(c.Models, ","),
+		"latency", c.Latency, "per_token", c.PerToken, "rpm", c.RPM, "tpm", c.TPM, "max_concurrency", c.MaxConcurrency)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		sim.Close()
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("llmsim shutting down", "timeout", o.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if err != nil {
+		// Calls still held by latency or a hang fault: abort them.
+		sim.Close()
+		err = errors.Join(err, srv.Close())
+	}
+	sim.Close()
+	<-errc // Serve returns ErrServerClosed
+	st := sim.Stats()
+	log.Info("llmsim stopped", "requests", st.Requests, "ok", st.OK, "rate_limited", st.RateLimited,
+		"prompt_tokens", st.PromptTokens, "completion_tokens", st.CompletionTokens)
+	return err
+}

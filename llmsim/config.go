@@ -1,0 +1,156 @@
+package llmsim
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults.
+const (
+	DefaultReplyTokens     = 24
+	DefaultEmbeddingDim    = 32
+	DefaultMaxRequestBytes = 16 << 20
+	// MaxInputs bounds the inputs of one embeddings or completions call,
+	// as OpenAI does.
+	MaxInputs = 2048
+)
+
+// DefaultModels are served when Config.Models is empty.
+var DefaultModels = []string{"sim-chat", "sim-completion", "sim-embedding"}
+
+// Config sets the simulator's behaviour. The zero value is a fast,
+// unlimited, faultless simulator.
+type Config struct {
+	// Models lists the model names served; a call naming another gets a 404
+	// model_not_found. Every model serves every endpoint. Default
+	// DefaultModels.
+	Models []string
+	// APIKey, when set, must come as "Authorization: Bearer <key>";
+	// otherwise the call gets a 401.
+	APIKey string
+
+	// Latency is the base time of every call. PerToken adds time per
+	// generated token and PerPromptToken per prompt token. Default 0.
+	Latency        time.Duration
+	PerToken       time.Duration
+	PerPromptToken time.Duration
+	// MaxConcurrency bounds the calls being served; the rest wait for a
+	// slot. Default 0: no bound.
+	MaxConcurrency int
+
+	// RPM and TPM limit requests and tokens per minute with token buckets
+	// that start full, as providers do. A call's token cost is its prompt
+	// tokens plus its max_tokens (or ReplyTokens). Default 0: no limit.
+	RPM int
+	TPM int
+
+	// ReplyTokens is the length of a full answer. Default
+	// DefaultReplyTokens.
+	ReplyTokens int
+	// EmbeddingDim is the length of every embedding. Default
+	// DefaultEmbeddingDim.
+	EmbeddingDim int
+	// MaxRequestBytes bounds a request body. Default DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+
+	// Seed seeds the random source of the faults.
+	Seed uint64
+	// The fault rates, each from 0 to 1, drawn once per call (after the
+	// rate limits) and adding up to at most 1: ErrorRate answers a 500, 502
+	// or 503; TimeoutRate hangs until the client gives up; ResetRate resets
+	// the connection; MalformedRate sends a truncated or non-JSON body with
+	// status 200.
+	ErrorRate     float64
+	TimeoutRate   float64
+	ResetRate     float64
+	MalformedRate float64
+	// The packed-answer fault rates, each from 0 to 1. PackUnparseableRate,
+	// drawn per packed call, replaces the reply with prose. PackMissingRate
+	// and PackMalformedRate, drawn per item, drop the item's answer or make
+	// it a number.
+	PackMissingRate     float64
+	PackMalformedRate   float64
+	PackUnparseableRate float64
+
+	// Now, when set, is the clock of the rate limits (tests).
+	Now func() time.Time
+	// Logger receives a debug line for every fault and rate-limited call.
+	// Default: none.
+	Logger *slog.Logger
+}
+
+func (c Config) resolve() (Config, error) {
+	var errs []error
+	if len(c.Models) == 0 {
+		c.Models = DefaultModels
+	}
+	for i, m := range c.Models {
+		if m == "" {
+			errs = append(errs, fmt.Errorf("llmsim: models[%d]: must not be empty", i))
+		}
+	}
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{{"latency", c.Latency}, {"per token", c.PerToken}, {"per prompt token", c.PerPromptToken}}
+	for _, d := range durations {
+		if d.d < 0 {
+			errs = append(errs, fmt.Errorf("llmsim: %s: must not be negative, got %v", d.name, d.d))
+		}
+	}
+	counts := []struct {
+		name string
+		n    int
+	}{{"max concurrency", c.MaxConcurrency}, {"rpm", c.RPM}, {"tpm", c.TPM}}
+	for _, n := range counts {
+		if n.n < 0 {
+			errs = append(errs, fmt.Errorf("llmsim: %s: must not be negative, got %d", n.name, n.n))
+		}
+	}
+	if c.ReplyTokens == 0 {
+		c.ReplyTokens = DefaultReplyTokens
+	}
+	if c.ReplyTokens < 1 {
+		errs = append(errs, fmt.Errorf("llmsim: reply tokens: must be at least 1, got %d", c.ReplyTokens))
+	}
+	if c.EmbeddingDim == 0 {
+		c.EmbeddingDim = DefaultEmbeddingDim
+	}
+	if c.EmbeddingDim < 1 || c.EmbeddingDim > 65536 {
+		errs = append(errs, fmt.Errorf("llmsim: embedding dim: must be 1 to 65536, got %d", c.EmbeddingDim))
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxRequestBytes < 1 {
+		errs = append(errs, fmt.Errorf("llmsim: max request bytes: must be at least 1, got %d", c.MaxRequestBytes))
+	}
+	rates := []struct {
+		name string
+		v    float64
+	}{
+		{"error rate", c.ErrorRate}, {"timeout rate", c.TimeoutRate}, {"reset rate", c.ResetRate},
+		{"malformed rate", c.MalformedRate}, {"pack missing rate", c.PackMissingRate},
+		{"pack malformed rate", c.PackMalformedRate}, {"pack unparseable rate", c.PackUnparseableRate},
+	}
+	for _, r := range rates {
+		if !(r.v >= 0 && r.v <= 1) {
+			errs = append(errs, fmt.Errorf("llmsim: %s: must be 0 to 1, got %v", r.name, r.v))
+		}
+	}
+	if sum := c.ErrorRate + c.TimeoutRate + c.ResetRate + c.MalformedRate; sum > 1 {
+		errs = append(errs, fmt.Errorf("llmsim: fault rates: error, timeout, reset and malformed must add up to at most 1, got %v", sum))
+	}
+	if c.PackMissingRate+c.PackMalformedRate > 1 {
+		errs = append(errs, fmt.Errorf("llmsim: pack missing and malformed rates: must add up to at most 1, got %v", c.PackMissingRate+c.PackMalformedRate))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,25 @@
+// Package llmsim is an OpenAI-compatible model server that people and tests
+// can run: it answers /v1/chat/completions, /v1/completions, /v1/embeddings
+// and /v1/models with deterministic output and realistic usage.
+//
+// Knobs (Config) shape it like a real provider: a latency model (a base
+// plus per-token costs), a concurrency bound, RPM and TPM limits enforced as
+// providers do (429 with Retry-After and x-ratelimit-* headers, which also
+// come on every answer), and faults injected from a seeded random source:
+// 5xx errors, calls that hang until the client gives up, connection resets
+// and malformed bodies. Packed chat prompts (package backend/openai/pack)
+// are answered item by item, correctly or, with the Pack* knobs, with
+// missing, malformed or unparseable answers.
+//
+// Guarantees:
+//   - output depends only on the input: Reply and Embedding say what any
+//     prompt or text gets, and a packed item gets the same answer as the
+//     same prompt sent alone;
+//   - usage counts tokens as Tokens does (about four bytes a token);
+//   - with every fault rate at zero and no limits, every well-formed request
+//     succeeds; bad requests get OpenAI-shaped errors (400, 401, 404);
+//   - Close releases every call held by a latency wait or a hang fault.
+//
+// cmd/llmsim serves it on a port; tests run New's Server in-process on a
+// loopback listener.
+package llmsim
