@@ -12,6 +12,11 @@ type Batch struct {
 	// MaxTokens is the batch's resolved max_tokens (the route's default when
 	// its requests left it unset).
 	MaxTokens int32
+
+	// RateLimit may be set by the backend when the upstream reported its
+	// limits on a successful call (x-ratelimit-* headers): the dispatcher
+	// keeps its budget within what the upstream says is left.
+	RateLimit *RateLimitInfo
 }
 
 // Response is one request's answer from a Backend. Err set means that request

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,10 +15,11 @@ import (
 // Batcher groups requests into batches and dispatches them. It is safe for
 // concurrent use.
 type Batcher struct {
-	cfg      *config
-	routes   map[string]*routeConfig
-	backends map[string]*backendState
-	tracer   trace.Tracer // nil: no spans
+	cfg         *config
+	routes      map[string]*routeConfig
+	backends    map[string]*backendState
+	backendList []*backendState // in configuration order
+	tracer      trace.Tracer    // nil: no spans
 
 	// admitMu orders admission against shutdown: Submit holds it shared
 	// while it admits, Shutdown exclusively while it closes admission.
@@ -27,8 +29,9 @@ type Batcher struct {
 	lanesMu sync.RWMutex
 	lanes   map[laneKey]*lane
 
-	runsMu sync.Mutex
-	runs   map[*batchRun]struct{} // batches in flight
+	runsMu   sync.Mutex
+	runs     map[*batchRun]struct{} // batches in flight
+	retrying map[*Call]*time.Timer  // calls waiting out a backoff
 
 	pending   atomic.Int64 // admitted calls without a result
 	batchSeq  atomic.Uint64
@@ -51,6 +54,7 @@ func New(opts ...Option) (*Batcher, error) {
 		backends: make(map[string]*backendState),
 		lanes:    make(map[laneKey]*lane),
 		runs:     make(map[*batchRun]struct{}),
+		retrying: make(map[*Call]*time.Timer),
 		drained:  make(chan struct{}),
 	}
 	var errs []error
@@ -64,7 +68,9 @@ func New(opts ...Option) (*Batcher, error) {
 			errs = append(errs, fmt.Errorf("backend %q: defined twice", bc.Name))
 			continue
 		}
-		b.backends[bc.Name] = &backendState{name: bc.Name, impl: bc.Backend, limit: bc.MaxConcurrency, aging: cfg.agingStep}
+		be := newBackendState(bc, cfg.agingStep)
+		b.backends[bc.Name] = be
+		b.backendList = append(b.backendList, be)
 	}
 	for _, r := range cfg.routes {
 		rc, err := resolveRoute(r)
@@ -76,8 +82,8 @@ func New(opts ...Option) (*Batcher, error) {
 			errs = append(errs, fmt.Errorf("route %q: defined twice", rc.Name))
 			continue
 		}
-		if rc.backend = b.backends[rc.Backend]; rc.backend == nil {
-			errs = append(errs, fmt.Errorf("route %q backend: no backend named %q", rc.Name, rc.Backend))
+		if err := b.resolveTargets(&rc); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		b.routes[rc.Name] = &rc
@@ -92,6 +98,30 @@ func New(opts ...Option) (*Batcher, error) {
 		b.tracer = cfg.tracerProvider.Tracer(tracerName)
 	}
 	return b, nil
+}
+
+// resolveTargets points a route at its backend and fallbacks.
+func (b *Batcher) resolveTargets(rc *routeConfig) error {
+	all := append([]Target{{Backend: rc.Backend, Model: rc.Model}}, rc.Fallbacks...)
+	if len(all) > math.MaxUint8 {
+		return fmt.Errorf("route %q fallbacks: at most %d, got %d", rc.Name, math.MaxUint8-1, len(rc.Fallbacks))
+	}
+	for i, t := range all {
+		field := fmt.Sprintf("route %q backend", rc.Name)
+		if i > 0 {
+			field = fmt.Sprintf("route %q fallbacks[%d]", rc.Name, i-1)
+		}
+		be := b.backends[t.Backend]
+		if be == nil {
+			return fmt.Errorf("%s: no backend named %q", field, t.Backend)
+		}
+		model := t.Model
+		if model == "" {
+			model = rc.Name
+		}
+		rc.targets = append(rc.targets, target{be: be, model: model})
+	}
+	return nil
 }
 
 // RouteInfo describes a configured route.
@@ -151,6 +181,16 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 	if b.closing.Load() {
 		return nil, ErrClosed
 	}
+	tg := -1
+	for i, t := range rc.targets {
+		if !t.be.open() {
+			tg = i
+			break
+		}
+	}
+	if tg < 0 {
+		return nil, fmt.Errorf("%w: circuit open on every backend of model %q", ErrNoBackend, rc.Name)
+	}
 	if b.pending.Add(1) > int64(b.cfg.queueCapacity) {
 		b.pending.Add(-1)
 		return nil, ErrQueueFull
@@ -158,6 +198,8 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 	c := &Call{
 		req:      req,
 		b:        b,
+		rc:       rc,
+		target:   uint8(tg),
 		admitted: now,
 		deadline: deadline,
 		due:      now.Add(rc.delays[req.Priority]),
@@ -168,15 +210,58 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
 	}
-	key := keyOf(req, rc)
-	for first := true; ; first = false {
-		l := b.laneFor(key, rc)
-		if first && req.Sink != nil {
-			c.emit(&Event{Kind: EventQueued, Time: now, Lane: l.name})
-		}
-		if l.push(c) {
-			return c, nil
-		}
+	l := b.laneFor(keyOf(req, rc, c.target), rc)
+	if req.Sink != nil {
+		c.emit(&Event{Kind: EventQueued, Time: now, Lane: l.name})
+	}
+	if !l.push(c) {
+		b.enqueue(c)
+	}
+	return c, nil
+}
+
+// enqueue puts c in the lane of its route target.
+func (b *Batcher) enqueue(c *Call) {
+	key := keyOf(c.req, c.rc, c.target)
+	for !b.laneFor(key, c.rc).push(c) {
+	}
+}
+
+// retryLater sends c back to its lane after a backoff, if the policy, the
+// retry budget and c's deadline allow; r is the run c failed in.
+func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) bool {
+	be := r.be
+	p := &be.cfg.Retry
+	class := classify(err)
+	if !retryable(class, c.unknownRetries) || c.retries >= p.MaxRetries {
+		return false
+	}
+	delay := max(p.backoff(c.retries), retryAfter(err))
+	if !now.Add(delay).Before(c.deadline) || !be.retry.allow(now) {
+		return false
+	}
+	if !c.run.CompareAndSwap(r, nil) {
+		return false // it ended meanwhile
+	}
+	c.retries++
+	if class == ClassUnknown {
+		c.unknownRetries++
+	}
+	be.stats.retries[class].Add(1)
+	c.emit(&Event{Kind: EventRetrying, Time: now, Attempt: c.attempts, Delay: delay, Class: class, Err: err})
+	b.runsMu.Lock()
+	b.retrying[c] = time.AfterFunc(delay, func() { b.requeue(c) })
+	b.runsMu.Unlock()
+	return true
+}
+
+// requeue ends c's backoff.
+func (b *Batcher) requeue(c *Call) {
+	b.runsMu.Lock()
+	delete(b.retrying, c)
+	b.runsMu.Unlock()
+	if c.pending() {
+		b.enqueue(c)
 	}
 }
 
@@ -252,8 +337,8 @@ func (b *Batcher) reclaim(l *lane) bool {
 		return false
 	}
 	l.be.unregister(l)
-	if l.granted.Swap(false) {
-		l.be.release()
+	if pm := l.granted.Swap(nil); pm != nil {
+		l.be.giveBack(pm)
 	}
 	l.closed = true
 	if b.lanes[l.key] == l {
@@ -355,6 +440,11 @@ func (b *Batcher) abort() int {
 	b.runsMu.Lock()
 	for r := range b.runs {
 		calls = append(calls, r.calls...)
+	}
+	for c, t := range b.retrying {
+		t.Stop()
+		calls = append(calls, c)
+		delete(b.retrying, c)
 	}
 	b.runsMu.Unlock()
 	now := time.Now()

@@ -26,6 +26,7 @@ const (
 type Call struct {
 	req      *Request
 	b        *Batcher
+	rc       *routeConfig
 	lane     *lane
 	admitted time.Time
 	deadline time.Time
@@ -36,10 +37,14 @@ type Call struct {
 	heapIdx int         // index in the lane's deadline heap; -1 when not queued
 	queued  atomic.Bool // in a lane's queue: finish must take it out
 
-	batchedAt    time.Time // first batch formed (runner-owned once batched)
-	dispatchedAt time.Time // first upstream call
-	upstream     time.Duration
-	attempts     int
+	// Owned by the lane while queued, by the runner while dispatched.
+	target         uint8     // the route target it is queued for
+	batchedAt      time.Time // first batch formed
+	dispatchedAt   time.Time // first upstream call
+	upstream       time.Duration
+	attempts       int
+	retries        int
+	unknownRetries int
 	run          atomic.Pointer[batchRun] // the batch carrying it now, if any
 
 	// evMu orders a request's events: none is emitted after its EventDone.
@@ -114,7 +119,7 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	if c.queued.Load() {
 		c.lane.forget(c)
 	}
-	if run := c.run.Load(); run != nil {
+	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
 		run.forget()
 	}
 	c.b.release()

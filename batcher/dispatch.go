@@ -2,10 +2,10 @@ package batcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,92 +13,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// backendState bounds one backend's concurrent dispatches and hands free
-// slots to waiting lanes, best priority first.
-type backendState struct {
-	name  string
-	impl  Backend
-	limit int
-	aging time.Duration
-
-	mu       sync.Mutex
-	inFlight int      // slots held, by runners or by lanes about to cut
-	waiters  []waiter // lanes with a batch due and no slot
-}
-
-type waiter struct {
-	l     *lane
-	p     Priority
-	since time.Time
-}
-
-// idle reports whether a dispatch could start now.
-func (s *backendState) idle() bool {
-	s.mu.Lock()
-	ok := s.inFlight < s.limit && len(s.waiters) == 0
-	s.mu.Unlock()
-	return ok
-}
-
-// acquire takes a slot for l, or queues l to be granted one later with
-// l.granted and a nudge. p and since describe l's best waiting call.
-func (s *backendState) acquire(l *lane, p Priority, since time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inFlight < s.limit && len(s.waiters) == 0 {
-		s.inFlight++
-		return true
-	}
-	for i := range s.waiters {
-		if s.waiters[i].l == l {
-			s.waiters[i].p, s.waiters[i].since = p, since
-			return false
-		}
-	}
-	s.waiters = append(s.waiters, waiter{l: l, p: p, since: since})
-	return false
-}
-
-// unregister drops l from the waiters; a slot already granted stays granted.
-func (s *backendState) unregister(l *lane) {
-	s.mu.Lock()
-	for i := range s.waiters {
-		if s.waiters[i].l == l {
-			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
-			break
-		}
-	}
-	s.mu.Unlock()
-}
-
-// release frees a slot, handing it straight to the best waiting lane.
-func (s *backendState) release() {
-	s.mu.Lock()
-	if len(s.waiters) == 0 {
-		s.inFlight--
-		s.mu.Unlock()
-		return
-	}
-	now := time.Now()
-	best := 0
-	rank := func(w waiter) time.Duration { return time.Duration(w.p)*s.aging - now.Sub(w.since) }
-	for i := 1; i < len(s.waiters); i++ {
-		if rank(s.waiters[i]) < rank(s.waiters[best]) {
-			best = i
-		}
-	}
-	l := s.waiters[best].l
-	s.waiters = append(s.waiters[:best], s.waiters[best+1:]...)
-	s.mu.Unlock()
-	l.granted.Store(true)
-	l.nudge()
-}
-
 // batchRun is one dispatch of one batch. Its runner goroutine owns it; calls
 // reach it only through forget. calls never changes once the run starts.
 type batchRun struct {
 	b      *Batcher
 	lane   *lane
+	be     *backendState
+	pm     *permit
 	batch  Batch
 	calls  []*Call
 	ctx    context.Context
@@ -119,17 +40,20 @@ func (r *batchRun) forget() {
 }
 
 // startLocked turns calls cut from l into a batch and starts its runner. The
-// caller holds l.mu and a dispatch slot, which the runner releases.
-func (l *lane) startLocked(calls []*Call, now time.Time) {
+// caller holds l.mu and the permit pm, which the runner releases.
+func (l *lane) startLocked(calls []*Call, pm *permit, now time.Time) {
 	b := l.b
 	id := "b" + strconv.FormatUint(b.batchSeq.Add(1), 36)
+	tg := l.route.targets[l.key.target]
 	r := &batchRun{
 		b:    b,
 		lane: l,
+		be:   tg.be,
+		pm:   pm,
 		batch: Batch{
 			ID:        id,
 			Route:     l.route.Name,
-			Model:     l.route.Model,
+			Model:     tg.model,
 			Op:        l.route.Op,
 			MaxTokens: l.key.maxTokens,
 		},
@@ -147,11 +71,11 @@ func (l *lane) startLocked(calls []*Call, now time.Time) {
 	go r.run(now)
 }
 
-// run dispatches the batch and delivers its results.
+// run dispatches the batch and delivers its results: successes at once,
+// retryable failures back to their lane after a backoff, the rest as errors.
 func (r *batchRun) run(formed time.Time) {
-	b, be := r.b, r.lane.be
+	b, be := r.b, r.be
 	defer b.wg.Done()
-	defer be.release()
 	defer b.untrack(r)
 	defer r.cancel()
 
@@ -168,6 +92,7 @@ func (r *batchRun) run(formed time.Time) {
 		}
 	}
 	if len(live) == 0 {
+		be.giveBack(r.pm)
 		return
 	}
 	r.batch.Requests = reqs
@@ -189,6 +114,9 @@ func (r *batchRun) run(formed time.Time) {
 		c.emit(&Event{Kind: EventBatched, Time: formed, BatchID: r.batch.ID, BatchSize: n})
 		c.emit(&Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
 	}
+	be.stats.calls.Add(1)
+	be.stats.items.Add(int64(n))
+	be.retry.call(start)
 
 	// Deadlines keep firing while the upstream call runs.
 	w := &deadlineWatch{calls: live}
@@ -196,7 +124,12 @@ func (r *batchRun) run(formed time.Time) {
 	w.timer.Reset(w.next(start).Sub(start))
 
 	out := make([]Response, n)
-	err := dispatch(ctx, be.impl, &r.batch, out)
+	actx, acancel := context.WithTimeoutCause(ctx, be.cfg.AttemptTimeout, errAttemptTimeout)
+	err := dispatch(actx, be.impl, &r.batch, out)
+	if err != nil && r.ctx.Err() == nil && context.Cause(actx) == errAttemptTimeout {
+		err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + be.cfg.AttemptTimeout.String(), Err: err}
+	}
+	acancel()
 	w.stop()
 	end := time.Now()
 	elapsed := end.Sub(start)
@@ -206,6 +139,43 @@ func (r *batchRun) run(formed time.Time) {
 		}
 		r.span.End(trace.WithTimestamp(end))
 	}
+
+	// Tell the budget and the breaker how it went.
+	used := cost{requests: r.pm.requests, tokens: r.pm.tokens}
+	var limited *RateLimitInfo
+	rateLimited := false
+	reported := false
+	tokens := 0
+	for i := range out {
+		if e := out[i].Err; e != nil {
+			if classify(e) == ClassRateLimit {
+				rateLimited, limited = true, rateInfo(e, limited)
+			}
+			continue
+		}
+		if u := out[i].Usage.Total(); u > 0 {
+			reported = true
+			tokens += int(u)
+		}
+	}
+	if err != nil && classify(err) == ClassRateLimit {
+		rateLimited, limited = true, rateInfo(err, limited)
+	}
+	if reported {
+		used.tokens = tokens // settle the reservation against what was used
+	}
+	if rateLimited {
+		be.onRateLimited(limited)
+	} else if err == nil {
+		be.onSuccess(r.batch.RateLimit)
+	}
+	if r.ctx.Err() != nil && err != nil {
+		r.pm.done(errUnused) // nobody awaited the answer: it says nothing of health
+	} else {
+		r.pm.done(err)
+	}
+	be.release(r.pm, used)
+
 	for i, c := range live {
 		if !c.pending() {
 			continue
@@ -215,6 +185,12 @@ func (r *batchRun) run(formed time.Time) {
 		e := resp.Err
 		if e == nil && err != nil && resp.Text == "" && resp.Embedding == nil {
 			e = err
+		}
+		if e != nil && !end.Before(c.deadline) {
+			e = ErrDeadline // the batch context ran out with the request's time
+		}
+		if e != nil && b.retryLater(c, r, e, end) {
+			continue
 		}
 		res := Result{
 			BatchID:   r.batch.ID,
@@ -227,9 +203,6 @@ func (r *batchRun) run(formed time.Time) {
 				Upstream:  c.upstream,
 			},
 		}
-		if e != nil && !end.Before(c.deadline) {
-			e = ErrDeadline // the batch context ran out with the request's time
-		}
 		if e != nil {
 			res.Err = e
 		} else {
@@ -237,6 +210,18 @@ func (r *batchRun) run(formed time.Time) {
 		}
 		c.finish(res, end)
 	}
+}
+
+// rateInfo keeps the first rate-limit details found.
+func rateInfo(err error, prev *RateLimitInfo) *RateLimitInfo {
+	if prev != nil {
+		return prev
+	}
+	var ue *UpstreamError
+	if errors.As(err, &ue) {
+		return ue.RateLimit
+	}
+	return nil
 }
 
 // dispatch calls the backend, turning a panic into an error so that one bad

@@ -22,6 +22,10 @@ var (
 	ErrCanceled = errors.New("batcher: request cancelled")
 	// ErrNoBackend: no healthy backend can serve the request's route.
 	ErrNoBackend = errors.New("batcher: no healthy backend")
+	// ErrBudgetExhausted: the backend's rate budget cannot serve the request
+	// before its deadline, and no fallback could. The message names the
+	// budget.
+	ErrBudgetExhausted = errors.New("batcher: budget exhausted")
 )
 
 // ValidationError names the field of a request that is wrong and why.

@@ -2,6 +2,9 @@ package batcher
 
 import (
 	"container/heap"
+	"errors"
+	"fmt"
+	"slices"
 	"math"
 	"strconv"
 	"strings"
@@ -14,6 +17,7 @@ import (
 // batch-relevant parameters. Embedding lanes ignore generation parameters.
 type laneKey struct {
 	route     string
+	target    uint8 // index in the route's targets: 0 its backend, then fallbacks
 	maxTokens int32
 	temp      float32
 	topP      float32
@@ -28,8 +32,8 @@ const (
 	setSeed
 )
 
-func keyOf(r *Request, rc *routeConfig) laneKey {
-	k := laneKey{route: rc.Name}
+func keyOf(r *Request, rc *routeConfig, target uint8) laneKey {
+	k := laneKey{route: rc.Name, target: target}
 	if rc.Op == OpEmbedding {
 		return k
 	}
@@ -54,12 +58,12 @@ func keyOf(r *Request, rc *routeConfig) laneKey {
 }
 
 // name is the lane's name in events: the route, then its parameters.
-func (k laneKey) name(op Operation) string {
+func (k laneKey) name(op Operation, backend string) string {
 	if op == OpEmbedding {
-		return k.route
+		return k.route + "@" + backend
 	}
 	var sb strings.Builder
-	sb.WriteString(k.route)
+	sb.WriteString(k.route + "@" + backend)
 	sb.WriteString("{max_tokens=")
 	sb.WriteString(strconv.Itoa(int(k.maxTokens)))
 	if k.set&setTemp != 0 {
@@ -91,7 +95,7 @@ type lane struct {
 	route   *routeConfig
 	be      *backendState
 	trigger chan struct{}
-	granted atomic.Bool // set by the backend: a slot is ours
+	granted atomic.Pointer[permit] // set by the backend: a permit for us
 
 	mu     sync.Mutex
 	queues [numPriorities]fifo // by priority, first in first out; may hold ended calls
@@ -102,19 +106,27 @@ type lane struct {
 	closed bool                // reclaimed: producers look the lane up again
 
 	// Owner-only.
-	timer   *time.Timer
-	slot    bool // holds a dispatch slot
-	idleAt  time.Time
-	expired []*Call
+	timer  *time.Timer
+	pm     *permit // a dispatch permit held for the next cut
+	idleAt time.Time
+	ended  []ending // calls to end once mu is released
+	moved  []*Call  // calls to move to the next target once mu is released
+}
+
+// ending is a call and the error it ends with.
+type ending struct {
+	c   *Call
+	err error
 }
 
 func newLane(b *Batcher, key laneKey, rc *routeConfig) *lane {
+	be := rc.targets[key.target].be
 	l := &lane{
 		b:       b,
 		key:     key,
-		name:    key.name(rc.Op),
+		name:    key.name(rc.Op, be.name),
 		route:   rc,
-		be:      rc.backend,
+		be:      be,
 		trigger: make(chan struct{}, 1),
 		timer:   time.NewTimer(math.MaxInt64),
 	}
@@ -127,6 +139,15 @@ func (l *lane) nudge() {
 	case l.trigger <- struct{}{}:
 	default:
 	}
+}
+
+// give hands the lane a permit from its backend.
+func (l *lane) give(pm *permit) {
+	if !l.granted.CompareAndSwap(nil, pm) {
+		l.be.giveBack(pm) // one is waiting already
+		return
+	}
+	l.nudge()
 }
 
 // push queues c. It reports false when the lane was reclaimed.
@@ -186,11 +207,11 @@ func (l *lane) loop() {
 // reports whether the lane is done for good.
 func (l *lane) step() (exit bool) {
 	now := time.Now()
-	if l.granted.Swap(false) {
-		if l.slot {
-			l.be.release() // a second grant: give it back
+	if pm := l.granted.Swap(nil); pm != nil {
+		if l.pm != nil {
+			l.be.giveBack(pm) // a second permit: give it back
 		} else {
-			l.slot = true
+			l.pm = pm
 		}
 	}
 	closing := l.b.closing.Load()
@@ -200,7 +221,7 @@ func (l *lane) step() (exit bool) {
 	for len(l.heap) > 0 && !l.heap[0].deadline.After(now) {
 		c := heap.Pop(&l.heap).(*Call)
 		l.dequeuedLocked(c)
-		l.expired = append(l.expired, c)
+		l.ended = append(l.ended, ending{c, ErrDeadline})
 	}
 	waiting := false
 	for l.n > 0 {
@@ -208,19 +229,38 @@ func (l *lane) step() (exit bool) {
 			l.flush = true
 		}
 		head, headP := l.bestLocked(now)
-		send := l.slot || l.flush || l.n >= bc.MaxBatchSize ||
+		send := l.pm != nil || l.flush || l.n >= bc.MaxBatchSize ||
 			(bc.MaxBatchTokens > 0 && l.tokens >= bc.MaxBatchTokens) ||
 			!l.earliestDueLocked().After(now) ||
 			(l.n >= bc.MinBatchSize && l.be.idle())
 		if !send {
 			break
 		}
-		if !l.slot && !l.be.acquire(l, headP, head.admitted) {
-			waiting = true
-			break
+		if l.pm == nil {
+			want := l.planLocked(now, l.unlimited())
+			pm, wait, budget, err := l.be.acquire(l, headP, head.admitted, want)
+			if err != nil {
+				l.failoverLocked(func(*Call) bool { return true }, fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, l.be.name))
+				continue
+			}
+			if pm == nil {
+				waiting = true
+				if wait > 0 {
+					// Whoever the wait alone would take past its deadline
+					// goes to a fallback, or fails now.
+					limit := now.Add(wait)
+					l.failoverLocked(func(c *Call) bool { return c.deadline.Before(limit) },
+						fmt.Errorf("%w: backend %q %s budget needs %v, past the request's deadline", ErrBudgetExhausted, l.be.name, budget, wait.Round(time.Millisecond)))
+				}
+				break
+			}
+			l.pm = pm
 		}
-		l.slot = false
-		l.startLocked(l.cutLocked(now), now)
+		calls, got := l.cutLocked(now, l.pm.cost)
+		pm := l.pm
+		l.pm = nil
+		l.be.settle(pm, got)
+		l.startLocked(calls, pm, now)
 	}
 	if l.n == 0 {
 		l.flush = false
@@ -237,20 +277,25 @@ func (l *lane) step() (exit bool) {
 	idle := l.n == 0
 	l.mu.Unlock()
 
-	for i, c := range l.expired {
-		c.finish(Result{Err: ErrDeadline}, now)
-		l.expired[i] = nil
+	for i, e := range l.ended {
+		e.c.finish(Result{Err: e.err}, now)
+		l.ended[i] = ending{}
 	}
-	l.expired = l.expired[:0]
+	l.ended = l.ended[:0]
+	for i, c := range l.moved {
+		l.b.enqueue(c)
+		l.moved[i] = nil
+	}
+	l.moved = l.moved[:0]
 
 	if !idle {
 		l.idleAt = time.Time{}
 		l.timer.Reset(next.Sub(now))
 		return false
 	}
-	if l.slot {
-		l.slot = false
-		l.be.release()
+	if l.pm != nil {
+		l.be.giveBack(l.pm)
+		l.pm = nil
 	}
 	if l.idleAt.IsZero() {
 		l.idleAt = now
@@ -262,6 +307,29 @@ func (l *lane) step() (exit bool) {
 	}
 	l.timer.Reset(l.idleAt.Add(l.b.cfg.idleLane).Sub(now))
 	return false
+}
+
+// failoverLocked takes the queued calls that match out of the lane: each
+// moves to the route's next target, or, on the last one, ends with err.
+func (l *lane) failoverLocked(match func(*Call) bool, err error) {
+	last := int(l.key.target)+1 >= len(l.route.targets)
+	for _, c := range slices.Clone(l.heap) {
+		if !match(c) {
+			continue
+		}
+		heap.Remove(&l.heap, c.heapIdx)
+		l.dequeuedLocked(c)
+		if last {
+			if errors.Is(err, ErrBudgetExhausted) {
+				l.be.stats.budgetFails.Add(1)
+			}
+			l.ended = append(l.ended, ending{c, err})
+			continue
+		}
+		l.be.stats.fallbacks.Add(1)
+		c.target = l.key.target + 1
+		l.moved = append(l.moved, c)
+	}
 }
 
 // trimLocked drops ended calls from the head of each fifo.
@@ -303,6 +371,7 @@ func (l *lane) bestLocked(now time.Time) (*Call, Priority) {
 // earliestDueLocked returns when the lane must send, from the queued calls'
 // priority delays. Heads are trimmed.
 func (l *lane) earliestDueLocked() time.Time {
+	l.trimLocked()
 	var due time.Time
 	for p := range l.queues {
 		if l.queues[p].len() == 0 {
@@ -315,24 +384,89 @@ func (l *lane) earliestDueLocked() time.Time {
 	return due
 }
 
-// cutLocked takes the next batch off the queue: best rank first, up to the
-// route's size and token budget (a batch always holds at least one call).
-func (l *lane) cutLocked(now time.Time) []*Call {
-	bc := &l.route.Batch
-	calls := make([]*Call, 0, min(l.n, bc.MaxBatchSize))
-	tokens := 0
-	for len(calls) < bc.MaxBatchSize && l.n > 0 {
-		c, p := l.bestLocked(now)
-		if bc.MaxBatchTokens > 0 && len(calls) > 0 && tokens+c.tokens > bc.MaxBatchTokens {
-			break
+// unlimited is a cost no permit caps.
+func (l *lane) unlimited() cost { return cost{requests: math.MaxInt, tokens: math.MaxInt} }
+
+// orderLocked visits queued calls best rank first, while visit says yes. It
+// returns how many entries it passed in each fifo (ended ones included), so
+// that a cut can pop exactly those.
+func (l *lane) orderLocked(now time.Time, visit func(c *Call) bool) (passed [numPriorities]int) {
+	for {
+		var best *Call
+		var bestP int
+		var bestRank time.Duration
+		for p := range l.queues {
+			q := &l.queues[p]
+			for passed[p] < q.len() && q.at(passed[p]).heapIdx < 0 {
+				passed[p]++ // ended: skip
+			}
+			if passed[p] == q.len() {
+				continue
+			}
+			c := q.at(passed[p])
+			if r := l.rank(c, p, now); best == nil || r < bestRank || (r == bestRank && c.admitted.Before(best.admitted)) {
+				best, bestP, bestRank = c, p, r
+			}
 		}
-		l.queues[p].pop()
+		if best == nil || !visit(best) {
+			return passed
+		}
+		passed[bestP]++
+	}
+}
+
+// planLocked returns the cost of the batch a cut would take now within caps:
+// up to the route's size and token budget, best rank first, and at least
+// one call.
+func (l *lane) planLocked(now time.Time, caps cost) cost {
+	var got cost
+	n := 0
+	l.orderLocked(now, func(c *Call) bool {
+		if !l.fits(n, got, c, caps) {
+			return false
+		}
+		n++
+		got = cost{requests: l.be.calls(l.route.Op, n), tokens: got.tokens + c.tokens}
+		return true
+	})
+	return got
+}
+
+// fits reports whether c may join a batch of n calls costing got.
+func (l *lane) fits(n int, got cost, c *Call, caps cost) bool {
+	if n == 0 {
+		return true
+	}
+	bc := &l.route.Batch
+	return n < bc.MaxBatchSize &&
+		(bc.MaxBatchTokens == 0 || got.tokens+c.tokens <= bc.MaxBatchTokens) &&
+		got.tokens+c.tokens <= caps.tokens &&
+		l.be.calls(l.route.Op, n+1) <= caps.requests
+}
+
+// cutLocked takes the next batch off the queue within caps and returns it
+// with its cost.
+func (l *lane) cutLocked(now time.Time, caps cost) ([]*Call, cost) {
+	calls := make([]*Call, 0, min(l.n, l.route.Batch.MaxBatchSize))
+	var got cost
+	passed := l.orderLocked(now, func(c *Call) bool {
+		if !l.fits(len(calls), got, c, caps) {
+			return false
+		}
+		calls = append(calls, c)
+		got = cost{requests: l.be.calls(l.route.Op, len(calls)), tokens: got.tokens + c.tokens}
+		return true
+	})
+	for p, k := range passed {
+		for range k {
+			l.queues[p].pop()
+		}
+	}
+	for _, c := range calls {
 		heap.Remove(&l.heap, c.heapIdx)
 		l.dequeuedLocked(c)
-		calls = append(calls, c)
-		tokens += c.tokens
 	}
-	return calls
+	return calls, got
 }
 
 // fifo is a queue of calls backed by a slice that is reused once drained.
@@ -341,7 +475,8 @@ type fifo struct {
 	head  int
 }
 
-func (q *fifo) len() int     { return len(q.items) - q.head }
+func (q *fifo) len() int      { return len(q.items) - q.head }
+func (q *fifo) at(i int) *Call { return q.items[q.head+i] }
 func (q *fifo) peek() *Call  { return q.items[q.head] }
 func (q *fifo) push(c *Call) { q.items = append(q.items, c) }
 

@@ -24,6 +24,8 @@ const (
 	DefaultMaxTokens       = 256
 	// DefaultMaxBatchTokens of 0 means no token budget per batch.
 	DefaultMaxBatchTokens = 0
+	DefaultProtectedShare = 0.2
+	DefaultAttemptTimeout = 2 * time.Minute
 )
 
 // BatchConfig sets how a route's lanes form batches. A zero field takes its
@@ -56,7 +58,10 @@ type Route struct {
 	Op      Operation // the one operation the route serves
 	Backend string    // the backend's name
 	Model   string    // the backend's model name; Name when empty
-	Batch   BatchConfig
+	// Fallbacks are tried in order when the backend before is unhealthy
+	// (breaker open) or its budget cannot meet a request's deadline.
+	Fallbacks []Target
+	Batch     BatchConfig
 	// MaxInputBytes limits a request's input. Default DefaultMaxInputBytes.
 	MaxInputBytes int
 	// MaxTokensLimit is the largest max_tokens a request may ask for.
@@ -74,6 +79,31 @@ type BackendConfig struct {
 	// MaxConcurrency bounds concurrent Dispatch calls. Default
 	// DefaultMaxConcurrency.
 	MaxConcurrency int
+	// MinConcurrency is the floor the concurrency limit may fall to when the
+	// upstream answers 429s; it climbs back to MaxConcurrency after a run of
+	// successes. Default MaxConcurrency (no adaptation); 1 to MaxConcurrency.
+	MinConcurrency int
+	// RPM and TPM are the provider's requests and tokens per minute. 0: no
+	// limit. A batch spends requests as UpstreamCalls says (one by default)
+	// and the tokens it reserves: estimated prompt tokens plus max_tokens.
+	RPM int
+	TPM int
+	// ProtectedShare of the concurrency and rate is held for URGENT and HIGH
+	// work. Default DefaultProtectedShare; at most 0.9; negative: none.
+	ProtectedShare float64
+	// AttemptTimeout bounds one upstream call. Default DefaultAttemptTimeout;
+	// negative fails New.
+	AttemptTimeout time.Duration
+	// Retry is the retry policy. Zero fields take their defaults.
+	Retry RetryPolicy
+	// Breaker configures the circuit breaker. Zero fields take their defaults.
+	Breaker BreakerConfig
+}
+
+// Target is a backend and the model name it knows a route by.
+type Target struct {
+	Backend string
+	Model   string // the route's name when empty
 }
 
 // Option configures a Batcher.
@@ -124,7 +154,12 @@ type config struct {
 type routeConfig struct {
 	Route
 	delays  [numPriorities]time.Duration
-	backend *backendState
+	targets []target // the backend, then the fallbacks
+}
+
+type target struct {
+	be    *backendState
+	model string
 }
 
 func newConfig(opts []Option) (*config, error) {
@@ -163,8 +198,41 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 	if b.MaxConcurrency == 0 {
 		b.MaxConcurrency = DefaultMaxConcurrency
 	}
+	field := func(f string) string { return fmt.Sprintf("backend %q %s", b.Name, f) }
 	if b.MaxConcurrency < 1 {
-		return b, fmt.Errorf("backend %q max concurrency: must be at least 1, got %d", b.Name, b.MaxConcurrency)
+		return b, fmt.Errorf("%s: must be at least 1, got %d", field("max concurrency"), b.MaxConcurrency)
+	}
+	if b.MinConcurrency == 0 {
+		b.MinConcurrency = b.MaxConcurrency
+	}
+	if b.MinConcurrency < 1 || b.MinConcurrency > b.MaxConcurrency {
+		return b, fmt.Errorf("%s: must be 1 to max concurrency %d, got %d", field("min concurrency"), b.MaxConcurrency, b.MinConcurrency)
+	}
+	if b.RPM < 0 {
+		return b, fmt.Errorf("%s: must not be negative, got %d", field("rpm"), b.RPM)
+	}
+	if b.TPM < 0 {
+		return b, fmt.Errorf("%s: must not be negative, got %d", field("tpm"), b.TPM)
+	}
+	if b.ProtectedShare == 0 {
+		b.ProtectedShare = DefaultProtectedShare
+	}
+	if b.ProtectedShare > 0.9 || b.ProtectedShare != b.ProtectedShare {
+		return b, fmt.Errorf("%s: must be at most 0.9, got %v", field("protected share"), b.ProtectedShare)
+	}
+	b.ProtectedShare = max(b.ProtectedShare, 0)
+	if b.AttemptTimeout == 0 {
+		b.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if b.AttemptTimeout < 0 {
+		return b, fmt.Errorf("%s: must be positive, got %v", field("attempt timeout"), b.AttemptTimeout)
+	}
+	var err error
+	if b.Retry, err = b.Retry.resolve(); err != nil {
+		return b, fmt.Errorf("%s: %w", field("retry"), err)
+	}
+	if b.Breaker, err = b.Breaker.resolve(); err != nil {
+		return b, fmt.Errorf("%s: %w", field("breaker"), err)
 	}
 	return b, nil
 }

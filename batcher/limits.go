@@ -1,0 +1,443 @@
+package batcher
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/time/rate"
+)
+
+// Budget names, as they appear in errors, events and stats.
+const (
+	budgetConcurrency = "concurrency"
+	budgetRPM         = "rpm"
+	budgetTPM         = "tpm"
+	budgetPause       = "rate_limit_pause"
+	budgetProbe       = "breaker_probe"
+)
+
+// How the adaptive limits move: halve on a rate limit, climb back a tenth of
+// the configured rate (and one concurrency slot) after each run of
+// adaptSuccesses successful calls, never below adaptFloor of the
+// configured rate.
+const (
+	adaptSuccesses = 10
+	adaptStep      = 0.1
+	adaptFloor     = 0.05
+)
+
+// UpstreamCaller is implemented by backends whose batches do not make exactly
+// one upstream call: a fan-out backend makes one per request.
+type UpstreamCaller interface {
+	UpstreamCalls(op Operation, n int) int
+}
+
+// cost is what a batch spends of its backend's budget.
+type cost struct {
+	requests int // upstream requests (RPM)
+	tokens   int // reserved tokens (TPM)
+}
+
+// permit is a granted dispatch: one concurrency slot plus the requests and
+// tokens reserved for it, and the breaker's verdict callback.
+type permit struct {
+	cost
+	done func(error) // the breaker's; nil when the call never happens
+}
+
+// backendState is one backend's budget and scheduler. It hands dispatch
+// permits to lanes, best rank first, when a concurrency slot, the rate
+// budgets and the breaker all allow. Lanes never hold mu while the backend
+// calls into them: the backend only sets a lane's grant and nudges it.
+type backendState struct {
+	name   string
+	impl   Backend
+	cfg    BackendConfig
+	caller UpstreamCaller // nil: one upstream call a batch
+	aging  time.Duration
+	stats  *backendStats
+	brk    *breaker
+	retry  *retryBudget
+
+	mu          sync.Mutex
+	inFlight    int // permits out
+	limit       int // adaptive concurrency limit
+	rpm, tpm    *rate.Limiter
+	pausedUntil time.Time
+	successes   int // successful calls since the last change
+	waiters     []waiter
+	timer       *time.Timer // wakes grantLocked when a rate wait ends
+}
+
+type waiter struct {
+	l     *lane
+	p     Priority
+	since time.Time
+	cost  cost
+}
+
+func newBackendState(bc BackendConfig, aging time.Duration) *backendState {
+	s := &backendState{
+		name:  bc.Name,
+		impl:  bc.Backend,
+		cfg:   bc,
+		aging: aging,
+		stats: &backendStats{},
+		limit: bc.MaxConcurrency,
+		retry: newRetryBudget(bc.Retry),
+	}
+	s.caller, _ = bc.Backend.(UpstreamCaller)
+	if bc.RPM > 0 {
+		s.rpm = rate.NewLimiter(rate.Limit(float64(bc.RPM)/60), perSecond(bc.RPM))
+	}
+	if bc.TPM > 0 {
+		s.tpm = rate.NewLimiter(rate.Limit(float64(bc.TPM)/60), perSecond(bc.TPM))
+	}
+	s.brk = newBreaker(bc.Name, bc.Breaker, s.stats.breakerChanged)
+	return s
+}
+
+// perSecond is a bucket's burst: one second's worth of a per-minute limit.
+func perSecond(perMinute int) int { return max(1, perMinute/60) }
+
+// calls returns the upstream requests a batch of n makes.
+func (s *backendState) calls(op Operation, n int) int {
+	if s.caller == nil {
+		return 1
+	}
+	return s.caller.UpstreamCalls(op, n)
+}
+
+// idle reports whether a dispatch could start now.
+func (s *backendState) idle() bool {
+	s.mu.Lock()
+	ok := s.inFlight < s.limit && len(s.waiters) == 0 && s.brk.State() == gobreaker.StateClosed
+	s.mu.Unlock()
+	return ok
+}
+
+// open reports whether the breaker refuses calls.
+func (s *backendState) open() bool { return s.brk.State() == gobreaker.StateOpen }
+
+var (
+	errBreakerOpen = errors.New("circuit open")
+	errUnused      = errors.New("permit unused")
+)
+
+// acquire asks for a permit for l's next batch. It returns the permit, or
+// queues l (to be granted one later through l.grant) and returns how long
+// the rate budget alone will make it wait and which budget, or fails with
+// errBreakerOpen when the backend takes no calls.
+func (s *backendState) acquire(l *lane, p Priority, since time.Time, c cost) (*permit, time.Duration, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open() {
+		s.unregisterLocked(l)
+		return nil, 0, "", errBreakerOpen
+	}
+	now := time.Now()
+	w := waiter{l: l, p: p, since: since, cost: c}
+	s.unregisterLocked(l)
+	if len(s.waiters) == 0 || s.rank(w, now) < s.rank(s.bestLocked(now), now) {
+		pm, wait, by := s.tryLocked(w, now)
+		if pm != nil {
+			return pm, 0, "", nil
+		}
+		if by == budgetConcurrency && s.open() {
+			return nil, 0, "", errBreakerOpen
+		}
+		s.waiters = append(s.waiters, w)
+		s.stats.waited(by)
+		s.armLocked(wait, now)
+		return nil, wait, by, nil
+	}
+	s.waiters = append(s.waiters, w)
+	s.stats.waited(budgetConcurrency)
+	return nil, 0, budgetConcurrency, nil
+}
+
+func (s *backendState) rank(w waiter, now time.Time) time.Duration {
+	return time.Duration(w.p)*s.aging - now.Sub(w.since)
+}
+
+func (s *backendState) bestLocked(now time.Time) waiter {
+	best := s.waiters[0]
+	for _, w := range s.waiters[1:] {
+		if s.rank(w, now) < s.rank(best, now) {
+			best = w
+		}
+	}
+	return best
+}
+
+// tryLocked takes a permit for w if every budget allows it now. Otherwise it
+// says which budget is short and, for a rate budget, how long until it
+// allows.
+func (s *backendState) tryLocked(w waiter, now time.Time) (*permit, time.Duration, string) {
+	background := w.p > PriorityHigh
+	share := 0.0
+	if background {
+		share = s.cfg.ProtectedShare
+	}
+	if s.inFlight >= s.limit {
+		return nil, 0, budgetConcurrency
+	}
+	if s.inFlight >= s.limit-int(float64(s.limit)*share) {
+		return nil, 0, budgetConcurrency
+	}
+	if now.Before(s.pausedUntil) {
+		return nil, s.pausedUntil.Sub(now), budgetPause
+	}
+	wait, by := time.Duration(0), ""
+	for _, b := range []struct {
+		lim  *rate.Limiter
+		need int
+		name string
+	}{{s.rpm, w.cost.requests, budgetRPM}, {s.tpm, w.cost.tokens, budgetTPM}} {
+		if b.lim == nil {
+			continue
+		}
+		burst := b.lim.Burst()
+		need := float64(min(b.need, burst)) + math.Floor(float64(burst)*share)
+		if have := b.lim.TokensAt(now); have < need {
+			if d := time.Duration((need - have) / float64(b.lim.Limit()) * float64(time.Second)); d >= wait {
+				wait, by = max(d, time.Millisecond), b.name
+			}
+		}
+	}
+	if by != "" {
+		return nil, wait, by
+	}
+	done, err := s.brk.Allow()
+	if err != nil { // half-open with its probes out, or just opened
+		return nil, 0, budgetConcurrency
+	}
+	s.inFlight++
+	spend(s.rpm, now, w.cost.requests)
+	spend(s.tpm, now, w.cost.tokens)
+	return &permit{cost: w.cost, done: done}, 0, ""
+}
+
+// armLocked makes the backend look at its waiters again after wait.
+func (s *backendState) armLocked(wait time.Duration, now time.Time) {
+	if wait <= 0 {
+		return
+	}
+	if s.timer == nil {
+		s.timer = time.AfterFunc(wait, s.wake)
+		return
+	}
+	s.timer.Reset(wait)
+}
+
+func (s *backendState) wake() {
+	s.mu.Lock()
+	grants := s.grantLocked(time.Now())
+	s.mu.Unlock()
+	deliver(grants)
+}
+
+type grant struct {
+	l *lane
+	p *permit
+}
+
+// grantLocked hands permits to waiters, best rank first. A waiter held back
+// only by the protected share does not block more urgent work behind it;
+// any other shortage stops the round.
+func (s *backendState) grantLocked(now time.Time) []grant {
+	var out []grant
+	for len(s.waiters) > 0 {
+		slices := s.waiters
+		// Sort by rank; the list is short (one entry per waiting lane).
+		for i := 1; i < len(slices); i++ {
+			for j := i; j > 0 && s.rank(slices[j], now) < s.rank(slices[j-1], now); j-- {
+				slices[j], slices[j-1] = slices[j-1], slices[j]
+			}
+		}
+		progressed := false
+		for i, w := range slices {
+			pm, wait, by := s.tryLocked(w, now)
+			if pm != nil {
+				s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+				out = append(out, grant{w.l, pm})
+				progressed = true
+				break
+			}
+			if by == budgetConcurrency && w.p > PriorityHigh && s.inFlight < s.limit {
+				continue // only the protected share is left: look for urgent work
+			}
+			s.armLocked(wait, now)
+			break
+		}
+		if !progressed {
+			break
+		}
+	}
+	return out
+}
+
+// deliver hands out permits outside the backend's lock.
+func deliver(gs []grant) {
+	for _, g := range gs {
+		g.l.give(g.p)
+	}
+}
+
+func (s *backendState) unregisterLocked(l *lane) {
+	for i := range s.waiters {
+		if s.waiters[i].l == l {
+			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
+// unregister drops l from the waiters.
+func (s *backendState) unregister(l *lane) {
+	s.mu.Lock()
+	s.unregisterLocked(l)
+	s.mu.Unlock()
+}
+
+// release ends a permit whose batch ran (or never will: done is then told
+// nothing) and refunds what it reserved beyond used.
+func (s *backendState) release(pm *permit, used cost) {
+	s.mu.Lock()
+	now := time.Now()
+	s.inFlight--
+	refund(s.rpm, now, pm.requests-used.requests)
+	refund(s.tpm, now, pm.tokens-used.tokens)
+	grants := s.grantLocked(now)
+	s.mu.Unlock()
+	deliver(grants)
+}
+
+// giveBack returns an unused permit in full.
+func (s *backendState) giveBack(pm *permit) {
+	if pm.done != nil {
+		pm.done(errUnused) // a call that never ran says nothing about health
+	}
+	s.release(pm, cost{})
+}
+
+// settle trims a permit to the batch actually cut, before dispatch.
+func (s *backendState) settle(pm *permit, cut cost) {
+	s.mu.Lock()
+	now := time.Now()
+	refund(s.rpm, now, pm.requests-cut.requests)
+	refund(s.tpm, now, pm.tokens-cut.tokens)
+	pm.cost = cut
+	s.mu.Unlock()
+}
+
+// spend takes n tokens from lim, going into debt past its burst.
+func spend(lim *rate.Limiter, now time.Time, n int) {
+	if lim == nil {
+		return
+	}
+	for burst := lim.Burst(); n > 0; n -= burst {
+		lim.ReserveN(now, min(n, burst))
+	}
+}
+
+// refund gives n tokens back to lim (n < 0 charges them). rate.Limiter has
+// no refund call; a reservation of -n tokens adds n, and the bucket caps at
+// its burst as time next advances. TestRefund pins this behaviour.
+func refund(lim *rate.Limiter, now time.Time, n int) {
+	switch {
+	case lim == nil || n == 0:
+	case n > 0:
+		lim.ReserveN(now, -n)
+	default:
+		spend(lim, now, -n)
+	}
+}
+
+// onSuccess books a call the upstream accepted, and climbs back towards the
+// configured limits after a run of them.
+func (s *backendState) onSuccess(info *RateLimitInfo) {
+	s.mu.Lock()
+	now := time.Now()
+	s.observeLocked(info, now)
+	s.successes++
+	var grants []grant
+	if s.successes >= adaptSuccesses {
+		s.successes = 0
+		raise(s.rpm, now, s.cfg.RPM)
+		raise(s.tpm, now, s.cfg.TPM)
+		if s.limit < s.cfg.MaxConcurrency {
+			s.limit++
+			grants = s.grantLocked(now)
+		}
+	}
+	s.mu.Unlock()
+	deliver(grants)
+}
+
+// onRateLimited books an upstream 429: halve the rates and the concurrency
+// (within their floors) and pause for the upstream's Retry-After.
+func (s *backendState) onRateLimited(info *RateLimitInfo) {
+	s.stats.rateLimited.Add(1)
+	s.mu.Lock()
+	now := time.Now()
+	s.successes = 0
+	lower(s.rpm, now, s.cfg.RPM)
+	lower(s.tpm, now, s.cfg.TPM)
+	s.limit = max(s.cfg.MinConcurrency, s.limit/2)
+	s.observeLocked(info, now)
+	if info != nil && info.RetryAfter > 0 {
+		s.pauseLocked(now.Add(info.RetryAfter))
+	}
+	s.mu.Unlock()
+}
+
+// observeLocked follows what the upstream said of its remaining budget: our
+// buckets never hold more than it has left, and an exhausted budget pauses
+// dispatch until it resets.
+func (s *backendState) observeLocked(info *RateLimitInfo, now time.Time) {
+	if info == nil {
+		return
+	}
+	drain := func(lim *rate.Limiter, remaining int64, reset time.Duration) {
+		if remaining < 0 {
+			return
+		}
+		if remaining == 0 && reset > 0 {
+			s.pauseLocked(now.Add(reset))
+		}
+		if lim != nil {
+			if have := lim.TokensAt(now); have > float64(remaining) {
+				spend(lim, now, int(have)-int(remaining))
+			}
+		}
+	}
+	drain(s.rpm, info.RemainingRequests, info.ResetRequests)
+	drain(s.tpm, info.RemainingTokens, info.ResetTokens)
+}
+
+func (s *backendState) pauseLocked(until time.Time) {
+	if until.After(s.pausedUntil) {
+		s.pausedUntil = until
+		s.armLocked(until.Sub(time.Now()), until)
+	}
+}
+
+func lower(lim *rate.Limiter, now time.Time, perMinute int) {
+	if lim == nil {
+		return
+	}
+	floor := rate.Limit(float64(perMinute) / 60 * adaptFloor)
+	lim.SetLimitAt(now, max(lim.Limit()/2, floor))
+}
+
+func raise(lim *rate.Limiter, now time.Time, perMinute int) {
+	if lim == nil {
+		return
+	}
+	ceil := rate.Limit(float64(perMinute) / 60)
+	lim.SetLimitAt(now, min(lim.Limit()+ceil*adaptStep, ceil))
+}

@@ -1,0 +1,197 @@
+package batcher
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Retry defaults, from the seed design.
+const (
+	DefaultMaxRetries       = 3
+	DefaultInitialBackoff   = time.Second
+	DefaultBackoffFactor    = 2.0
+	DefaultMaxBackoff       = 10 * time.Second
+	DefaultRetryBudgetRatio = 0.2
+	DefaultRetryBudgetMin   = 10
+	DefaultRetryWindow      = 10 * time.Second
+)
+
+// RetryPolicy says which failed requests are tried again and when.
+//
+// Rate limits, timeouts, network and server errors are retried; an unknown
+// error once; auth, invalid requests and invalid responses never. The wait
+// before retry n (from 0) is drawn uniformly from [0, min(MaxBackoff,
+// InitialBackoff×Factor^n)] (full jitter), and is at least the upstream's
+// Retry-After. A retry that would outlast the request's deadline is not made:
+// the request fails with its last error.
+type RetryPolicy struct {
+	// MaxRetries per request. Default DefaultMaxRetries; negative: none.
+	MaxRetries int
+	// InitialBackoff, Factor and MaxBackoff shape the backoff. Defaults
+	// DefaultInitialBackoff, DefaultBackoffFactor, DefaultMaxBackoff.
+	InitialBackoff time.Duration
+	Factor         float64
+	MaxBackoff     time.Duration
+	// BudgetRatio caps retries at this share of the backend's calls over
+	// BudgetWindow, beyond a floor of BudgetMin retries. Defaults
+	// DefaultRetryBudgetRatio, DefaultRetryWindow, DefaultRetryBudgetMin.
+	BudgetRatio  float64
+	BudgetWindow time.Duration
+	BudgetMin    int
+}
+
+func (p RetryPolicy) resolve() (RetryPolicy, error) {
+	if p.MaxRetries == 0 {
+		p.MaxRetries = DefaultMaxRetries
+	}
+	p.MaxRetries = max(p.MaxRetries, 0)
+	if p.InitialBackoff == 0 {
+		p.InitialBackoff = DefaultInitialBackoff
+	}
+	if p.Factor == 0 {
+		p.Factor = DefaultBackoffFactor
+	}
+	if p.MaxBackoff == 0 {
+		p.MaxBackoff = max(DefaultMaxBackoff, p.InitialBackoff)
+	}
+	if p.BudgetRatio == 0 {
+		p.BudgetRatio = DefaultRetryBudgetRatio
+	}
+	if p.BudgetWindow == 0 {
+		p.BudgetWindow = DefaultRetryWindow
+	}
+	if p.BudgetMin == 0 {
+		p.BudgetMin = DefaultRetryBudgetMin
+	}
+	switch {
+	case p.InitialBackoff < 0:
+		return p, fmt.Errorf("initial backoff: must be positive, got %v", p.InitialBackoff)
+	case p.Factor < 1 || p.Factor != p.Factor:
+		return p, fmt.Errorf("factor: must be at least 1, got %v", p.Factor)
+	case p.MaxBackoff < p.InitialBackoff:
+		return p, fmt.Errorf("max backoff: must be at least the initial backoff %v, got %v", p.InitialBackoff, p.MaxBackoff)
+	case p.BudgetRatio < 0 || p.BudgetRatio > 1 || p.BudgetRatio != p.BudgetRatio:
+		return p, fmt.Errorf("budget ratio: must be 0 to 1, got %v", p.BudgetRatio)
+	case p.BudgetWindow < 0:
+		return p, fmt.Errorf("budget window: must be positive, got %v", p.BudgetWindow)
+	case p.BudgetMin < 0:
+		return p, fmt.Errorf("budget min: must not be negative, got %d", p.BudgetMin)
+	}
+	return p, nil
+}
+
+// backoff returns the wait before retry n (0 for the first retry).
+func (p *RetryPolicy) backoff(n int) time.Duration {
+	ceil := float64(p.InitialBackoff)
+	for range n {
+		ceil *= p.Factor
+		if ceil >= float64(p.MaxBackoff) {
+			break
+		}
+	}
+	ceil = min(ceil, float64(p.MaxBackoff))
+	return time.Duration(rand.Float64() * ceil)
+}
+
+// retryable reports whether an error of class c may be retried, given how
+// many unknown errors the request already retried.
+func retryable(c ErrorClass, unknownRetries int) bool {
+	switch c {
+	case ClassRateLimit, ClassTimeout, ClassNetwork, ClassServer:
+		return true
+	case ClassUnknown:
+		return unknownRetries == 0
+	}
+	return false
+}
+
+// classify returns err's class. A deadline hit by the attempt's own timeout
+// is a timeout.
+func classify(err error) ErrorClass {
+	var ue *UpstreamError
+	switch {
+	case errors.As(err, &ue):
+		return ue.Class
+	case errors.Is(err, errAttemptTimeout):
+		return ClassTimeout
+	}
+	return ClassUnknown
+}
+
+var errAttemptTimeout = errors.New("upstream call timed out")
+
+// retryAfter returns the upstream's Retry-After in err, if any.
+func retryAfter(err error) time.Duration {
+	var ue *UpstreamError
+	if errors.As(err, &ue) && ue.RateLimit != nil {
+		return ue.RateLimit.RetryAfter
+	}
+	return 0
+}
+
+// retryBudget caps retries at a share of calls over a sliding window, kept
+// in one-second buckets.
+type retryBudget struct {
+	ratio  float64
+	floor  int
+	bucket time.Duration
+
+	mu      sync.Mutex
+	start   time.Time // start of buckets[head]
+	head    int
+	calls   []int
+	retries []int
+}
+
+func newRetryBudget(p RetryPolicy) *retryBudget {
+	n := max(int(p.BudgetWindow/time.Second), 1)
+	return &retryBudget{ratio: p.BudgetRatio, floor: p.BudgetMin, bucket: p.BudgetWindow / time.Duration(n),
+		calls: make([]int, n), retries: make([]int, n)}
+}
+
+// advanceLocked rotates the buckets up to now.
+func (rb *retryBudget) advanceLocked(now time.Time) {
+	if rb.start.IsZero() {
+		rb.start = now
+		return
+	}
+	for i := 0; now.Sub(rb.start) >= rb.bucket; i++ {
+		if i >= len(rb.calls) { // idle for a whole window
+			clear(rb.calls)
+			clear(rb.retries)
+			rb.start = now
+			return
+		}
+		rb.head = (rb.head + 1) % len(rb.calls)
+		rb.calls[rb.head], rb.retries[rb.head] = 0, 0
+		rb.start = rb.start.Add(rb.bucket)
+	}
+}
+
+// call books one upstream call.
+func (rb *retryBudget) call(now time.Time) {
+	rb.mu.Lock()
+	rb.advanceLocked(now)
+	rb.calls[rb.head]++
+	rb.mu.Unlock()
+}
+
+// allow books a retry if the budget has room for it.
+func (rb *retryBudget) allow(now time.Time) bool {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	rb.advanceLocked(now)
+	calls, retries := 0, 0
+	for i := range rb.calls {
+		calls += rb.calls[i]
+		retries += rb.retries[i]
+	}
+	if retries >= rb.floor && float64(retries+1) > rb.ratio*float64(calls) {
+		return false
+	}
+	rb.retries[rb.head]++
+	return true
+}
