@@ -45,7 +45,7 @@ type Call struct {
 	attempts       int
 	retries        int
 	unknownRetries int
-	run          atomic.Pointer[batchRun] // the batch carrying it now, if any
+	run            atomic.Pointer[batchRun] // the batch carrying it now, if any
 
 	// evMu orders a request's events: none is emitted after its EventDone.
 	// Taken only when the request has a Sink.

@@ -4,8 +4,8 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
-	"slices"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -475,10 +475,10 @@ type fifo struct {
 	head  int
 }
 
-func (q *fifo) len() int      { return len(q.items) - q.head }
+func (q *fifo) len() int       { return len(q.items) - q.head }
 func (q *fifo) at(i int) *Call { return q.items[q.head+i] }
-func (q *fifo) peek() *Call  { return q.items[q.head] }
-func (q *fifo) push(c *Call) { q.items = append(q.items, c) }
+func (q *fifo) peek() *Call    { return q.items[q.head] }
+func (q *fifo) push(c *Call)   { q.items = append(q.items, c) }
 
 func (q *fifo) pop() {
 	q.items[q.head] = nil
