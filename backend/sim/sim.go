@@ -25,7 +25,10 @@ type Provider struct {
 	stats    counters
 }
 
-var _ batcher.Backend = (*Provider)(nil)
+var (
+	_ batcher.Backend        = (*Provider)(nil)
+	_ batcher.UpstreamCaller = (*Provider)(nil)
+)
 
 // New returns a provider for cfg, or an error naming every bad field.
 func New(cfg Config) (*Provider, error) {
@@ -54,12 +57,22 @@ func New(cfg Config) (*Provider, error) {
 // Config returns the provider's configuration with its defaults resolved.
 func (p *Provider) Config() Config { return p.cfg }
 
+// UpstreamCalls reports how many upstream requests a batch of n inputs
+// makes: one when native, n with FanOut.
+func (p *Provider) UpstreamCalls(_ batcher.Operation, n int) int {
+	if p.cfg.FanOut {
+		return n
+	}
+	return 1
+}
+
 // Dispatch answers a batch: one native call carrying every input, or with
 // FanOut one concurrent call per input. It returns the call's error when a
 // native call fails as a whole (a 429, a 400 for a batch beyond MaxBatchSize,
 // an injected 503, or ctx ending); otherwise it sets out[i].Err for each
-// input that failed on its own. It returns only once every sub-call has
-// ended, and keeps nothing of b.
+// input that failed on its own. When RPM or TPM is set, it reports what is
+// left of them in b.RateLimit, as x-ratelimit-* headers would. It returns
+// only once every sub-call has ended, and keeps nothing of b.
 func (p *Provider) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher.Response) error {
 	if len(out) != len(b.Requests) {
 		return &batcher.UpstreamError{
@@ -68,8 +81,13 @@ func (p *Provider) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher
 		}
 	}
 	if !p.cfg.FanOut || len(b.Requests) == 1 {
-		return p.call(ctx, b.Model, b.Op, b.MaxTokens, b.Requests, out)
+		err := p.call(ctx, b.Model, b.Op, b.MaxTokens, b.Requests, out)
+		if err == nil {
+			b.RateLimit = p.limits.info(time.Now())
+		}
+		return err
 	}
+	defer func() { b.RateLimit = p.limits.info(time.Now()) }()
 	var wg sync.WaitGroup
 	for i := range b.Requests {
 		wg.Go(func() {

@@ -177,6 +177,9 @@ func TestLatencyModel(t *testing.T) {
 			{Input: prompt("c"), Params: batcher.Params{MaxTokens: 3}},
 		}}
 		out := make([]batcher.Response, 3)
+		if n := p.UpstreamCalls(b.Op, 3); n != 1 {
+			t.Errorf("a native batch makes %d upstream calls, want 1", n)
+		}
 		if d := timed(func() {
 			if err := p.Dispatch(t.Context(), b, out); err != nil {
 				t.Fatal(err)
@@ -286,8 +289,11 @@ func TestFanOut(t *testing.T) {
 		if ok != 2 || limited != 3 {
 			t.Errorf("%d answered and %d limited, want 2 and 3", ok, limited)
 		}
-		if s := p.Stats(); s.Calls != 5 {
+		if s := p.Stats(); s.Calls != 5 || p.UpstreamCalls(b.Op, 5) != 5 {
 			t.Errorf("%d calls, want one per input", s.Calls)
+		}
+		if b.RateLimit != nil {
+			t.Errorf("no RPM or TPM set, yet the batch reports limits %+v", b.RateLimit)
 		}
 	})
 }
@@ -349,6 +355,9 @@ func TestTPMLimitCountsNativeBatchOnce(t *testing.T) {
 		out := make([]batcher.Response, 3)
 		if err := p.Dispatch(t.Context(), b, out); err != nil {
 			t.Fatal(err)
+		}
+		if rl := b.RateLimit; rl == nil || rl.RemainingRequests != 0 || rl.RemainingTokens != 600-9 || rl.RetryAfter != 0 {
+			t.Errorf("the batch reports limits %+v, want 0 requests and 591 tokens left", rl)
 		}
 		_, err := p.Call(t.Context(), "m", text("x"), batcher.Params{})
 		ue := upstream(t, err)
