@@ -4,7 +4,7 @@
 // and injected faults. Every knob of package llmsim is a flag; run
 // `llmsim -h` for the list.
 //
-//	llmsim -addr 127.0.0.1:8081 -latency 20ms -rpm 600
+//	llmsim -addr 127.0.0.1:8080 -latency 20ms -rpm 600
 //
 // It stops gracefully on SIGINT or SIGTERM.
 package main
@@ -52,7 +52,7 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	c := &o.cfg
 	fs := flag.NewFlagSet("llmsim", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "address to listen on")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	models := fs.String("models", strings.Join(llmsim.DefaultModels, ","), "comma-separated model names to serve")
 	fs.StringVar(&o.apiKeyEnv, "api-key-env", "", "name of an environment variable holding the API key callers must send (default: no key)")
 	fs.DurationVar(&c.Latency, "latency", 0, "base latency of every call")

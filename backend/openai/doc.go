@@ -1,0 +1,35 @@
+// Package openai is Batcher's backend for OpenAI-compatible upstreams:
+// OpenAI itself, Azure OpenAI, vLLM, Ollama, llama.cpp's server, LM Studio,
+// Together, Groq, OpenRouter and the many others that speak the same HTTP
+// API.
+//
+// A Backend sends each batch the cheapest way its operation allows:
+//   - embeddings as one /embeddings call whose input array carries every
+//     request, routed back by data[].index;
+//   - completions as one /completions call whose prompt array carries every
+//     request, routed back by choices[].index;
+//   - chat as one /chat/completions call per request, at most MaxFanOut at
+//     once, or, on routes that opt in (PackConfig), several short requests
+//     packed into one call whose JSON reply (package pack) is routed back.
+//
+// Guarantees:
+//   - Dispatch fills out[i] for every request and returns only when every
+//     upstream call it started has ended; it honours ctx, and passes the
+//     caller's cancellation through as context.Canceled;
+//   - a packed request gets its own answer or, when the reply misses or
+//     garbles it or cannot be parsed at all, is re-sent singly: a caller
+//     never sees another request's answer nor a pack's parse failure;
+//   - usage is split among the requests of a native batch or a pack in
+//     proportion to their text, and the shares add up to the upstream's
+//     count exactly;
+//   - failures are *batcher.UpstreamError with a class (StatusClass for
+//     HTTP statuses; resets, refusals and DNS failures are network errors;
+//     deadlines are timeouts; cut, oversized or non-JSON bodies are invalid
+//     responses) and, when the upstream said anything about its limits, a
+//     RateLimitInfo; their Message never holds the API key nor more than a
+//     short, redacted part of the upstream's body;
+//   - outgoing calls carry W3C traceparent (otelhttp), so upstream spans
+//     are children of the batch's span, over pooled keep-alive connections
+//     (HTTP/2 where offered), and response bodies are read up to
+//     MaxResponseBytes.
+package openai

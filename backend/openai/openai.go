@@ -1,0 +1,296 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+// Backend sends Batcher's batches to one OpenAI-compatible upstream. It
+// implements batcher.Backend and is safe for concurrent use.
+type Backend struct {
+	cfg    *config
+	client *http.Client
+	owned  *http.Transport // the pooled transport New made, if any
+	st     counters
+}
+
+var _ batcher.Backend = (*Backend)(nil)
+
+// New returns a Backend for cfg, or an error naming every bad field. It
+// reads the API key from cfg.APIKeyEnv now.
+func New(cfg Config) (*Backend, error) {
+	rc, err := resolve(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{cfg: rc}
+	rt := cfg.Transport
+	if rt == nil {
+		b.owned = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          rc.MaxIdleConns,
+			MaxIdleConnsPerHost:   rc.MaxIdleConns,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+		rt = b.owned
+	}
+	opts := []otelhttp.Option{
+		otelhttp.WithPropagators(rc.Propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "openai " + r.Method + " " + r.URL.Path }),
+	}
+	if rc.TracerProvider != nil {
+		opts = append(opts, otelhttp.WithTracerProvider(rc.TracerProvider))
+	}
+	b.client = &http.Client{
+		Transport: otelhttp.NewTransport(rt, opts...),
+		// A redirect would resend the body, and maybe the key, elsewhere:
+		// a 3xx is an invalid response instead.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return b, nil
+}
+
+// Close drops the idle connections of the pooled transport. Dispatch may
+// still be called; it opens new ones.
+func (b *Backend) Close() error {
+	if b.owned != nil {
+		b.owned.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Stats counts the backend's upstream work.
+type Stats struct {
+	Calls       int64 // upstream HTTP calls made
+	Failed      int64 // of them, calls that failed
+	Packs       int64 // packed chat calls
+	PackedItems int64 // requests sent in packs
+	Resent      int64 // packed requests re-sent singly after their pack failed them
+}
+
+type counters struct {
+	calls, failed, packs, packedItems, resent atomic.Int64
+}
+
+// Stats returns the counters so far.
+func (b *Backend) Stats() Stats {
+	return Stats{
+		Calls: b.st.calls.Load(), Failed: b.st.failed.Load(), Packs: b.st.packs.Load(),
+		PackedItems: b.st.packedItems.Load(), Resent: b.st.resent.Load(),
+	}
+}
+
+// Dispatch sends the batch upstream: embeddings and completions as one
+// native batch call, chat as one call per request (fan-out) or in packs.
+// Per-request failures land in out[i].Err; Dispatch returns an error when
+// every request failed, the first of them.
+func (b *Backend) Dispatch(ctx context.Context, batch *batcher.Batch, out []batcher.Response) error {
+	if len(out) != len(batch.Requests) {
+		return &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "batch and responses differ in length",
+			Err: fmt.Errorf("openai: %d requests, %d responses", len(batch.Requests), len(out))}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	seen := &limitsSeen{}
+	var err error
+	switch batch.Op {
+	case batcher.OpEmbedding:
+		err = b.embed(ctx, seen, batch, out)
+	case batcher.OpCompletion:
+		err = b.complete(ctx, seen, batch, out)
+	case batcher.OpChat:
+		b.chat(ctx, seen, batch, out)
+		err = allFailed(ctx, out)
+	default:
+		return &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "unsupported operation " + batch.Op.String()}
+	}
+	if rl := seen.get(); rl != nil {
+		batch.RateLimit = rl
+	}
+	return err
+}
+
+// UpstreamCalls tells the dispatcher how many upstream requests a batch of
+// n makes, for its RPM budget: one for embeddings and completions; for chat,
+// one per request, or one per pack of up to Pack.MaxItems when every chat
+// route packs. It cannot see the route, so with a Pack.Routes list it
+// answers n, the most a batch makes.
+func (b *Backend) UpstreamCalls(op batcher.Operation, n int) int {
+	if op != batcher.OpChat {
+		return 1
+	}
+	if b.cfg.Pack.Enabled && b.cfg.routes == nil && n > 1 {
+		return (n + b.cfg.Pack.MaxItems - 1) / b.cfg.Pack.MaxItems
+	}
+	return n
+}
+
+// limitsSeen keeps the most restrictive rate-limit report of one
+// dispatch's successful calls.
+type limitsSeen struct {
+	mu sync.Mutex
+	rl *batcher.RateLimitInfo
+}
+
+func (l *limitsSeen) add(rl *batcher.RateLimitInfo) {
+	if rl == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rl == nil {
+		c := *rl
+		l.rl = &c
+		return
+	}
+	least := func(a, b int64) int64 {
+		if a < 0 || (b >= 0 && b < a) {
+			return b
+		}
+		return a
+	}
+	l.rl.RemainingRequests = least(l.rl.RemainingRequests, rl.RemainingRequests)
+	l.rl.RemainingTokens = least(l.rl.RemainingTokens, rl.RemainingTokens)
+	l.rl.ResetRequests = max(l.rl.ResetRequests, rl.ResetRequests)
+	l.rl.ResetTokens = max(l.rl.ResetTokens, rl.ResetTokens)
+	l.rl.RetryAfter = max(l.rl.RetryAfter, rl.RetryAfter)
+}
+
+func (l *limitsSeen) get() *batcher.RateLimitInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rl
+}
+
+// allFailed returns the first error when every response failed.
+func allFailed(ctx context.Context, out []batcher.Response) error {
+	for i := range out {
+		if out[i].Err == nil {
+			return nil
+		}
+	}
+	if err := ctx.Err(); errors.Is(err, context.Canceled) {
+		return err
+	}
+	return out[0].Err
+}
+
+// post sends one call and decodes a 2xx answer's JSON body into resp. What
+// a successful answer says of the upstream's limits goes to seen; a failed
+// one's is in its *batcher.UpstreamError.
+func (b *Backend) post(ctx context.Context, seen *limitsSeen, path string, body, resp any) error {
+	b.st.calls.Add(1)
+	rl, err := b.do(ctx, path, body, resp)
+	if err != nil {
+		b.st.failed.Add(1)
+		return err
+	}
+	seen.add(rl)
+	return nil
+}
+
+func (b *Backend) do(ctx context.Context, path string, body, resp any) (*batcher.RateLimitInfo, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be encoded as JSON", Err: err}
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, b.cfg.endpoint(path), bytes.NewReader(raw))
+	if err != nil {
+		return nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be built", Err: err}
+	}
+	h := req.Header
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json")
+	h.Set("User-Agent", "batcher")
+	for k, v := range b.cfg.Headers {
+		h.Set(k, v)
+	}
+	if b.cfg.Organization != "" {
+		h.Set("OpenAI-Organization", b.cfg.Organization)
+	}
+	if b.cfg.Project != "" {
+		h.Set("OpenAI-Project", b.cfg.Project)
+	}
+	if b.cfg.apiKey != "" {
+		if http.CanonicalHeaderKey(b.cfg.APIKeyHeader) == "Authorization" {
+			h.Set("Authorization", "Bearer "+b.cfg.apiKey)
+		} else {
+			h.Set(b.cfg.APIKeyHeader, b.cfg.apiKey)
+		}
+	}
+	res, err := b.client.Do(req)
+	if err != nil {
+		return nil, transportError(ctx, err)
+	}
+	defer res.Body.Close()
+	rl := ParseRateLimit(res.Header, time.Now())
+	if rl != nil && b.cfg.OnRateLimit != nil {
+		b.cfg.OnRateLimit(*rl)
+	}
+	data, err := b.readBody(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		return nil, b.statusError(res.StatusCode, data, rl)
+	}
+	if err := json.Unmarshal(data, resp); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) && len(bytes.TrimSpace(data)) > 0 && (data[0] == '{' || data[0] == '[') {
+			return nil, invalidResponse(res.StatusCode, "upstream sent a truncated or malformed JSON body", err)
+		}
+		if errors.As(err, &se) || len(data) == 0 {
+			return nil, invalidResponse(res.StatusCode, "upstream sent a body that is not JSON", err)
+		}
+		return nil, invalidResponse(res.StatusCode, "upstream sent JSON of an unexpected shape", err)
+	}
+	return rl, nil
+}
+
+// readBody reads at most MaxResponseBytes of the body.
+func (b *Backend) readBody(ctx context.Context, res *http.Response) ([]byte, error) {
+	limit := b.cfg.MaxResponseBytes
+	data, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
+	switch {
+	case err == nil && int64(len(data)) > limit:
+		return nil, invalidResponse(res.StatusCode, fmt.Sprintf("upstream body exceeds %d bytes", limit), nil)
+	case err == nil:
+		return data, nil
+	case ctx.Err() == nil && errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, invalidResponse(res.StatusCode, "upstream body was cut short", err)
+	}
+	return nil, transportError(ctx, err)
+}
+
+// finishReason maps OpenAI's finish reasons.
+func finishReason(s string) batcher.FinishReason {
+	switch s {
+	case "stop", "eos", "end_turn", "tool_calls", "function_call":
+		return batcher.FinishStop
+	case "length", "max_tokens":
+		return batcher.FinishLength
+	case "content_filter":
+		return batcher.FinishContentFilter
+	}
+	return batcher.FinishUnspecified
+}
