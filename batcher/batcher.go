@@ -29,6 +29,8 @@ type Batcher struct {
 	lanesMu sync.RWMutex
 	lanes   map[laneKey]*lane
 
+	dedup dedupTable
+
 	runsMu   sync.Mutex
 	runs     map[*batchRun]struct{} // batches in flight
 	retrying map[*Call]*time.Timer  // calls waiting out a backoff
@@ -210,9 +212,19 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
 	}
-	l := b.laneFor(keyOf(req, rc, c.target), rc)
+	key := keyOf(req, rc, c.target)
+	l := b.laneFor(key, rc)
 	if req.Sink != nil {
 		c.emit(&Event{Kind: EventQueued, Time: now, Lane: l.name})
+	}
+	if dedupable(req) {
+		c.followerDeadline() // armed before c is visible to its group
+		if b.dedup.join(c, key) {
+			rc.targets[c.target].be.stats.dedupHits.Add(1)
+			return c, nil
+		}
+		c.timer.Stop() // a leader's lane watches its deadline
+		c.timer = nil
 	}
 	if !l.push(c) {
 		b.enqueue(c)

@@ -47,6 +47,9 @@ type Call struct {
 	unknownRetries int
 	run            atomic.Pointer[batchRun] // the batch carrying it now, if any
 
+	group *dedupGroup // set once at admission for dedupable requests
+	timer *time.Timer // a dedup follower's deadline
+
 	// evMu orders a request's events: none is emitted after its EventDone.
 	// Taken only when the request has a Sink.
 	evMu   sync.Mutex
@@ -118,6 +121,12 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	close(c.done)
 	if c.queued.Load() {
 		c.lane.forget(c)
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.group != nil {
+		c.b.dedup.leave(c, &c.result, now)
 	}
 	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
 		run.forget()

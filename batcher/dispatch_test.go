@@ -393,7 +393,8 @@ func TestSubmitConcurrentSafe(t *testing.T) {
 		return nil
 	}}
 	b, err := New(
-		WithBackend(BackendConfig{Name: "be", Backend: be, MaxConcurrency: 3}),
+		WithBackend(BackendConfig{Name: "be", Backend: be, MaxConcurrency: 3,
+			Retry: RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}}),
 		WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", Batch: BatchConfig{MaxBatchSize: 7, Window: time.Millisecond}}),
 		WithQueueCapacity(64),
 	)

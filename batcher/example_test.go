@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -40,7 +41,7 @@ func ExampleBatcher_Submit() {
 	b, _ := batcher.New(
 		batcher.WithBackend(batcher.BackendConfig{Name: "upper", Backend: batcher.BackendFunc(upper)}),
 		batcher.WithRoute(batcher.Route{Name: "shout", Op: batcher.OpCompletion, Backend: "upper",
-			Batch: batcher.BatchConfig{MaxBatchSize: 3, MinBatchSize: 3}}),
+			Batch: batcher.BatchConfig{MaxBatchSize: 3, MinBatchSize: 3, Window: time.Hour}}),
 	)
 	var calls []*batcher.Call
 	for _, w := range []string{"one", "two", "three"} {

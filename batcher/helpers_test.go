@@ -88,7 +88,10 @@ func (f *fakeBackend) Dispatch(ctx context.Context, b *Batch, out []Response) er
 		out[i].Usage = Usage{PromptTokens: 1, CompletionTokens: 1}
 	}
 	if f.fail != nil {
-		return f.fail(b, out)
+		if err := f.fail(b, out); err != nil {
+			clear(out) // a failed call answers nothing
+			return err
+		}
 	}
 	return nil
 }
@@ -191,4 +194,32 @@ func (r *recorder) of(id string) []EventKind {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]EventKind(nil), r.events[id]...)
+}
+
+// withBackend edits the named backend's config; it must come after the
+// WithBackend it edits.
+func withBackend(name string, edit func(*BackendConfig)) Option {
+	return func(c *config) {
+		for i := range c.backends {
+			if c.backends[i].Name == name {
+				edit(&c.backends[i])
+			}
+		}
+	}
+}
+
+func withLimits(name string, rpm, tpm int) Option {
+	return withBackend(name, func(b *BackendConfig) { b.RPM, b.TPM = rpm, tpm })
+}
+
+func withConcurrencyFloor(name string, n int) Option {
+	return withBackend(name, func(b *BackendConfig) { b.MinConcurrency = n })
+}
+
+func withBreaker(name string, bc BreakerConfig) Option {
+	return withBackend(name, func(b *BackendConfig) { b.Breaker = bc })
+}
+
+func withRetry(name string, p RetryPolicy) Option {
+	return withBackend(name, func(b *BackendConfig) { b.Retry = p })
 }

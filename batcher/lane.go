@@ -264,6 +264,9 @@ func (l *lane) step() (exit bool) {
 	}
 	if l.n == 0 {
 		l.flush = false
+		if l.pm == nil {
+			l.be.unregister(l) // nothing left to wait for
+		}
 	}
 	var next time.Time
 	if len(l.heap) > 0 {

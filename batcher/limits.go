@@ -146,7 +146,7 @@ func (s *backendState) acquire(l *lane, p Priority, since time.Time, c cost) (*p
 		if pm != nil {
 			return pm, 0, "", nil
 		}
-		if by == budgetConcurrency && s.open() {
+		if by == budgetProbe && s.open() {
 			return nil, 0, "", errBreakerOpen
 		}
 		s.waiters = append(s.waiters, w)
@@ -154,9 +154,14 @@ func (s *backendState) acquire(l *lane, p Priority, since time.Time, c cost) (*p
 		s.armLocked(wait, now)
 		return nil, wait, by, nil
 	}
+	// Others go first; the wait is at least what the budget needs for w.
+	_, wait, by := s.checkLocked(w, now)
+	if by == "" {
+		by = budgetConcurrency
+	}
 	s.waiters = append(s.waiters, w)
-	s.stats.waited(budgetConcurrency)
-	return nil, 0, budgetConcurrency, nil
+	s.stats.waited(by)
+	return nil, wait, by, nil
 }
 
 func (s *backendState) rank(w waiter, now time.Time) time.Duration {
@@ -173,23 +178,18 @@ func (s *backendState) bestLocked(now time.Time) waiter {
 	return best
 }
 
-// tryLocked takes a permit for w if every budget allows it now. Otherwise it
-// says which budget is short and, for a rate budget, how long until it
-// allows.
-func (s *backendState) tryLocked(w waiter, now time.Time) (*permit, time.Duration, string) {
-	background := w.p > PriorityHigh
+// checkLocked reports whether every budget allows w now. Otherwise it says
+// which budget is short and, for a rate budget, how long until it allows.
+func (s *backendState) checkLocked(w waiter, now time.Time) (bool, time.Duration, string) {
 	share := 0.0
-	if background {
+	if w.p > PriorityHigh {
 		share = s.cfg.ProtectedShare
 	}
-	if s.inFlight >= s.limit {
-		return nil, 0, budgetConcurrency
-	}
 	if s.inFlight >= s.limit-int(float64(s.limit)*share) {
-		return nil, 0, budgetConcurrency
+		return false, 0, budgetConcurrency
 	}
 	if now.Before(s.pausedUntil) {
-		return nil, s.pausedUntil.Sub(now), budgetPause
+		return false, s.pausedUntil.Sub(now), budgetPause
 	}
 	wait, by := time.Duration(0), ""
 	for _, b := range []struct {
@@ -200,20 +200,29 @@ func (s *backendState) tryLocked(w waiter, now time.Time) (*permit, time.Duratio
 		if b.lim == nil {
 			continue
 		}
+		// Background work must leave the protected share in the bucket; a
+		// batch larger than what it may take waits for that much, then goes
+		// into debt.
 		burst := b.lim.Burst()
-		need := float64(min(b.need, burst)) + math.Floor(float64(burst)*share)
+		reserve := int(math.Floor(float64(burst) * share))
+		need := float64(min(b.need, burst-reserve) + reserve)
 		if have := b.lim.TokensAt(now); have < need {
 			if d := time.Duration((need - have) / float64(b.lim.Limit()) * float64(time.Second)); d >= wait {
 				wait, by = max(d, time.Millisecond), b.name
 			}
 		}
 	}
-	if by != "" {
+	return by == "", wait, by
+}
+
+// tryLocked takes a permit for w if every budget and the breaker allow it.
+func (s *backendState) tryLocked(w waiter, now time.Time) (*permit, time.Duration, string) {
+	if ok, wait, by := s.checkLocked(w, now); !ok {
 		return nil, wait, by
 	}
 	done, err := s.brk.Allow()
 	if err != nil { // half-open with its probes out, or just opened
-		return nil, 0, budgetConcurrency
+		return nil, 0, budgetProbe
 	}
 	s.inFlight++
 	spend(s.rpm, now, w.cost.requests)
@@ -269,6 +278,9 @@ func (s *backendState) grantLocked(now time.Time) []grant {
 			}
 			if by == budgetConcurrency && w.p > PriorityHigh && s.inFlight < s.limit {
 				continue // only the protected share is left: look for urgent work
+			}
+			if by == budgetProbe {
+				break // the breaker lets no more through: a probe's end calls again
 			}
 			s.armLocked(wait, now)
 			break

@@ -1,0 +1,129 @@
+package batcher
+
+import (
+	"strings"
+	"sync"
+	"time"
+)
+
+// dedupKey identifies identical requests: same lane, same input.
+type dedupKey struct {
+	lane  laneKey
+	input string
+}
+
+// dedupGroup is one upstream request shared by identical requests: the
+// leader goes through the lane and the upstream, the followers wait for its
+// result.
+type dedupGroup struct {
+	key       dedupKey
+	leader    *Call
+	followers []*Call
+}
+
+// dedupTable holds the groups of requests in flight.
+type dedupTable struct {
+	mu     sync.Mutex
+	groups map[dedupKey]*dedupGroup
+}
+
+// dedupable reports whether r may share an upstream call: by request, or by
+// default where results are deterministic (embeddings; temperature 0 with a
+// fixed seed). Sampling at temperature > 0 is never shared by default.
+func dedupable(r *Request) bool {
+	switch r.Dedup {
+	case DedupOn:
+		return true
+	case DedupOff:
+		return false
+	}
+	if r.Input.Op == OpEmbedding {
+		return true
+	}
+	p := &r.Params
+	return p.Temperature != nil && *p.Temperature == 0 && p.Seed != nil
+}
+
+func inputKey(in *Input) string {
+	switch in.Op {
+	case OpChat:
+		var sb strings.Builder
+		for _, m := range in.Messages {
+			sb.WriteString(m.Role)
+			sb.WriteByte(0)
+			sb.WriteString(m.Content)
+			sb.WriteByte(1)
+		}
+		return sb.String()
+	case OpCompletion:
+		return in.Prompt
+	}
+	return in.Text
+}
+
+// join makes c follow an identical request in flight, or lead a new group.
+// It reports whether c follows (and so must not be queued).
+func (t *dedupTable) join(c *Call, key laneKey) bool {
+	k := dedupKey{lane: key, input: inputKey(&c.req.Input)}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if g := t.groups[k]; g != nil {
+		c.group = g
+		g.followers = append(g.followers, c)
+		return true
+	}
+	if t.groups == nil {
+		t.groups = make(map[dedupKey]*dedupGroup)
+	}
+	g := &dedupGroup{key: k, leader: c}
+	t.groups[k] = g
+	c.group = g
+	return false
+}
+
+// followerDeadline ends a follower when its own deadline passes.
+func (c *Call) followerDeadline() {
+	c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.finish(Result{Err: ErrDeadline}, time.Now()) })
+}
+
+// leave is called once c has its result. A follower just leaves. A leader
+// shares its result with its followers, unless it ended for a reason of its
+// own (its caller's cancellation or deadline): then the first follower
+// takes over and goes upstream in its place.
+func (t *dedupTable) leave(c *Call, r *Result, now time.Time) {
+	g := c.group
+	t.mu.Lock()
+	if g.leader != c {
+		t.mu.Unlock()
+		return
+	}
+	followers := g.followers
+	g.followers = nil
+	own := r.Err == ErrCanceled || r.Err == ErrDeadline
+	var next *Call
+	if own {
+		for i, f := range followers {
+			if f.pending() {
+				next, followers = f, followers[i+1:]
+				break
+			}
+		}
+	}
+	if next != nil {
+		g.leader, g.followers = next, followers
+	} else {
+		delete(t.groups, g.key)
+	}
+	t.mu.Unlock()
+
+	if next != nil {
+		next.timer.Stop() // its lane watches its deadline now
+		c.b.enqueue(next)
+		return
+	}
+	shared := *r
+	shared.Deduplicated = true
+	for _, f := range followers {
+		f.finish(shared, now)
+	}
+}
