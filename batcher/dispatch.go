@@ -116,7 +116,7 @@ func (r *batchRun) run(formed time.Time) {
 	}
 	be.stats.calls.Add(1)
 	be.stats.items.Add(int64(n))
-	be.retry.call(start)
+	be.retry.sent(start, n)
 
 	// Deadlines keep firing while the upstream call runs.
 	w := &deadlineWatch{calls: live}

@@ -256,7 +256,8 @@ func (l *lane) step() (exit bool) {
 			}
 			l.pm = pm
 		}
-		calls, got := l.cutLocked(now, l.pm.cost)
+		caps := l.be.extend(l.pm, l.planLocked(now, l.unlimited()), headP)
+		calls, got := l.cutLocked(now, caps)
 		pm := l.pm
 		l.pm = nil
 		l.be.settle(pm, got)

@@ -336,6 +336,41 @@ func (s *backendState) giveBack(pm *permit) {
 	s.release(pm, cost{})
 }
 
+// extend grows a permit towards want where the budgets allow it now, so
+// that a lane granted a permit planned when it held few requests can send
+// what it holds by the time the grant arrives. It returns the caps to cut
+// with: unlimited for the budgets the backend does not have.
+func (s *backendState) extend(pm *permit, want cost, p Priority) cost {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	share := 0.0
+	if p > PriorityHigh {
+		share = s.cfg.ProtectedShare
+	}
+	grow := func(lim *rate.Limiter, have, want int) int {
+		if lim == nil {
+			return math.MaxInt
+		}
+		if want > have {
+			room := lim.TokensAt(now) - math.Floor(float64(lim.Burst())*share)
+			if add := min(want-have, int(room)); add > 0 {
+				spend(lim, now, add)
+				have += add
+			}
+		}
+		return have
+	}
+	caps := cost{requests: grow(s.rpm, pm.requests, want.requests), tokens: grow(s.tpm, pm.tokens, want.tokens)}
+	if s.rpm != nil {
+		pm.requests = caps.requests
+	}
+	if s.tpm != nil {
+		pm.tokens = caps.tokens
+	}
+	return caps
+}
+
 // settle trims a permit to the batch actually cut, before dispatch.
 func (s *backendState) settle(pm *permit, cut cost) {
 	s.mu.Lock()
@@ -408,20 +443,22 @@ func (s *backendState) onRateLimited(info *RateLimitInfo) {
 }
 
 // observeLocked follows what the upstream said of its remaining budget: our
-// buckets never hold more than it has left, and an exhausted budget pauses
-// dispatch until it resets.
+// buckets never hold more than it has left. Without a bucket of our own, an
+// exhausted budget pauses dispatch until it resets. (With one, a pause would
+// double-count: the bucket refills at our rate, and the reset the upstream
+// gave may be stale by the time its response arrives.)
 func (s *backendState) observeLocked(info *RateLimitInfo, now time.Time) {
 	if info == nil {
 		return
 	}
 	drain := func(lim *rate.Limiter, remaining int64, reset time.Duration) {
-		if remaining < 0 {
-			return
-		}
-		if remaining == 0 && reset > 0 {
-			s.pauseLocked(now.Add(reset))
-		}
-		if lim != nil {
+		switch {
+		case remaining < 0:
+		case lim == nil:
+			if remaining == 0 && reset > 0 {
+				s.pauseLocked(now.Add(reset))
+			}
+		default:
 			if have := lim.TokensAt(now); have > float64(remaining) {
 				spend(lim, now, int(have)-int(remaining))
 			}

@@ -182,22 +182,35 @@ func TestAdaptiveDecreaseAndRecovery(t *testing.T) {
 	})
 }
 
-func TestRateLimitHeadersDrainTheBudget(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		be := BackendFunc(func(_ context.Context, b *Batch, out []Response) error {
-			b.RateLimit = &RateLimitInfo{RemainingRequests: 0, ResetRequests: 2 * time.Second, RemainingTokens: -1}
-			for i := range out {
-				out[i].Text = "ok"
-			}
-			return nil
-		})
-		log := &dispatchLog{backend: be}
-		b := newTest(t, log, 4, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1}, withLimits("be", 6000, 0))
-		wantOKDo(t, b, req("a", PriorityNormal))
-		wantOKDo(t, b, req("b", PriorityNormal))
-		if gap := log.at[1].Sub(log.at[0]); gap < 2*time.Second {
-			t.Fatalf("second call %v after the first, although the upstream said none left for 2s", gap)
+func TestRateLimitHeadersSlowTheDispatcher(t *testing.T) {
+	exhausted := BackendFunc(func(_ context.Context, b *Batch, out []Response) error {
+		b.RateLimit = &RateLimitInfo{RemainingRequests: 0, ResetRequests: 2 * time.Second, RemainingTokens: -1}
+		for i := range out {
+			out[i].Text = "ok"
 		}
+		return nil
+	})
+	t.Run("pause without a bucket", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			log := &dispatchLog{backend: exhausted}
+			b := newTest(t, log, 4, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1})
+			wantOKDo(t, b, req("a", PriorityNormal))
+			wantOKDo(t, b, req("b", PriorityNormal))
+			if gap := log.at[1].Sub(log.at[0]); gap < 2*time.Second {
+				t.Fatalf("second call %v after the first, although the upstream said none left for 2s", gap)
+			}
+		})
+	})
+	t.Run("drain the bucket", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			log := &dispatchLog{backend: exhausted}
+			b := newTest(t, log, 4, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1}, withLimits("be", 600, 0))
+			wantOKDo(t, b, req("a", PriorityNormal)) // leaves 9 of 10 in our bucket; the upstream says 0
+			wantOKDo(t, b, req("b", PriorityNormal))
+			if gap := log.at[1].Sub(log.at[0]); gap < 100*time.Millisecond {
+				t.Fatalf("second call %v after the first: the upstream's remaining 0 did not drain our bucket", gap)
+			}
+		})
 	})
 }
 
@@ -370,16 +383,17 @@ func TestRetryBudget(t *testing.T) {
 			return &UpstreamError{Class: ClassServer, Message: "down"}
 		}}
 		b := newTest(t, be, 4, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1},
-			withRetry("be", RetryPolicy{BudgetRatio: 0.2, BudgetMin: 2}),
+			withRetry("be", RetryPolicy{BudgetRatio: 0.2, BudgetMin: 2, BudgetWindow: time.Minute}),
 			withBreaker("be", BreakerConfig{Consecutive: -1, MinCalls: 1000}))
 		var wg sync.WaitGroup
-		for i := range 10 {
+		for i := range 100 { // 300 retries wanted
 			wg.Go(func() { b.Do(context.Background(), req(fmt.Sprint(i), PriorityNormal)) })
 		}
 		wg.Wait()
 		retries := b.Stats()[0].Retries["server_error"]
-		if calls := be.calls.Load(); retries > 2+int64(0.2*float64(calls))+1 || retries == 0 {
-			t.Fatalf("%d retries over %d calls: want the 20%% budget (beyond 2) to cap them", retries, calls)
+		calls := be.calls.Load()
+		if limit := max(120, int64(0.2*float64(calls))); retries > limit || retries < limit/2 {
+			t.Fatalf("%d retries over %d calls: want the budget (120 a minute, or 20%% of calls) to cap them at %d", retries, calls, limit)
 		}
 	})
 }

@@ -14,7 +14,7 @@ const (
 	DefaultInitialBackoff   = time.Second
 	DefaultBackoffFactor    = 2.0
 	DefaultMaxBackoff       = 10 * time.Second
-	DefaultRetryBudgetRatio = 0.2
+	DefaultRetryBudgetRatio = 0.3
 	DefaultRetryBudgetMin   = 10
 	DefaultRetryWindow      = 10 * time.Second
 )
@@ -35,9 +35,13 @@ type RetryPolicy struct {
 	InitialBackoff time.Duration
 	Factor         float64
 	MaxBackoff     time.Duration
-	// BudgetRatio caps retries at this share of the backend's calls over
-	// BudgetWindow, beyond a floor of BudgetMin retries. Defaults
-	// DefaultRetryBudgetRatio, DefaultRetryWindow, DefaultRetryBudgetMin.
+	// BudgetRatio caps retried requests at this share of the requests sent
+	// to the backend over BudgetWindow, beyond a floor of BudgetMin retries a
+	// second that are always allowed (so that a quiet backend can still
+	// retry). Defaults DefaultRetryBudgetRatio, DefaultRetryWindow,
+	// DefaultRetryBudgetMin. The default ratio is 30%, not the common 20%:
+	// with 20% of calls failing transiently, retries make up 20% of all
+	// requests sent, and a 20% budget would refuse some of them.
 	BudgetRatio  float64
 	BudgetWindow time.Duration
 	BudgetMin    int
@@ -75,8 +79,8 @@ func (p RetryPolicy) resolve() (RetryPolicy, error) {
 		return p, fmt.Errorf("max backoff: must be at least the initial backoff %v, got %v", p.InitialBackoff, p.MaxBackoff)
 	case p.BudgetRatio < 0 || p.BudgetRatio > 1 || p.BudgetRatio != p.BudgetRatio:
 		return p, fmt.Errorf("budget ratio: must be 0 to 1, got %v", p.BudgetRatio)
-	case p.BudgetWindow < 0:
-		return p, fmt.Errorf("budget window: must be positive, got %v", p.BudgetWindow)
+	case p.BudgetWindow < time.Second:
+		return p, fmt.Errorf("budget window: must be at least 1s, got %v", p.BudgetWindow)
 	case p.BudgetMin < 0:
 		return p, fmt.Errorf("budget min: must not be negative, got %d", p.BudgetMin)
 	}
@@ -148,7 +152,8 @@ type retryBudget struct {
 
 func newRetryBudget(p RetryPolicy) *retryBudget {
 	n := max(int(p.BudgetWindow/time.Second), 1)
-	return &retryBudget{ratio: p.BudgetRatio, floor: p.BudgetMin, bucket: p.BudgetWindow / time.Duration(n),
+	floor := int(float64(p.BudgetMin) * p.BudgetWindow.Seconds())
+	return &retryBudget{ratio: p.BudgetRatio, floor: floor, bucket: p.BudgetWindow / time.Duration(n),
 		calls: make([]int, n), retries: make([]int, n)}
 }
 
@@ -171,11 +176,11 @@ func (rb *retryBudget) advanceLocked(now time.Time) {
 	}
 }
 
-// call books one upstream call.
-func (rb *retryBudget) call(now time.Time) {
+// sent books n requests sent upstream.
+func (rb *retryBudget) sent(now time.Time, n int) {
 	rb.mu.Lock()
 	rb.advanceLocked(now)
-	rb.calls[rb.head]++
+	rb.calls[rb.head] += n
 	rb.mu.Unlock()
 }
 
