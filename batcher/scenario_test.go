@@ -235,4 +235,3 @@ func BenchmarkScenarioBudgetUse(b *testing.B) {
 		b.ReportMetric(float64(o.errors), "errors")
 	}
 }
-
