@@ -439,3 +439,31 @@ func FuzzLoadConfig(f *testing.F) {
 		_ = core.Shutdown(t.Context())
 	})
 }
+
+// TestExampleFile keeps the documented example file valid and equal to the
+// defaults it claims to show.
+func TestExampleFile(t *testing.T) {
+	data, err := os.ReadFile("../../batcherd.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := config.Default().Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.Sims["sim"].Config(), d.Sims["sim"].Config(); !reflect.DeepEqual(got, want) {
+		t.Errorf("example sim %+v, default %+v", got, want)
+	}
+	if c.Listen != config.DefaultListen || c.DrainTimeout != config.Default().DrainTimeout || len(c.Routes) != 3 {
+		t.Errorf("example %+v", c)
+	}
+	newCore(t, c)
+}
