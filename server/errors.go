@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// QueueFullRetryDelay is the RetryInfo delay sent with RESOURCE_EXHAUSTED when
+// the server's queue is full: long enough for a batch or two to drain.
+const QueueFullRetryDelay = time.Second
+
+// maxUpstreamMessage bounds the upstream text a caller sees, in case a
+// backend put more than a short summary into UpstreamError.Message.
+const maxUpstreamMessage = 256
+
+// toStatus is the one place where errors from the core become gRPC statuses.
+//
+// Bad input becomes INVALID_ARGUMENT naming the field (relative to the
+// Request message, under "request."); a full queue RESOURCE_EXHAUSTED with a
+// RetryInfo; an exhausted rate budget RESOURCE_EXHAUSTED; shutdown and a
+// missing backend UNAVAILABLE; deadlines and
+// cancellation their own codes. An upstream failure is translated by its
+// class, never passed through: its message is UpstreamError.Message, which
+// the Backend contract keeps free of secrets, and never the wrapped cause or
+// the upstream's own status code. Anything unexpected is INTERNAL with a
+// fixed message, so that no internal detail crosses the wire; callers log
+// the original error.
+func toStatus(err error) *status.Status {
+	if err == nil {
+		return status.New(codes.OK, "")
+	}
+	var ve *batcher.ValidationError
+	if errors.As(err, &ve) {
+		return invalidArgument("request."+ve.Field, ve.Reason)
+	}
+	switch {
+	case errors.Is(err, batcher.ErrInvalid):
+		return status.New(codes.InvalidArgument, "invalid request")
+	case errors.Is(err, batcher.ErrQueueFull):
+		return withRetry(status.New(codes.ResourceExhausted, "queue full: retry after "+QueueFullRetryDelay.String()), QueueFullRetryDelay)
+	case errors.Is(err, batcher.ErrClosed):
+		return status.New(codes.Unavailable, "server shutting down")
+	case errors.Is(err, batcher.ErrShutdown):
+		return status.New(codes.Unavailable, "server shut down before the request completed")
+	case errors.Is(err, batcher.ErrNoBackend):
+		return status.New(codes.Unavailable, "no healthy backend for the model")
+	case errors.Is(err, batcher.ErrBudgetExhausted):
+		// The core's message names the backend and its budget: operator
+		// detail, kept off the wire. How long to wait is not known here.
+		return status.New(codes.ResourceExhausted, "the model's rate budget cannot serve the request before its deadline")
+	case errors.Is(err, batcher.ErrDeadline):
+		return status.New(codes.DeadlineExceeded, "request deadline exceeded")
+	case errors.Is(err, batcher.ErrCanceled):
+		return status.New(codes.Canceled, "request cancelled")
+	}
+	var ue *batcher.UpstreamError
+	if errors.As(err, &ue) {
+		return upstreamStatus(ue)
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.New(codes.DeadlineExceeded, "request deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.New(codes.Canceled, "request cancelled")
+	}
+	return status.New(codes.Internal, "internal error")
+}
+
+// upstreamStatus translates an upstream failure by its class.
+func upstreamStatus(ue *batcher.UpstreamError) *status.Status {
+	msg := ue.Message
+	if len(msg) > maxUpstreamMessage {
+		msg = msg[:maxUpstreamMessage] + "..."
+	}
+	with := func(prefix string) string {
+		if msg == "" {
+			return prefix
+		}
+		return prefix + ": " + msg
+	}
+	switch ue.Class {
+	case batcher.ClassRateLimit:
+		st := status.New(codes.ResourceExhausted, with("upstream rate limit reached"))
+		if ue.RateLimit != nil && ue.RateLimit.RetryAfter > 0 {
+			st = withRetry(st, ue.RateLimit.RetryAfter)
+		}
+		return st
+	case batcher.ClassTimeout:
+		return status.New(codes.DeadlineExceeded, with("upstream timed out"))
+	case batcher.ClassNetwork:
+		return status.New(codes.Unavailable, with("upstream unreachable"))
+	case batcher.ClassServer:
+		return status.New(codes.Unavailable, with("upstream server error"))
+	case batcher.ClassAuth:
+		// The caller cannot fix the backend's credentials; the operator can.
+		// The upstream's own message may quote the credential, so it stays out.
+		return status.New(codes.Internal, "upstream rejected the backend's credentials")
+	case batcher.ClassInvalidRequest:
+		return status.New(codes.InvalidArgument, with("upstream rejected the request"))
+	case batcher.ClassInvalidResponse:
+		return status.New(codes.Internal, with("upstream sent an invalid response"))
+	}
+	return status.New(codes.Unknown, with("upstream failed"))
+}
+
+// invalidArgument is INVALID_ARGUMENT with the message "field: reason" and
+// a BadRequest detail naming the field.
+func invalidArgument(field, reason string) *status.Status {
+	st := status.New(codes.InvalidArgument, field+": "+reason)
+	if d, err := st.WithDetails(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: reason}},
+	}); err == nil {
+		st = d
+	}
+	return st
+}
+
+// withRetry attaches a RetryInfo saying when to try again.
+func withRetry(st *status.Status, after time.Duration) *status.Status {
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(after)}); err == nil {
+		return d
+	}
+	return st
+}

@@ -1,0 +1,274 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// Defaults of the options.
+const (
+	// DefaultStreamWindow is how many requests one stream may have in flight.
+	DefaultStreamWindow = 256
+	// DefaultSummaryInterval is how often a stream gets a StreamSummary when
+	// its options do not say.
+	DefaultSummaryInterval = time.Second
+)
+
+// Option configures a Server.
+//
+// An invalid value does not stop New (whose signature has no error): it is
+// ignored, the default stays, and New logs a warning naming the option and
+// the value. Validate configuration at the edge (cmd/) to fail fast.
+type Option func(*config)
+
+// WithStreamWindow bounds the accepted requests one SubmitStream may have
+// in flight (plus rejections not yet sent). While the window is full the
+// server stops reading the stream. Default DefaultStreamWindow; less than 1
+// is ignored.
+func WithStreamWindow(n int) Option { return func(c *config) { c.window = n } }
+
+// WithSummaryInterval sets how often streams get a StreamSummary unless
+// their StreamOptions say otherwise. Default DefaultSummaryInterval; a value
+// outside MinSummaryInterval..MaxSummaryInterval is ignored.
+func WithSummaryInterval(d time.Duration) Option { return func(c *config) { c.interval = d } }
+
+// WithLogger sets where the server logs. Default slog.Default(); nil is
+// ignored.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithTracerProvider sets where the server records its own spans: one for
+// each stream request it rejects, as a child of the request's traceparent
+// (or of the stream's span), so that a rejection shows in the caller's
+// trace. Request and batch spans are the core's (batcher.WithTracerProvider).
+// Default: no spans; nil is ignored.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
+
+// WithPropagator sets how a stream request's traceparent and tracestate are
+// read. Default the W3C trace context propagator; nil is ignored.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) { c.propagator = p }
+}
+
+type config struct {
+	window         int
+	interval       time.Duration
+	logger         *slog.Logger
+	tracerProvider trace.TracerProvider
+	traceRejects   bool
+	propagator     propagation.TextMapPropagator
+}
+
+const tracerName = "github.com/batcherhq/batcher/server"
+
+// attrRequestID names the request on the server's spans, as the core does.
+const attrRequestID = attribute.Key("batcher.request.id")
+
+func newConfig(opts []Option) config {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.window == 0 {
+		c.window = DefaultStreamWindow
+	} else if c.window < 1 {
+		c.logger.Warn("server: ignoring stream window, using the default", "got", c.window, "min", 1, "default", DefaultStreamWindow)
+		c.window = DefaultStreamWindow
+	}
+	if c.interval == 0 {
+		c.interval = DefaultSummaryInterval
+	} else if c.interval < MinSummaryInterval || c.interval > MaxSummaryInterval {
+		c.logger.Warn("server: ignoring summary interval, using the default", "got", c.interval,
+			"min", MinSummaryInterval, "max", MaxSummaryInterval, "default", DefaultSummaryInterval)
+		c.interval = DefaultSummaryInterval
+	}
+	if c.tracerProvider == nil {
+		c.tracerProvider = noop.NewTracerProvider()
+	} else {
+		c.traceRejects = true
+	}
+	if c.propagator == nil {
+		c.propagator = propagation.TraceContext{}
+	}
+	return c
+}
+
+// Server is the BatcherService: it translates RPCs into calls on a
+// batcher.Batcher and the core's results and errors back into messages and
+// statuses. It holds no batching logic.
+type Server struct {
+	batcherv1.UnimplementedBatcherServiceServer
+
+	core   *batcher.Batcher
+	cfg    config
+	log    *slog.Logger
+	tracer trace.Tracer
+	// traceRejects: a tracer provider was given, so rejections get spans.
+	traceRejects bool
+	health       *health.Server
+
+	idPrefix string
+	idSeq    atomic.Uint64
+
+	// mu orders stream registration against Shutdown: no stream registers
+	// once shutting is set, so streams.Wait sees them all.
+	mu       sync.Mutex
+	shutting bool
+	streams  sync.WaitGroup
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed once the core has drained: streams end
+
+	// testHookRecvDone, when set (before any stream opens), is called when
+	// a stream's receiver has seen the caller's half-close or a broken
+	// receive: the one stream event a test cannot observe on the wire.
+	testHookRecvDone func()
+}
+
+// healthService is the name under which the BatcherService reports its
+// health, besides the server-wide "".
+var healthService = batcherv1.BatcherService_ServiceDesc.ServiceName
+
+// New returns a Server in front of core. See Option for how invalid options
+// are handled.
+func New(core *batcher.Batcher, opts ...Option) *Server {
+	cfg := newConfig(opts)
+	var prefix [6]byte
+	_, _ = rand.Read(prefix[:]) // never fails (crypto/rand)
+	s := &Server{
+		core:         core,
+		cfg:          cfg,
+		log:          cfg.logger,
+		traceRejects: cfg.traceRejects,
+		tracer:       cfg.tracerProvider.Tracer(tracerName),
+		health:       health.NewServer(),
+		idPrefix:     "srv-" + hex.EncodeToString(prefix[:]) + "-",
+		closing:      make(chan struct{}),
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(healthService, healthpb.HealthCheckResponse_SERVING)
+	return s
+}
+
+// Register registers the BatcherService, gRPC health checking
+// (grpc.health.v1.Health) and server reflection on gs, so that grpcurl
+// works without the proto files.
+func (s *Server) Register(gs *grpc.Server) {
+	batcherv1.RegisterBatcherServiceServer(gs, s)
+	healthpb.RegisterHealthServer(gs, s.health)
+	reflection.Register(gs)
+}
+
+// Shutdown stops the service gracefully, in this order:
+//
+//  1. health checks answer NOT_SERVING, so load balancers stop sending;
+//  2. the core shuts down with ctx: admission stops (new requests get
+//     UNAVAILABLE) and every pending request is sent and finished, or ended
+//     with UNAVAILABLE when ctx ends first;
+//  3. every open SubmitStream sends the terminal results it owes and its
+//     final summary, and ends with UNAVAILABLE "server shutting down" (OK if
+//     its caller had already half-closed).
+//
+// Shutdown returns once every stream has ended, or when ctx ends (then with
+// an error wrapping ctx's; a stream whose caller stopped reading cannot
+// finish). The caller then calls gs.GracefulStop, which returns once the
+// remaining RPCs end; bound it with gs.Stop in case a client holds a health
+// Watch open. Calling Shutdown again waits again.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.health.Shutdown()
+	s.mu.Lock()
+	s.shutting = true
+	s.mu.Unlock()
+
+	err := s.core.Shutdown(ctx)
+	s.closeOnce.Do(func() { close(s.closing) })
+
+	done := make(chan struct{})
+	go func() {
+		s.streams.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = fmt.Errorf("server: streams still sending: %w", ctx.Err())
+		}
+	}
+	return err
+}
+
+// enterStream registers a stream; false once Shutdown has begun.
+func (s *Server) enterStream() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting {
+		return false
+	}
+	s.streams.Add(1)
+	return true
+}
+
+// newID returns an id for a Submit request that came without one.
+func (s *Server) newID() string {
+	return s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
+}
+
+// NewGRPCServer returns a grpc.Server with the service's interceptors:
+// the otelgrpc stats handler, which starts a span per RPC (its parent taken
+// from the caller's W3C traceparent metadata) with tp (the global provider
+// when nil), and panic recovery for unary and streaming handlers, which
+// logs the panic and its stack with slog.Default and answers INTERNAL
+// without detail. extra options are appended.
+func NewGRPCServer(tp trace.TracerProvider, extra ...grpc.ServerOption) *grpc.Server {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	rec := recovery.WithRecoveryHandlerContext(recoverPanic)
+	opts := []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(tp),
+			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+		)),
+		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec)),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec)),
+	}
+	return grpc.NewServer(append(opts, extra...)...)
+}
+
+// errPanic is what a caller sees when a handler panicked.
+var errPanic = status.Error(codes.Internal, "internal error")
+
+func recoverPanic(ctx context.Context, p any) error {
+	method, _ := grpc.Method(ctx)
+	slog.Default().ErrorContext(ctx, "server: handler panicked", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	return errPanic
+}

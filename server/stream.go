@@ -1,0 +1,521 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// SubmitStream multiplexes many requests over one stream. See the proto for
+// the contract; in short: every accepted request gets exactly one
+// Completion, every refused message one Rejection, and the stream ends once
+// every accepted request is terminal (after the caller half-closes or the
+// server shuts down) or at once when the caller goes away, cancelling what
+// it had in flight.
+func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) error {
+	if !s.enterStream() {
+		return status.Error(grpccodes.Unavailable, "server shutting down")
+	}
+	defer s.streams.Done()
+	st := &stream{
+		s:       s,
+		gs:      gs,
+		ctx:     gs.Context(),
+		window:  make(chan struct{}, s.cfg.window),
+		nudge:   make(chan struct{}, 1),
+		ready:   make(chan struct{}),
+		stopped: make(chan struct{}),
+		items:   make(map[string]*item),
+		// The first message may change it.
+		interval: s.cfg.interval,
+	}
+	st.allEvents.Store(true)
+	return st.run()
+}
+
+// stream is one SubmitStream and the EventSink of all its requests.
+//
+// Three parties meet here. The handler goroutine (run) is the stream's only
+// sender. One receiver goroutine (receive) reads messages in order and
+// submits requests to the core. The core's goroutines call OnEvent. The
+// receiver and OnEvent only append to out under mu and nudge the sender
+// through the capacity-1 nudge channel; the sender swaps out and sends
+// outside the lock, so OnEvent never blocks on the network.
+//
+// Window: the receiver takes a token from window before each Recv. A message
+// that is answered (a request by its Completion or Rejection, any other
+// message by its Rejection) keeps the token until the sender has sent that
+// answer; any other message gives it back at once. So while window is full
+// nobody reads the stream and gRPC flow control pushes back on the caller,
+// and out never holds more than window answers.
+type stream struct {
+	s       *Server
+	gs      batcherv1.BatcherService_SubmitStreamServer
+	ctx     context.Context
+	window  chan struct{} // tokens: one per received message still owed an answer
+	nudge   chan struct{} // capacity 1: out has news for the sender
+	ready   chan struct{} // closed by the receiver once the first message is handled
+	stopped chan struct{} // closed by the sender when the stream ends
+
+	// Receiver-owned; interval is read by the sender once ready is closed.
+	interval  time.Duration
+	allEvents atomic.Bool // progress events wanted (read by OnEvent)
+
+	mu        sync.Mutex
+	out       []*batcherv1.SubmitStreamResponse // to send, in order
+	spare     []*batcherv1.SubmitStreamResponse // out's other buffer, sender-owned between takes
+	items     map[string]*item                  // accepted (or being submitted) and not terminal, by id
+	closed    bool                              // the sender is gone: drop messages, cancel late admissions
+	recvDone  bool                              // the receiver stopped reading
+	recvErr   error                             // why, when it was not a half-close
+	firstErr  *status.Status                    // a bad first message: end at once
+	submitted int64
+	completed int64
+	failed    int64
+	rejected  int64
+
+	// Sender-owned.
+	lastTerm  int64     // completed+failed at the previous summary
+	lastSumAt time.Time // time of the previous summary
+}
+
+// item is one request of the stream. req is what the core holds, so the
+// request and its bookkeeping are one allocation.
+type item struct {
+	req  batcher.Request
+	call *batcher.Call // nil while core.Submit runs
+}
+
+// run is the sender loop; it returns the stream's status.
+func (st *stream) run() error {
+	go st.receive()
+	defer st.close()
+
+	st.lastSumAt = time.Now()
+	ticker := time.NewTicker(st.s.cfg.interval)
+	defer ticker.Stop()
+	ready, closing := st.ready, st.s.closing
+	shutting := false
+	for {
+		select {
+		case <-st.nudge:
+		case <-ready:
+			ready = nil
+			if st.interval != st.s.cfg.interval {
+				ticker.Reset(st.interval)
+			}
+		case now := <-ticker.C:
+			if err := st.gs.Send(st.summary(now, false)); err != nil {
+				return err
+			}
+		case <-closing:
+			closing, shutting = nil, true
+		case <-st.ctx.Done():
+			return status.FromContextError(st.ctx.Err()).Err()
+		}
+		msgs, end, final, endErr := st.take(shutting)
+		for i, m := range msgs {
+			if err := st.gs.Send(m); err != nil {
+				return err
+			}
+			switch m.Kind.(type) {
+			case *batcherv1.SubmitStreamResponse_Completion, *batcherv1.SubmitStreamResponse_Rejection:
+				st.release()
+			}
+			msgs[i] = nil
+		}
+		st.giveBack(msgs)
+		if !end {
+			continue
+		}
+		if final {
+			if err := st.gs.Send(st.summary(time.Now(), true)); err != nil {
+				return err
+			}
+		}
+		return endErr
+	}
+}
+
+// take swaps out the messages to send and says whether the stream ends
+// after them, whether a final summary is owed, and the stream's status.
+// Once no request is in flight and nothing more can be accepted, no message
+// can be added to out, so out is the last of them.
+func (st *stream) take(shutting bool) (msgs []*batcherv1.SubmitStreamResponse, end, final bool, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	msgs, st.out, st.spare = st.out, st.spare, nil
+	switch {
+	case st.firstErr != nil: // nothing was accepted: no summary owed
+		return msgs, true, false, st.firstErr.Err()
+	case len(st.items) > 0:
+		return msgs, false, false, nil
+	case st.recvDone:
+		return msgs, true, true, st.recvErr
+	case shutting:
+		return msgs, true, true, status.Error(grpccodes.Unavailable, "server shutting down")
+	}
+	return msgs, false, false, nil
+}
+
+// giveBack returns a drained buffer for the next take.
+func (st *stream) giveBack(msgs []*batcherv1.SubmitStreamResponse) {
+	st.mu.Lock()
+	if st.spare == nil {
+		st.spare = msgs[:0]
+	}
+	st.mu.Unlock()
+}
+
+// summary builds a StreamSummary; only the sender calls it.
+func (st *stream) summary(now time.Time, final bool) *batcherv1.SubmitStreamResponse {
+	st.mu.Lock()
+	sum := &batcherv1.StreamSummary{
+		Time:      timestamppb.New(now),
+		Submitted: st.submitted,
+		InFlight:  st.submitted - st.completed - st.failed,
+		Completed: st.completed,
+		Failed:    st.failed,
+		Rejected:  st.rejected,
+		Final:     final,
+	}
+	term := st.completed + st.failed
+	st.mu.Unlock()
+	if el := now.Sub(st.lastSumAt).Seconds(); el > 0 {
+		sum.Throughput = float64(term-st.lastTerm) / el
+	}
+	st.lastTerm, st.lastSumAt = term, now
+	return &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Summary{Summary: sum}}
+}
+
+// close ends the stream: late messages are dropped and every request still
+// in flight is cancelled, so nothing stays pending in the core.
+func (st *stream) close() {
+	st.mu.Lock()
+	st.closed = true
+	st.out = nil
+	var calls []*batcher.Call
+	for _, it := range st.items {
+		if it.call != nil {
+			calls = append(calls, it.call)
+		}
+	}
+	st.mu.Unlock()
+	for _, c := range calls {
+		c.Cancel()
+	}
+	close(st.stopped)
+}
+
+// release gives back a window token.
+func (st *stream) release() {
+	select {
+	case <-st.window:
+	default:
+	}
+}
+
+// push queues a message for the sender. The caller holds mu.
+func (st *stream) pushLocked(m *batcherv1.SubmitStreamResponse) {
+	if !st.closed {
+		st.out = append(st.out, m)
+	}
+}
+
+func (st *stream) wake() {
+	select {
+	case st.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// receive is the receiver loop.
+func (st *stream) receive() {
+	first := true
+	defer func() {
+		if p := recover(); p != nil {
+			st.s.log.ErrorContext(st.ctx, "server: stream receiver panicked", "panic", fmt.Sprint(p))
+			st.endReceive(errPanic)
+		}
+		if first {
+			close(st.ready)
+		}
+	}()
+	for {
+		select {
+		case st.window <- struct{}{}:
+		case <-st.stopped:
+			return
+		case <-st.ctx.Done():
+			return
+		}
+		msg, err := st.gs.Recv()
+		if err != nil {
+			st.release()
+			st.endReceive(err)
+			return
+		}
+		if first {
+			first = false
+			ok := st.first(msg)
+			close(st.ready)
+			if !ok {
+				return
+			}
+			continue
+		}
+		st.handle(msg)
+	}
+}
+
+// first handles the stream's first message; false ends the stream.
+func (st *stream) first(msg *batcherv1.SubmitStreamRequest) bool {
+	switch k := msg.GetKind().(type) {
+	case *batcherv1.SubmitStreamRequest_Options:
+		v, interval, bad := streamOptions(k.Options, st.s.cfg.interval)
+		if bad != nil {
+			st.fail(bad)
+			return false
+		}
+		st.interval = interval
+		st.allEvents.Store(v != batcherv1.Verbosity_VERBOSITY_COMPLETIONS)
+		st.release()
+		return true
+	case *batcherv1.SubmitStreamRequest_Request:
+		st.request(k.Request)
+		return true
+	}
+	st.fail(status.New(grpccodes.InvalidArgument, "first message: must be options or a request"))
+	return false
+}
+
+// fail ends the stream at once with st; only before anything was accepted.
+func (st *stream) fail(s *status.Status) {
+	st.mu.Lock()
+	st.firstErr = s
+	st.mu.Unlock()
+	st.wake()
+}
+
+// endReceive books the end of reading. A half-close lets in-flight requests
+// finish; a broken stream cancels them (their completions still go out if
+// the stream can send). When the caller went away the sender sees it.
+func (st *stream) endReceive(err error) {
+	if st.ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	} else {
+		st.s.log.WarnContext(st.ctx, "server: stream receive failed", "err", err)
+		st.cancelAll()
+		if _, ok := status.FromError(err); !ok {
+			err = status.Error(grpccodes.Internal, "receive failed")
+		}
+	}
+	st.mu.Lock()
+	st.recvDone, st.recvErr = true, err
+	st.mu.Unlock()
+	st.wake()
+	if h := st.s.testHookRecvDone; h != nil {
+		h()
+	}
+}
+
+// cancelAll cancels every accepted request.
+func (st *stream) cancelAll() {
+	st.mu.Lock()
+	calls := make([]*batcher.Call, 0, len(st.items))
+	for _, it := range st.items {
+		if it.call != nil {
+			calls = append(calls, it.call)
+		}
+	}
+	st.mu.Unlock()
+	for _, c := range calls {
+		c.Cancel()
+	}
+}
+
+// handle handles a message after the first.
+func (st *stream) handle(msg *batcherv1.SubmitStreamRequest) {
+	switch k := msg.GetKind().(type) {
+	case *batcherv1.SubmitStreamRequest_Request:
+		st.request(k.Request)
+	case *batcherv1.SubmitStreamRequest_Cancel:
+		st.cancel(k.Cancel.GetId())
+	case *batcherv1.SubmitStreamRequest_Flush:
+		st.s.core.Flush()
+		st.release()
+	case *batcherv1.SubmitStreamRequest_Options:
+		st.reject(st.ctx, "", invalidArgument("options", "allowed only as the first message"))
+	default:
+		st.reject(st.ctx, "", invalidArgument("kind", "must be one of options, request, cancel or flush"))
+	}
+}
+
+// request validates, translates and submits one request.
+func (st *stream) request(pr *batcherv1.Request) {
+	id := pr.GetId()
+	ctx := st.itemContext(pr)
+	it := new(item)
+	if bad := toCore(pr, &it.req); bad != nil {
+		st.reject(ctx, id, bad)
+		return
+	}
+	if id == "" {
+		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
+		return
+	}
+	st.mu.Lock()
+	if _, dup := st.items[id]; dup {
+		st.mu.Unlock()
+		st.reject(ctx, id, invalidArgument("request.id", "duplicate: "+strconv.Quote(truncate(id))+" is already in flight on this stream"))
+		return
+	}
+	st.items[id] = it
+	st.submitted++
+	st.mu.Unlock()
+
+	it.req.Sink = st
+	c, err := st.s.core.Submit(ctx, &it.req)
+	st.mu.Lock()
+	if err != nil {
+		if st.items[id] == it {
+			delete(st.items, id)
+		}
+		st.submitted--
+		st.mu.Unlock()
+		sts := toStatus(err)
+		st.s.logUnexpected(ctx, sts.Code(), id, err)
+		st.reject(ctx, id, sts)
+		return
+	}
+	if st.closed {
+		st.mu.Unlock()
+		c.Cancel()
+		return
+	}
+	it.call = c
+	st.mu.Unlock()
+}
+
+// cancel cancels the request with the given id.
+func (st *stream) cancel(id string) {
+	st.mu.Lock()
+	var c *batcher.Call
+	it := st.items[id]
+	if it != nil {
+		c = it.call
+	}
+	st.mu.Unlock()
+	if it == nil {
+		st.reject(st.ctx, id, status.New(grpccodes.NotFound, "cancel: no request "+strconv.Quote(truncate(id))+" in flight on this stream"))
+		return
+	}
+	st.release()
+	if c != nil {
+		c.Cancel() // its Completion carries CANCELLED
+	}
+}
+
+// reject queues a Rejection. With a tracer provider it also records a span
+// under ctx, so that the rejection shows in the request's trace.
+func (st *stream) reject(ctx context.Context, id string, s *status.Status) {
+	if st.s.traceRejects {
+		_, span := st.s.tracer.Start(ctx, "batcher.reject", trace.WithAttributes(attrRequestID.String(id)))
+		span.SetStatus(codes.Error, s.Message())
+		span.End()
+	}
+	m := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Rejection{
+		Rejection: &batcherv1.Rejection{Id: id, Error: s.Proto()},
+	}}
+	st.mu.Lock()
+	st.rejected++
+	st.pushLocked(m)
+	st.mu.Unlock()
+	st.wake()
+}
+
+// OnEvent implements batcher.EventSink: it copies the event into a message
+// for the sender and never blocks.
+func (st *stream) OnEvent(ev *batcher.Event) {
+	if ev.Kind != batcher.EventDone {
+		if !st.allEvents.Load() {
+			return
+		}
+		e := event(ev)
+		if e == nil {
+			return
+		}
+		m := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Event{Event: e}}
+		st.mu.Lock()
+		st.pushLocked(m)
+		st.mu.Unlock()
+		st.wake()
+		return
+	}
+	m := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Completion{
+		Completion: completion(ev.Request, ev.Result),
+	}}
+	st.mu.Lock()
+	if it := st.items[ev.Request.ID]; it != nil && &it.req == ev.Request {
+		delete(st.items, ev.Request.ID)
+	}
+	if ev.Result.Err == nil {
+		st.completed++
+	} else {
+		st.failed++
+	}
+	st.pushLocked(m)
+	st.mu.Unlock()
+	st.wake()
+}
+
+// itemContext returns the context a request is submitted with: the stream's,
+// with the request's own trace context as the parent span when it carries
+// a valid one.
+func (st *stream) itemContext(pr *batcherv1.Request) context.Context {
+	if pr.GetTraceparent() == "" {
+		return st.ctx
+	}
+	return st.s.cfg.propagator.Extract(st.ctx, itemCarrier{pr})
+}
+
+// itemCarrier reads a request's trace fields as W3C headers.
+type itemCarrier struct{ r *batcherv1.Request }
+
+func (c itemCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.r.GetTraceparent()
+	case "tracestate":
+		return c.r.GetTracestate()
+	}
+	return ""
+}
+
+func (itemCarrier) Set(string, string) {}
+
+func (itemCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
+
+// truncate keeps caller-controlled strings in messages short.
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

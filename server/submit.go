@@ -1,0 +1,44 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc/codes"
+)
+
+// Submit runs one request to its end. The RPC's context bounds it: its
+// deadline is the request's, its cancellation cancels the request, and its
+// span (from otelgrpc) parents the request's span. The request's own
+// traceparent field is ignored here.
+func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batcherv1.SubmitResponse, error) {
+	req := new(batcher.Request)
+	if st := toCore(in.GetRequest(), req); st != nil {
+		return nil, st.Err()
+	}
+	if req.ID == "" {
+		req.ID = s.newID()
+	}
+	res, err := s.core.Do(ctx, req)
+	if err != nil {
+		st := toStatus(err)
+		s.logUnexpected(ctx, st.Code(), req.ID, err)
+		return nil, st.Err()
+	}
+	return &batcherv1.SubmitResponse{Completion: completion(req, &res)}, nil
+}
+
+// logUnexpected logs the cause of a failure whose status hides it.
+func (s *Server) logUnexpected(ctx context.Context, code codes.Code, id string, err error) {
+	switch code {
+	case codes.Internal, codes.Unknown:
+		attrs := []any{"id", id, "code", code.String(), "err", err}
+		var ue *batcher.UpstreamError
+		if errors.As(err, &ue) && ue.Err != nil {
+			attrs = append(attrs, "cause", ue.Err)
+		}
+		s.log.WarnContext(ctx, "server: request failed", attrs...)
+	}
+}
