@@ -24,7 +24,8 @@ import (
 // Completion, every refused message one Rejection, and the stream ends once
 // every accepted request is terminal (after the caller half-closes or the
 // server shuts down) or at once when the caller goes away, cancelling what
-// it had in flight.
+// it had in flight. When a shutdown ends the stream, a request the caller
+// sent that got neither a Completion nor a Rejection was never accepted.
 func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) error {
 	if !s.enterStream() {
 		return status.Error(grpccodes.Unavailable, "server shutting down")
