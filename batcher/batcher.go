@@ -37,6 +37,7 @@ type Batcher struct {
 
 	pending   atomic.Int64 // admitted calls without a result
 	batchSeq  atomic.Uint64
+	closed    chan struct{} // closed once admission has closed
 	drained   chan struct{} // closed when closing and nothing is pending
 	drainOnce sync.Once
 	shutOnce  sync.Once
@@ -57,6 +58,7 @@ func New(opts ...Option) (*Batcher, error) {
 		lanes:    make(map[laneKey]*lane),
 		runs:     make(map[*batchRun]struct{}),
 		retrying: make(map[*Call]*time.Timer),
+		closed:   make(chan struct{}),
 		drained:  make(chan struct{}),
 	}
 	var errs []error
@@ -141,6 +143,10 @@ func (b *Batcher) Routes() []RouteInfo {
 	}
 	return out
 }
+
+// Closed is closed once Shutdown has closed admission: Submit fails with
+// ErrClosed from then on.
+func (b *Batcher) Closed() <-chan struct{} { return b.closed }
 
 // Pending returns how many admitted requests have no result yet.
 func (b *Batcher) Pending() int { return int(b.pending.Load()) }
@@ -411,6 +417,7 @@ func (b *Batcher) Shutdown(ctx context.Context) error {
 		b.admitMu.Lock()
 		b.closing.Store(true)
 		b.admitMu.Unlock()
+		close(b.closed)
 		if b.pending.Load() == 0 {
 			b.drainOnce.Do(func() { close(b.drained) })
 		}

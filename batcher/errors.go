@@ -43,6 +43,21 @@ func invalid(field, format string, args ...any) *ValidationError {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// BudgetError says which budget of which backend could not serve a request
+// before its deadline. It wraps ErrBudgetExhausted.
+type BudgetError struct {
+	Backend string
+	Budget  string        // "rpm", "tpm", "concurrency" or "rate_limit_pause"
+	Wait    time.Duration // how long the budget alone would have made it wait
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("backend %q %s budget needs %v, past the request's deadline", e.Backend, e.Budget, e.Wait.Round(time.Millisecond))
+}
+
+// Unwrap makes errors.Is(err, ErrBudgetExhausted) hold.
+func (e *BudgetError) Unwrap() error { return ErrBudgetExhausted }
+
 // ErrorClass classifies an upstream failure for the retry policy.
 type ErrorClass uint8
 

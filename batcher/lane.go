@@ -250,7 +250,7 @@ func (l *lane) step() (exit bool) {
 					// goes to a fallback, or fails now.
 					limit := now.Add(wait)
 					l.failoverLocked(func(c *Call) bool { return c.deadline.Before(limit) },
-						fmt.Errorf("%w: backend %q %s budget needs %v, past the request's deadline", ErrBudgetExhausted, l.be.name, budget, wait.Round(time.Millisecond)))
+						&BudgetError{Backend: l.be.name, Budget: budget, Wait: wait})
 				}
 				break
 			}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -52,8 +53,14 @@ func toStatus(err error) *status.Status {
 	case errors.Is(err, batcher.ErrNoBackend):
 		return status.New(codes.Unavailable, "no healthy backend for the model")
 	case errors.Is(err, batcher.ErrBudgetExhausted):
-		// The core's message names the backend and its budget: operator
-		// detail, kept off the wire. How long to wait is not known here.
+		// The budget's name tells the caller what is short; the backend's
+		// name is operator detail and stays off the wire.
+		var be *batcher.BudgetError
+		if errors.As(err, &be) {
+			st := status.New(codes.ResourceExhausted, fmt.Sprintf("the model's %s budget cannot serve the request before its deadline: it needs %v more",
+				be.Budget, be.Wait.Round(time.Millisecond)))
+			return withRetry(st, be.Wait)
+		}
 		return status.New(codes.ResourceExhausted, "the model's rate budget cannot serve the request before its deadline")
 	case errors.Is(err, batcher.ErrDeadline):
 		return status.New(codes.DeadlineExceeded, "request deadline exceeded")

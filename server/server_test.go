@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -276,23 +275,13 @@ func TestSubmitQueueFull(t *testing.T) {
 	}
 }
 
-// waitAdmissionClosed waits until the core refuses admission. The core must
-// be full (capacity 1, one request held), so probing admits nothing.
+// waitAdmissionClosed waits until the core refuses admission.
 func waitAdmissionClosed(t *testing.T, core *batcher.Batcher) {
 	t.Helper()
-	probe := &batcher.Request{ID: "probe", Route: routeChat,
-		Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "x"}}}}
-	for {
-		_, err := core.Submit(context.Background(), probe)
-		switch {
-		case errors.Is(err, batcher.ErrClosed):
-			return
-		case !errors.Is(err, batcher.ErrQueueFull):
-			t.Fatalf("probe: %v, want ErrQueueFull or ErrClosed", err)
-		}
-		// The core has no "admission closed" signal to wait on; Shutdown
-		// closes admission first thing, within a few scheduler turns.
-		runtime.Gosched()
+	select {
+	case <-core.Closed():
+	case <-testCtx(t).Done():
+		t.Fatal("admission never closed")
 	}
 }
 
