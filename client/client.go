@@ -1,0 +1,83 @@
+package client
+
+import (
+	"context"
+	"slices"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Client calls a Batcher service. It is safe for concurrent use.
+type Client struct {
+	rpc      batcherv1.BatcherServiceClient
+	callOpts []grpc.CallOption
+	conn     *grpc.ClientConn // set by Dial only; closed by Close
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithCallOptions adds gRPC call options to every RPC the client makes
+// (Submit and SubmitStream). Default: none.
+func WithCallOptions(opts ...grpc.CallOption) Option {
+	return func(c *Client) { c.callOpts = append(c.callOpts, opts...) }
+}
+
+// New returns a Client that calls the service over cc. The caller keeps
+// ownership of cc: Close does not close it.
+func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
+	c := &Client{rpc: batcherv1.NewBatcherServiceClient(cc)}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Dial creates a connection to target with grpc.NewClient and returns a
+// Client that owns it: Close closes it. The connection carries an otelgrpc
+// stats handler that propagates the caller's W3C trace context, so a trace
+// continues across the call; opts are applied after it and must include
+// transport credentials.
+func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
+	stats := otelgrpc.NewClientHandler(otelgrpc.WithPropagators(
+		propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})))
+	conn, err := grpc.NewClient(target, slices.Concat([]grpc.DialOption{grpc.WithStatsHandler(stats)}, opts)...)
+	if err != nil {
+		return nil, err
+	}
+	c := New(conn)
+	c.conn = conn
+	return c, nil
+}
+
+// Close closes the connection Dial made. It does nothing for a Client made
+// with New.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// Submit sends one request and waits for its completion.
+//
+// A failure is a gRPC status error, as the service returns it: use
+// status.Code or status.Convert on it. When the service answers with a
+// completion whose error is set, Submit returns that completion together with
+// the error its status describes.
+func (c *Client) Submit(ctx context.Context, req *batcherv1.Request, opts ...grpc.CallOption) (*batcherv1.Completion, error) {
+	resp, err := c.rpc.Submit(ctx, &batcherv1.SubmitRequest{Request: req}, slices.Concat(c.callOpts, opts)...)
+	if err != nil {
+		return nil, err
+	}
+	comp := resp.GetCompletion()
+	if comp == nil {
+		return nil, status.Error(codes.Internal, "client: Submit response has no completion")
+	}
+	return comp, completionErr(comp)
+}
