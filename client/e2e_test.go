@@ -61,7 +61,7 @@ func TestRealServerStreamConcurrentSafe(t *testing.T) {
 			for i, h := range hs {
 				comp, err := h.Wait(t.Context())
 				if want := strings.ToUpper(fmt.Sprintf("m%d-%d", g, i)); err != nil || comp.GetText() != want {
-					errs <- fmt.Errorf("%s: %v, %v; want %s", h.ID(), comp, err, want)
+					errs <- fmt.Errorf("%s: %v, %w; want %s", h.ID(), comp, err, want)
 				}
 			}
 		})

@@ -118,7 +118,7 @@ func TestStreamConcurrentSafe(t *testing.T) {
 			for i, h := range handles {
 				comp, err := h.Wait(ctx)
 				if want := fmt.Sprintf("echo: %d/%d", g, i); err != nil || comp.GetText() != want || comp.GetId() != h.ID() {
-					errs <- fmt.Errorf("handle %s: %v, %v; want %q", h.ID(), comp, err, want)
+					errs <- fmt.Errorf("handle %s: %v, %w; want %q", h.ID(), comp, err, want)
 				}
 			}
 		})
