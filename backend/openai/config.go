@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -87,8 +88,12 @@ type Config struct {
 	// says about the upstream's limits (x-ratelimit-*, Retry-After). It must
 	// be quick and safe for concurrent use.
 	OnRateLimit func(batcher.RateLimitInfo)
+	// TLS, when set, is the pooled transport's client TLS configuration: a
+	// private CA, client certificates. Default: the system's roots.
+	TLS *tls.Config
 	// Transport, when set, replaces the pooled HTTP transport (tests, unix
-	// sockets, proxies). It is still wrapped for tracing.
+	// sockets, proxies); TLS then does not apply. It is still wrapped for
+	// tracing.
 	Transport http.RoundTripper
 }
 

@@ -2,6 +2,8 @@ package openai_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -457,5 +460,50 @@ func TestKeyHeaderCannotBeOverridden(t *testing.T) {
 	_, err := openai.New(openai.Config{BaseURL: "http://x", APIKeyEnv: "K", Headers: map[string]string{"authorization": "Bearer other"}})
 	if err == nil || !strings.Contains(err.Error(), "API key") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestConnectionsAreReused(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}]}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	be := newBackend(t, openai.Config{BaseURL: srv.URL})
+	for range 20 {
+		if _, _, err := dispatch(context.Background(), be, "r", "m", 0, embedding("r", "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("20 sequential calls opened %d connections, want 1 kept alive", n)
+	}
+}
+
+func TestHTTP2WhereOffered(t *testing.T) {
+	protos := make(chan int, 2)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protos <- r.ProtoMajor
+		io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}]}`)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	be := newBackend(t, openai.Config{BaseURL: srv.URL, TLS: &tls.Config{RootCAs: roots}})
+	for range 2 {
+		if _, _, err := dispatch(context.Background(), be, "r", "m", 0, embedding("r", "x")); err != nil {
+			t.Fatal(err)
+		}
+		if p := <-protos; p != 2 {
+			t.Fatalf("HTTP/%d, want HTTP/2", p)
+		}
 	}
 }

@@ -49,6 +49,9 @@ func New(cfg Config) (*Backend, error) {
 			TLSHandshakeTimeout:   10 * time.Second,
 			ExpectContinueTimeout: time.Second,
 		}
+		if cfg.TLS != nil {
+			b.owned.TLSClientConfig = cfg.TLS.Clone()
+		}
 		rt = b.owned
 	}
 	opts := []otelhttp.Option{
