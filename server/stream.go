@@ -424,7 +424,9 @@ func (st *stream) cancel(id string) {
 	}
 	st.mu.Unlock()
 	if it == nil {
-		st.reject(st.ctx, id, status.New(grpccodes.NotFound, "cancel: no request "+strconv.Quote(truncate(id))+" in flight on this stream"))
+		// Not a request: the rejection's id stays empty (the proto's rule), so
+		// that it cannot be taken for a later request reusing the id.
+		st.reject(st.ctx, "", status.New(grpccodes.NotFound, "cancel: no request "+strconv.Quote(truncate(id))+" in flight on this stream"))
 		return
 	}
 	st.release()
