@@ -64,7 +64,7 @@ func tryPost(ctx context.Context, url string, body any, hdr ...string) (*http.Re
 	if err != nil {
 		return nil, nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	return resp, b, err
 }
@@ -97,7 +97,7 @@ func TestChatDeterministic(t *testing.T) {
 	var first string
 	for range 2 {
 		resp, b := post(t, url+"/v1/chat/completions", chatBody("sim-chat", 0, "system", "Be brief.", "user", "What is Go?"))
-		if resp.StatusCode != 200 {
+		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d: %s", resp.StatusCode, b)
 		}
 		r := decode[chatResponse](t, b)
@@ -140,7 +140,7 @@ func TestChatContentParts(t *testing.T) {
 	body := msg{"model": "sim-chat", "messages": []msg{{"role": "user", "content": []msg{{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}}}}}
 	resp, b := post(t, url+"/v1/chat/completions", body)
 	want, _ := Reply("hello", DefaultReplyTokens, DefaultReplyTokens)
-	if resp.StatusCode != 200 || decode[chatResponse](t, b).Choices[0].Message.Content != want {
+	if resp.StatusCode != http.StatusOK || decode[chatResponse](t, b).Choices[0].Message.Content != want {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 }
@@ -234,7 +234,7 @@ func TestModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	l := decode[modelList](t, b)
 	if len(l.Data) != 2 || l.Data[0].ID != "m1" || l.Data[1].ID != "m2" {
 		t.Fatalf("%s", b)
@@ -243,8 +243,8 @@ func TestModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 404 {
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("unknown model: status %d", resp.StatusCode)
 	}
 }
@@ -309,7 +309,7 @@ func TestRPMLimit(t *testing.T) {
 	body := chatBody("sim-chat", 0, "user", "hi")
 	for i, want := range []string{"1", "0"} {
 		resp, b := post(t, url+"/v1/chat/completions", body)
-		if resp.StatusCode != 200 {
+		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
 		}
 		h := resp.Header
@@ -319,7 +319,7 @@ func TestRPMLimit(t *testing.T) {
 	}
 	resp, b := post(t, url+"/v1/chat/completions", body)
 	h := resp.Header
-	if resp.StatusCode != 429 || h.Get("Retry-After") != "30" || h.Get("retry-after-ms") != "30000" ||
+	if resp.StatusCode != http.StatusTooManyRequests || h.Get("Retry-After") != "30" || h.Get("retry-after-ms") != "30000" ||
 		h.Get("x-ratelimit-remaining-requests") != "0" || h.Get("x-ratelimit-reset-requests") != "1m0s" {
 		t.Fatalf("throttled call: %d %v %s", resp.StatusCode, h, b)
 	}
@@ -327,7 +327,7 @@ func TestRPMLimit(t *testing.T) {
 		t.Fatalf("body %s", b)
 	}
 	clk.add(30 * time.Second)
-	if resp, b := post(t, url+"/v1/chat/completions", body); resp.StatusCode != 200 {
+	if resp, b := post(t, url+"/v1/chat/completions", body); resp.StatusCode != http.StatusOK {
 		t.Fatalf("after the wait: %d %s", resp.StatusCode, b)
 	}
 }
@@ -342,12 +342,12 @@ func TestTPMLimit(t *testing.T) {
 	}
 	for i := range 3 {
 		resp, b := post(t, url+"/v1/embeddings", msg{"model": "sim-embedding", "input": inputs})
-		if resp.StatusCode != 200 {
+		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("call %d: %d %s", i, resp.StatusCode, b)
 		}
 	}
 	resp, _ := post(t, url+"/v1/embeddings", msg{"model": "sim-embedding", "input": inputs})
-	if resp.StatusCode != 429 || resp.Header.Get("x-ratelimit-remaining-tokens") != "0" || resp.Header.Get("retry-after-ms") != "20000" {
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("x-ratelimit-remaining-tokens") != "0" || resp.Header.Get("retry-after-ms") != "20000" {
 		t.Fatalf("throttled call: %d %v", resp.StatusCode, resp.Header)
 	}
 	// More than the whole TPM can never pass: no Retry-After.
@@ -357,7 +357,7 @@ func TestTPMLimit(t *testing.T) {
 	}
 	clk.add(time.Hour)
 	resp, b := post(t, url+"/v1/embeddings", msg{"model": "sim-embedding", "input": big})
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" || !strings.Contains(string(b), "too large") {
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" || !strings.Contains(string(b), "too large") {
 		t.Fatalf("too large: %d %v %s", resp.StatusCode, resp.Header, b)
 	}
 	if st := s.Stats(); st.RateLimited != 2 || st.OK != 3 {
@@ -392,7 +392,7 @@ func TestFaultMalformed(t *testing.T) {
 	seen := map[string]bool{}
 	for range 8 {
 		resp, b := post(t, url+"/v1/completions", msg{"model": "sim-chat", "prompt": "x"})
-		if resp.StatusCode != 200 || json.Valid(b) {
+		if resp.StatusCode != http.StatusOK || json.Valid(b) {
 			t.Fatalf("%d %s: want 200 with a broken body", resp.StatusCode, b)
 		}
 		seen[resp.Header.Get("Content-Type")] = true
@@ -449,7 +449,7 @@ func TestMaxConcurrency(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			resp, b, err := tryPost(context.Background(), url+"/v1/embeddings", msg{"model": "sim-embedding", "input": "x"})
-			if err != nil || resp.StatusCode != 200 {
+			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Errorf("%v %s", err, b)
 			}
 		})
@@ -472,7 +472,7 @@ func packedBody(t *testing.T, items []string, budget, maxTokens int) msg {
 func packedReply(t *testing.T, url string, body msg) chatResponse {
 	t.Helper()
 	resp, b := post(t, url+"/v1/chat/completions", body)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	return decode[chatResponse](t, b)

@@ -65,7 +65,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	s.mux.HandleFunc("GET /v1/models", s.listModels)
 	s.mux.HandleFunc("GET /v1/models/{model}", s.getModel)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", "Invalid URL ("+r.Method+" "+cutRunes(r.URL.Path, 64)+")")
 	})
@@ -527,12 +527,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, a *answer) {
 		if s.draw() < 0.5 {
 			h.Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
-			w.Write(body[:len(body)/2])
+			_, _ = w.Write(body[:len(body)/2])
 			return
 		}
 		h.Set("Content-Type", "text/html")
 		w.WriteHeader(http.StatusOK)
-		io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>")
+		_, _ = io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>")
 		return
 	}
 
@@ -576,9 +576,9 @@ func reset(w http.ResponseWriter) {
 		panic(http.ErrAbortHandler)
 	}
 	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetLinger(0) // close sends RST, not FIN
+		_ = tc.SetLinger(0) // close sends RST, not FIN
 	}
-	conn.Close()
+	_ = conn.Close()
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -590,7 +590,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	w.Write(body)
+	_, _ = w.Write(body)
 }
 
 func badRequest(w http.ResponseWriter, param, msg string) {
@@ -613,5 +613,5 @@ func writeErrorBody(w http.ResponseWriter, status int, d errorDetail) {
 	body, _ := json.Marshal(errorBody{Error: d}) // strings only
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(body)
+	_, _ = w.Write(body)
 }

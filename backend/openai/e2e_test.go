@@ -218,16 +218,16 @@ func TestPackRejectedByUpstreamResendsSingly(t *testing.T) {
 			ResponseFormat json.RawMessage `json:"response_format"`
 			Messages       []struct{ Content string }
 		}
-		json.NewDecoder(r.Body).Decode(&req)
+		_ = json.NewDecoder(r.Body).Decode(&req)
 		mu.Lock()
 		formats = append(formats, req.ResponseFormat != nil)
 		mu.Unlock()
 		if req.ResponseFormat != nil {
 			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `{"error":{"message":"response_format json_schema is not supported","type":"invalid_request_error"}}`)
+			_, _ = io.WriteString(w, `{"error":{"message":"response_format json_schema is not supported","type":"invalid_request_error"}}`)
 			return
 		}
-		fmt.Fprintf(w, `{"choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}`,
+		_, _ = fmt.Fprintf(w, `{"choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}`,
 			"re: "+req.Messages[len(req.Messages)-1].Content)
 	}))
 	defer srv.Close()
@@ -252,7 +252,7 @@ func TestPackRateLimitedIsNotResent(t *testing.T) {
 		n.Add(1)
 		w.Header().Set("Retry-After", "2")
 		w.WriteHeader(http.StatusTooManyRequests)
-		io.WriteString(w, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`)
+		_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`)
 	}))
 	defer srv.Close()
 	be := newBackend(t, openai.Config{BaseURL: srv.URL, Pack: openai.PackConfig{Enabled: true}})
@@ -279,12 +279,12 @@ func TestRateLimitHeadersSlowTheDispatcher(t *testing.T) {
 		{"remaining zero", func(w http.ResponseWriter) {
 			w.Header().Set("x-ratelimit-remaining-requests", "0")
 			w.Header().Set("x-ratelimit-reset-requests", "300ms")
-			io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}],"usage":{"prompt_tokens":1}}`)
+			_, _ = io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}],"usage":{"prompt_tokens":1}}`)
 		}},
 		{"429 retry-after-ms", func(w http.ResponseWriter) {
 			w.Header().Set("retry-after-ms", "300")
 			w.WriteHeader(http.StatusTooManyRequests)
-			io.WriteString(w, `{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}`)
+			_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}`)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -299,7 +299,7 @@ func TestRateLimitHeadersSlowTheDispatcher(t *testing.T) {
 					tc.first(w)
 					return
 				}
-				io.WriteString(w, `{"data":[{"index":0,"embedding":[2]}],"usage":{"prompt_tokens":1}}`)
+				_, _ = io.WriteString(w, `{"data":[{"index":0,"embedding":[2]}],"usage":{"prompt_tokens":1}}`)
 			}))
 			defer srv.Close()
 			be := newBackend(t, openai.Config{BaseURL: srv.URL})
@@ -333,7 +333,7 @@ func TestRateLimitHeadersSlowTheDispatcher(t *testing.T) {
 func TestFallbackToSecondBackend(t *testing.T) {
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		io.WriteString(w, `{"error":{"message":"overloaded"}}`)
+		_, _ = io.WriteString(w, `{"error":{"message":"overloaded"}}`)
 	}))
 	defer down.Close()
 	sim, url := startSim(t, llmsim.Config{})
@@ -363,14 +363,14 @@ func TestFallbackToSecondBackend(t *testing.T) {
 func TestTracePropagation(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	defer tp.Shutdown(context.Background())
+	defer func() { _ = tp.Shutdown(context.Background()) }()
 	var mu sync.Mutex
 	var parents []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		parents = append(parents, r.Header.Get("traceparent"))
 		mu.Unlock()
-		io.WriteString(w, `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`)
+		_, _ = io.WriteString(w, `{"choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`)
 	}))
 	defer srv.Close()
 	be := newBackend(t, openai.Config{BaseURL: srv.URL, TracerProvider: tp})

@@ -30,7 +30,7 @@ func answer(status int, body string, hdr ...string) *httptest.Server {
 			w.Header().Set(hdr[i], hdr[i+1])
 		}
 		w.WriteHeader(status)
-		io.WriteString(w, strings.ReplaceAll(body, "%KEY%", r.Header.Get("Authorization")))
+		_, _ = io.WriteString(w, strings.ReplaceAll(body, "%KEY%", r.Header.Get("Authorization")))
 	}))
 }
 
@@ -163,7 +163,7 @@ func TestNetworkErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
-		ln.Close()
+		_ = ln.Close()
 		be := newBackend(t, openai.Config{BaseURL: "http://" + addr + "/v1"})
 		_, _, err = dispatch(context.Background(), be, "r", "m", 16, embedding("r", "x"))
 		if ue := upstreamErr(t, err); ue.Class != batcher.ClassNetwork || !strings.Contains(ue.Message, "refused") {
@@ -229,14 +229,14 @@ func TestInvalidResponses(t *testing.T) {
 	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Read the request first: closing with unread input sends a reset,
 		// which is a network error, not a cut body.
-		io.Copy(io.Discard, r.Body)
+		_, _ = io.Copy(io.Discard, r.Body)
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return
 		}
-		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"data\":[{\"index\":0,")
-		buf.Flush()
-		conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"data\":[{\"index\":0,")
+		_ = buf.Flush()
+		_ = conn.Close()
 	}))
 	defer cut.Close()
 	tests := []struct {
@@ -369,7 +369,7 @@ func TestRequestHeaders(t *testing.T) {
 	got := make(chan *http.Request, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r
-		io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}]}`)
+		_, _ = io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}]}`)
 	}))
 	defer srv.Close()
 	be := newBackend(t, openai.Config{
@@ -398,7 +398,7 @@ func TestRequestBodies(t *testing.T) {
 			t.Error(err)
 		}
 		got <- m
-		io.WriteString(w, `{"choices":[{"index":0,"message":{"content":"x"}}]}`)
+		_, _ = io.WriteString(w, `{"choices":[{"index":0,"message":{"content":"x"}}]}`)
 	}))
 	defer srv.Close()
 	be := newBackend(t, openai.Config{BaseURL: srv.URL, MaxTokensField: "max_completion_tokens"})
@@ -466,7 +466,7 @@ func TestKeyHeaderCannotBeOverridden(t *testing.T) {
 func TestConnectionsAreReused(t *testing.T) {
 	var conns atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}]}`)
+		_, _ = io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}]}`)
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
@@ -490,7 +490,7 @@ func TestHTTP2WhereOffered(t *testing.T) {
 	protos := make(chan int, 2)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		protos <- r.ProtoMajor
-		io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}]}`)
+		_, _ = io.WriteString(w, `{"data":[{"index":0,"embedding":[1]}]}`)
 	}))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()

@@ -28,7 +28,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	core, err := batcher.New(
 		batcher.WithBackend(batcher.BackendConfig{Name: "openai-main", Backend: be}),
 		batcher.WithRoute(batcher.Route{Name: "gpt-4o-mini", Op: batcher.OpChat, Backend: "openai-main", Model: "sim-chat",
@@ -37,7 +37,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer core.Shutdown(context.Background())
+	defer func() { _ = core.Shutdown(context.Background()) }()
 
 	questions := []string{"Is Go fun?", "What is a batch?", "Why pack prompts?"}
 	answers := make([]string, len(questions))

@@ -18,7 +18,7 @@ type roundTrip func(*http.Request) (status int, body string)
 func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) {
 	status, body := f(r)
 	if r.Body != nil {
-		r.Body.Close()
+		_ = r.Body.Close()
 	}
 	return &http.Response{
 		StatusCode: status, Header: http.Header{"Content-Type": {"application/json"}},
@@ -121,7 +121,7 @@ func FuzzPackedReply(f *testing.F) {
 			var req struct {
 				Messages []struct{ Content string }
 			}
-			json.NewDecoder(r.Body).Decode(&req)
+			_ = json.NewDecoder(r.Body).Decode(&req)
 			text := string(content)
 			if len(req.Messages) == 1 { // a single re-send
 				b, _ := json.Marshal("single:" + req.Messages[0].Content)

@@ -38,7 +38,7 @@ func newBackend(t testing.TB, cfg openai.Config) *openai.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { be.Close() })
+	t.Cleanup(func() { _ = be.Close() })
 	return be
 }
 
@@ -65,9 +65,6 @@ func newCore(t testing.TB, backends []batcher.BackendConfig, routes []batcher.Ro
 	})
 	return core
 }
-
-// noRetry makes the core fail a request on its first error.
-var noRetry = batcher.RetryPolicy{MaxRetries: -1}
 
 // chat returns a chat request for route with one user message.
 func chat(route, user string, system ...string) *batcher.Request {

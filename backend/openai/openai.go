@@ -245,7 +245,7 @@ func (b *Backend) do(ctx context.Context, path string, body, resp any) (*batcher
 	if err != nil {
 		return nil, transportError(ctx, err)
 	}
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	rl := ParseRateLimit(res.Header, time.Now())
 	if rl != nil && b.cfg.OnRateLimit != nil {
 		b.cfg.OnRateLimit(*rl)

@@ -107,13 +107,13 @@ func startSim(cfg llmsim.Config) (*sim, error) {
 		return nil, err
 	}
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }()
 	return &sim{Server: s, srv: srv, url: "http://" + ln.Addr().String() + "/v1"}, nil
 }
 
 func (s *sim) stop() {
 	s.Close()
-	s.srv.Close()
+	_ = s.srv.Close()
 }
 
 type row struct {
@@ -124,7 +124,6 @@ type row struct {
 	resent             int64
 	wall               time.Duration
 	wrong              int
-	corePauses, coreRL int64
 	extra              string
 }
 
@@ -187,7 +186,7 @@ func embedThroughBatcher(o options, name string, coreRPM int) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	core, err := batcher.New(
 		batcher.WithQueueCapacity(o.nEmbed+1),
 		batcher.WithQueueTimeout(30*time.Minute),
@@ -275,7 +274,7 @@ func directOne(client *http.Client, url string, i int, wrong *atomic.Int64) erro
 			return err
 		}
 		data, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if err != nil {
 			return err
 		}
@@ -364,7 +363,7 @@ func chatRun(o options, rpm int, packed bool) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	core, err := batcher.New(
 		batcher.WithQueueCapacity(o.nChat+1),
 		batcher.WithQueueTimeout(30*time.Minute),

@@ -142,7 +142,9 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addr s
 		err = errors.Join(err, srv.Close())
 	}
 	sim.Close()
-	<-errc // Serve returns ErrServerClosed
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
 	st := sim.Stats()
 	log.Info("llmsim stopped", "requests", st.Requests, "ok", st.OK, "rate_limited", st.RateLimited,
 		"prompt_tokens", st.PromptTokens, "completion_tokens", st.CompletionTokens)

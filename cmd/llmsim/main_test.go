@@ -27,8 +27,8 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("x-ratelimit-limit-requests") != "60" {
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("x-ratelimit-limit-requests") != "60" {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, b)
 	}
 	cancel()
