@@ -32,6 +32,9 @@ type Response struct {
 // Backend sends batches to a provider.
 //
 // Contract:
+//   - Every request of a batch shares its route, operation and generation
+//     parameters (max_tokens resolved, temperature, top_p, stop, seed): the
+//     lane key guarantees it, so a backend may send them as one native call.
 //   - Dispatch writes exactly one Response per request: out[i] answers
 //     b.Requests[i], and len(out) == len(b.Requests). A failed request has
 //     out[i].Err set; the others may still succeed (a partial failure).

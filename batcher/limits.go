@@ -91,10 +91,10 @@ func newBackendState(bc BackendConfig, aging time.Duration) *backendState {
 	}
 	s.caller, _ = bc.Backend.(UpstreamCaller)
 	if bc.RPM > 0 {
-		s.rpm = rate.NewLimiter(rate.Limit(float64(bc.RPM)/60), perSecond(bc.RPM))
+		s.rpm = rate.NewLimiter(rate.Limit(float64(bc.RPM)/60), bc.RPMBurst)
 	}
 	if bc.TPM > 0 {
-		s.tpm = rate.NewLimiter(rate.Limit(float64(bc.TPM)/60), perSecond(bc.TPM))
+		s.tpm = rate.NewLimiter(rate.Limit(float64(bc.TPM)/60), bc.TPMBurst)
 	}
 	s.brk = newBreaker(bc.Name, bc.Breaker, s.stats.breakerChanged)
 	return s

@@ -88,6 +88,12 @@ type BackendConfig struct {
 	// and the tokens it reserves: estimated prompt tokens plus max_tokens.
 	RPM int
 	TPM int
+	// RPMBurst and TPMBurst size the buckets: how much may go at once after
+	// a quiet spell. Default one second's allowance (providers enforce
+	// per-minute limits over short windows); a provider that allows a whole
+	// minute's burst may be given RPM or TPM here. At least 1.
+	RPMBurst int
+	TPMBurst int
 	// ProtectedShare of the concurrency and rate is held for URGENT and HIGH
 	// work. Default DefaultProtectedShare; at most 0.9; negative: none.
 	ProtectedShare float64
@@ -213,6 +219,18 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 	}
 	if b.TPM < 0 {
 		return b, fmt.Errorf("%s: must not be negative, got %d", field("tpm"), b.TPM)
+	}
+	if b.RPMBurst == 0 {
+		b.RPMBurst = perSecond(b.RPM)
+	}
+	if b.TPMBurst == 0 {
+		b.TPMBurst = perSecond(b.TPM)
+	}
+	if b.RPMBurst < 1 {
+		return b, fmt.Errorf("%s: must be at least 1, got %d", field("rpm burst"), b.RPMBurst)
+	}
+	if b.TPMBurst < 1 {
+		return b, fmt.Errorf("%s: must be at least 1, got %d", field("tpm burst"), b.TPMBurst)
 	}
 	if b.ProtectedShare == 0 {
 		b.ProtectedShare = DefaultProtectedShare
