@@ -62,7 +62,8 @@ type Log struct {
 // Backend is one provider the routes may name.
 type Backend struct {
 	Name string `yaml:"name"`
-	// Type is the provider: "sim" is the only one yet.
+	// Type is the provider: "sim", the embedded simulated provider, or
+	// "openai", an OpenAI-compatible HTTP API.
 	Type string `yaml:"type"`
 	// MaxConcurrency bounds the core's concurrent dispatches to this
 	// backend. 0: the core's default.
@@ -71,7 +72,9 @@ type Backend struct {
 	// to on 429s. 0: MaxConcurrency (no adaptation).
 	MinConcurrency int `yaml:"min_concurrency"`
 	// RPM and TPM are the provider's limits as the core budgets them; 0:
-	// none. (A sim backend's own limits are under sim.)
+	// none. (A sim backend's own limits are under sim.) For an openai
+	// backend, set them to the account's limits: the core then spends its
+	// budget before the upstream answers 429.
 	RPM int `yaml:"rpm"`
 	TPM int `yaml:"tpm"`
 	// ProtectedShare of concurrency and rate is held for URGENT and HIGH
@@ -83,6 +86,8 @@ type Backend struct {
 	Breaker        Breaker  `yaml:"breaker"`
 	// Sim configures a backend of type sim; absent, it takes the defaults.
 	Sim *Sim `yaml:"sim"`
+	// OpenAI configures a backend of type openai; its base_url is required.
+	OpenAI *OpenAI `yaml:"openai"`
 }
 
 // Retry is a backend's retry policy (batcher.RetryPolicy). 0: the core's

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
+	"github.com/batcherhq/batcher/llmsim"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -350,7 +353,7 @@ func TestParseErrors(t *testing.T) {
 		// Backends.
 		{"backend name", "backends:\n  - {type: sim}\n" + route, "backends[0].name: must not be empty"},
 		{"backend twice", "backends:\n  - {name: sim, type: sim}\n  - {name: sim, type: sim}\n" + route, `backends[1].name: "sim" is already the name of backends[0]`},
-		{"backend type", "backends:\n  - {name: sim, type: openia}\n" + route, `backends[0].type: unknown type "openia": want sim`},
+		{"backend type", "backends:\n  - {name: sim, type: openia}\n" + route, `backends[0].type: unknown type "openia": want sim or openai`},
 		{"backend no type", "backends:\n  - {name: sim}\n" + route, "backends[0].type: must be set"},
 		{"backend concurrency", "backends:\n  - {name: sim, type: sim, max_concurrency: -1}\n" + route, "backends[0].max_concurrency: must not be negative, got -1"},
 		{"min concurrency", "backends:\n  - {name: sim, type: sim, max_concurrency: 4, min_concurrency: 5}\n" + route, "backends[0].min_concurrency: must be 1 to max_concurrency 4, got 5"},
@@ -427,6 +430,11 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("a: &a [*a, *a]\n"))
 	f.Add([]byte("listen: [\n"))
 	f.Add([]byte("queue_timeout: 1h\nsummary_interval: 100ms\nlog: {level: WARN}\n"))
+	f.Add([]byte(withOpenAI("{base_url: http://127.0.0.1:8080/v1, pack: {enabled: true, routes: [chat], max_items: 4}}")))
+	f.Add([]byte(withOpenAI(`{base_url: "https://h/v1?api-version=1", api_key_env: K, api_key_header: api-key, headers: {X-A: b},
+      organization: o, project: p, timeout: 1s, max_response_bytes: 10, max_fan_out: 2, max_idle_conns: 1,
+      max_tokens_field: max_completion_tokens, pack: {max_tokens: 9, response_format: none}, tls: {ca_file: x}}`)))
+	f.Add([]byte(withOpenAI("{base_url: ftp://h, pack: {routes: [embed, nope]}}")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := config.Parse(data)
 		if err != nil {
@@ -435,7 +443,20 @@ func FuzzLoadConfig(f *testing.F) {
 			}
 			return
 		}
-		core := newCore(t, c)
+		// Validation mirrors openai.New; what it cannot see is the
+		// environment and the files a config names.
+		b, err := c.Build()
+		if err != nil {
+			if msg := err.Error(); !strings.Contains(msg, "APIKeyEnv: environment variable") && !strings.Contains(msg, ": tls.") {
+				t.Fatalf("Build failed on a valid config: %v", err)
+			}
+			return
+		}
+		defer b.Close()
+		core, err := batcher.New(b.Core...)
+		if err != nil {
+			t.Fatalf("batcher.New rejected a valid config: %v", err)
+		}
 		_ = core.Shutdown(t.Context())
 	})
 }
@@ -466,4 +487,126 @@ func TestExampleFile(t *testing.T) {
 		t.Errorf("example %+v", c)
 	}
 	newCore(t, c)
+}
+
+// commentedSetting is a commented-out setting in the example file: "# key:"
+// or "# - key:", indented as it would be.
+var commentedSetting = regexp.MustCompile(`(?m)^(\s*)# ( *(?:- )?[a-z_]+:(?: |$).*)$`)
+
+// TestExampleFileCommentedSettings uncomments every setting the example
+// file shows commented out (the openai backends, the gpt-4o-mini route with
+// its fallback, the retry and breaker defaults): they must make a valid
+// config too, and the defaults they claim must be the core's.
+func TestExampleFileCommentedSettings(t *testing.T) {
+	data, err := os.ReadFile("../../batcherd.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = commentedSetting.ReplaceAll(data, []byte("$1$2"))
+	c, err := config.Parse(data)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	byName := map[string]config.Backend{}
+	for _, b := range c.Backends {
+		byName[b.Name] = b
+	}
+	sim, oa, ollama := byName["sim"], byName["openai-main"], byName["ollama-local"]
+	if oa.Type != config.TypeOpenAI || oa.OpenAI == nil || oa.OpenAI.BaseURL == "" || !oa.OpenAI.Pack.Enabled ||
+		ollama.Type != config.TypeOpenAI || ollama.OpenAI == nil {
+		t.Errorf("the openai backends did not come through: %+v, %+v", oa, ollama)
+	}
+	var route *config.Route
+	for i := range c.Routes {
+		if c.Routes[i].Name == "gpt-4o-mini" {
+			route = &c.Routes[i]
+		}
+	}
+	if route == nil || route.Backend != "openai-main" || route.Model != "gpt-4o-mini" || len(route.Fallbacks) != 1 || route.Fallbacks[0].Backend != "ollama-local" {
+		t.Errorf("route gpt-4o-mini %+v", route)
+	}
+	wantRetry := config.Retry{
+		MaxRetries: batcher.DefaultMaxRetries, InitialBackoff: config.Duration(batcher.DefaultInitialBackoff),
+		Factor: batcher.DefaultBackoffFactor, MaxBackoff: config.Duration(batcher.DefaultMaxBackoff),
+		BudgetRatio: batcher.DefaultRetryBudgetRatio, BudgetWindow: config.Duration(batcher.DefaultRetryWindow),
+		BudgetMin: batcher.DefaultRetryBudgetMin,
+	}
+	if sim.Retry != wantRetry {
+		t.Errorf("the example's retry %+v is not the core's defaults %+v", sim.Retry, wantRetry)
+	}
+	wantBreaker := config.Breaker{
+		Consecutive: batcher.DefaultBreakerConsecutive, Ratio: batcher.DefaultBreakerRatio,
+		Window: config.Duration(batcher.DefaultBreakerWindow), MinCalls: batcher.DefaultBreakerMinCalls,
+		Cooldown: config.Duration(batcher.DefaultBreakerCooldown), Probes: batcher.DefaultBreakerProbes,
+	}
+	if sim.Breaker != wantBreaker {
+		t.Errorf("the example's breaker %+v is not the core's defaults %+v", sim.Breaker, wantBreaker)
+	}
+	if sim.ProtectedShare != batcher.DefaultProtectedShare || sim.AttemptTimeout.D() != batcher.DefaultAttemptTimeout {
+		t.Errorf("the example's protected_share %v, attempt_timeout %v: not the core's defaults", sim.ProtectedShare, sim.AttemptTimeout)
+	}
+
+	t.Setenv(oa.OpenAI.APIKeyEnv, "sk-test")
+	b, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	core, err := batcher.New(b.Core...)
+	if err != nil {
+		t.Fatalf("batcher.New: %v", err)
+	}
+	_ = core.Shutdown(t.Context())
+}
+
+// TestLLMSimExampleFile keeps llmsim.example.yaml valid and pointed at
+// cmd/llmsim's defaults: its address and its models.
+func TestLLMSimExampleFile(t *testing.T) {
+	c, err := config.Load([]string{"--config", "../../llmsim.example.yaml"}, env(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up *config.Backend
+	for i := range c.Backends {
+		if c.Backends[i].Type == config.TypeOpenAI {
+			up = &c.Backends[i]
+		}
+	}
+	if up == nil || up.OpenAI.BaseURL != "http://127.0.0.1:8080/v1" {
+		t.Fatalf("no openai backend on llmsim's default address 127.0.0.1:8080: %+v", up)
+	}
+	ops := map[string]int{}
+	var packed, fanOut bool
+	for _, r := range c.Routes {
+		if r.Backend != up.Name {
+			continue
+		}
+		ops[r.Operation]++
+		if !slices.Contains(llmsim.DefaultModels, r.Model) {
+			t.Errorf("route %s asks for model %q; llmsim serves %v", r.Name, r.Model, llmsim.DefaultModels)
+		}
+		if r.Operation == "chat" {
+			if slices.Contains(up.OpenAI.Pack.Routes, r.Name) {
+				packed = true
+			} else {
+				fanOut = true
+			}
+			if len(r.Fallbacks) == 0 || r.Fallbacks[0].Backend != "sim" {
+				t.Errorf("chat route %s has no fallback on the embedded sim: %+v", r.Name, r.Fallbacks)
+			}
+		}
+	}
+	if !up.OpenAI.Pack.Enabled || !packed || !fanOut || ops["completion"] != 1 || ops["embedding"] != 1 {
+		t.Errorf("want a packed and a fan-out chat route, a completion and an embedding route; got %v (packed %v, fan-out %v)", ops, packed, fanOut)
+	}
+	b, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	core, err := batcher.New(b.Core...)
+	if err != nil {
+		t.Fatalf("batcher.New: %v", err)
+	}
+	_ = core.Shutdown(t.Context())
 }

@@ -11,5 +11,15 @@
 //     field is reported at once; nothing is clamped silently;
 //   - without a file, the service runs out of the box on the embedded
 //     simulated provider: backend "sim" with routes "sim-chat",
-//     "sim-completion" and "sim-embed".
+//     "sim-completion" and "sim-embed";
+//   - a backend of type openai (package backend/openai) is checked as
+//     openai.New would check it, with errors naming YAML paths such as
+//     "backends[1].openai.base_url: must be set"; Load also checks that its
+//     api_key_env is set. The key itself never sits in the file. What only
+//     Build can see (a TLS file it cannot read) fails Build with an error
+//     naming the backend: "backends[1] (openai-main): ...".
+//
+// Build builds the backends; with WithTracerProvider every upstream call
+// of an openai backend is a span whose parent is its batch's span. The
+// caller closes the Built once the core has drained.
 package config

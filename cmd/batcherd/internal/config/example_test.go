@@ -62,3 +62,38 @@ func ExampleConfig_Build() {
 	// Output:
 	// 3 50ms
 }
+
+// A route sends the model name callers use to an OpenAI-compatible
+// upstream, with a local one as its fallback.
+func ExampleParse_openai() {
+	c, err := config.Parse([]byte(`
+backends:
+  - name: openai-main
+    type: openai
+    openai: {base_url: "https://api.openai.com/v1"}
+  - name: ollama-local
+    type: openai
+    openai: {base_url: "http://127.0.0.1:11434/v1"}
+routes:
+  - name: gpt-4o-mini
+    operation: chat
+    backend: openai-main
+    fallbacks: [{backend: ollama-local, model: llama3.2}]
+`))
+	if err != nil {
+		panic(err)
+	}
+	r := c.Routes[0]
+	fmt.Println(r.Name, "on", r.Backend, c.Backends[0].OpenAI.BaseURL, "else", r.Fallbacks[0].Backend, r.Fallbacks[0].Model)
+
+	_, err = config.Parse([]byte(`
+backends:
+  - {name: openai-main, type: openai, openai: {api_key_env: OPENAI_API_KEY}}
+routes:
+  - {name: gpt-4o-mini, operation: chat, backend: openai-main}
+`))
+	fmt.Println(err)
+	// Output:
+	// gpt-4o-mini on openai-main https://api.openai.com/v1 else ollama-local llama3.2
+	// backends[0].openai.base_url: must be set, for example https://api.openai.com/v1
+}

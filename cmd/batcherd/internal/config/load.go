@@ -69,7 +69,8 @@ func durSetter(field func(*Config) *Duration) func(*Config, string) error {
 
 // Load resolves the configuration from defaults, the YAML file named by
 // --config or BATCHER_CONFIG, BATCHER_* variables read with lookupEnv, and
-// the flags in args, each overriding the last, then validates it. With -h
+// the flags in args, each overriding the last, then validates it, checking
+// too that each openai backend's api_key_env is set. With -h
 // it writes the usage to usage and returns flag.ErrHelp.
 func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer) (*Config, error) {
 	fs := flag.NewFlagSet("batcherd", flag.ContinueOnError)
@@ -127,7 +128,7 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if err := c.Validate(); err != nil {
+	if err := errors.Join(c.Validate(), c.checkEnv(lookupEnv)); err != nil {
 		return nil, err
 	}
 	return c, nil

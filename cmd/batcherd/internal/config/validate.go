@@ -18,8 +18,12 @@ import (
 
 // The backend types.
 const (
-	TypeSim = "sim"
+	TypeSim    = "sim"
+	TypeOpenAI = "openai"
 )
+
+// types lists the backend types for messages.
+const types = TypeSim + " or " + TypeOpenAI
 
 var operations = map[string]batcher.Operation{
 	"chat":       batcher.OpChat,
@@ -89,13 +93,22 @@ func (c *Config) Validate() error {
 					e = append(e, fmt.Errorf("%s.sim.%w", path, err))
 				}
 			}
+		case TypeOpenAI:
+			o := b.OpenAI
+			if o == nil {
+				o = &OpenAI{}
+			}
+			o.validate(path+".openai", b.Name, c, &e)
 		case "":
-			e.add(path+".type", "must be set: want %s", TypeSim)
+			e.add(path+".type", "must be set: want %s", types)
 		default:
-			e.add(path+".type", "unknown type %q: want %s", b.Type, TypeSim)
+			e.add(path+".type", "unknown type %q: want %s", b.Type, types)
 		}
 		if b.Sim != nil && b.Type != TypeSim && b.Type != "" {
 			e.add(path+".sim", "only for type %s, got type %q", TypeSim, b.Type)
+		}
+		if b.OpenAI != nil && b.Type != TypeOpenAI && b.Type != "" {
+			e.add(path+".openai", "only for type %s, got type %q", TypeOpenAI, b.Type)
 		}
 	}
 
