@@ -4,7 +4,10 @@
 // (--config or BATCHER_CONFIG), BATCHER_* environment variables and flags,
 // each overriding the last (see package config and batcherd -h). With no
 // configuration at all it serves the embedded simulated provider on
-// 127.0.0.1:50051: routes sim-chat, sim-completion and sim-embed.
+// 127.0.0.1:50051: routes sim-chat, sim-completion and sim-embed. A backend
+// of type openai sends routes to an OpenAI-compatible HTTP API;
+// llmsim.example.yaml points one at a local llmsim (cmd/llmsim), and
+// batcherd.example.yaml documents every setting.
 //
 // It logs through log/slog, as JSON or text on stderr. Once it listens it
 // logs "listening" with the bound address (useful with port 0), then each
@@ -16,7 +19,8 @@
 // order: health checks answer NOT_SERVING, admission stops, the batcher
 // drains (every accepted request gets its result), open streams end, and
 // the gRPC server stops (forcibly if the drain timeout has passed). It then
-// flushes its traces and exits 0. A second signal during shutdown kills it
+// closes its backends (an openai backend's idle connections), flushes its
+// traces and exits 0. A second signal during shutdown kills it
 // at once.
 //
 // Exit codes: 0 after a graceful shutdown (or -h), 1 when it could not

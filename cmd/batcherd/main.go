@@ -57,23 +57,30 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 	log := newLogger(cfg, stderr)
 	slog.SetDefault(log)
 
-	built, err := cfg.Build()
-	if err != nil {
-		log.Error("bad configuration", "err", err)
-		return exitConfig
-	}
 	tp, err := newTracerProvider(ctx, lookupEnv)
 	if err != nil {
 		log.Error("tracing", "err", err)
 		return exitConfig
 	}
 	var tracing trace.TracerProvider // nil: no spans at all
+	var buildOpts []config.BuildOption
 	if tp != nil {
 		tracing = tp
 		defer flushTraces(tp, log)
-		built.Core = append(built.Core, batcher.WithTracerProvider(tp))
-		built.Server = append(built.Server, server.WithTracerProvider(tp))
+		buildOpts = append(buildOpts, config.WithTracerProvider(tp))
 	}
+	built, err := cfg.Build(buildOpts...)
+	if err != nil {
+		log.Error("bad configuration", "err", err)
+		return exitConfig
+	}
+	// Backends close after the core's drain: deferred, this runs after
+	// shutdown below, and before the traces are flushed.
+	defer func() {
+		if err := built.Close(); err != nil {
+			log.Error("closing backends", "err", err)
+		}
+	}()
 	core, err := batcher.New(built.Core...)
 	if err != nil {
 		log.Error("bad configuration", "err", err)
@@ -90,7 +97,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitFailed
 	}
 	log.Info("listening", "addr", lis.Addr().String(), "tracing", tp != nil)
-	logLayout(log, cfg, built, core)
+	logLayout(log, cfg, built)
 
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
@@ -147,13 +154,19 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 }
 
 // logLayout logs the routes and backends being served.
-func logLayout(log *slog.Logger, cfg *config.Config, built *config.Built, core *batcher.Batcher) {
+func logLayout(log *slog.Logger, cfg *config.Config, built *config.Built) {
 	for _, b := range cfg.Backends {
 		conc := b.MaxConcurrency
 		if conc == 0 {
 			conc = batcher.DefaultMaxConcurrency
 		}
 		attrs := []any{"name", b.Name, "type", b.Type, "max_concurrency", conc, "rpm", b.RPM, "tpm", b.TPM}
+		if o := b.OpenAI; o != nil && built.OpenAI[b.Name] != nil {
+			// The base URL holds no credentials (validated); the key is
+			// named, never shown.
+			attrs = append(attrs, slog.Group("openai",
+				"base_url", o.BaseURL, "api_key_env", o.APIKeyEnv, "pack", o.Pack.Enabled, "pack_routes", o.Pack.Routes))
+		}
 		if p := built.Sims[b.Name]; p != nil {
 			sc := p.Config()
 			attrs = append(attrs, slog.Group("sim",
@@ -163,8 +176,20 @@ func logLayout(log *slog.Logger, cfg *config.Config, built *config.Built, core *
 		}
 		log.Info("backend", attrs...)
 	}
-	for _, r := range core.Routes() {
-		log.Info("route", "name", r.Name, "operation", r.Op.String(), "backend", r.Backend)
+	for _, r := range cfg.Routes {
+		model := r.Model
+		if model == "" {
+			model = r.Name
+		}
+		attrs := []any{"name", r.Name, "operation", r.Operation, "backend", r.Backend, "model", model}
+		if len(r.Fallbacks) > 0 {
+			fb := make([]string, len(r.Fallbacks))
+			for i, f := range r.Fallbacks {
+				fb[i] = f.Backend
+			}
+			attrs = append(attrs, "fallbacks", fb)
+		}
+		log.Info("route", attrs...)
 	}
 }
 

@@ -6,9 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +29,7 @@ import (
 
 	"github.com/batcherhq/batcher/client"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/llmsim"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -404,6 +409,130 @@ func TestTracerProviderOnlyWithEndpoint(t *testing.T) {
 		}
 		if err := tp.Shutdown(t.Context()); err != nil {
 			t.Errorf("%s: shutdown with nothing to flush: %v", key, err)
+		}
+	}
+}
+
+// TestRunOpenAIBackend runs batcherd in-process against an in-process
+// llmsim through an openai backend: a chat, a completion and an embedding
+// come back through the Go client with llmsim's answers, served by the
+// openai backend.
+func TestRunOpenAIBackend(t *testing.T) {
+	sim, err := llmsim.New(llmsim.Config{ReplyTokens: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Count the upstream's open connections: at exit batcherd closes its
+	// backends, which drops their idle keep-alive connections.
+	var (
+		connMu  sync.Mutex
+		conns   int
+		changed = make(chan struct{}, 1)
+	)
+	upstream := httptest.NewUnstartedServer(sim)
+	upstream.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		connMu.Lock()
+		switch s {
+		case http.StateNew:
+			conns++
+		case http.StateClosed, http.StateHijacked:
+			conns--
+		}
+		connMu.Unlock()
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	upstream.Start()
+	t.Cleanup(func() {
+		sim.Close()
+		upstream.Close()
+	})
+	cfgFile := filepath.Join(t.TempDir(), "batcherd.yaml")
+	cfg := fmt.Sprintf(`
+backends:
+  - name: llmsim
+    type: openai
+    openai:
+      base_url: %s/v1
+      pack: {enabled: true, routes: [chat]}
+  - name: sim
+    type: sim
+routes:
+  - {name: chat, operation: chat, backend: llmsim, model: sim-chat, fallbacks: [{backend: sim}], batching: {min_batch_size: 1}}
+  - {name: completion, operation: completion, backend: llmsim, model: sim-completion, batching: {min_batch_size: 1}}
+  - {name: embedding, operation: embedding, backend: llmsim, model: sim-embedding, batching: {min_batch_size: 1}}
+`, upstream.URL)
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, stop, exit, logs := startInProcess(t, "--config", cfgFile, "--listen=127.0.0.1:0")
+	c, err := client.Dial(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+
+	const maxTokens = 8
+	for _, tc := range []struct {
+		req  *batcherv1.Request
+		want string
+	}{
+		{client.Chat("chat", client.User("What is a batch?"), client.WithMaxTokens(maxTokens)), "What is a batch?"},
+		{client.Complete("completion", "Once upon a time", client.WithMaxTokens(maxTokens)), "Once upon a time"},
+	} {
+		comp, err := c.Submit(ctx, tc.req)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.req.GetModel(), err, logs)
+		}
+		if want, _ := llmsim.Reply(tc.want, maxTokens, 12); comp.GetText() != want {
+			t.Errorf("%s: text %q, want llmsim's %q", tc.req.GetModel(), comp.GetText(), want)
+		}
+		if comp.GetBackend() != "llmsim" {
+			t.Errorf("%s: served by %q, want llmsim", tc.req.GetModel(), comp.GetBackend())
+		}
+		if comp.GetFinishReason() != batcherv1.FinishReason_FINISH_REASON_LENGTH || comp.GetUsage().GetCompletionTokens() != maxTokens {
+			t.Errorf("%s: finish %v, usage %v: want cut at %d tokens", tc.req.GetModel(), comp.GetFinishReason(), comp.GetUsage(), maxTokens)
+		}
+	}
+	comp, err := c.Submit(ctx, client.Embed("embedding", "hello"))
+	if err != nil {
+		t.Fatalf("embedding: %v\n%s", err, logs)
+	}
+	if got, want := comp.GetEmbedding().GetValues(), llmsim.Embedding("hello", llmsim.DefaultEmbeddingDim); !slices.Equal(got, want) {
+		t.Errorf("embedding %v, want llmsim's %v", got, want)
+	}
+	if comp.GetBackend() != "llmsim" {
+		t.Errorf("embedding: served by %q, want llmsim", comp.GetBackend())
+	}
+	if st := sim.Stats(); st.Chat != 1 || st.Completions != 1 || st.Embeddings != 1 {
+		t.Errorf("llmsim saw %+v, want one call of each", st)
+	}
+	if want := `"msg":"backend","name":"llmsim","type":"openai"`; !strings.Contains(logs.String(), want) {
+		t.Errorf("the start log lacks %s:\n%s", want, logs)
+	}
+
+	stop()
+	if code := <-exit; code != exitOK {
+		t.Errorf("exit %d after the signal, want 0:\n%s", code, logs)
+	}
+	if logs.has("closing backends") {
+		t.Errorf("closing the backends failed:\n%s", logs)
+	}
+	for {
+		connMu.Lock()
+		n := conns
+		connMu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d upstream connections still open after exit: the openai backend was not closed", n)
 		}
 	}
 }
