@@ -51,7 +51,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "batcherd: bad configuration:\n%v\n", err)
+		_, _ = fmt.Fprintf(stderr, "batcherd: bad configuration:\n%v\n", err)
 		return exitConfig
 	}
 	log := newLogger(cfg, stderr)

@@ -122,7 +122,7 @@ func startInProcess(t *testing.T, args ...string) (addr string, cancel func(), e
 	code := make(chan int, 1)
 	go func() {
 		c := run(ctx, func() {}, append([]string{"--log-format=json"}, args...), noEnv, pw)
-		pw.Close()
+		_ = pw.Close()
 		<-scanned
 		code <- c
 	}()
@@ -143,7 +143,7 @@ func TestRunServesAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	comp, err := c.Submit(t.Context(), client.Embed("sim-embed", "hello"))
 	if err != nil {
 		t.Fatalf("Submit: %v\n%s", err, logs)
@@ -251,7 +251,7 @@ func TestEndToEndGracefulShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	var (
 		mu       sync.Mutex
@@ -472,7 +472,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 

@@ -452,7 +452,7 @@ func FuzzLoadConfig(f *testing.F) {
 			}
 			return
 		}
-		defer b.Close()
+		defer func() { _ = b.Close() }()
 		core, err := batcher.New(b.Core...)
 		if err != nil {
 			t.Fatalf("batcher.New rejected a valid config: %v", err)
@@ -551,7 +551,7 @@ func TestExampleFileCommentedSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }()
 	core, err := batcher.New(b.Core...)
 	if err != nil {
 		t.Fatalf("batcher.New: %v", err)
@@ -603,7 +603,7 @@ func TestLLMSimExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }()
 	core, err := batcher.New(b.Core...)
 	if err != nil {
 		t.Fatalf("batcher.New: %v", err)

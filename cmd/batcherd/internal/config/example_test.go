@@ -57,7 +57,7 @@ func ExampleConfig_Build() {
 	if err != nil {
 		panic(err)
 	}
-	defer core.Shutdown(context.Background())
+	defer func() { _ = core.Shutdown(context.Background()) }()
 	fmt.Println(len(core.Routes()), b.Sims["sim"].Config().BaseLatency)
 	// Output:
 	// 3 50ms

@@ -165,7 +165,7 @@ func readFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", name, err)
@@ -283,7 +283,7 @@ func commonPath(a, b string) string {
 		n++
 	}
 	boundary := func(s string, i int) bool { return i == len(s) || s[i] == '.' || s[i] == '[' }
-	for n > 0 && !(boundary(a, n) && boundary(b, n)) {
+	for n > 0 && (!boundary(a, n) || !boundary(b, n)) {
 		n--
 	}
 	return a[:n]
