@@ -106,7 +106,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 	select {
 	case <-ctx.Done():
 		unsignal()
-		log.Info("shutting down", "cause", "signal", "drain_timeout", cfg.DrainTimeout.D())
+		log.Info("shutting down", "cause", "signal", "drain_timeout", cfg.DrainTimeout.String())
 	case err := <-served:
 		// Serve fails only when the listener does.
 		log.Error("serve", "err", err)
@@ -137,11 +137,11 @@ func shutdown(log *slog.Logger, srv *server.Server, gs interface {
 	select {
 	case <-stopped:
 	case <-ctx.Done():
-		log.Warn("drain timeout passed: closing the remaining connections", "drain_timeout", drain)
+		log.Warn("drain timeout passed: closing the remaining connections", "drain_timeout", drain.String())
 		gs.Stop()
 		<-stopped
 	}
-	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
+	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
@@ -153,7 +153,8 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// logLayout logs the routes and backends being served.
+// logLayout logs the routes and backends being served. Durations are
+// logged as strings ("50ms"): slog's JSON handler would write nanoseconds.
 func logLayout(log *slog.Logger, cfg *config.Config, built *config.Built) {
 	for _, b := range cfg.Backends {
 		conc := b.MaxConcurrency
@@ -170,7 +171,7 @@ func logLayout(log *slog.Logger, cfg *config.Config, built *config.Built) {
 		if p := built.Sims[b.Name]; p != nil {
 			sc := p.Config()
 			attrs = append(attrs, slog.Group("sim",
-				"base_latency", sc.BaseLatency, "per_token", sc.PerToken, "native", !sc.FanOut,
+				"base_latency", sc.BaseLatency.String(), "per_token", sc.PerToken.String(), "native", !sc.FanOut,
 				"max_concurrency", sc.MaxConcurrency, "rpm", sc.RPM, "tpm", sc.TPM,
 				"max_batch_size", sc.MaxBatchSize, "failure_rate", sc.FailureRate))
 		}
