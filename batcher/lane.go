@@ -430,7 +430,7 @@ func (l *lane) planLocked(now time.Time, caps cost) cost {
 			return false
 		}
 		n++
-		got = cost{requests: l.be.calls(l.route.Op, n), tokens: got.tokens + c.tokens}
+		got = cost{requests: l.be.calls(l.route.Name, l.route.Op, n), tokens: got.tokens + c.tokens}
 		return true
 	})
 	return got
@@ -445,7 +445,7 @@ func (l *lane) fits(n int, got cost, c *Call, caps cost) bool {
 	return n < bc.MaxBatchSize &&
 		(bc.MaxBatchTokens == 0 || got.tokens+c.tokens <= bc.MaxBatchTokens) &&
 		got.tokens+c.tokens <= caps.tokens &&
-		l.be.calls(l.route.Op, n+1) <= caps.requests
+		l.be.calls(l.route.Name, l.route.Op, n+1) <= caps.requests
 }
 
 // cutLocked takes the next batch off the queue within caps and returns it
@@ -458,7 +458,7 @@ func (l *lane) cutLocked(now time.Time, caps cost) ([]*Call, cost) {
 			return false
 		}
 		calls = append(calls, c)
-		got = cost{requests: l.be.calls(l.route.Op, len(calls)), tokens: got.tokens + c.tokens}
+		got = cost{requests: l.be.calls(l.route.Name, l.route.Op, len(calls)), tokens: got.tokens + c.tokens}
 		return true
 	})
 	for p, k := range passed {

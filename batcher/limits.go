@@ -30,9 +30,10 @@ const (
 )
 
 // UpstreamCaller is implemented by backends whose batches do not make exactly
-// one upstream call: a fan-out backend makes one per request.
+// one upstream call: a fan-out backend makes one per request. route is the
+// route callers named, for backends that treat routes differently.
 type UpstreamCaller interface {
-	UpstreamCalls(op Operation, n int) int
+	UpstreamCalls(route string, op Operation, n int) int
 }
 
 // cost is what a batch spends of its backend's budget.
@@ -103,12 +104,12 @@ func newBackendState(bc BackendConfig, aging time.Duration) *backendState {
 // perSecond is a bucket's burst: one second's worth of a per-minute limit.
 func perSecond(perMinute int) int { return max(1, perMinute/60) }
 
-// calls returns the upstream requests a batch of n makes.
-func (s *backendState) calls(op Operation, n int) int {
+// calls returns the upstream requests a batch of n of route makes.
+func (s *backendState) calls(route string, op Operation, n int) int {
 	if s.caller == nil {
 		return 1
 	}
-	return s.caller.UpstreamCalls(op, n)
+	return s.caller.UpstreamCalls(route, op, n)
 }
 
 // idle reports whether a dispatch could start now.

@@ -62,12 +62,12 @@ func (d *dispatchLog) Dispatch(ctx context.Context, b *Batch, out []Response) er
 	d.mu.Lock()
 	d.at = append(d.at, start)
 	d.tokens = append(d.tokens, tok)
-	d.reqs = append(d.reqs, d.UpstreamCalls(b.Op, len(b.Requests)))
+	d.reqs = append(d.reqs, d.UpstreamCalls(b.Route, b.Op, len(b.Requests)))
 	d.mu.Unlock()
 	return err
 }
 
-func (d *dispatchLog) UpstreamCalls(_ Operation, n int) int {
+func (d *dispatchLog) UpstreamCalls(_ string, _ Operation, n int) int {
 	if d.fanOut {
 		return n
 	}

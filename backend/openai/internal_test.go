@@ -182,20 +182,22 @@ func TestUpstreamCalls(t *testing.T) {
 	some := &Backend{cfg: &config{Config: Config{Pack: PackConfig{Enabled: true, MaxItems: 4}}, routes: map[string]bool{"r": true}}}
 	off := &Backend{cfg: &config{}}
 	for _, tt := range []struct {
-		b    *Backend
-		op   batcher.Operation
-		n    int
-		want int
+		b     *Backend
+		route string
+		op    batcher.Operation
+		n     int
+		want  int
 	}{
-		{off, batcher.OpEmbedding, 100, 1},
-		{off, batcher.OpCompletion, 10, 1},
-		{off, batcher.OpChat, 10, 10},
-		{all, batcher.OpChat, 10, 3},
-		{all, batcher.OpChat, 1, 1},
-		{some, batcher.OpChat, 10, 10},
+		{off, "r", batcher.OpEmbedding, 100, 1},
+		{off, "r", batcher.OpCompletion, 10, 1},
+		{off, "r", batcher.OpChat, 10, 10},
+		{all, "r", batcher.OpChat, 10, 3},
+		{all, "r", batcher.OpChat, 1, 1},
+		{some, "r", batcher.OpChat, 10, 3},
+		{some, "other", batcher.OpChat, 10, 10},
 	} {
-		if got := tt.b.UpstreamCalls(tt.op, tt.n); got != tt.want {
-			t.Errorf("UpstreamCalls(%v, %d) = %d, want %d", tt.op, tt.n, got, tt.want)
+		if got := tt.b.UpstreamCalls(tt.route, tt.op, tt.n); got != tt.want {
+			t.Errorf("UpstreamCalls(%q, %v, %d) = %d, want %d", tt.route, tt.op, tt.n, got, tt.want)
 		}
 	}
 }

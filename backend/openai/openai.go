@@ -132,15 +132,14 @@ func (b *Backend) Dispatch(ctx context.Context, batch *batcher.Batch, out []batc
 }
 
 // UpstreamCalls tells the dispatcher how many upstream requests a batch of
-// n makes, for its RPM budget: one for embeddings and completions; for chat,
-// one per request, or one per pack of up to Pack.MaxItems when every chat
-// route packs. It cannot see the route, so with a Pack.Routes list it
-// answers n, the most a batch makes.
-func (b *Backend) UpstreamCalls(op batcher.Operation, n int) int {
+// n of route makes, for its RPM budget: one for embeddings and completions;
+// for chat, one per request, or one per pack of up to Pack.MaxItems when the
+// route packs.
+func (b *Backend) UpstreamCalls(route string, op batcher.Operation, n int) int {
 	if op != batcher.OpChat {
 		return 1
 	}
-	if b.cfg.Pack.Enabled && b.cfg.routes == nil && n > 1 {
+	if b.cfg.packs(route) && n > 1 {
 		return (n + b.cfg.Pack.MaxItems - 1) / b.cfg.Pack.MaxItems
 	}
 	return n

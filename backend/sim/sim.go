@@ -59,7 +59,7 @@ func (p *Provider) Config() Config { return p.cfg }
 
 // UpstreamCalls reports how many upstream requests a batch of n inputs
 // makes: one when native, n with FanOut.
-func (p *Provider) UpstreamCalls(_ batcher.Operation, n int) int {
+func (p *Provider) UpstreamCalls(_ string, _ batcher.Operation, n int) int {
 	if p.cfg.FanOut {
 		return n
 	}

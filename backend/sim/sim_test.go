@@ -177,7 +177,7 @@ func TestLatencyModel(t *testing.T) {
 			{Input: prompt("c"), Params: batcher.Params{MaxTokens: 3}},
 		}}
 		out := make([]batcher.Response, 3)
-		if n := p.UpstreamCalls(b.Op, 3); n != 1 {
+		if n := p.UpstreamCalls(b.Route, b.Op, 3); n != 1 {
 			t.Errorf("a native batch makes %d upstream calls, want 1", n)
 		}
 		if d := timed(func() {
@@ -289,7 +289,7 @@ func TestFanOut(t *testing.T) {
 		if ok != 2 || limited != 3 {
 			t.Errorf("%d answered and %d limited, want 2 and 3", ok, limited)
 		}
-		if s := p.Stats(); s.Calls != 5 || p.UpstreamCalls(b.Op, 5) != 5 {
+		if s := p.Stats(); s.Calls != 5 || p.UpstreamCalls(b.Route, b.Op, 5) != 5 {
 			t.Errorf("%d calls, want one per input", s.Calls)
 		}
 		if b.RateLimit != nil {
