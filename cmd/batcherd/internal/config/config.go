@@ -77,6 +77,10 @@ type Backend struct {
 	// budget before the upstream answers 429.
 	RPM int `yaml:"rpm"`
 	TPM int `yaml:"tpm"`
+	// RPMBurst and TPMBurst size the core's buckets. 0: one second's
+	// allowance; give a provider that allows a minute's burst its RPM/TPM.
+	RPMBurst int `yaml:"rpm_burst"`
+	TPMBurst int `yaml:"tpm_burst"`
 	// ProtectedShare of concurrency and rate is held for URGENT and HIGH
 	// work. 0: the core's default; at most 0.9; negative: none.
 	ProtectedShare float64 `yaml:"protected_share"`

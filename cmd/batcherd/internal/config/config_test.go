@@ -360,6 +360,7 @@ func TestParseErrors(t *testing.T) {
 		{"min concurrency vs default", "backends:\n  - {name: sim, type: sim, min_concurrency: 9}\n" + route, "backends[0].min_concurrency: must be 1 to max_concurrency 8, got 9"},
 		{"core rpm", "backends:\n  - {name: sim, type: sim, rpm: -1}\n" + route, "backends[0].rpm: must not be negative, got -1"},
 		{"core tpm", "backends:\n  - {name: sim, type: sim, tpm: -1}\n" + route, "backends[0].tpm: must not be negative, got -1"},
+		{"core rpm burst", "backends:\n  - {name: sim, type: sim, rpm_burst: -1}\n" + route, "backends[0].rpm_burst: must not be negative, got -1"},
 		{"protected share", "backends:\n  - {name: sim, type: sim, protected_share: 0.95}\n" + route, "backends[0].protected_share: must be at most 0.9, got 0.95"},
 		{"protected share nan", "backends:\n  - {name: sim, type: sim, protected_share: .nan}\n" + route, "backends[0].protected_share: must be at most 0.9, got NaN"},
 		{"attempt timeout", "backends:\n  - {name: sim, type: sim, attempt_timeout: -1s}\n" + route, "backends[0].attempt_timeout: must be positive, got -1s"},

@@ -127,6 +127,8 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 			MinConcurrency: be.MinConcurrency,
 			RPM:            be.RPM,
 			TPM:            be.TPM,
+			RPMBurst:       be.RPMBurst,
+			TPMBurst:       be.TPMBurst,
 			ProtectedShare: be.ProtectedShare,
 			AttemptTimeout: be.AttemptTimeout.D(),
 			Retry: batcher.RetryPolicy{

@@ -183,6 +183,12 @@ func (b *Backend) validateCore(path string, e *errs) {
 	if b.TPM < 0 {
 		e.add(path+".tpm", "must not be negative, got %d", b.TPM)
 	}
+	if b.RPMBurst < 0 {
+		e.add(path+".rpm_burst", "must not be negative, got %d", b.RPMBurst)
+	}
+	if b.TPMBurst < 0 {
+		e.add(path+".tpm_burst", "must not be negative, got %d", b.TPMBurst)
+	}
 	if b.ProtectedShare > 0.9 || math.IsNaN(b.ProtectedShare) {
 		e.add(path+".protected_share", "must be at most 0.9, got %v", b.ProtectedShare)
 	}
