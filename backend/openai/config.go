@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/batcherhq/batcher/backend/openai/pack"
 	"github.com/batcherhq/batcher/batcher"
@@ -49,6 +50,8 @@ type Config struct {
 	// APIKeyEnv names the environment variable that holds the API key, read
 	// once by New. Empty: no key (local servers). Set but empty fails New.
 	APIKeyEnv string
+	// LookupEnv reads APIKeyEnv. Default os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 	// APIKeyHeader is the header that carries the key. Default
 	// "Authorization", as "Bearer <key>"; any other header (Azure's
 	// "api-key") carries the bare key.
@@ -150,7 +153,11 @@ func resolve(c Config) (*config, error) {
 		rc.base = u
 	}
 	if c.APIKeyEnv != "" {
-		rc.apiKey = os.Getenv(c.APIKeyEnv)
+		lookup := c.LookupEnv
+		if lookup == nil {
+			lookup = os.LookupEnv
+		}
+		rc.apiKey, _ = lookup(c.APIKeyEnv)
 		if rc.apiKey == "" {
 			errs = append(errs, fmt.Errorf("openai: APIKeyEnv: environment variable %s is empty or unset", c.APIKeyEnv))
 		}
@@ -158,12 +165,15 @@ func resolve(c Config) (*config, error) {
 	if rc.APIKeyHeader == "" {
 		rc.APIKeyHeader = "Authorization"
 	}
+	if !httpguts.ValidHeaderFieldName(rc.APIKeyHeader) {
+		errs = append(errs, fmt.Errorf("openai: APIKeyHeader: bad header name %q", rc.APIKeyHeader))
+	}
 	for k, v := range c.Headers {
 		switch {
-		case k == "" || strings.ContainsAny(k, " \t\r\n:"):
+		case !httpguts.ValidHeaderFieldName(k):
 			errs = append(errs, fmt.Errorf("openai: Headers: bad header name %q", k))
-		case strings.ContainsAny(v, "\r\n"):
-			errs = append(errs, fmt.Errorf("openai: Headers[%s]: value must not hold a line break", k))
+		case !httpguts.ValidHeaderFieldValue(v):
+			errs = append(errs, fmt.Errorf("openai: Headers[%s]: value must not hold control characters", k))
 		case http.CanonicalHeaderKey(k) == http.CanonicalHeaderKey(rc.APIKeyHeader) && rc.apiKey != "":
 			errs = append(errs, fmt.Errorf("openai: Headers[%s]: carries the API key; use APIKeyEnv", k))
 		}

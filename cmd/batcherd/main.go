@@ -63,7 +63,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitConfig
 	}
 	var tracing trace.TracerProvider // nil: no spans at all
-	var buildOpts []config.BuildOption
+	buildOpts := []config.BuildOption{config.WithLookupEnv(lookupEnv)}
 	if tp != nil {
 		tracing = tp
 		defer flushTraces(tp, log)

@@ -51,7 +51,14 @@ func (b *Built) Close() error {
 type BuildOption func(*buildConfig)
 
 type buildConfig struct {
-	tp trace.TracerProvider
+	tp        trace.TracerProvider
+	lookupEnv func(string) (string, bool)
+}
+
+// WithLookupEnv makes openai backends read their API keys with lookupEnv,
+// the way Load read the rest of the environment. Default os.LookupEnv.
+func WithLookupEnv(lookupEnv func(string) (string, bool)) BuildOption {
+	return func(c *buildConfig) { c.lookupEnv = lookupEnv }
 }
 
 // WithTracerProvider makes the core, the server and every backend that
@@ -108,7 +115,7 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 			b.Sims[be.Name] = p
 			impl = p
 		case TypeOpenAI:
-			p, err := newOpenAI(be.OpenAI, backendTP)
+			p, err := newOpenAI(be.OpenAI, backendTP, bc.lookupEnv)
 			if err != nil {
 				_ = b.Close()
 				return nil, prefixErrs(fmt.Sprintf("backends[%d] (%s): ", i, be.Name), err)
@@ -177,11 +184,12 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 	return b, nil
 }
 
-func newOpenAI(o *OpenAI, tp trace.TracerProvider) (*openai.Backend, error) {
+func newOpenAI(o *OpenAI, tp trace.TracerProvider, lookupEnv func(string) (string, bool)) (*openai.Backend, error) {
 	cfg, err := o.openaiConfig(tp)
 	if err != nil {
 		return nil, err
 	}
+	cfg.LookupEnv = lookupEnv
 	return openai.New(cfg)
 }
 
