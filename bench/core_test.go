@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+	"github.com/graph-gophers/dataloader/v7"
+	"github.com/vikstrous/dataloadgen"
+)
+
+// The shared shape of every core benchmark: batches of at most maxBatch,
+// cut after window at the latest.
+const (
+	maxBatch = 100
+	window   = time.Millisecond
+)
+
+// producerCounts are the numbers of producer goroutines, each awaiting its
+// result before it submits again.
+var producerCounts = []int{1, 8, 64, 512}
+
+// batchCounter counts what a backend saw, for the items/batch metric.
+type batchCounter struct {
+	batches atomic.Int64
+	items   atomic.Int64
+}
+
+func (c *batchCounter) add(n int) {
+	c.batches.Add(1)
+	c.items.Add(int64(n))
+}
+
+// report adds the throughput and the mean batch size to b's results.
+func (c *batchCounter) report(b *testing.B) {
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "items/s")
+	}
+	if n := c.batches.Load(); n > 0 {
+		b.ReportMetric(float64(c.items.Load())/float64(n), "items/batch")
+	}
+}
+
+// share returns how many of n items producer i of p handles.
+func share(n, p, i int) int {
+	k := n / p
+	if i < n%p {
+		k++
+	}
+	return k
+}
+
+// runProducers starts p producers, gives producer i its share of b.N items
+// and times them from the first submission to the last result. do submits
+// item j of producer i and awaits its result.
+func runProducers(b *testing.B, p int, do func(i, j int) error) {
+	b.Helper()
+	b.ReportAllocs()
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		errMu sync.Mutex
+		first error
+	)
+	for i := range p {
+		n := share(b.N, p, i)
+		wg.Go(func() {
+			<-start
+			for j := range n {
+				if err := do(i, j); err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = err
+					}
+					errMu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	b.ResetTimer()
+	close(start)
+	wg.Wait()
+	b.StopTimer()
+	if first != nil {
+		b.Fatal(first)
+	}
+}
+
+// BenchmarkCore drives Batcher and two peer batch libraries the same way:
+// producers that each submit one item and await its result, a backend that
+// does no work, batches of at most 100 and a 1 ms window. One op is one
+// item.
+func BenchmarkCore(b *testing.B) {
+	libs := []struct {
+		name string
+		run  func(b *testing.B, producers int)
+	}{
+		{"batcher", benchBatcher},
+		{"dataloadgen", benchDataloadgen},
+		{"dataloader", benchDataloader},
+	}
+	for _, lib := range libs {
+		b.Run(lib.name, func(b *testing.B) {
+			for _, p := range producerCounts {
+				b.Run(fmt.Sprintf("producers=%d", p), func(b *testing.B) { lib.run(b, p) })
+			}
+		})
+	}
+}
+
+// newNoopCore returns a core with one completion route "m" whose backend
+// answers every request at once.
+func newNoopCore(tb testing.TB, cnt *batchCounter) *batcher.Batcher {
+	tb.Helper()
+	be := batcher.BackendFunc(func(_ context.Context, bt *batcher.Batch, out []batcher.Response) error {
+		cnt.add(len(bt.Requests))
+		for i := range out {
+			out[i].Text = "ok"
+		}
+		return nil
+	})
+	core, err := batcher.New(
+		batcher.WithBackend(batcher.BackendConfig{Name: "noop", Backend: be}),
+		batcher.WithRoute(batcher.Route{
+			Name:    "m",
+			Op:      batcher.OpCompletion,
+			Backend: "noop",
+			Batch:   batcher.BatchConfig{MaxBatchSize: maxBatch, Window: window},
+		}),
+		batcher.WithQueueCapacity(1<<20),
+	)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return core
+}
+
+func shutdown(tb testing.TB, core *batcher.Batcher) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := core.Shutdown(ctx); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func benchBatcher(b *testing.B, p int) {
+	var cnt batchCounter
+	core := newNoopCore(b, &cnt)
+	defer shutdown(b, core)
+	reqs := make([]batcher.Request, p)
+	for i := range reqs {
+		reqs[i] = batcher.Request{
+			ID:    fmt.Sprintf("p%d", i),
+			Route: "m",
+			// The zero Priority is PriorityUrgent, which never waits for
+			// batch-mates; the service maps PRIORITY_UNSPECIFIED to normal.
+			Priority: batcher.PriorityNormal,
+			Input:    batcher.Input{Op: batcher.OpCompletion, Prompt: "hello"},
+		}
+	}
+	ctx := context.Background()
+	runProducers(b, p, func(i, _ int) error {
+		res, err := core.Do(ctx, &reqs[i])
+		if err == nil && res.Text != "ok" {
+			err = fmt.Errorf("result text %q, want %q", res.Text, "ok")
+		}
+		return err
+	})
+	cnt.report(b)
+}
+
+// key makes every item's key distinct, so that no peer can merge two items
+// into one.
+func key(i, j int) uint64 { return uint64(i)<<40 | uint64(j) }
+
+func benchDataloadgen(b *testing.B, p int) {
+	var cnt batchCounter
+	fetch := func(_ context.Context, keys []uint64) ([]string, []error) {
+		cnt.add(len(keys))
+		out := make([]string, len(keys))
+		for i := range out {
+			out[i] = "ok"
+		}
+		return out, nil
+	}
+	l := dataloadgen.NewLoader(fetch,
+		dataloadgen.WithBatchCapacity(maxBatch),
+		dataloadgen.WithWait(window),
+		dataloadgen.WithoutCache(),
+	)
+	ctx := context.Background()
+	runProducers(b, p, func(i, j int) error {
+		v, err := l.Load(ctx, key(i, j))
+		if err == nil && v != "ok" {
+			err = fmt.Errorf("value %q, want %q", v, "ok")
+		}
+		return err
+	})
+	cnt.report(b)
+}
+
+func benchDataloader(b *testing.B, p int) {
+	var cnt batchCounter
+	batchFn := func(_ context.Context, keys []uint64) []*dataloader.Result[string] {
+		cnt.add(len(keys))
+		out := make([]*dataloader.Result[string], len(keys))
+		for i := range out {
+			out[i] = &dataloader.Result[string]{Data: "ok"}
+		}
+		return out
+	}
+	l := dataloader.NewBatchedLoader(batchFn,
+		dataloader.WithBatchCapacity[uint64, string](maxBatch),
+		dataloader.WithWait[uint64, string](window),
+		dataloader.WithCache[uint64, string](&dataloader.NoCache[uint64, string]{}),
+	)
+	ctx := context.Background()
+	runProducers(b, p, func(i, j int) error {
+		v, err := l.Load(ctx, key(i, j))()
+		if err == nil && v != "ok" {
+			err = fmt.Errorf("value %q, want %q", v, "ok")
+		}
+		return err
+	})
+	cnt.report(b)
+}
