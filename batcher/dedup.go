@@ -1,6 +1,7 @@
 package batcher
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -99,7 +100,7 @@ func (t *dedupTable) leave(c *Call, r *Result, now time.Time) {
 	}
 	followers := g.followers
 	g.followers = nil
-	own := r.Err == ErrCanceled || r.Err == ErrDeadline
+	own := errors.Is(r.Err, ErrCanceled) || errors.Is(r.Err, ErrDeadline)
 	var next *Call
 	if own {
 		for i, f := range followers {

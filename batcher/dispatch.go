@@ -126,7 +126,7 @@ func (r *batchRun) run(formed time.Time) {
 	out := make([]Response, n)
 	actx, acancel := context.WithTimeoutCause(ctx, be.cfg.AttemptTimeout, errAttemptTimeout)
 	err := dispatch(actx, be.impl, &r.batch, out)
-	if err != nil && r.ctx.Err() == nil && context.Cause(actx) == errAttemptTimeout {
+	if err != nil && r.ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
 		err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + be.cfg.AttemptTimeout.String(), Err: err}
 	}
 	acancel()

@@ -23,7 +23,7 @@ func TestPriorityOrderWhenCapacityIsScarce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Shutdown(context.Background())
+		defer func() { _ = b.Shutdown(context.Background()) }()
 		blocker := submit(t, b, req("blocker", PriorityNormal))
 		synctest.Wait()
 		// Two lanes and every priority queue up behind the one busy slot.

@@ -25,7 +25,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer b.Shutdown(context.Background())
+	defer func() { _ = b.Shutdown(context.Background()) }()
 
 	res, err := b.Do(context.Background(), &batcher.Request{
 		ID:       "greeting",
@@ -57,7 +57,7 @@ func ExampleBatcher_Submit() {
 		r := c.Result()
 		fmt.Println(c.Request().ID, r.Text, r.BatchSize)
 	}
-	b.Shutdown(context.Background())
+	_ = b.Shutdown(context.Background())
 	// Output:
 	// one ONE 3
 	// two TWO 3
@@ -69,7 +69,7 @@ func ExampleValidationError() {
 		batcher.WithBackend(batcher.BackendConfig{Name: "upper", Backend: batcher.BackendFunc(upper)}),
 		batcher.WithRoute(batcher.Route{Name: "shout", Op: batcher.OpCompletion, Backend: "upper"}),
 	)
-	defer b.Shutdown(context.Background())
+	defer func() { _ = b.Shutdown(context.Background()) }()
 	_, err := b.Submit(context.Background(), &batcher.Request{Route: "whisper"})
 	fmt.Println(err)
 	// Output: model: unknown model "whisper"

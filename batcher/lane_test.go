@@ -174,7 +174,7 @@ func TestPriorityDelays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Shutdown(context.Background())
+		defer func() { _ = b.Shutdown(context.Background()) }()
 		start := time.Now()
 		h := req("high", PriorityHigh)
 		h.Route = "h"

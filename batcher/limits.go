@@ -472,7 +472,7 @@ func (s *backendState) observeLocked(info *RateLimitInfo, now time.Time) {
 func (s *backendState) pauseLocked(until time.Time) {
 	if until.After(s.pausedUntil) {
 		s.pausedUntil = until
-		s.armLocked(until.Sub(time.Now()), until)
+		s.armLocked(time.Until(until), until)
 	}
 }
 

@@ -387,7 +387,7 @@ func TestRetryBudget(t *testing.T) {
 			withBreaker("be", BreakerConfig{Consecutive: -1, MinCalls: 1000}))
 		var wg sync.WaitGroup
 		for i := range 100 { // 300 retries wanted
-			wg.Go(func() { b.Do(context.Background(), req(fmt.Sprint(i), PriorityNormal)) })
+			wg.Go(func() { _, _ = b.Do(context.Background(), req(fmt.Sprint(i), PriorityNormal)) })
 		}
 		wg.Wait()
 		retries := b.Stats()[0].Retries["server_error"]
@@ -414,7 +414,7 @@ func TestBreakerOpensHalfOpensCloses(t *testing.T) {
 			withRetry("be", RetryPolicy{MaxRetries: -1}),
 			withBreaker("be", BreakerConfig{Consecutive: 3, Cooldown: 5 * time.Second}))
 		for i := range 3 {
-			b.Do(context.Background(), req(fmt.Sprint(i), PriorityNormal))
+			_, _ = b.Do(context.Background(), req(fmt.Sprint(i), PriorityNormal))
 		}
 		if s := b.Stats()[0]; s.Breaker != BreakerOpen {
 			t.Fatalf("breaker %v after 3 failures, want open", s.Breaker)
@@ -454,9 +454,9 @@ func TestFallbackWhenBreakerOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Shutdown(context.Background())
+		defer func() { _ = b.Shutdown(context.Background()) }()
 		for i := range 2 {
-			b.Do(context.Background(), req(fmt.Sprint(i), PriorityNormal))
+			_, _ = b.Do(context.Background(), req(fmt.Sprint(i), PriorityNormal))
 		}
 		res, err := b.Do(context.Background(), req("after", PriorityNormal))
 		if err != nil || res.Backend != "backup" {
@@ -481,7 +481,7 @@ func TestFallbackWhenBudgetCannotMeetDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Shutdown(context.Background())
+		defer func() { _ = b.Shutdown(context.Background()) }()
 		wantOKDo(t, b, req("spends the bucket", PriorityNormal))
 		r := req("hurried", PriorityNormal)
 		r.Timeout = time.Second // the bucket refills one request in 10s

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -361,5 +360,3 @@ func tallyOf(msgs []*batcherv1.SubmitStreamResponse) *tally {
 	}
 	return ta
 }
-
-func hasPrefix(s, p string) bool { return strings.HasPrefix(s, p) }

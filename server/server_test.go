@@ -452,7 +452,7 @@ func TestRecoveryTurnsPanicsIntoInternal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx := testCtx(t)
 	err = conn.Invoke(ctx, "/test.Panic/Unary", &emptypb.Empty{}, &emptypb.Empty{})
 	if st := status.Convert(err); st.Code() != codes.Internal || strings.Contains(st.Message(), "secret") {

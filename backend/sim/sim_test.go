@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -231,7 +232,7 @@ func TestConcurrencyLimit(t *testing.T) {
 			}
 			limited++
 			ue := upstream(t, err)
-			if ue.Class != batcher.ClassRateLimit || ue.StatusCode != 429 || ue.RateLimit == nil || ue.RateLimit.RetryAfter != time.Second {
+			if ue.Class != batcher.ClassRateLimit || ue.StatusCode != http.StatusTooManyRequests || ue.RateLimit == nil || ue.RateLimit.RetryAfter != time.Second {
 				t.Errorf("got %+v (rate limit %+v), want a 429 rate-limit error retrying after 1s", ue, ue.RateLimit)
 			}
 		}
@@ -310,7 +311,7 @@ func TestRPMLimit(t *testing.T) {
 		}
 		err := call()
 		ue := upstream(t, err)
-		if ue.Class != batcher.ClassRateLimit || ue.StatusCode != 429 || ue.RateLimit == nil {
+		if ue.Class != batcher.ClassRateLimit || ue.StatusCode != http.StatusTooManyRequests || ue.RateLimit == nil {
 			t.Fatalf("got %v, want a 429 with rate-limit info", err)
 		}
 		if rl := ue.RateLimit; rl.RetryAfter != time.Second || rl.RemainingRequests != 0 || rl.RemainingTokens != -1 || rl.ResetRequests != 2*time.Second {
@@ -376,7 +377,7 @@ func TestTPMLimitCountsNativeBatchOnce(t *testing.T) {
 			t.Errorf("551 tokens with 510 left: %v (%+v), want a 429 on tokens", ue, ue.RateLimit)
 		}
 		_, err = p.Call(t.Context(), "m", prompt("x"), batcher.Params{MaxTokens: 600})
-		if ue := upstream(t, err); ue.Class != batcher.ClassInvalidRequest || ue.StatusCode != 413 {
+		if ue := upstream(t, err); ue.Class != batcher.ClassInvalidRequest || ue.StatusCode != http.StatusRequestEntityTooLarge {
 			t.Errorf("601 tokens with a bucket of 600: %v, want a 413 invalid request", ue)
 		}
 	})
@@ -386,7 +387,7 @@ func TestMaxBatchSize(t *testing.T) {
 	p := newProvider(t, sim.Config{MaxBatchSize: 2})
 	b := &batcher.Batch{Model: "m", Op: batcher.OpEmbedding, Requests: []*batcher.Request{{Input: text("a")}, {Input: text("b")}, {Input: text("c")}}}
 	err := p.Dispatch(t.Context(), b, make([]batcher.Response, 3))
-	if ue := upstream(t, err); ue.Class != batcher.ClassInvalidRequest || ue.StatusCode != 400 || !strings.Contains(ue.Message, "max batch size 2") {
+	if ue := upstream(t, err); ue.Class != batcher.ClassInvalidRequest || ue.StatusCode != http.StatusBadRequest || !strings.Contains(ue.Message, "max batch size 2") {
 		t.Errorf("got %v, want a 400 naming the max batch size", ue)
 	}
 	b.Requests = b.Requests[:2]
@@ -416,7 +417,7 @@ func TestFailureInjection(t *testing.T) {
 		for range 2000 {
 			_, err := p.Call(t.Context(), "m", text("x"), batcher.Params{})
 			if err != nil {
-				if ue := upstream(t, err); ue.Class != batcher.ClassServer || ue.StatusCode != 503 {
+				if ue := upstream(t, err); ue.Class != batcher.ClassServer || ue.StatusCode != http.StatusServiceUnavailable {
 					t.Fatalf("got %v, want an injected 503", ue)
 				}
 			}
