@@ -45,7 +45,7 @@ func TestConfigResolution(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				b.Shutdown(context.Background())
+				_ = b.Shutdown(context.Background())
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
