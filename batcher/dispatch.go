@@ -124,12 +124,18 @@ func (r *batchRun) run(formed time.Time) {
 	w.timer.Reset(w.next(start).Sub(start))
 
 	out := make([]Response, n)
-	actx, acancel := context.WithTimeoutCause(ctx, be.cfg.AttemptTimeout, errAttemptTimeout)
+	// The attempt's own timeout needs a context of its own only when it
+	// ends before the batch's.
+	actx := ctx
+	if d, _ := ctx.Deadline(); start.Add(be.cfg.AttemptTimeout).Before(d) {
+		var acancel context.CancelFunc
+		actx, acancel = context.WithTimeoutCause(ctx, be.cfg.AttemptTimeout, errAttemptTimeout)
+		defer acancel()
+	}
 	err := dispatch(actx, be.impl, &r.batch, out)
 	if err != nil && r.ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
 		err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + be.cfg.AttemptTimeout.String(), Err: err}
 	}
-	acancel()
 	w.stop()
 	end := time.Now()
 	elapsed := end.Sub(start)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -557,5 +558,35 @@ func TestDedupLeaderCancelledFollowerGoesOn(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		wantOK(t, follow)
+	})
+}
+
+func TestAttemptTimeoutIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		be := BackendFunc(func(ctx context.Context, b *Batch, out []Response) error {
+			if calls.Add(1) == 1 {
+				<-ctx.Done() // the first attempt hangs
+				return ctx.Err()
+			}
+			for i := range out {
+				out[i].Text = "ok"
+			}
+			return nil
+		})
+		b := newTest(t, be, 1, BatchConfig{MinBatchSize: 1}, withBackend("be", func(c *BackendConfig) { c.AttemptTimeout = time.Second }))
+		rec := &recorder{}
+		r := req("a", PriorityNormal)
+		var class ErrorClass
+		r.Sink = sinkFunc(func(ev *Event) {
+			rec.OnEvent(ev)
+			if ev.Kind == EventRetrying {
+				class = ev.Class
+			}
+		})
+		res, err := b.Do(context.Background(), r)
+		if err != nil || res.Attempts != 2 || class != ClassTimeout {
+			t.Fatalf("Do = %+v, %v; retried as %v; want success on the second attempt after a timeout", res, err, class)
+		}
 	})
 }
