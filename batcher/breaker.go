@@ -101,6 +101,9 @@ func newBreaker(name string, c BreakerConfig, onChange func(from, to BreakerStat
 			return n.Requests >= uint32(c.MinCalls) && float64(n.TotalFailures) >= c.Ratio*float64(n.Requests)
 		},
 		IsExcluded: func(err error) bool {
+			if err == nil {
+				return false
+			}
 			if errors.Is(err, errUnused) {
 				return true
 			}

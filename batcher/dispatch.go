@@ -59,13 +59,9 @@ func (l *lane) startLocked(calls []*Call, pm *permit, now time.Time) {
 		},
 		calls: calls,
 	}
-	var last time.Time
-	for _, c := range calls {
-		if c.deadline.After(last) {
-			last = c.deadline
-		}
-	}
-	r.ctx, r.cancel = context.WithDeadline(context.Background(), last)
+	// The batch's context ends when none of its calls awaits the answer any
+	// more: cancelled, expired (the deadline watch ends them) or answered.
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	b.track(r)
 	b.wg.Add(1)
 	go r.run(now)
@@ -125,9 +121,9 @@ func (r *batchRun) run(formed time.Time) {
 
 	out := make([]Response, n)
 	// The attempt's own timeout needs a context of its own only when it
-	// ends before the batch's.
+	// ends before the last of the batch's deadlines.
 	actx := ctx
-	if d, _ := ctx.Deadline(); start.Add(be.cfg.AttemptTimeout).Before(d) {
+	if start.Add(be.cfg.AttemptTimeout).Before(w.last()) {
 		var acancel context.CancelFunc
 		actx, acancel = context.WithTimeoutCause(ctx, be.cfg.AttemptTimeout, errAttemptTimeout)
 		defer acancel()
@@ -251,6 +247,17 @@ type deadlineWatch struct {
 func (w *deadlineWatch) stop() {
 	w.stopped.Store(true)
 	w.timer.Stop()
+}
+
+// last returns the latest deadline among the calls.
+func (w *deadlineWatch) last() time.Time {
+	var last time.Time
+	for _, c := range w.calls {
+		if c.deadline.After(last) {
+			last = c.deadline
+		}
+	}
+	return last
 }
 
 // next returns the earliest deadline among live calls, or a time far ahead.

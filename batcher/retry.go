@@ -115,6 +115,9 @@ func retryable(c ErrorClass, unknownRetries int) bool {
 // classify returns err's class. A deadline hit by the attempt's own timeout
 // is a timeout.
 func classify(err error) ErrorClass {
+	if err == nil {
+		return ClassUnknown
+	}
 	var ue *UpstreamError
 	switch {
 	case errors.As(err, &ue):
