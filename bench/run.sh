@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-COUNT=${COUNT:-5}
+COUNT=${COUNT:-6} # benchstat gives a confidence interval from 6 runs
 BENCH=${BENCH:-.}
 BENCHSTAT=${BENCHSTAT:-golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}
 
