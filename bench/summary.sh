@@ -48,11 +48,11 @@ END {
 		n = order[i]
 		if (n ~ /^GRPCUnary\//) {
 			r = med(n, "ratio")
-			printf "%-28s batcher %.0f req/s, echo %.0f req/s, ratio %.2f   target >= 0.7: %s\n", n, med(n, "batcher-req/s"), med(n, "echo-req/s"), r, verdict(r >= 0.7)
+			printf "%-28s batcher %.0f req/s, echo %.0f req/s, ratio %.3f   target >= 0.7: %s\n", n, med(n, "batcher-req/s"), med(n, "echo-req/s"), r, verdict(r >= 0.7)
 		}
 		if (n ~ /^GRPCStream\//) {
 			r = med(n, "ratio")
-			printf "%-28s batcher %.0f msg/s, echo %.0f msg/s, ratio %.2f   target >= 0.5: %s\n", n, med(n, "batcher-msg/s"), med(n, "echo-msg/s"), r, verdict(r >= 0.5)
+			printf "%-28s batcher %.0f msg/s, echo %.0f msg/s, ratio %.3f   target >= 0.5: %s\n", n, med(n, "batcher-msg/s"), med(n, "echo-msg/s"), r, verdict(r >= 0.5)
 		}
 		if (n == "QueuedMemory") {
 			m = med(n, "B/queued-req")
