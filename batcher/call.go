@@ -118,19 +118,20 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	if sink != nil {
 		sink.OnEvent(&Event{Kind: EventDone, Time: now, Request: c.req, Result: &c.result})
 	}
-	close(c.done)
+	// The books first, so that whoever Done wakes sees them settled.
 	if c.queued.Load() {
 		c.lane.forget(c)
 	}
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	if c.group != nil {
-		c.b.dedup.leave(c, &c.result, now)
-	}
 	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
 		run.forget()
 	}
 	c.b.release()
+	close(c.done)
+	if c.group != nil {
+		c.b.dedup.leave(c, &c.result, now)
+	}
 	return true
 }

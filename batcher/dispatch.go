@@ -16,16 +16,17 @@ import (
 // batchRun is one dispatch of one batch. Its runner goroutine owns it; calls
 // reach it only through forget. calls never changes once the run starts.
 type batchRun struct {
-	b      *Batcher
-	lane   *lane
-	be     *backendState
-	pm     *permit
-	batch  Batch
-	calls  []*Call
-	ctx    context.Context
-	cancel context.CancelFunc
-	live   atomic.Int32 // calls of this run not yet ended
-	span   trace.Span
+	b       *Batcher
+	lane    *lane
+	be      *backendState
+	pm      *permit
+	partial bool // counted in lane.partials
+	batch   Batch
+	calls   []*Call
+	ctx     context.Context
+	cancel  context.CancelFunc
+	live    atomic.Int32 // calls of this run not yet ended
+	span    trace.Span
 }
 
 // finishedRun marks a call that ended: no run may claim it any more.
@@ -57,7 +58,11 @@ func (l *lane) startLocked(calls []*Call, pm *permit, now time.Time) {
 			Op:        l.route.Op,
 			MaxTokens: l.key.maxTokens,
 		},
-		calls: calls,
+		calls:   calls,
+		partial: len(calls) < l.route.Batch.MaxBatchSize,
+	}
+	if r.partial {
+		l.partials.Add(1)
 	}
 	// The batch's context ends when none of its calls awaits the answer any
 	// more: cancelled, expired (the deadline watch ends them) or answered.
@@ -74,6 +79,12 @@ func (r *batchRun) run(formed time.Time) {
 	defer b.wg.Done()
 	defer b.untrack(r)
 	defer r.cancel()
+	if r.partial {
+		defer func() {
+			r.lane.partials.Add(-1)
+			r.lane.nudge() // an early send may go now
+		}()
+	}
 
 	// Claim the calls that are still live.
 	reqs := make([]*Request, 0, len(r.calls))
@@ -107,8 +118,10 @@ func (r *batchRun) run(formed time.Time) {
 			c.dispatchedAt = start
 		}
 		c.attempts++
-		c.emit(&Event{Kind: EventBatched, Time: formed, BatchID: r.batch.ID, BatchSize: n})
-		c.emit(&Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
+		if c.req.Sink != nil {
+			c.emit(&Event{Kind: EventBatched, Time: formed, BatchID: r.batch.ID, BatchSize: n})
+			c.emit(&Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
+		}
 	}
 	be.stats.calls.Add(1)
 	be.stats.items.Add(int64(n))

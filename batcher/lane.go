@@ -96,6 +96,11 @@ type lane struct {
 	be      *backendState
 	trigger chan struct{}
 	granted atomic.Pointer[permit] // set by the backend: a permit for us
+	// partials counts the lane's batches in flight that left below
+	// MaxBatchSize. A lane holding MinBatchSize sends early (as soon as the
+	// backend has a free slot) only while none is: one small batch at a
+	// time, so that under load batches fill instead of leaving in crumbs.
+	partials atomic.Int32
 
 	mu     sync.Mutex
 	queues [numPriorities]fifo // by priority, first in first out; may hold ended calls
@@ -232,12 +237,15 @@ func (l *lane) step() (exit bool) {
 		send := l.pm != nil || l.flush || l.n >= bc.MaxBatchSize ||
 			(bc.MaxBatchTokens > 0 && l.tokens >= bc.MaxBatchTokens) ||
 			!l.earliestDueLocked().After(now) ||
-			(l.n >= bc.MinBatchSize && l.be.idle())
+			(l.n >= bc.MinBatchSize && l.partials.Load() == 0)
 		if !send {
 			break
 		}
 		if l.pm == nil {
-			want := l.planLocked(now, l.unlimited())
+			var want cost // what the rate budgets need to know
+			if l.be.limited() {
+				want = l.planLocked(now, l.unlimited())
+			}
 			pm, wait, budget, err := l.be.acquire(l, headP, head.admitted, want)
 			if err != nil {
 				l.failoverLocked(func(*Call) bool { return true }, fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, l.be.name))
@@ -256,7 +264,10 @@ func (l *lane) step() (exit bool) {
 			}
 			l.pm = pm
 		}
-		caps := l.be.extend(l.pm, l.planLocked(now, l.unlimited()), headP)
+		caps := l.unlimited()
+		if l.be.limited() {
+			caps = l.be.extend(l.pm, l.planLocked(now, caps), headP)
+		}
 		calls, got := l.cutLocked(now, caps)
 		pm := l.pm
 		l.pm = nil

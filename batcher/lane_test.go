@@ -254,3 +254,30 @@ func wantOKDo(t *testing.T, b *Batcher, r *Request) {
 		t.Fatalf("Do(%s) = %+v, %v", r.ID, res, err)
 	}
 }
+
+// A lane left holding MinBatchSize requests right after it cut a full batch
+// must send them as soon as the backend frees a slot, not wait out its
+// window: it waits for the slot like a due batch.
+func TestMinBatchSentWhenTheBackendFreesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{hold: make(chan struct{})}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 10, MinBatchSize: 2, Window: time.Hour, MaxWait: time.Hour})
+		var calls []*Call
+		for i := range 2 { // idle backend, min batch: sent at once, held
+			calls = append(calls, submit(t, b, req(fmt.Sprint("first", i), PriorityNormal)))
+		}
+		synctest.Wait()
+		for i := range 13 { // a full batch and 3 more wait for the slot
+			calls = append(calls, submit(t, b, req(fmt.Sprint(i), PriorityNormal)))
+		}
+		synctest.Wait()
+		close(be.hold)
+		synctest.Wait()
+		for _, c := range calls {
+			wantOK(t, c)
+		}
+		if got := be.sizes(); !slices.Equal(got, []int{2, 10, 3}) {
+			t.Fatalf("batches %v, want [2 10 3] with no window waited out", got)
+		}
+	})
+}

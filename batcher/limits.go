@@ -112,13 +112,9 @@ func (s *backendState) calls(route string, op Operation, n int) int {
 	return s.caller.UpstreamCalls(route, op, n)
 }
 
-// idle reports whether a dispatch could start now.
-func (s *backendState) idle() bool {
-	s.mu.Lock()
-	ok := s.inFlight < s.limit && len(s.waiters) == 0 && s.brk.State() == gobreaker.StateClosed
-	s.mu.Unlock()
-	return ok
-}
+// limited reports whether the backend has rate budgets, which need to know
+// a batch's cost before it is cut.
+func (s *backendState) limited() bool { return s.rpm != nil || s.tpm != nil }
 
 // open reports whether the breaker refuses calls.
 func (s *backendState) open() bool { return s.brk.State() == gobreaker.StateOpen }
