@@ -101,6 +101,7 @@ type lane struct {
 	// backend has a free slot) only while none is: one small batch at a
 	// time, so that under load batches fill instead of leaving in crumbs.
 	partials atomic.Int32
+	nudged   atomic.Bool // a wake-up is pending in trigger
 
 	mu     sync.Mutex
 	queues [numPriorities]fifo // by priority, first in first out; may hold ended calls
@@ -138,8 +139,12 @@ func newLane(b *Batcher, key laneKey, rc *routeConfig) *lane {
 	return l
 }
 
-// nudge wakes the owner without blocking.
+// nudge wakes the owner without blocking. The flag spares producers the
+// channel's lock while a wake-up is already pending.
 func (l *lane) nudge() {
+	if l.nudged.Load() || !l.nudged.CompareAndSwap(false, true) {
+		return
+	}
 	select {
 	case l.trigger <- struct{}{}:
 	default:
@@ -200,6 +205,7 @@ func (l *lane) loop() {
 	for {
 		select {
 		case <-l.trigger:
+			l.nudged.Store(false)
 		case <-l.timer.C:
 		}
 		if l.step() {

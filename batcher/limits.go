@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -61,7 +62,9 @@ type backendState struct {
 	aging  time.Duration
 	stats  *backendStats
 	brk    *breaker
-	retry  *retryBudget
+	// notClosed mirrors the breaker's state changes.
+	notClosed atomic.Bool
+	retry     *retryBudget
 
 	mu          sync.Mutex
 	inFlight    int // permits out
@@ -97,7 +100,10 @@ func newBackendState(bc BackendConfig, aging time.Duration) *backendState {
 	if bc.TPM > 0 {
 		s.tpm = rate.NewLimiter(rate.Limit(float64(bc.TPM)/60), bc.TPMBurst)
 	}
-	s.brk = newBreaker(bc.Name, bc.Breaker, s.stats.breakerChanged)
+	s.brk = newBreaker(bc.Name, bc.Breaker, func(from, to BreakerState) {
+		s.notClosed.Store(to != BreakerClosed)
+		s.stats.breakerChanged(from, to)
+	})
 	return s
 }
 
@@ -117,7 +123,12 @@ func (s *backendState) calls(route string, op Operation, n int) int {
 func (s *backendState) limited() bool { return s.rpm != nil || s.tpm != nil }
 
 // open reports whether the breaker refuses calls.
-func (s *backendState) open() bool { return s.brk.State() == gobreaker.StateOpen }
+// The breaker's own State takes a lock and reads the clock, so the hot path
+// asks it only when the breaker is not closed (it moves from open to
+// half-open when asked after the cooldown).
+func (s *backendState) open() bool {
+	return s.notClosed.Load() && s.brk.State() == gobreaker.StateOpen
+}
 
 var (
 	errBreakerOpen = errors.New("circuit open")
