@@ -65,10 +65,10 @@ fuzz: ## Run every fuzz test for FUZZTIME each (default 20s).
 		done; done
 
 .PHONY: bench
-bench: tools-bench ## Run the benchmarks (5 runs) and summarize them with benchstat.
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./batcher/... ./backend/... | tee bench-core.txt
-	cd bench && $(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m | tee ../bench-peers.txt
-	benchstat bench-core.txt bench-peers.txt
+bench: ## Run the benchmarks (6 runs each) and summarize them with benchstat.
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./batcher/... ./server/... ./client/... ./backend/... | tee bench-service.txt
+	benchstat bench-service.txt
+	bench/run.sh
 
 .PHONY: tools
 tools: tools-gen tools-lint tools-bench ## Install every pinned tool into bin/.
