@@ -25,6 +25,7 @@ type Batcher struct {
 	// while it admits, Shutdown exclusively while it closes admission.
 	admitMu sync.RWMutex
 	closing atomic.Bool
+	aborted atomic.Bool // the drain deadline passed: whatever is pending ends
 
 	lanesMu sync.RWMutex
 	lanes   map[laneKey]*lane
@@ -223,14 +224,9 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 	if req.Sink != nil {
 		c.emit(&Event{Kind: EventQueued, Time: now, Lane: l.name})
 	}
-	if dedupable(req) {
-		c.followerDeadline() // armed before c is visible to its group
-		if b.dedup.join(c, key) {
-			rc.targets[c.target].be.stats.dedupHits.Add(1)
-			return c, nil
-		}
-		c.timer.Stop() // a leader's lane watches its deadline
-		c.timer = nil
+	if dedupable(req) && b.dedup.join(c, key) {
+		rc.targets[c.target].be.stats.dedupHits.Add(1)
+		return c, nil
 	}
 	if !l.push(c) {
 		b.enqueue(c)
@@ -240,6 +236,10 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 
 // enqueue puts c in the lane of its route target.
 func (b *Batcher) enqueue(c *Call) {
+	if b.aborted.Load() {
+		c.finish(Result{Err: ErrShutdown}, time.Now())
+		return
+	}
 	key := keyOf(c.req, c.rc, c.target)
 	for !b.laneFor(key, c.rc).push(c) {
 	}
@@ -359,6 +359,7 @@ func (b *Batcher) reclaim(l *lane) bool {
 		l.be.giveBack(pm)
 	}
 	l.closed = true
+	l.gone.Store(true)
 	if b.lanes[l.key] == l {
 		delete(b.lanes, l.key)
 	}
@@ -436,20 +437,28 @@ func (b *Batcher) Shutdown(ctx context.Context) error {
 		b.wg.Wait()
 		close(stopped)
 	}()
+	if ctx.Err() == nil {
+		select {
+		case <-stopped:
+			return err
+		case <-ctx.Done():
+		}
+	}
+	// ctx is done, and with it every batch's context: give the runners a
+	// moment to return.
+	grace := time.NewTimer(time.Second)
+	defer grace.Stop()
 	select {
 	case <-stopped:
 		return err
-	case <-ctx.Done():
-		if err == nil {
-			// A backend is ignoring its context.
-			err = fmt.Errorf("batcher: dispatches still running: %w", ctx.Err())
-		}
-		return err
+	case <-grace.C:
+		return errors.Join(err, fmt.Errorf("batcher: dispatches still running, a backend ignores its context: %w", ctx.Err()))
 	}
 }
 
 // abort ends every pending call with ErrShutdown and reports how many.
 func (b *Batcher) abort() int {
+	b.aborted.Store(true) // from now on, whatever moves ends instead
 	var calls []*Call
 	b.eachLane(func(l *lane) {
 		l.mu.Lock()

@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -63,14 +64,18 @@ func inputKey(in *Input) string {
 }
 
 // join makes c follow an identical request in flight, or lead a new group.
-// It reports whether c follows (and so must not be queued).
+// It reports whether c follows (and so must not be queued). A follower's
+// own deadline is watched by a timer armed here, under mu, so that it is in
+// place before anyone else can see the follower.
 func (t *dedupTable) join(c *Call, key laneKey) bool {
 	k := dedupKey{lane: key, input: inputKey(&c.req.Input)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if g := t.groups[k]; g != nil {
+	if g := t.groups[k]; g != nil && g.leader.pending() {
 		c.group = g
 		g.followers = append(g.followers, c)
+		c.timer = time.AfterFunc(math.MaxInt64, func() { c.finish(Result{Err: ErrDeadline}, time.Now()) })
+		c.timer.Reset(time.Until(c.deadline))
 		return true
 	}
 	if t.groups == nil {
@@ -80,11 +85,6 @@ func (t *dedupTable) join(c *Call, key laneKey) bool {
 	t.groups[k] = g
 	c.group = g
 	return false
-}
-
-// followerDeadline ends a follower when its own deadline passes.
-func (c *Call) followerDeadline() {
-	c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.finish(Result{Err: ErrDeadline}, time.Now()) })
 }
 
 // leave is called once c has its result. A follower just leaves. A leader
@@ -97,6 +97,9 @@ func (t *dedupTable) leave(c *Call, r *Result, now time.Time) {
 	if g.leader != c {
 		t.mu.Unlock()
 		return
+	}
+	if t.groups[g.key] == g {
+		delete(t.groups, g.key) // put back below if a follower takes over
 	}
 	followers := g.followers
 	g.followers = nil
@@ -112,8 +115,9 @@ func (t *dedupTable) leave(c *Call, r *Result, now time.Time) {
 	}
 	if next != nil {
 		g.leader, g.followers = next, followers
-	} else {
-		delete(t.groups, g.key)
+		if t.groups[g.key] == nil {
+			t.groups[g.key] = g
+		}
 	}
 	t.mu.Unlock()
 

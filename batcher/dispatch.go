@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -254,12 +255,15 @@ func dispatch(ctx context.Context, be Backend, b *Batch, out []Response) (err er
 type deadlineWatch struct {
 	calls   []*Call
 	timer   *time.Timer
-	stopped atomic.Bool
+	mu      sync.Mutex // orders fire's re-arming against stop
+	stopped bool
 }
 
 func (w *deadlineWatch) stop() {
-	w.stopped.Store(true)
+	w.mu.Lock()
+	w.stopped = true
 	w.timer.Stop()
+	w.mu.Unlock()
 }
 
 // last returns the latest deadline among the calls.
@@ -291,9 +295,11 @@ func (w *deadlineWatch) fire() {
 			c.finish(Result{Err: ErrDeadline}, now)
 		}
 	}
-	if !w.stopped.Load() {
+	w.mu.Lock()
+	if !w.stopped {
 		w.timer.Reset(w.next(now).Sub(now))
 	}
+	w.mu.Unlock()
 }
 
 // startSpan starts the batch's span: a new root linked to every request's

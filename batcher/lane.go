@@ -102,6 +102,7 @@ type lane struct {
 	// time, so that under load batches fill instead of leaving in crumbs.
 	partials atomic.Int32
 	nudged   atomic.Bool // a wake-up is pending in trigger
+	gone     atomic.Bool // reclaimed: its owner has exited
 
 	mu     sync.Mutex
 	queues [numPriorities]fifo // by priority, first in first out; may hold ended calls
@@ -153,8 +154,18 @@ func (l *lane) nudge() {
 
 // give hands the lane a permit from its backend.
 func (l *lane) give(pm *permit) {
+	if pm == nil { // not a permit: look at the backend again
+		l.nudge()
+		return
+	}
 	if !l.granted.CompareAndSwap(nil, pm) {
 		l.be.giveBack(pm) // one is waiting already
+		return
+	}
+	if l.gone.Load() { // nobody will take it: reclaim raced the grant
+		if pm := l.granted.Swap(nil); pm != nil {
+			l.be.giveBack(pm)
+		}
 		return
 	}
 	l.nudge()
@@ -166,6 +177,10 @@ func (l *lane) push(c *Call) bool {
 	if l.closed {
 		l.mu.Unlock()
 		return false
+	}
+	if !c.pending() { // ended while it moved
+		l.mu.Unlock()
+		return true
 	}
 	c.lane = l
 	l.queues[c.req.Priority].push(c)
@@ -229,6 +244,13 @@ func (l *lane) step() (exit bool) {
 	bc := &l.route.Batch
 
 	l.mu.Lock()
+	if l.b.aborted.Load() { // shutdown's deadline passed: end whatever came in since
+		for len(l.heap) > 0 {
+			c := heap.Pop(&l.heap).(*Call)
+			l.dequeuedLocked(c)
+			l.ended = append(l.ended, ending{c, ErrShutdown})
+		}
+	}
 	for len(l.heap) > 0 && !l.heap[0].deadline.After(now) {
 		c := heap.Pop(&l.heap).(*Call)
 		l.dequeuedLocked(c)

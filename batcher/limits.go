@@ -257,6 +257,7 @@ func (s *backendState) wake() {
 	deliver(grants)
 }
 
+// grant hands l the permit p; a nil p only wakes l to look again.
 type grant struct {
 	l *lane
 	p *permit
@@ -288,7 +289,14 @@ func (s *backendState) grantLocked(now time.Time) []grant {
 				continue // only the protected share is left: look for urgent work
 			}
 			if by == budgetProbe {
-				break // the breaker lets no more through: a probe's end calls again
+				if s.open() {
+					// Just opened: every waiter must hear it now, to fail over.
+					for _, w := range s.waiters {
+						out = append(out, grant{l: w.l})
+					}
+					s.waiters = s.waiters[:0]
+				}
+				break // half-open with its probes out: a probe's end calls again
 			}
 			s.armLocked(wait, now)
 			break

@@ -590,3 +590,65 @@ func TestAttemptTimeoutIsRetried(t *testing.T) {
 		}
 	})
 }
+
+// Lanes waiting for a slot when the breaker opens must fail over at once,
+// not sit until their deadline.
+func TestBreakerOpeningMovesWaitersToFallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeBackend{hold: make(chan struct{}), fail: func(*Batch, []Response) error {
+			return &UpstreamError{Class: ClassServer, Message: "boom"}
+		}}
+		b, err := New(
+			WithBackend(BackendConfig{Name: "be", Backend: f, MaxConcurrency: 1,
+				Breaker: BreakerConfig{Consecutive: 1}, Retry: RetryPolicy{MaxRetries: -1}}),
+			WithBackend(BackendConfig{Name: "be2", Backend: &fakeBackend{}}),
+			WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", Fallbacks: []Target{{Backend: "be2"}}}),
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = b.Shutdown(context.Background()) }()
+		a := submit(t, b, req("a", PriorityUrgent))
+		synctest.Wait()
+		rb := req("b", PriorityUrgent)
+		rb.Params.MaxTokens = 7 // another lane, waiting for be's only slot
+		rb.Timeout = time.Minute
+		cb := submit(t, b, rb)
+		synctest.Wait()
+		close(f.hold) // a fails: the breaker opens
+		<-cb.Done()
+		if r := cb.Result(); r.Err != nil || r.Backend != "be2" {
+			t.Fatalf("b = %+v; want it served by the fallback", r)
+		}
+		if ClassOf(a.Result().Err) != ClassServer {
+			t.Fatalf("a = %v", a.Result().Err)
+		}
+	})
+}
+
+// A follower whose deadline passes while it joins must not leave a group
+// behind with a finished leader: later identical requests would wait on it.
+func TestDedupNeverFollowsAnEndedLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, &fakeBackend{}, 4, BatchConfig{MinBatchSize: 1})
+		mk := func(id string) *Request {
+			r := req(id, PriorityUrgent)
+			r.Dedup, r.Input.Prompt = DedupOn, "same"
+			return r
+		}
+		lead := submit(t, b, mk("lead"))
+		lead.Cancel()
+		// The group may still hold the ended leader if leave has not run;
+		// a newcomer must lead a new group, not follow it.
+		c := submit(t, b, mk("next"))
+		<-c.Done()
+		wantOK(t, c)
+		b.dedup.mu.Lock()
+		defer b.dedup.mu.Unlock()
+		for k, g := range b.dedup.groups {
+			if !g.leader.pending() {
+				t.Fatalf("group %q left with an ended leader", k.input)
+			}
+		}
+	})
+}
