@@ -105,7 +105,7 @@ type lane struct {
 	gone     atomic.Bool // reclaimed: its owner has exited
 
 	mu     sync.Mutex
-	queues [numPriorities]fifo // by priority, first in first out; may hold ended calls
+	queues [numPriorities]fifo // by urgency level, first in first out; may hold ended calls
 	heap   deadlineHeap        // every queued call, earliest deadline first
 	n      int                 // queued calls (the heap's length)
 	tokens int                 // their estimated tokens
@@ -183,7 +183,7 @@ func (l *lane) push(c *Call) bool {
 		return true
 	}
 	c.lane = l
-	l.queues[c.req.Priority].push(c)
+	l.queues[c.req.Priority.level()].push(c)
 	heap.Push(&l.heap, c)
 	l.n++
 	l.tokens += c.tokens
@@ -408,7 +408,7 @@ func (l *lane) bestLocked(now time.Time) (*Call, Priority) {
 			best, bestP, bestRank = c, p, r
 		}
 	}
-	return best, Priority(bestP)
+	return best, byLevel[bestP]
 }
 
 // earliestDueLocked returns when the lane must send, from the queued calls'

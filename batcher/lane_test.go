@@ -281,3 +281,15 @@ func TestMinBatchSentWhenTheBackendFreesUp(t *testing.T) {
 		}
 	})
 }
+
+func TestZeroPriorityIsNormal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, &fakeBackend{}, 4, BatchConfig{Window: 100 * time.Millisecond})
+		start := time.Now()
+		c := submit(t, b, &Request{ID: "z", Route: "m", Input: Input{Op: OpCompletion, Prompt: "p"}})
+		<-c.Done()
+		if d := time.Since(start); d != 100*time.Millisecond {
+			t.Fatalf("a Request with no priority left after %v, want NORMAL's window", d)
+		}
+	})
+}

@@ -173,7 +173,7 @@ func (s *backendState) acquire(l *lane, p Priority, since time.Time, c cost) (*p
 }
 
 func (s *backendState) rank(w waiter, now time.Time) time.Duration {
-	return time.Duration(w.p)*s.aging - now.Sub(w.since)
+	return time.Duration(w.p.level())*s.aging - now.Sub(w.since)
 }
 
 func (s *backendState) bestLocked(now time.Time) waiter {
@@ -190,7 +190,7 @@ func (s *backendState) bestLocked(now time.Time) waiter {
 // which budget is short and, for a rate budget, how long until it allows.
 func (s *backendState) checkLocked(w waiter, now time.Time) (bool, time.Duration, string) {
 	share := 0.0
-	if w.p > PriorityHigh {
+	if w.p.background() {
 		share = s.cfg.ProtectedShare
 	}
 	if s.inFlight >= s.limit-int(float64(s.limit)*share) {
@@ -285,7 +285,7 @@ func (s *backendState) grantLocked(now time.Time) []grant {
 				progressed = true
 				break
 			}
-			if by == budgetConcurrency && w.p > PriorityHigh && s.inFlight < s.limit {
+			if by == budgetConcurrency && w.p.background() && s.inFlight < s.limit {
 				continue // only the protected share is left: look for urgent work
 			}
 			if by == budgetProbe {
@@ -361,7 +361,7 @@ func (s *backendState) extend(pm *permit, want cost, p Priority) cost {
 	defer s.mu.Unlock()
 	now := time.Now()
 	share := 0.0
-	if p > PriorityHigh {
+	if p.background() {
 		share = s.cfg.ProtectedShare
 	}
 	grow := func(lim *rate.Limiter, have, want int) int {

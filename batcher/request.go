@@ -5,22 +5,35 @@ import (
 	"time"
 )
 
-// Priority orders work when dispatch capacity is scarce. Lower values go
-// first.
+// Priority orders work when dispatch capacity is scarce. The zero value is
+// PriorityNormal.
 type Priority uint8
 
-// The priorities, most urgent first.
+// The priorities.
 const (
-	PriorityUrgent Priority = iota
+	PriorityNormal Priority = iota
+	PriorityUrgent
 	PriorityHigh
-	PriorityNormal
 	PriorityLow
 	PriorityDeferrable
 
 	numPriorities = int(PriorityDeferrable) + 1
 )
 
-var priorityNames = [numPriorities]string{"urgent", "high", "normal", "low", "deferrable"}
+var priorityNames = [numPriorities]string{"normal", "urgent", "high", "low", "deferrable"}
+
+// levels maps a priority to its urgency: 0 goes first.
+var levels = [numPriorities]int{PriorityNormal: 2, PriorityUrgent: 0, PriorityHigh: 1, PriorityLow: 3, PriorityDeferrable: 4}
+
+// byLevel maps an urgency back to its priority.
+var byLevel = [numPriorities]Priority{PriorityUrgent, PriorityHigh, PriorityNormal, PriorityLow, PriorityDeferrable}
+
+// level returns p's urgency, 0 (URGENT) to 4 (DEFERRABLE).
+func (p Priority) level() int { return levels[p] }
+
+// background reports whether p may not use the share held for URGENT and
+// HIGH work.
+func (p Priority) background() bool { return p.level() > levels[PriorityHigh] }
 
 func (p Priority) String() string {
 	if int(p) < numPriorities {

@@ -306,7 +306,13 @@ func resolveRoute(r Route) (routeConfig, error) {
 			rc.delays[p] = min(d, b.MaxWait)
 		}
 	} else {
-		rc.delays = [numPriorities]time.Duration{0, b.Window / 2, b.Window, min(10*b.Window, b.MaxWait), b.MaxWait}
+		rc.delays = [numPriorities]time.Duration{
+			PriorityUrgent:     0,
+			PriorityHigh:       b.Window / 2,
+			PriorityNormal:     b.Window,
+			PriorityLow:        min(10*b.Window, b.MaxWait),
+			PriorityDeferrable: b.MaxWait,
+		}
 	}
 	if rc.MaxInputBytes == 0 {
 		rc.MaxInputBytes = DefaultMaxInputBytes

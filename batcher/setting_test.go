@@ -31,7 +31,7 @@ func TestConfigResolution(t *testing.T) {
 		{"min batch", []Option{be, route(func(r *Route) { r.Batch.MaxBatchSize = 3; r.Batch.MinBatchSize = 4 })}, `min batch size: must be 1 to max batch size 3, got 4`},
 		{"window", []Option{be, route(func(r *Route) { r.Batch.Window = -time.Second })}, `window: must be positive, got -1s`},
 		{"max wait", []Option{be, route(func(r *Route) { r.Batch.Window = time.Second; r.Batch.MaxWait = time.Millisecond })}, `max wait: must be at least the window 1s`},
-		{"delay", []Option{be, route(func(r *Route) { r.Batch.Delays = &[5]time.Duration{-1} })}, `urgent delay: must not be negative`},
+		{"delay", []Option{be, route(func(r *Route) { r.Batch.Delays = &[5]time.Duration{PriorityUrgent: -1} })}, `urgent delay: must not be negative`},
 		{"tokens", []Option{be, route(func(r *Route) { r.MaxTokensLimit = 10; r.DefaultMaxTokens = 20 })}, `default max tokens: must be 1 to max tokens limit 10, got 20`},
 		{"duplicate route", []Option{be, route(func(*Route) {}), route(func(*Route) {})}, `route "m": defined twice`},
 		{"backend concurrency", []Option{WithBackend(BackendConfig{Name: "be", Backend: nop, MaxConcurrency: -2}), route(func(*Route) {})}, `backend "be" max concurrency: must be at least 1, got -2`},
@@ -64,7 +64,8 @@ func TestRouteDefaults(t *testing.T) {
 	if b.MaxBatchSize != DefaultMaxBatchSize || b.MinBatchSize != DefaultMinBatchSize || b.Window != DefaultWindow || b.MaxWait != DefaultMaxWait {
 		t.Fatalf("defaults not applied: %+v", b)
 	}
-	want := [numPriorities]time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, time.Second, 5 * time.Second}
+	want := [numPriorities]time.Duration{PriorityUrgent: 0, PriorityHigh: 50 * time.Millisecond,
+		PriorityNormal: 100 * time.Millisecond, PriorityLow: time.Second, PriorityDeferrable: 5 * time.Second}
 	if rc.delays != want {
 		t.Fatalf("delays %v, want %v", rc.delays, want)
 	}
