@@ -70,9 +70,6 @@ func (c *Call) Result() Result {
 	return c.result
 }
 
-// Deadline returns when the call expires.
-func (c *Call) Deadline() time.Time { return c.deadline }
-
 // Cancel ends the call with ErrCanceled unless it already ended. It never
 // touches the call's batch-mates.
 func (c *Call) Cancel() {

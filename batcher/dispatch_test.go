@@ -302,8 +302,6 @@ func TestEventsInOrder(t *testing.T) {
 			r.Sink = rec
 			calls = append(calls, submit(t, b, r))
 		}
-		synctest.Wait()
-		time.Sleep(time.Second)
 		for _, c := range calls {
 			<-c.Done()
 			want := []EventKind{EventQueued, EventBatched, EventDispatched, EventDone}

@@ -312,6 +312,7 @@ func (l *lane) step() (exit bool) {
 	if len(l.heap) > 0 {
 		next = l.heap[0].deadline
 		if !waiting {
+			l.trimLocked() // a failover may have left ended heads
 			if due := l.earliestDueLocked(); due.Before(next) {
 				next = due
 			}
@@ -412,9 +413,8 @@ func (l *lane) bestLocked(now time.Time) (*Call, Priority) {
 }
 
 // earliestDueLocked returns when the lane must send, from the queued calls'
-// priority delays. Heads are trimmed.
+// priority delays. The caller has trimmed the heads (bestLocked does).
 func (l *lane) earliestDueLocked() time.Time {
-	l.trimLocked()
 	var due time.Time
 	for p := range l.queues {
 		if l.queues[p].len() == 0 {

@@ -182,5 +182,3 @@ type Result struct {
 
 	Err error
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -46,7 +47,7 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 		for i := range in.Messages {
 			m := &in.Messages[i]
 			if !validRoles[m.Role] {
-				return invalid("input.chat.messages["+itoa(i)+"].role", "must be system, user, assistant, tool or developer, got %q", truncate(m.Role))
+				return invalid("input.chat.messages["+strconv.Itoa(i)+"].role", "must be system, user, assistant, tool or developer, got %q", truncate(m.Role))
 			}
 			if m.Content != "" {
 				empty = false
@@ -82,7 +83,7 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 	}
 	for i, s := range p.Stop {
 		if s == "" || len(s) > MaxStopBytes {
-			return invalid("params.stop["+itoa(i)+"]", "must be 1 to %d bytes, got %d", MaxStopBytes, len(s))
+			return invalid("params.stop["+strconv.Itoa(i)+"]", "must be 1 to %d bytes, got %d", MaxStopBytes, len(s))
 		}
 	}
 	if r.Timeout < 0 {

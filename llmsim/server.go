@@ -262,6 +262,19 @@ func finish(cut bool) string {
 	return "stop"
 }
 
+// checkInputs answers 400 unless a batch field holds 1 to MaxInputs entries.
+func checkInputs(w http.ResponseWriter, field string, n int) bool {
+	switch {
+	case n == 0:
+		badRequest(w, field, "'"+field+"' must be set.")
+		return false
+	case n > MaxInputs:
+		badRequest(w, field, fmt.Sprintf("'%s' must hold at most %d entries, got %d.", field, MaxInputs, n))
+		return false
+	}
+	return true
+}
+
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	s.st.completions.Add(1)
 	var req completionRequest
@@ -271,12 +284,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if !s.checkModel(w, req.Model) {
 		return
 	}
-	if len(req.Prompt) == 0 {
-		badRequest(w, "prompt", "'prompt' must be set.")
-		return
-	}
-	if len(req.Prompt) > MaxInputs {
-		badRequest(w, "prompt", fmt.Sprintf("'prompt' must hold at most %d prompts, got %d.", MaxInputs, len(req.Prompt)))
+	if !checkInputs(w, "prompt", len(req.Prompt)) {
 		return
 	}
 	if req.Stream {
@@ -324,12 +332,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if !s.checkModel(w, req.Model) {
 		return
 	}
-	if len(req.Input) == 0 {
-		badRequest(w, "input", "'input' must be set.")
-		return
-	}
-	if len(req.Input) > MaxInputs {
-		badRequest(w, "input", fmt.Sprintf("'input' must hold at most %d inputs, got %d.", MaxInputs, len(req.Input)))
+	if !checkInputs(w, "input", len(req.Input)) {
 		return
 	}
 	for i, in := range req.Input {
