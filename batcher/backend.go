@@ -1,6 +1,9 @@
 package batcher
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Batch is what a Backend sends upstream in one dispatch.
 type Batch struct {
@@ -17,6 +20,9 @@ type Batch struct {
 	// limits on a successful call (x-ratelimit-* headers): the dispatcher
 	// keeps its budget within what the upstream says is left.
 	RateLimit *RateLimitInfo
+
+	deadline time.Time   // the latest deadline among its requests
+	verdict  func(error) // the breaker's, told by the breakerVerdict layer
 }
 
 // Response is one request's answer from a Backend. Err set means that request

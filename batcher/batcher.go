@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/batcherhq/batcher/internal/clip"
 )
 
 // Batcher groups requests into batches and dispatches them. It is safe for
@@ -20,6 +22,7 @@ type Batcher struct {
 	backends    map[string]*backendState
 	backendList []*backendState // in configuration order
 	tracer      trace.Tracer    // nil: no spans
+	metrics     *metrics        // nil: no metrics
 
 	// admitMu orders admission against shutdown: Submit holds it shared
 	// while it admits, Shutdown exclusively while it closes admission.
@@ -31,6 +34,9 @@ type Batcher struct {
 	lanes   map[laneKey]*lane
 
 	dedup dedupTable
+	admit *admission
+
+	runPool sync.Pool // of *batchRun
 
 	runsMu   sync.Mutex
 	runs     map[*batchRun]struct{} // batches in flight
@@ -42,7 +48,11 @@ type Batcher struct {
 	drained   chan struct{} // closed when closing and nothing is pending
 	drainOnce sync.Once
 	shutOnce  sync.Once
-	wg        sync.WaitGroup // lane owners and batch runners
+	lanesWG   sync.WaitGroup // lane owners
+	workers   sync.WaitGroup // dispatch workers
+	abortOnce sync.Once
+	abortCh   chan struct{} // closed when the drain is cut short
+	stopped   chan struct{} // closed when every goroutine has returned
 }
 
 // New returns a Batcher for the given routes and backends. A bad option
@@ -61,6 +71,9 @@ func New(opts ...Option) (*Batcher, error) {
 		retrying: make(map[*Call]*time.Timer),
 		closed:   make(chan struct{}),
 		drained:  make(chan struct{}),
+		abortCh:  make(chan struct{}),
+		admit:    newAdmission(cfg.queueCapacity, cfg.queueReserve),
+		stopped:  make(chan struct{}),
 	}
 	var errs []error
 	for _, bc := range cfg.backends {
@@ -73,7 +86,7 @@ func New(opts ...Option) (*Batcher, error) {
 			errs = append(errs, fmt.Errorf("backend %q: defined twice", bc.Name))
 			continue
 		}
-		be := newBackendState(bc, cfg.agingStep)
+		be := newBackendState(bc, cfg.agingStep, cfg.logger)
 		b.backends[bc.Name] = be
 		b.backendList = append(b.backendList, be)
 	}
@@ -101,6 +114,9 @@ func New(opts ...Option) (*Batcher, error) {
 	}
 	if cfg.tracerProvider != nil {
 		b.tracer = cfg.tracerProvider.Tracer(tracerName)
+	}
+	if b.metrics, err = newMetrics(cfg.meterProvider, b); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return b, nil
 }
@@ -160,13 +176,14 @@ func (b *Batcher) Pending() int { return int(b.pending.Load()) }
 // The request's deadline is the earliest of ctx's deadline, req.Timeout and
 // the queue timeout. ctx's span, if any, parents the request's span. Submit
 // does not watch ctx for cancellation: call Call.Cancel, or use Do.
-func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
+func (b *Batcher) Submit(ctx context.Context, req *Request) (call *Call, err error) {
+	defer b.metrics.submitted(req, &call, &err)
 	rc := b.routes[req.Route]
 	if rc == nil {
 		if req.Route == "" {
 			return nil, invalid("model", "must be set")
 		}
-		return nil, invalid("model", "unknown model %q", truncate(req.Route))
+		return nil, invalid("model", "unknown model %q", clip.String(req.Route))
 	}
 	if err := validate(req, rc); err != nil {
 		return nil, err
@@ -200,9 +217,13 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 	if tg < 0 {
 		return nil, fmt.Errorf("%w: circuit open on every backend of model %q", ErrNoBackend, rc.Name)
 	}
-	if b.pending.Add(1) > int64(b.cfg.queueCapacity) {
-		b.pending.Add(-1)
-		return nil, ErrQueueFull
+	if n := b.pending.Add(1); n > b.admit.limitFor(req.Priority) {
+		// URGENT work finding the queue full takes the place of the newest
+		// queued DEFERRABLE or LOW request, which ends with ErrEvicted.
+		if req.Priority != PriorityUrgent || n <= b.admit.capacity || !b.admit.evict() {
+			b.pending.Add(-1)
+			return nil, ErrQueueFull
+		}
 	}
 	c := &Call{
 		req:      req,
@@ -220,7 +241,14 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 		c.span = b.startRequestSpan(ctx, req)
 	}
 	key := keyOf(req, rc, c.target)
-	l := b.laneFor(key, rc)
+	l, err := b.laneFor(key, rc)
+	if err != nil {
+		b.pending.Add(-1) // not admitted
+		if c.span != nil {
+			c.span.End()
+		}
+		return nil, err
+	}
 	if req.Sink != nil {
 		c.emit(&Event{Kind: EventQueued, Time: now, Lane: l.name})
 	}
@@ -228,6 +256,7 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 		rc.targets[c.target].be.stats.dedupHits.Add(1)
 		return c, nil
 	}
+	b.admit.track(c)
 	if !l.push(c) {
 		b.enqueue(c)
 	}
@@ -241,45 +270,15 @@ func (b *Batcher) enqueue(c *Call) {
 		return
 	}
 	key := keyOf(c.req, c.rc, c.target)
-	for !b.laneFor(key, c.rc).push(c) {
-	}
-}
-
-// retryLater sends c back to its lane after a backoff, if the policy, the
-// retry budget and c's deadline allow; r is the run c failed in.
-func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) bool {
-	be := r.be
-	p := &be.cfg.Retry
-	class := classify(err)
-	if !retryable(class, c.unknownRetries) || c.retries >= p.MaxRetries {
-		return false
-	}
-	delay := max(p.backoff(c.retries), retryAfter(err))
-	if !now.Add(delay).Before(c.deadline) || !be.retry.allow(now) {
-		return false
-	}
-	if !c.run.CompareAndSwap(r, nil) {
-		return false // it ended meanwhile
-	}
-	c.retries++
-	if class == ClassUnknown {
-		c.unknownRetries++
-	}
-	be.stats.retries[class].Add(1)
-	c.emit(&Event{Kind: EventRetrying, Time: now, Attempt: c.attempts, Delay: delay, Class: class, Err: err})
-	b.runsMu.Lock()
-	b.retrying[c] = time.AfterFunc(delay, func() { b.requeue(c) })
-	b.runsMu.Unlock()
-	return true
-}
-
-// requeue ends c's backoff.
-func (b *Batcher) requeue(c *Call) {
-	b.runsMu.Lock()
-	delete(b.retrying, c)
-	b.runsMu.Unlock()
-	if c.pending() {
-		b.enqueue(c)
+	for {
+		l, err := b.laneFor(key, c.rc)
+		if err != nil {
+			c.finish(Result{Err: err}, time.Now())
+			return
+		}
+		if l.push(c) {
+			return
+		}
 	}
 }
 
@@ -325,49 +324,34 @@ func estimateTokens(r *Request, rc *routeConfig) int {
 	return n
 }
 
-// laneFor returns key's lane, creating it and its owner if needed.
-func (b *Batcher) laneFor(key laneKey, rc *routeConfig) *lane {
+// laneFor returns key's lane, creating it and its owner if needed. It
+// fails with ErrTooManyLanes when a new lane would pass the cap.
+func (b *Batcher) laneFor(key laneKey, rc *routeConfig) (*lane, error) {
 	b.lanesMu.RLock()
 	l := b.lanes[key]
 	b.lanesMu.RUnlock()
 	if l != nil {
-		return l
+		return l, nil
 	}
 	b.lanesMu.Lock()
-	defer b.lanesMu.Unlock()
-	if l = b.lanes[key]; l == nil {
-		l = newLane(b, key, rc)
-		b.lanes[key] = l
-		b.wg.Add(1)
-		go l.loop()
+	if l = b.lanes[key]; l != nil {
+		b.lanesMu.Unlock()
+		return l, nil
 	}
-	return l
+	if n := len(b.lanes); n >= b.cfg.maxLanes {
+		b.lanesMu.Unlock()
+		return nil, fmt.Errorf("%w: %d lanes open, the limit (max lanes); requests that differ in max_tokens, temperature, top_p, seed or stop each need a lane of their own", ErrTooManyLanes, n)
+	}
+	l = newLane(b, key, rc)
+	b.lanes[key] = l
+	b.lanesWG.Add(1)
+	b.lanesMu.Unlock()
+	go l.loop() // outside the lock
+	return l, nil
 }
 
-// reclaim removes an empty lane. It reports false when the lane got work in
-// the meantime.
-func (b *Batcher) reclaim(l *lane) bool {
-	b.lanesMu.Lock()
-	defer b.lanesMu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n > 0 {
-		return false
-	}
-	l.be.unregister(l)
-	if pm := l.granted.Swap(nil); pm != nil {
-		l.be.giveBack(pm)
-	}
-	l.closed = true
-	l.gone.Store(true)
-	if b.lanes[l.key] == l {
-		delete(b.lanes, l.key)
-	}
-	return true
-}
-
-// release books a call's end.
-func (b *Batcher) release() {
+// callEnded books a call's terminal result in the admission count.
+func (b *Batcher) callEnded() {
 	if b.pending.Add(-1) == 0 && b.closing.Load() {
 		b.drainOnce.Do(func() { close(b.drained) })
 	}
@@ -398,21 +382,79 @@ func (b *Batcher) eachLane(f func(*lane)) {
 	}
 }
 
-// Flush sends every lane's partial batch now, without waiting out windows.
-// Batches still wait for dispatch capacity.
-func (b *Batcher) Flush() {
+// Flush sends every lane's queued requests now, without waiting out their
+// windows, and waits until they have been sent (handed to their backend,
+// still within its concurrency and rate limits) or have ended, or until
+// ctx ends. Requests admitted after Flush began are not waited for. It
+// returns ErrCanceled or ErrDeadline when ctx ended first; the flushed
+// requests are still sent as soon as capacity allows.
+func (b *Batcher) Flush(ctx context.Context) error {
+	var waits []*flushWait
 	b.eachLane(func(l *lane) {
-		l.mu.Lock()
-		l.flush = true
-		l.mu.Unlock()
-		l.nudge()
+		fw := newFlushWait(nil)
+		waits = append(waits, fw)
+		l.flush(fw)
 	})
+	return waitFlushed(ctx, waits)
 }
+
+// FlushCalls is Flush for the given calls only: each of them still queued
+// goes out in its lane's next batch, ahead of everything else queued there,
+// and the batch fills with other queued requests as usual, so that other
+// callers' batches do not shrink. Calls in flight, waiting out a retry
+// backoff or ended are not waited for. A server flushes one stream's
+// requests this way.
+//
+// The flush is asked for before FlushCalls waits: with a ctx that is
+// already done it returns at once, and the calls still leave.
+func (b *Batcher) FlushCalls(ctx context.Context, calls ...*Call) error {
+	byLane := make(map[*lane][]*Call)
+	for _, c := range calls {
+		if c == nil || !c.queued.Load() {
+			continue
+		}
+		if l := c.lane.Load(); l != nil {
+			byLane[l] = append(byLane[l], c)
+		}
+	}
+	waits := make([]*flushWait, 0, len(byLane))
+	for l, cs := range byLane {
+		fw := newFlushWait(cs)
+		waits = append(waits, fw)
+		l.flush(fw)
+	}
+	return waitFlushed(ctx, waits)
+}
+
+func newFlushWait(calls []*Call) *flushWait {
+	fw := &flushWait{calls: calls, done: make(chan struct{})}
+	fw.left.Store(1) // the lane's message holds one until it is handled
+	return fw
+}
+
+func waitFlushed(ctx context.Context, waits []*flushWait) error {
+	for _, fw := range waits {
+		select {
+		case <-fw.done:
+		case <-ctx.Done():
+			return ctxErr(ctx)
+		}
+	}
+	return nil
+}
+
+// shutdownGrace is how long Shutdown waits, once its context has ended and
+// every pending request has its result, for dispatches still in flight to
+// return. Their contexts are cancelled then, and a Backend must return
+// promptly on cancellation (its contract); one that does not is reported
+// in Shutdown's error and left running rather than hang the caller.
+const shutdownGrace = time.Second
 
 // Shutdown stops admission, sends every partial batch at once and waits for
 // every pending request until ctx ends. Requests still pending then end with
 // ErrShutdown, and Shutdown returns an error wrapping ctx's. It returns once
-// the batcher's goroutines have stopped. Calling it again waits again.
+// the batcher's goroutines have stopped (see shutdownGrace for a backend
+// that ignores its context). Calling it again waits again.
 func (b *Batcher) Shutdown(ctx context.Context) error {
 	b.shutOnce.Do(func() {
 		b.admitMu.Lock()
@@ -423,6 +465,20 @@ func (b *Batcher) Shutdown(ctx context.Context) error {
 			b.drainOnce.Do(func() { close(b.drained) })
 		}
 		b.eachLane((*lane).nudge)
+		go func() {
+			// Lane owners leave once they are idle; then nothing hands the
+			// workers a batch any more.
+			<-b.drainedOrAborted()
+			b.lanesWG.Wait()
+			for _, be := range b.backendList {
+				close(be.work)
+			}
+			b.workers.Wait()
+			for _, be := range b.backendList {
+				be.stopTimer()
+			}
+			close(b.stopped)
+		}()
 	})
 	var err error
 	select {
@@ -432,39 +488,47 @@ func (b *Batcher) Shutdown(ctx context.Context) error {
 			err = fmt.Errorf("batcher: drain ended with %d requests pending, failed with ErrShutdown: %w", n, ctx.Err())
 		}
 	}
-	stopped := make(chan struct{})
-	go func() {
-		b.wg.Wait()
-		close(stopped)
-	}()
 	if ctx.Err() == nil {
 		select {
-		case <-stopped:
+		case <-b.stopped:
 			return err
 		case <-ctx.Done():
+			b.abort()
 		}
 	}
-	// ctx is done, and with it every batch's context: give the runners a
-	// moment to return.
-	grace := time.NewTimer(time.Second)
+	grace := time.NewTimer(shutdownGrace)
 	defer grace.Stop()
 	select {
-	case <-stopped:
+	case <-b.stopped:
 		return err
 	case <-grace.C:
 		return errors.Join(err, fmt.Errorf("batcher: dispatches still running, a backend ignores its context: %w", ctx.Err()))
 	}
 }
 
-// abort ends every pending call with ErrShutdown and reports how many.
+// drainedOrAborted is closed once nothing is pending or the drain was cut
+// short.
+func (b *Batcher) drainedOrAborted() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		select {
+		case <-b.drained:
+		case <-b.abortCh:
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+// abort ends every pending call with ErrShutdown and reports how many were
+// pending. Queued calls are ended by their lanes' owners.
 func (b *Batcher) abort() int {
-	b.aborted.Store(true) // from now on, whatever moves ends instead
-	var calls []*Call
-	b.eachLane(func(l *lane) {
-		l.mu.Lock()
-		calls = append(calls, l.heap...)
-		l.mu.Unlock()
+	n := int(b.pending.Load())
+	b.abortOnce.Do(func() {
+		b.aborted.Store(true) // from now on, whatever moves ends instead
+		close(b.abortCh)
 	})
+	var calls []*Call
 	b.runsMu.Lock()
 	for r := range b.runs {
 		calls = append(calls, r.calls...)
@@ -476,11 +540,8 @@ func (b *Batcher) abort() int {
 	}
 	b.runsMu.Unlock()
 	now := time.Now()
-	n := 0
 	for _, c := range calls {
-		if c.finish(Result{Err: ErrShutdown}, now) {
-			n++
-		}
+		c.finish(Result{Err: ErrShutdown}, now)
 	}
 	b.eachLane((*lane).nudge)
 	return n

@@ -18,16 +18,17 @@ const (
 // Call is one admitted request on its way to its terminal result.
 //
 // Ownership: req, admitted, deadline, due, tokens and span are set by Submit
-// before the call is visible to any other goroutine and never change. heapIdx
-// and the timing fields up to dispatch are guarded by the lane's mutex while
-// the call is queued; once batched they belong to the batch's runner. state
-// decides the one terminal result: whoever moves it from pending to done
-// writes result and closes done; nobody else touches either.
+// before the call is visible to any other goroutine and never change. lane
+// is the lane it was last queued in (set by push). heapIdx and qidx belong
+// to that lane's owner; the timing and attempt fields belong to the lane's
+// owner while the call is queued and to the dispatch worker once batched.
+// state decides the one terminal result: whoever moves it from pending to
+// done writes result and closes done; nobody else touches either.
 type Call struct {
 	req      *Request
 	b        *Batcher
 	rc       *routeConfig
-	lane     *lane
+	lane     atomic.Pointer[lane]
 	admitted time.Time
 	deadline time.Time
 	due      time.Time // when its lane must send it, from its priority's delay
@@ -35,7 +36,8 @@ type Call struct {
 	span     trace.Span
 
 	heapIdx int         // index in the lane's deadline heap; -1 when not queued
-	queued  atomic.Bool // in a lane's queue: finish must take it out
+	qidx    uint8       // the lane fifo its current entry is in
+	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
 
 	// Owned by the lane while queued, by the runner while dispatched.
 	target         uint8     // the route target it is queued for
@@ -106,10 +108,12 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	}
 	r.Timings.Total = now.Sub(c.admitted)
 	c.result = r
+	c.b.metrics.finished(c, &c.result)
 	if c.span != nil {
 		if r.Err != nil {
 			c.span.SetStatus(codes.Error, r.Err.Error())
 		}
+		setResultAttrs(c.span, &r)
 		c.span.End(trace.WithTimestamp(now))
 	}
 	if sink != nil {
@@ -117,15 +121,15 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	}
 	// The books first, so that whoever Done wakes sees them settled.
 	if c.queued.Load() {
-		c.lane.forget(c)
+		c.lane.Load().forget(c)
 	}
 	if c.timer != nil {
 		c.timer.Stop()
 	}
 	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
-		run.forget()
+		run.end()
 	}
-	c.b.release()
+	c.b.callEnded()
 	close(c.done)
 	if c.group != nil {
 		c.b.dedup.leave(c, &c.result, now)

@@ -14,149 +14,312 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// batchRun is one dispatch of one batch. Its runner goroutine owns it; calls
-// reach it only through forget. calls never changes once the run starts.
+// The dispatch concerns wrap the configured Backend, outermost first:
+//
+//	breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{Backend}}}}
+//
+// recoverBackend is innermost, so that a panic becomes an error every other
+// layer sees. attemptTimeout bounds the backend call itself and calls the
+// end of its own deadline a timeout (not the batch's cancellation).
+// metricsBackend sits outside the timeout, so that it times the whole
+// attempt and counts the error the timeout translated. breakerVerdict is
+// outermost: it judges the final error, and calls an error that came after
+// every caller had stopped waiting (the batch context cancelled) "unused",
+// since it says nothing of the backend's health. Rate limits and retries
+// are not layers here: the permit was granted before the call (limits.go),
+// and a retry puts a request back into its lane, possibly into another
+// batch (retry.go).
+func decorate(impl Backend, s *backendState) Backend {
+	return breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{impl}, s.cfg.AttemptTimeout, s.cfg.Retry.MaxRetries + 1}, s}}
+}
+
+// recoverBackend turns a backend's panic into an error, so that one bad
+// backend cannot take the service down.
+type recoverBackend struct{ next Backend }
+
+func (d recoverBackend) Dispatch(ctx context.Context, b *Batch, out []Response) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &UpstreamError{Class: ClassUnknown, Message: "backend failed", Err: fmt.Errorf("backend panic: %v", p)}
+		}
+	}()
+	return d.next.Dispatch(ctx, b, out)
+}
+
+// attemptTimeout bounds one upstream call: by the configured timeout, or,
+// when none is, by an even share of what is left of the batch's deadline
+// over the attempts the retry policy allows, within a cap per operation. It
+// needs a context of its own only when its timeout ends before the last of
+// the batch's deadlines.
+type attemptTimeout struct {
+	next     Backend
+	timeout  time.Duration // 0: automatic
+	attempts int           // the retry policy's attempts per request
+}
+
+// timeoutFor returns the attempt's timeout for b at now.
+func (d attemptTimeout) timeoutFor(b *Batch, now time.Time) time.Duration {
+	if d.timeout > 0 {
+		return d.timeout
+	}
+	limit := DefaultAttemptTimeout
+	if b.Op == OpEmbedding {
+		limit = DefaultEmbeddingAttemptTimeout
+	}
+	share := b.deadline.Sub(now) / time.Duration(max(d.attempts, 1))
+	return min(limit, max(share, minAttemptTimeout))
+}
+
+func (d attemptTimeout) Dispatch(ctx context.Context, b *Batch, out []Response) error {
+	now := time.Now()
+	timeout := d.timeoutFor(b, now)
+	if !now.Add(timeout).Before(b.deadline) {
+		return d.next.Dispatch(ctx, b, out)
+	}
+	if rc, ok := ctx.(*runCtx); ok {
+		// The batch's own context takes the deadline: a batch makes one
+		// attempt, so its context ends with it, and nothing is allocated.
+		rc.expireAfter(timeout)
+		err := d.next.Dispatch(ctx, b, out)
+		if rc.stopExpiry() && err != nil {
+			err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + timeout.Round(time.Millisecond).String(), Err: err}
+		}
+		return err
+	}
+	actx, cancel := context.WithTimeoutCause(ctx, timeout, errAttemptTimeout)
+	defer cancel()
+	err := d.next.Dispatch(actx, b, out)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
+		err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + timeout.Round(time.Millisecond).String(), Err: err}
+	}
+	return err
+}
+
+// metricsBackend counts calls and the requests they carry.
+type metricsBackend struct {
+	next Backend
+	s    *backendState
+}
+
+func (d metricsBackend) Dispatch(ctx context.Context, b *Batch, out []Response) error {
+	n := len(b.Requests)
+	d.s.stats.calls.Add(1)
+	d.s.stats.items.Add(int64(n))
+	d.s.retry.sent(time.Now(), n)
+	return d.next.Dispatch(ctx, b, out)
+}
+
+// breakerVerdict tells the breaker how the call went.
+type breakerVerdict struct{ next Backend }
+
+func (d breakerVerdict) Dispatch(ctx context.Context, b *Batch, out []Response) error {
+	err := d.next.Dispatch(ctx, b, out)
+	if v := b.verdict; v != nil {
+		b.verdict = nil
+		if err != nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			v(errUnused) // nobody awaited the answer
+		} else {
+			v(err)
+		}
+	}
+	return err
+}
+
+// batchRun is one dispatch of one batch. A dispatch worker owns it while it
+// runs; calls reach it only through end. Runs are pooled: refs counts the
+// worker plus every call still claimed by the run, and the last to let go
+// puts it back.
 type batchRun struct {
 	b       *Batcher
 	lane    *lane
 	be      *backendState
 	pm      *permit
 	partial bool // counted in lane.partials
+	formed  time.Time
 	batch   Batch
-	calls   []*Call
-	ctx     context.Context
-	cancel  context.CancelFunc
-	live    atomic.Int32 // calls of this run not yet ended
+	calls   []*Call // cut by the lane; claimed ones move to live
+	live    []*Call
+	reqs    []*Request
+	out     []Response
+	ctx     *runCtx
+	alive   atomic.Int32 // claimed calls not yet ended: the last cancels ctx
+	refs    atomic.Int32
 	span    trace.Span
+	watch   deadlineWatch
+	flushes []*flushWait // told once the upstream call starts
+}
+
+// getRun takes a run from the batcher's pool (one pool per Batcher: a run
+// holds a timer, which belongs to the goroutines, or test bubble, that made
+// the batcher).
+func (b *Batcher) getRun() *batchRun {
+	if r, ok := b.runPool.Get().(*batchRun); ok {
+		return r
+	}
+	r := new(batchRun)
+	r.ctx = newRunCtx()
+	r.watch.timer = time.AfterFunc(math.MaxInt64, r.watch.fire)
+	r.watch.timer.Stop()
+	r.watch.stopped = true
+	return r
 }
 
 // finishedRun marks a call that ended: no run may claim it any more.
 var finishedRun = new(batchRun)
 
-// forget books one of the run's calls ending; the last one cancels the
+// end books one of the run's calls ending; the last one cancels the
 // upstream call, whose result nobody awaits any more.
-func (r *batchRun) forget() {
-	if r.live.Add(-1) == 0 {
-		r.cancel()
+func (r *batchRun) end() {
+	if r.alive.Add(-1) == 0 {
+		r.ctx.cancel()
+	}
+	r.unref()
+}
+
+func (r *batchRun) unref() {
+	if r.refs.Add(-1) == 0 {
+		r.recycle()
 	}
 }
 
-// startLocked turns calls cut from l into a batch and starts its runner. The
-// caller holds l.mu and the permit pm, which the runner releases.
-func (l *lane) startLocked(calls []*Call, pm *permit, now time.Time) {
+func (r *batchRun) recycle() {
+	clear(r.calls)
+	clear(r.live)
+	clear(r.reqs)
+	clear(r.out)
+	b := r.b
+	r.calls, r.live, r.reqs, r.out = r.calls[:0], r.live[:0], r.reqs[:0], r.out[:0]
+	r.b, r.lane, r.be, r.pm, r.span = nil, nil, nil, nil, nil
+	r.batch = Batch{}
+	if r.ctx.used {
+		// A derived context may still hold on to it: never reuse it.
+		r.ctx = newRunCtx()
+	} else {
+		r.ctx.reset()
+	}
+	b.runPool.Put(r)
+}
+
+// newRun turns calls cut from l into a batch with the permit pm.
+func (l *lane) newRun(pm *permit, now time.Time) *batchRun {
 	b := l.b
-	id := "b" + strconv.FormatUint(b.batchSeq.Add(1), 36)
 	tg := l.route.targets[l.key.target]
-	r := &batchRun{
-		b:    b,
-		lane: l,
-		be:   tg.be,
-		pm:   pm,
-		batch: Batch{
-			ID:        id,
-			Route:     l.route.Name,
-			Model:     tg.model,
-			Op:        l.route.Op,
-			MaxTokens: l.key.maxTokens,
-		},
-		calls:   calls,
-		partial: len(calls) < l.route.Batch.MaxBatchSize,
+	r := b.getRun()
+	r.b, r.lane, r.be, r.pm, r.formed = b, l, tg.be, pm, now
+	r.batch = Batch{
+		ID:        "b" + strconv.FormatUint(b.batchSeq.Add(1), 36),
+		Route:     l.route.Name,
+		Model:     tg.model,
+		Op:        l.route.Op,
+		MaxTokens: l.key.maxTokens,
 	}
-	if r.partial {
-		l.partials.Add(1)
+	return r
+}
+
+// worker is one of a backend's dispatch goroutines. There are as many as
+// the backend's MaxConcurrency: a permit is a slot, so a batch handed over
+// with its permit never waits for a worker for long.
+func (s *backendState) worker(wg *sync.WaitGroup) {
+	defer wg.Done()
+	for r := range s.work {
+		r.run()
 	}
-	// The batch's context ends when none of its calls awaits the answer any
-	// more: cancelled, expired (the deadline watch ends them) or answered.
-	r.ctx, r.cancel = context.WithCancel(context.Background())
-	b.track(r)
-	b.wg.Add(1)
-	go r.run(now)
+}
+
+// startWorkers starts the backend's workers on its first batch.
+func (s *backendState) startWorkers(b *Batcher) {
+	s.workersOnce.Do(func() {
+		b.workers.Add(s.cfg.MaxConcurrency)
+		for range s.cfg.MaxConcurrency {
+			go s.worker(&b.workers)
+		}
+	})
 }
 
 // run dispatches the batch and delivers its results: successes at once,
 // retryable failures back to their lane after a backoff, the rest as errors.
-func (r *batchRun) run(formed time.Time) {
-	b, be := r.b, r.be
-	defer b.wg.Done()
-	defer b.untrack(r)
-	defer r.cancel()
-	if r.partial {
-		defer func() {
-			r.lane.partials.Add(-1)
-			r.lane.nudge() // an early send may go now
-		}()
-	}
+func (r *batchRun) run() {
+	b, be, l := r.b, r.be, r.lane
+	defer func() {
+		if r.partial {
+			l.partials.Add(-1)
+			l.nudge() // an early send may go now
+		}
+		l.inFlight.Add(-int32(len(r.calls)))
+		b.untrack(r)
+		r.unref()
+	}()
 
-	// Claim the calls that are still live.
-	reqs := make([]*Request, 0, len(r.calls))
-	live := make([]*Call, 0, len(r.calls))
-	r.live.Store(int32(len(r.calls)))
+	// Claim the calls that are still live. The count goes up first: a call
+	// may end the moment it is claimed.
+	r.refs.Store(1)
 	for _, c := range r.calls {
+		r.refs.Add(1)
+		r.alive.Add(1)
 		if c.run.CompareAndSwap(nil, r) {
-			live = append(live, c)
-			reqs = append(reqs, c.req)
+			r.live = append(r.live, c)
+			r.reqs = append(r.reqs, c.req)
 		} else {
-			r.live.Add(-1)
+			r.alive.Add(-1)
+			r.refs.Add(-1)
 		}
 	}
-	if len(live) == 0 {
+	if len(r.live) == 0 {
+		r.flushed()
 		be.giveBack(r.pm)
 		return
 	}
-	r.batch.Requests = reqs
-	ctx := r.ctx
+	r.batch.Requests = r.reqs
+	var ctx context.Context = r.ctx
 	if b.tracer != nil {
-		ctx = r.startSpan(ctx, live)
+		ctx = r.startSpan(ctx, r.live)
 	}
 
+	live := r.live
 	n := len(live)
 	start := time.Now()
+	var last time.Time
 	for _, c := range live {
 		if c.batchedAt.IsZero() {
-			c.batchedAt = formed
+			c.batchedAt = r.formed
 		}
 		if c.dispatchedAt.IsZero() {
 			c.dispatchedAt = start
 		}
 		c.attempts++
+		if c.deadline.After(last) {
+			last = c.deadline
+		}
+		c.dispatchEvent(r, start)
 		if c.req.Sink != nil {
-			c.emit(&Event{Kind: EventBatched, Time: formed, BatchID: r.batch.ID, BatchSize: n})
+			c.emit(&Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
 			c.emit(&Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
 		}
 	}
-	be.stats.calls.Add(1)
-	be.stats.items.Add(int64(n))
-	be.retry.sent(start, n)
+	r.batch.deadline = last
+	r.batch.verdict, r.pm.done = r.pm.done, nil
 
 	// Deadlines keep firing while the upstream call runs.
-	w := &deadlineWatch{calls: live}
-	w.timer = time.AfterFunc(math.MaxInt64, w.fire)
-	w.timer.Reset(w.next(start).Sub(start))
-
-	out := make([]Response, n)
-	// The attempt's own timeout needs a context of its own only when it
-	// ends before the last of the batch's deadlines.
-	actx := ctx
-	if start.Add(be.cfg.AttemptTimeout).Before(w.last()) {
-		var acancel context.CancelFunc
-		actx, acancel = context.WithTimeoutCause(ctx, be.cfg.AttemptTimeout, errAttemptTimeout)
-		defer acancel()
+	r.watch.start(live, start)
+	if cap(r.out) < n {
+		r.out = make([]Response, n)
 	}
-	err := dispatch(actx, be.impl, &r.batch, out)
-	if err != nil && r.ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
-		err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + be.cfg.AttemptTimeout.String(), Err: err}
-	}
-	w.stop()
+	r.out = r.out[:n]
+	out := r.out
+	r.flushed()
+	err := be.impl.Dispatch(ctx, &r.batch, out)
+	r.watch.stop()
 	end := time.Now()
 	elapsed := end.Sub(start)
 	if r.span != nil {
 		if err != nil {
 			r.span.RecordError(err)
 		}
+		setBatchResultAttrs(r.span, out)
 		r.span.End(trace.WithTimestamp(end))
 	}
 
-	// Tell the budget and the breaker how it went.
+	// Tell the budget how it went.
 	used := cost{requests: r.pm.requests, tokens: r.pm.tokens}
 	var limited *RateLimitInfo
 	rateLimited := false
@@ -181,16 +344,12 @@ func (r *batchRun) run(formed time.Time) {
 		used.tokens = tokens // settle the reservation against what was used
 	}
 	if rateLimited {
-		be.onRateLimited(limited)
+		be.onRateLimited(r.pm, limited)
 	} else if err == nil {
-		be.onSuccess(r.batch.RateLimit)
+		be.onSuccess(r.pm, r.batch.RateLimit)
 	}
-	if r.ctx.Err() != nil && err != nil {
-		r.pm.done(errUnused) // nobody awaited the answer: it says nothing of health
-	} else {
-		r.pm.done(err)
-	}
-	be.release(r.pm, used)
+	be.release(r.pm, used, nil)
+	b.metrics.dispatched(r, out, elapsed.Seconds(), err, used)
 
 	for i, c := range live {
 		if !c.pending() {
@@ -205,7 +364,8 @@ func (r *batchRun) run(formed time.Time) {
 		if e != nil && !end.Before(c.deadline) {
 			e = ErrDeadline // the batch context ran out with the request's time
 		}
-		if e != nil && b.retryLater(c, r, e, end) {
+		if e != nil && (b.retryLater(c, r, e, end) || b.fallBack(c, r, e, end)) {
+			r.end() // the run lets go of it
 			continue
 		}
 		res := Result{
@@ -228,6 +388,15 @@ func (r *batchRun) run(formed time.Time) {
 	}
 }
 
+// flushed tells the flushes waiting on the run's calls that they are sent.
+func (r *batchRun) flushed() {
+	for i, fw := range r.flushes {
+		fw.sent()
+		r.flushes[i] = nil
+	}
+	r.flushes = r.flushes[:0]
+}
+
 // rateInfo keeps the first rate-limit details found.
 func rateInfo(err error, prev *RateLimitInfo) *RateLimitInfo {
 	if prev != nil {
@@ -240,45 +409,164 @@ func rateInfo(err error, prev *RateLimitInfo) *RateLimitInfo {
 	return nil
 }
 
-// dispatch calls the backend, turning a panic into an error so that one bad
-// backend cannot take the service down.
-func dispatch(ctx context.Context, be Backend, b *Batch, out []Response) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &UpstreamError{Class: ClassUnknown, Message: "backend failed", Err: fmt.Errorf("backend panic: %v", p)}
-		}
-	}()
-	return be.Dispatch(ctx, b, out)
+// runCtx is a batch's context: cancelled when none of its calls awaits the
+// answer any more (Err: context.Canceled), or when the attempt's timeout
+// passes (context.DeadlineExceeded). It is pooled with its run, and makes
+// its Done channel only when someone asks for it, so that a backend that
+// never looks costs nothing. It implements AfterFunc, so that contexts
+// derived from it need no goroutine to follow it; it calls them
+// synchronously when cancelled. One that was ever given an AfterFunc is not
+// reused: a derived context may outlive the run.
+type runCtx struct {
+	mu       sync.Mutex
+	done     chan struct{}
+	err      error
+	deadline time.Time
+	after    []*runAfter
+	used     bool        // AfterFunc was called
+	expiry   *time.Timer // the attempt timeout; made once
 }
 
-// deadlineWatch ends a dispatched batch's calls as their deadlines pass.
+type runAfter struct {
+	f       func()
+	stopped bool
+}
+
+func newRunCtx() *runCtx {
+	c := new(runCtx)
+	c.expiry = time.AfterFunc(math.MaxInt64, func() { c.end(context.DeadlineExceeded) })
+	c.expiry.Stop()
+	return c
+}
+
+func (c *runCtx) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline, !c.deadline.IsZero()
+}
+
+func (c *runCtx) Value(any) any { return nil }
+
+func (c *runCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.err != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+func (c *runCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// AfterFunc runs f once the context ends (context.AfterFunc's contract,
+// which the context package uses for derived contexts).
+func (c *runCtx) AfterFunc(f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.used = true
+	a := &runAfter{f: f}
+	if c.err != nil {
+		go f() // already ended: as context.AfterFunc does
+		return func() bool { return false }
+	}
+	c.after = append(c.after, a)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if a.stopped || c.err != nil {
+			return false
+		}
+		a.stopped = true
+		return true
+	}
+}
+
+// expireAfter makes the context end with DeadlineExceeded after d.
+func (c *runCtx) expireAfter(d time.Duration) {
+	c.mu.Lock()
+	c.deadline = time.Now().Add(d)
+	c.mu.Unlock()
+	c.expiry.Reset(d)
+}
+
+// stopExpiry stops the attempt timeout and reports whether it had fired.
+func (c *runCtx) stopExpiry() bool {
+	c.expiry.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return errors.Is(c.err, context.DeadlineExceeded)
+}
+
+func (c *runCtx) cancel() { c.end(context.Canceled) }
+
+func (c *runCtx) end(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	if c.done != nil {
+		close(c.done)
+	}
+	after := c.after
+	c.after = nil
+	c.mu.Unlock()
+	// Run synchronously, not in goroutines of their own: the functions are
+	// the context package's (cancelling a derived context, which takes no
+	// lock of ours).
+	for _, a := range after {
+		c.mu.Lock()
+		stopped := a.stopped
+		a.stopped = true
+		c.mu.Unlock()
+		if !stopped {
+			a.f()
+		}
+	}
+}
+
+func (c *runCtx) reset() {
+	c.expiry.Stop()
+	c.mu.Lock()
+	c.done, c.err, c.after, c.deadline = nil, nil, nil, time.Time{}
+	c.mu.Unlock()
+}
+
+// deadlineWatch ends a dispatched batch's calls as their deadlines pass. Its
+// timer is made once per pooled run and reset for each batch.
 type deadlineWatch struct {
+	mu      sync.Mutex // held while fire looks at calls, and by start and stop
 	calls   []*Call
 	timer   *time.Timer
-	mu      sync.Mutex // orders fire's re-arming against stop
 	stopped bool
+}
+
+func (w *deadlineWatch) start(calls []*Call, now time.Time) {
+	w.mu.Lock()
+	w.calls, w.stopped = calls, false
+	w.timer.Reset(w.nextLocked(now).Sub(now))
+	w.mu.Unlock()
 }
 
 func (w *deadlineWatch) stop() {
 	w.mu.Lock()
 	w.stopped = true
 	w.timer.Stop()
+	w.calls = nil
 	w.mu.Unlock()
 }
 
-// last returns the latest deadline among the calls.
-func (w *deadlineWatch) last() time.Time {
-	var last time.Time
-	for _, c := range w.calls {
-		if c.deadline.After(last) {
-			last = c.deadline
-		}
-	}
-	return last
-}
-
-// next returns the earliest deadline among live calls, or a time far ahead.
-func (w *deadlineWatch) next(now time.Time) time.Time {
+// nextLocked returns the earliest deadline among live calls, or a time far
+// ahead.
+func (w *deadlineWatch) nextLocked(now time.Time) time.Time {
 	next := now.Add(time.Hour)
 	for _, c := range w.calls {
 		if c.pending() && c.deadline.Before(next) {
@@ -289,17 +577,18 @@ func (w *deadlineWatch) next(now time.Time) time.Time {
 }
 
 func (w *deadlineWatch) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
 	now := time.Now()
 	for _, c := range w.calls {
 		if c.pending() && !c.deadline.After(now) {
 			c.finish(Result{Err: ErrDeadline}, now)
 		}
 	}
-	w.mu.Lock()
-	if !w.stopped {
-		w.timer.Reset(w.next(now).Sub(now))
-	}
-	w.mu.Unlock()
+	w.timer.Reset(w.nextLocked(now).Sub(now))
 }
 
 // startSpan starts the batch's span: a new root linked to every request's
@@ -323,8 +612,9 @@ func (r *batchRun) startSpan(ctx context.Context, calls []*Call) context.Context
 			attrBatchSize.Int(len(calls)),
 			attrBatchID.String(r.batch.ID),
 			attrRoute.String(r.batch.Route),
-			attrBackend.String(r.lane.be.name),
+			attrBackend.String(r.be.name),
 		))
+	span.SetAttributes(r.genAIBatchAttrs(calls[0].req)...)
 	r.span = span
 	bsc := span.SpanContext()
 	for _, c := range calls {

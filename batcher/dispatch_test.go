@@ -429,7 +429,9 @@ func TestSubmitConcurrentSafe(t *testing.T) {
 	}
 	wg.Go(func() {
 		for range 50 {
-			b.Flush()
+			if err := b.Flush(context.Background()); err != nil {
+				t.Error(err)
+			}
 		}
 	})
 	wg.Wait()

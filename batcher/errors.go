@@ -26,6 +26,10 @@ var (
 	// before its deadline, and no fallback could. The message names the
 	// budget.
 	ErrBudgetExhausted = errors.New("batcher: budget exhausted")
+	// ErrTooManyLanes: the request needs a new lane (its route with its
+	// batch-relevant parameters) and the lane cap is reached. The message
+	// names the limit.
+	ErrTooManyLanes = errors.New("batcher: too many lanes")
 )
 
 // ValidationError names the field of a request that is wrong and why.
@@ -71,9 +75,13 @@ const (
 	ClassAuth
 	ClassInvalidRequest
 	ClassInvalidResponse
+	// ClassNotFound: the upstream has no such endpoint or model (HTTP 404),
+	// a fault of the backend's configuration rather than of the request.
+	// Like ClassAuth it is not retried and counts against the breaker.
+	ClassNotFound
 )
 
-var classNames = [...]string{"unknown", "rate_limit", "timeout", "network", "server_error", "auth", "invalid_request", "invalid_response"}
+var classNames = [...]string{"unknown", "rate_limit", "timeout", "network", "server_error", "auth", "invalid_request", "invalid_response", "not_found"}
 
 func (c ErrorClass) String() string {
 	if int(c) < len(classNames) {
@@ -88,8 +96,16 @@ type RateLimitInfo struct {
 	RetryAfter        time.Duration
 	RemainingRequests int64 // -1: not given
 	RemainingTokens   int64 // -1: not given
-	ResetRequests     time.Duration
-	ResetTokens       time.Duration
+	// ResetRequests and ResetTokens: how long until the budget is full
+	// again (OpenAI's meaning), not until one more request is allowed.
+	ResetRequests time.Duration
+	ResetTokens   time.Duration
+	// LimitRequests and LimitTokens: the budget's size
+	// (x-ratelimit-limit-*); 0: not given. With the remaining count and the
+	// reset they give the refill rate, which the core learns when it was
+	// told no limit.
+	LimitRequests int64
+	LimitTokens   int64
 }
 
 // UpstreamError is a failure reported by a backend. Its Message must be safe

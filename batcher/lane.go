@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,42 +83,96 @@ func (k laneKey) name(op Operation, backend string) string {
 	return sb.String()
 }
 
+// Queue indexes in lane.queues: flushed calls first, then one fifo per
+// urgency level.
+const (
+	qFlushed  = 0
+	numQueues = numPriorities + 1
+)
+
+// msgKind is the kind of a message to a lane's owner.
+type msgKind uint8
+
+const (
+	msgPush   msgKind = iota // queue c
+	msgForget                // c ended: take it out of the queue
+	msgGrant                 // the backend granted pm (nil pm: look at the backend again)
+	msgFlush                 // send fw's calls now and answer when they are sent
+)
+
+type msg struct {
+	kind msgKind
+	c    *Call
+	pm   *permit
+	fw   *flushWait
+}
+
+// flushWait is one Flush or FlushCalls waiting on one lane.
+type flushWait struct {
+	calls []*Call      // nil: everything queued
+	left  atomic.Int32 // flushed calls not yet sent or ended
+	done  chan struct{}
+}
+
+// sent books one of fw's calls leaving: sent upstream, or ended.
+func (fw *flushWait) sent() {
+	if fw.left.Add(-1) == 0 {
+		close(fw.done)
+	}
+}
+
 // lane accumulates one laneKey's requests and cuts them into batches.
 //
-// One goroutine, the owner (loop), cuts batches, runs the timer and starts
-// dispatch. Producers only push under mu and nudge the owner through the
-// capacity-1 trigger channel. The backend hands the lane a dispatch slot by
-// setting granted and nudging.
+// One goroutine, the owner (loop), holds all of the lane's state but the
+// inbox; nobody else reads or writes it. Producers, finishing calls, the
+// backend's grants and Flush only append a message to the inbox under inMu
+// and nudge the owner through the capacity-1 trigger channel (OTel-Go's
+// sdk/log batch.go shape). The owner takes the whole inbox at once and then
+// works without a lock: it expires deadlines, decides that a batch is due,
+// asks its backend for a permit, cuts the batch and hands it, with the
+// permit, to the backend's dispatch workers. No backend call and no
+// goroutine start happens in the owner.
 type lane struct {
+	// Set at creation; read-only.
 	b       *Batcher
 	key     laneKey
 	name    string
 	route   *routeConfig
 	be      *backendState
 	trigger chan struct{}
-	granted atomic.Pointer[permit] // set by the backend: a permit for us
-	// partials counts the lane's batches in flight that left below
-	// MaxBatchSize. A lane holding MinBatchSize sends early (as soon as the
-	// backend has a free slot) only while none is: one small batch at a
-	// time, so that under load batches fill instead of leaving in crumbs.
-	partials atomic.Int32
-	nudged   atomic.Bool // a wake-up is pending in trigger
-	gone     atomic.Bool // reclaimed: its owner has exited
 
-	mu     sync.Mutex
-	queues [numPriorities]fifo // by urgency level, first in first out; may hold ended calls
-	heap   deadlineHeap        // every queued call, earliest deadline first
-	n      int                 // queued calls (the heap's length)
-	tokens int                 // their estimated tokens
-	flush  bool                // send everything queued now
-	closed bool                // reclaimed: producers look the lane up again
+	// The inbox, guarded by inMu.
+	inMu   sync.Mutex
+	inbox  []msg
+	closed bool // the owner has exited: senders look the lane up again
+
+	// Atomics, each with one writer named.
+	nudged atomic.Bool // a wake-up is pending in trigger: producers set, owner clears
+	// sleepUntil is when the owner's timer wakes it while it sleeps with
+	// calls queued (unix ns), 0 while it is awake or idle: written by the
+	// owner, read by producers to skip nudges it does not need.
+	sleepUntil atomic.Int64
+	size       atomic.Int32                // calls queued or in the inbox: producers add, owner subtracts
+	partials   atomic.Int32                // small batches in flight: owner adds, workers subtract
+	inFlight   atomic.Int32                // calls in flight upstream: owner adds, workers subtract
+	queuedBy   [numPriorities]atomic.Int32 // queued calls by priority: added by push, taken by the owner, read by Lanes
 
 	// Owner-only.
-	timer  *time.Timer
-	pm     *permit // a dispatch permit held for the next cut
-	idleAt time.Time
-	ended  []ending // calls to end once mu is released
-	moved  []*Call  // calls to move to the next target once mu is released
+	spare       []msg                  // the inbox's other half
+	queues      [numQueues]fifo        // flushed, then by urgency level; may hold stale entries
+	heap        deadlineHeap           // every queued call, earliest deadline first
+	n           int                    // queued calls (the heap's length)
+	tokens      int                    // their estimated tokens
+	pm          *permit                // a permit held for the next cut
+	asked       bool                   // registered as a waiter with the backend
+	askedAs     waiter                 // what it asked for
+	onlyFlushed bool                   // the next cut takes flushed calls only
+	flushOf     map[*Call][]*flushWait // flushes waiting on a queued call
+	timer       *time.Timer
+	wake        time.Time // when the timer is armed for while calls are queued; zero otherwise
+	idleAt      time.Time
+	ended       []ending // calls to end after the step
+	moved       []*Call  // calls to move to the next target after the step
 }
 
 // ending is a call and the error it ends with.
@@ -128,7 +183,7 @@ type ending struct {
 
 func newLane(b *Batcher, key laneKey, rc *routeConfig) *lane {
 	be := rc.targets[key.target].be
-	l := &lane{
+	return &lane{
 		b:       b,
 		key:     key,
 		name:    key.name(rc.Op, be.name),
@@ -137,7 +192,6 @@ func newLane(b *Batcher, key laneKey, rc *routeConfig) *lane {
 		trigger: make(chan struct{}, 1),
 		timer:   time.NewTimer(math.MaxInt64),
 	}
-	return l
 }
 
 // nudge wakes the owner without blocking. The flag spares producers the
@@ -152,69 +206,77 @@ func (l *lane) nudge() {
 	}
 }
 
-// give hands the lane a permit from its backend.
-func (l *lane) give(pm *permit) {
-	if pm == nil { // not a permit: look at the backend again
-		l.nudge()
-		return
-	}
-	if !l.granted.CompareAndSwap(nil, pm) {
-		l.be.giveBack(pm) // one is waiting already
-		return
-	}
-	if l.gone.Load() { // nobody will take it: reclaim raced the grant
-		if pm := l.granted.Swap(nil); pm != nil {
-			l.be.giveBack(pm)
-		}
-		return
-	}
-	l.nudge()
-}
-
-// push queues c. It reports false when the lane was reclaimed.
-func (l *lane) push(c *Call) bool {
-	l.mu.Lock()
+// send appends m to the inbox and nudges the owner. It reports false when
+// the lane is closed.
+func (l *lane) send(m msg) bool {
+	l.inMu.Lock()
 	if l.closed {
-		l.mu.Unlock()
+		l.inMu.Unlock()
 		return false
 	}
-	if !c.pending() { // ended while it moved
-		l.mu.Unlock()
-		return true
-	}
-	c.lane = l
-	l.queues[c.req.Priority.level()].push(c)
-	heap.Push(&l.heap, c)
-	l.n++
-	l.tokens += c.tokens
-	c.queued.Store(true)
-	l.mu.Unlock()
+	l.inbox = append(l.inbox, m)
+	l.inMu.Unlock()
 	l.nudge()
 	return true
 }
 
-// forget takes an ended call out of the queue.
-func (l *lane) forget(c *Call) {
-	l.mu.Lock()
-	if c.heapIdx >= 0 {
-		heap.Remove(&l.heap, c.heapIdx)
-		l.dequeuedLocked(c)
+// push queues c. It reports false when the lane is closed.
+func (l *lane) push(c *Call) bool {
+	l.inMu.Lock()
+	if l.closed {
+		l.inMu.Unlock()
+		return false
 	}
-	l.mu.Unlock()
+	// queued is set before the message is seen: a finish from now on sends
+	// a forget after it, and the owner drops c if it ended before.
+	c.lane.Store(l)
+	c.queued.Store(true)
+	l.queuedBy[c.req.Priority].Add(1) // counted from the push, so Lanes sees it at once
+	l.inbox = append(l.inbox, msg{kind: msgPush, c: c})
+	size := l.size.Add(1)
+	l.inMu.Unlock()
+	if l.wakeFor(c, size) {
+		l.nudge()
+	}
+	return true
 }
 
-// dequeuedLocked books c's leaving the heap. Its fifo entry, if any, is
-// skipped later.
-func (l *lane) dequeuedLocked(c *Call) {
-	c.heapIdx = -1
-	c.queued.Store(false)
-	l.n--
-	l.tokens -= c.tokens
+// wakeFor reports whether a push of c, making size calls queued or on
+// their way, needs the owner now. A sleeping owner with calls queued wakes
+// at its timer anyway and reads the inbox then; it needs waking only when
+// c is due, or its deadline passes, before that, or c completes a batch. A nudge too many costs a
+// wake-up; one too few would leave c waiting, so when in doubt it nudges.
+func (l *lane) wakeFor(c *Call, size int32) bool {
+	wake := l.sleepUntil.Load()
+	if wake == 0 {
+		return true // awake, or idle: no timer of its own will read the inbox
+	}
+	bc := &l.route.Batch
+	return c.due.UnixNano() < wake || c.deadline.UnixNano() < wake || int(size) >= bc.MaxBatchSize || bc.MaxBatchTokens > 0 ||
+		(int(size) >= bc.MinBatchSize && l.partials.Load() == 0)
+}
+
+// forget asks the owner to take an ended call out of the queue.
+func (l *lane) forget(c *Call) { l.send(msg{kind: msgForget, c: c}) }
+
+// grant hands the lane a permit from its backend; a lane that closed gives
+// it straight back, so that no permit is ever stranded.
+func (l *lane) grant(pm *permit) {
+	if !l.send(msg{kind: msgGrant, pm: pm}) && pm != nil {
+		l.be.giveBack(pm)
+	}
+}
+
+// flush asks the owner to send fw's calls now. A closed lane holds none.
+func (l *lane) flush(fw *flushWait) {
+	if !l.send(msg{kind: msgFlush, fw: fw}) {
+		close(fw.done)
+	}
 }
 
 // loop is the owner goroutine.
 func (l *lane) loop() {
-	defer l.b.wg.Done()
+	defer l.b.lanesWG.Done()
 	defer l.timer.Stop()
 	l.idleAt = time.Now()
 	for {
@@ -223,103 +285,119 @@ func (l *lane) loop() {
 			l.nudged.Store(false)
 		case <-l.timer.C:
 		}
-		if l.step() {
-			return
+		for {
+			l.sleepUntil.Store(0) // awake: every push nudges
+			if l.step() {
+				return
+			}
+			if l.wake.IsZero() {
+				break
+			}
+			// Asleep until wake: pushes that can wait for it stop nudging.
+			// A push that came in before the store saw 0 and nudged; one
+			// after it sees wake. One in between is caught here.
+			l.sleepUntil.Store(l.wake.UnixNano())
+			l.inMu.Lock()
+			more := len(l.inbox) > 0
+			l.inMu.Unlock()
+			if !more {
+				break
+			}
 		}
 	}
 }
 
-// step expires, cuts and dispatches what is due, and arms the timer. It
-// reports whether the lane is done for good.
+// step reads the inbox, expires, cuts and dispatches what is due, and arms
+// the timer. It reports whether the lane is done for good.
 func (l *lane) step() (exit bool) {
 	now := time.Now()
-	if pm := l.granted.Swap(nil); pm != nil {
-		if l.pm != nil {
-			l.be.giveBack(pm) // a second permit: give it back
-		} else {
-			l.pm = pm
-		}
-	}
-	closing := l.b.closing.Load()
+	l.drain()
+	b := l.b
+	closing := b.closing.Load()
 	bc := &l.route.Batch
-
-	l.mu.Lock()
-	if l.b.aborted.Load() { // shutdown's deadline passed: end whatever came in since
+	if b.aborted.Load() { // shutdown's deadline passed: end whatever came in since
 		for len(l.heap) > 0 {
-			c := heap.Pop(&l.heap).(*Call)
-			l.dequeuedLocked(c)
-			l.ended = append(l.ended, ending{c, ErrShutdown})
+			l.end(l.heap[0], ErrShutdown)
 		}
 	}
 	for len(l.heap) > 0 && !l.heap[0].deadline.After(now) {
-		c := heap.Pop(&l.heap).(*Call)
-		l.dequeuedLocked(c)
-		l.ended = append(l.ended, ending{c, ErrDeadline})
+		l.end(l.heap[0], ErrDeadline)
 	}
 	waiting := false
+	yielded := false
 	for l.n > 0 {
-		if closing {
-			l.flush = true
-		}
-		head, headP := l.bestLocked(now)
-		send := l.pm != nil || l.flush || l.n >= bc.MaxBatchSize ||
+		head, headP := l.best(now)
+		send := closing || l.pm != nil ||
+			l.n >= bc.MaxBatchSize ||
 			(bc.MaxBatchTokens > 0 && l.tokens >= bc.MaxBatchTokens) ||
-			!l.earliestDueLocked().After(now) ||
-			(l.n >= bc.MinBatchSize && l.partials.Load() == 0)
+			!l.earliestDue().After(now)
+		// A flush alone sends only the flushed calls: the others keep
+		// waiting for their own triggers, so that one caller's flushes do
+		// not cut other callers' batches short.
+		l.onlyFlushed = false
+		if !send && l.queues[qFlushed].len() > 0 {
+			send, l.onlyFlushed = true, true
+			head = l.queues[qFlushed].peek()
+			headP = head.req.Priority
+		}
+		if !send && l.n >= bc.MinBatchSize && l.partials.Load() == 0 {
+			// An early send. Yield once first, so that producers already
+			// runnable (woken by the last batch's results) join this batch
+			// rather than the next: in a quiet system nobody is, and the
+			// batch leaves at once.
+			if !yielded && l.n < bc.MaxBatchSize {
+				yielded = true
+				runtime.Gosched()
+				l.drain()
+				continue
+			}
+			send = true
+		}
 		if !send {
 			break
 		}
 		if l.pm == nil {
-			var want cost // what the rate budgets need to know
-			if l.be.limited() {
-				want = l.planLocked(now, l.unlimited())
+			w := waiter{l: l, p: headP, since: head.admitted, cost: l.plan(now)}
+			if l.asked && w == l.askedAs {
+				waiting = true // asked already; the grant comes as a message
+				break
 			}
-			pm, wait, budget, err := l.be.acquire(l, headP, head.admitted, want)
+			pm, wait, budget, err := l.be.ask(w)
 			if err != nil {
-				l.failoverLocked(func(*Call) bool { return true }, fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, l.be.name))
+				l.asked = false
+				l.failover(func(*Call) bool { return true }, fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, l.be.name))
 				continue
 			}
 			if pm == nil {
-				waiting = true
+				l.asked, l.askedAs, waiting = true, w, true
 				if wait > 0 {
 					// Whoever the wait alone would take past its deadline
 					// goes to a fallback, or fails now.
 					limit := now.Add(wait)
-					l.failoverLocked(func(c *Call) bool { return c.deadline.Before(limit) },
+					l.failover(func(c *Call) bool { return c.deadline.Before(limit) },
 						&BudgetError{Backend: l.be.name, Budget: budget, Wait: wait})
 				}
 				break
 			}
+			l.asked = false
 			l.pm = pm
 		}
-		caps := l.unlimited()
-		if l.be.limited() {
-			caps = l.be.extend(l.pm, l.planLocked(now, caps), headP)
-		}
-		calls, got := l.cutLocked(now, caps)
-		pm := l.pm
-		l.pm = nil
-		l.be.settle(pm, got)
-		l.startLocked(calls, pm, now)
+		l.cut(now)
 	}
-	if l.n == 0 {
-		l.flush = false
-		if l.pm == nil {
-			l.be.unregister(l) // nothing left to wait for
-		}
+	if l.n == 0 && l.asked {
+		l.be.drop(l) // nothing left to wait for
+		l.asked = false
 	}
 	var next time.Time
 	if len(l.heap) > 0 {
 		next = l.heap[0].deadline
 		if !waiting {
-			l.trimLocked() // a failover may have left ended heads
-			if due := l.earliestDueLocked(); due.Before(next) {
+			if due := l.earliestDue(); due.Before(next) {
 				next = due
 			}
 		}
 	}
 	idle := l.n == 0
-	l.mu.Unlock()
 
 	for i, e := range l.ended {
 		e.c.finish(Result{Err: e.err}, now)
@@ -327,14 +405,18 @@ func (l *lane) step() (exit bool) {
 	}
 	l.ended = l.ended[:0]
 	for i, c := range l.moved {
-		l.b.enqueue(c)
+		b.enqueue(c)
 		l.moved[i] = nil
 	}
 	l.moved = l.moved[:0]
 
+	l.wake = time.Time{}
 	if !idle {
 		l.idleAt = time.Time{}
 		l.timer.Reset(next.Sub(now))
+		if !waiting {
+			l.wake = next
+		}
 		return false
 	}
 	if l.pm != nil {
@@ -344,128 +426,278 @@ func (l *lane) step() (exit bool) {
 	if l.idleAt.IsZero() {
 		l.idleAt = now
 	}
-	if closing || !now.Before(l.idleAt.Add(l.b.cfg.idleLane)) {
-		if l.b.reclaim(l) {
+	if closing || !now.Before(l.idleAt.Add(b.cfg.idleLane)) {
+		if l.close() {
 			return true
 		}
 	}
-	l.timer.Reset(l.idleAt.Add(l.b.cfg.idleLane).Sub(now))
+	l.timer.Reset(l.idleAt.Add(b.cfg.idleLane).Sub(now))
 	return false
 }
 
-// failoverLocked takes the queued calls that match out of the lane: each
-// moves to the route's next target, or, on the last one, ends with err.
-func (l *lane) failoverLocked(match func(*Call) bool, err error) {
+// drain takes the inbox and applies its messages.
+func (l *lane) drain() {
+	l.inMu.Lock()
+	in := l.inbox
+	l.inbox = l.spare[:0]
+	l.inMu.Unlock()
+	for i := range in {
+		l.handle(&in[i])
+		in[i] = msg{}
+	}
+	l.spare = in
+}
+
+// handle applies one inbox message.
+func (l *lane) handle(m *msg) {
+	switch m.kind {
+	case msgPush:
+		c := m.c
+		if !c.pending() { // ended before the owner saw it
+			c.queued.Store(false)
+			l.queuedBy[c.req.Priority].Add(-1)
+			l.size.Add(-1)
+			return
+		}
+		p := c.req.Priority
+		c.qidx = uint8(p.level() + 1)
+		l.queues[c.qidx].push(c)
+		heap.Push(&l.heap, c)
+		l.n++
+		l.tokens += c.tokens
+	case msgForget:
+		// The lane first: only the owner of c's lane writes its heapIdx.
+		if c := m.c; c.lane.Load() == l && c.heapIdx >= 0 {
+			heap.Remove(&l.heap, c.heapIdx)
+			l.dequeued(c, nil)
+		}
+	case msgGrant:
+		// The backend dropped the wait it granted; a nil permit says that
+		// its breaker opened: asking again fails over.
+		l.asked = false
+		switch {
+		case m.pm == nil:
+		case l.pm != nil || l.n == 0:
+			l.be.giveBack(m.pm) // a second permit, or nothing to send
+		default:
+			l.pm = m.pm
+		}
+	case msgFlush:
+		fw := m.fw
+		var calls []*Call
+		if fw.calls == nil {
+			calls = slices.Clone(l.heap)
+		} else {
+			for _, c := range fw.calls {
+				if c.lane.Load() == l && c.heapIdx >= 0 && c.pending() {
+					calls = append(calls, c)
+				}
+			}
+		}
+		// In admission order, so that a flushed batch keeps it.
+		slices.SortFunc(calls, func(a, b *Call) int { return a.admitted.Compare(b.admitted) })
+		for _, c := range calls {
+			l.markFlushed(c, fw)
+		}
+		fw.sent() // the count started at one: this message's own
+	}
+}
+
+// markFlushed moves a queued call to the flushed queue, ahead of everyone,
+// and makes fw wait for it.
+func (l *lane) markFlushed(c *Call, fw *flushWait) {
+	if l.flushOf == nil {
+		l.flushOf = make(map[*Call][]*flushWait)
+	}
+	l.flushOf[c] = append(l.flushOf[c], fw)
+	fw.left.Add(1)
+	if c.qidx != qFlushed {
+		c.qidx = qFlushed
+		l.queues[qFlushed].push(c) // its old entry goes stale
+	}
+}
+
+// dequeued books c's leaving the heap. Its fifo entry, if any, goes stale
+// and is skipped later. A flush waiting on c is told now, or, when c leaves
+// in run r, once r's upstream call starts.
+func (l *lane) dequeued(c *Call, r *batchRun) {
+	c.heapIdx = -1
+	c.queued.Store(false)
+	l.size.Add(-1)
+	l.n--
+	l.tokens -= c.tokens
+	l.queuedBy[c.req.Priority].Add(-1)
+	if l.flushOf != nil {
+		if ws, ok := l.flushOf[c]; ok {
+			for _, fw := range ws {
+				if r != nil {
+					r.flushes = append(r.flushes, fw)
+				} else {
+					fw.sent()
+				}
+			}
+			delete(l.flushOf, c)
+			if len(l.flushOf) == 0 {
+				l.flushOf = nil
+			}
+		}
+	}
+}
+
+// end takes a queued call out to end with err after the step.
+func (l *lane) end(c *Call, err error) {
+	heap.Remove(&l.heap, c.heapIdx)
+	l.dequeued(c, nil)
+	l.ended = append(l.ended, ending{c, err})
+}
+
+// close ends the lane when nothing arrived in the meantime: from then on
+// producers look the lane up again and grants go straight back. It reports
+// false when the lane got work.
+func (l *lane) close() bool {
+	b := l.b
+	b.lanesMu.Lock()
+	l.inMu.Lock()
+	if len(l.inbox) > 0 {
+		l.inMu.Unlock()
+		b.lanesMu.Unlock()
+		return false
+	}
+	l.closed = true
+	if b.lanes[l.key] == l {
+		delete(b.lanes, l.key)
+	}
+	l.inMu.Unlock()
+	b.lanesMu.Unlock()
+	l.be.drop(l) // a stale wait, if any: its grant would come straight back
+	l.asked = false
+	return true
+}
+
+// failover takes the queued calls that match out of the lane: each moves
+// to the route's next target, or, on the last one, ends with err.
+func (l *lane) failover(match func(*Call) bool, err error) {
 	last := int(l.key.target)+1 >= len(l.route.targets)
 	for _, c := range slices.Clone(l.heap) {
 		if !match(c) {
 			continue
 		}
-		heap.Remove(&l.heap, c.heapIdx)
-		l.dequeuedLocked(c)
 		if last {
 			if errors.Is(err, ErrBudgetExhausted) {
 				l.be.stats.budgetFails.Add(1)
+				l.be.log.budgetFailed(c, l.route.Name, err)
 			}
-			l.ended = append(l.ended, ending{c, err})
+			l.end(c, err)
 			continue
 		}
+		heap.Remove(&l.heap, c.heapIdx)
+		l.dequeued(c, nil)
 		l.be.stats.fallbacks.Add(1)
+		l.be.log.fellBack(c, l.route.Name, l.key.target+1, err)
 		c.target = l.key.target + 1
 		l.moved = append(l.moved, c)
 	}
 }
 
-// trimLocked drops ended calls from the head of each fifo.
-func (l *lane) trimLocked() {
+// live reports whether the entry at the head of queue q is current: its
+// call is still queued here, in that queue.
+func live(c *Call, q int) bool { return c.heapIdx >= 0 && int(c.qidx) == q }
+
+// trim drops stale entries from the head of each fifo.
+func (l *lane) trim() {
 	for p := range l.queues {
 		q := &l.queues[p]
-		for q.len() > 0 && q.peek().heapIdx < 0 {
+		for q.len() > 0 && !live(q.peek(), p) {
 			q.pop()
 		}
 	}
 }
 
 // rank orders calls for dispatch: lower goes first. A call climbs one
-// priority for every aging step it has waited.
-func (l *lane) rank(c *Call, p int, now time.Time) time.Duration {
-	return time.Duration(p)*l.b.cfg.agingStep - now.Sub(c.admitted)
+// priority for every aging step it has waited; flushed calls go first.
+func (l *lane) rank(c *Call, q int, now time.Time) time.Duration {
+	if q == qFlushed {
+		return math.MinInt64
+	}
+	return time.Duration(q-1)*l.b.cfg.agingStep - now.Sub(c.admitted)
 }
 
-// bestLocked returns the queued call that goes first, and its priority.
-// The lane must hold at least one call.
-func (l *lane) bestLocked(now time.Time) (*Call, Priority) {
-	l.trimLocked()
+// best trims the fifos and returns the queued call that goes first and its
+// priority. The lane must hold at least one call.
+func (l *lane) best(now time.Time) (*Call, Priority) {
+	l.trim()
 	var best *Call
-	var bestP int
 	var bestRank time.Duration
-	for p := range l.queues {
-		if l.queues[p].len() == 0 {
+	for q := range l.queues {
+		if l.queues[q].len() == 0 {
 			continue
 		}
-		c := l.queues[p].peek()
-		r := l.rank(c, p, now)
-		if best == nil || r < bestRank || (r == bestRank && c.admitted.Before(best.admitted)) {
-			best, bestP, bestRank = c, p, r
+		c := l.queues[q].peek()
+		if r := l.rank(c, q, now); best == nil || r < bestRank || (r == bestRank && c.admitted.Before(best.admitted)) {
+			best, bestRank = c, r
 		}
 	}
-	return best, byLevel[bestP]
+	return best, best.req.Priority
 }
 
-// earliestDueLocked returns when the lane must send, from the queued calls'
-// priority delays. The caller has trimmed the heads (bestLocked does).
-func (l *lane) earliestDueLocked() time.Time {
+// earliestDue returns when the lane must send, from the queued calls'
+// priority delays. The caller has trimmed the heads (best does).
+func (l *lane) earliestDue() time.Time {
 	var due time.Time
-	for p := range l.queues {
-		if l.queues[p].len() == 0 {
+	for q := 1; q < numQueues; q++ {
+		if l.queues[q].len() == 0 {
 			continue
 		}
-		if d := l.queues[p].peek().due; due.IsZero() || d.Before(due) {
+		if d := l.queues[q].peek().due; due.IsZero() || d.Before(due) {
 			due = d
 		}
 	}
 	return due
 }
 
-// unlimited is a cost no permit caps.
-func (l *lane) unlimited() cost { return cost{requests: math.MaxInt, tokens: math.MaxInt} }
-
-// orderLocked visits queued calls best rank first, while visit says yes. It
-// returns how many entries it passed in each fifo (ended ones included), so
+// order visits queued calls best rank first, while visit says yes. It
+// returns how many entries it passed in each fifo (stale ones included), so
 // that a cut can pop exactly those.
-func (l *lane) orderLocked(now time.Time, visit func(c *Call) bool) (passed [numPriorities]int) {
+func (l *lane) order(now time.Time, visit func(c *Call) bool) (passed [numQueues]int) {
 	for {
 		var best *Call
-		var bestP int
+		var bestQ int
 		var bestRank time.Duration
-		for p := range l.queues {
-			q := &l.queues[p]
-			for passed[p] < q.len() && q.at(passed[p]).heapIdx < 0 {
-				passed[p]++ // ended: skip
+		for q := range l.queues {
+			if l.onlyFlushed && q != qFlushed {
+				break
 			}
-			if passed[p] == q.len() {
+			fq := &l.queues[q]
+			for passed[q] < fq.len() && !live(fq.at(passed[q]), q) {
+				passed[q]++ // stale: skip
+			}
+			if passed[q] == fq.len() {
 				continue
 			}
-			c := q.at(passed[p])
-			if r := l.rank(c, p, now); best == nil || r < bestRank || (r == bestRank && c.admitted.Before(best.admitted)) {
-				best, bestP, bestRank = c, p, r
+			c := fq.at(passed[q])
+			if r := l.rank(c, q, now); best == nil || r < bestRank || (r == bestRank && c.admitted.Before(best.admitted)) {
+				best, bestQ, bestRank = c, q, r
 			}
 		}
 		if best == nil || !visit(best) {
 			return passed
 		}
-		passed[bestP]++
+		passed[bestQ]++
 	}
 }
 
-// planLocked returns the cost of the batch a cut would take now within caps:
-// up to the route's size and token budget, best rank first, and at least
-// one call.
-func (l *lane) planLocked(now time.Time, caps cost) cost {
+// plan returns what the lane's next batch may cost, for the backend's
+// budgets. Only a backend with rate budgets needs the exact figure, which
+// takes a walk of the queue; others get a bound.
+func (l *lane) plan(now time.Time) cost {
+	bc := &l.route.Batch
+	if !l.be.limitedA.Load() {
+		return cost{requests: l.be.calls(l.route.Name, l.route.Op, min(l.n, bc.MaxBatchSize)), tokens: l.tokens}
+	}
 	var got cost
 	n := 0
-	l.orderLocked(now, func(c *Call) bool {
-		if !l.fits(n, got, c, caps) {
+	l.order(now, func(c *Call) bool {
+		if !l.fits(n, got, c, cost{requests: math.MaxInt, tokens: math.MaxInt}) {
 			return false
 		}
 		n++
@@ -487,29 +719,45 @@ func (l *lane) fits(n int, got cost, c *Call, caps cost) bool {
 		l.be.calls(l.route.Name, l.route.Op, n+1) <= caps.requests
 }
 
-// cutLocked takes the next batch off the queue within caps and returns it
-// with its cost.
-func (l *lane) cutLocked(now time.Time, caps cost) ([]*Call, cost) {
-	calls := make([]*Call, 0, min(l.n, l.route.Batch.MaxBatchSize))
+// cut takes the next batch off the queue within the held permit, settles
+// the permit to it and hands both to the backend's workers.
+func (l *lane) cut(now time.Time) {
+	pm := l.pm
+	l.pm = nil
+	caps := cost{requests: math.MaxInt, tokens: math.MaxInt}
+	if pm.rpm != nil {
+		caps.requests = pm.requests
+	}
+	if pm.tpm != nil {
+		caps.tokens = pm.tokens
+	}
+	r := l.newRun(pm, now)
 	var got cost
-	passed := l.orderLocked(now, func(c *Call) bool {
-		if !l.fits(len(calls), got, c, caps) {
+	passed := l.order(now, func(c *Call) bool {
+		if !l.fits(len(r.calls), got, c, caps) {
 			return false
 		}
-		calls = append(calls, c)
-		got = cost{requests: l.be.calls(l.route.Name, l.route.Op, len(calls)), tokens: got.tokens + c.tokens}
+		r.calls = append(r.calls, c)
+		got = cost{requests: l.be.calls(l.route.Name, l.route.Op, len(r.calls)), tokens: got.tokens + c.tokens}
 		return true
 	})
-	for p, k := range passed {
+	for q, k := range passed {
 		for range k {
-			l.queues[p].pop()
+			l.queues[q].pop()
 		}
 	}
-	for _, c := range calls {
+	for _, c := range r.calls {
 		heap.Remove(&l.heap, c.heapIdx)
-		l.dequeuedLocked(c)
+		l.dequeued(c, r)
 	}
-	return calls, got
+	l.be.settle(pm, got)
+	if r.partial = len(r.calls) < l.route.Batch.MaxBatchSize; r.partial {
+		l.partials.Add(1)
+	}
+	l.inFlight.Add(int32(len(r.calls)))
+	l.b.track(r)
+	l.be.startWorkers(l.b)
+	l.be.work <- r // never blocks: there is room for every permit out
 }
 
 // fifo is a queue of calls backed by a slice that is reused once drained.

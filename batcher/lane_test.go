@@ -293,3 +293,26 @@ func TestZeroPriorityIsNormal(t *testing.T) {
 		}
 	})
 }
+
+func TestLanesSnapshot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{hold: make(chan struct{})}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 2, MinBatchSize: 2, Window: time.Hour, MaxWait: time.Hour})
+		a, c := submit(t, b, req("a", PriorityNormal)), submit(t, b, req("b", PriorityNormal))
+		synctest.Wait() // a and b leave together and hold the only slot
+		submit(t, b, req("c", PriorityLow))
+		submit(t, b, req("d", PriorityUrgent))
+		synctest.Wait()
+		ls := b.Lanes()
+		if len(ls) != 1 {
+			t.Fatalf("%d lanes, want 1", len(ls))
+		}
+		l := ls[0]
+		if l.Route != "m" || l.Backend != "be" || l.InFlight != 2 || l.Queued["low"] != 1 || l.Queued["urgent"] != 1 || l.Queued["normal"] != 0 {
+			t.Fatalf("snapshot %+v: want route m on be, 2 in flight, 1 low and 1 urgent queued", l)
+		}
+		close(be.hold)
+		<-a.Done()
+		<-c.Done()
+	})
+}

@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"errors"
+	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -23,12 +24,18 @@ const (
 // How the adaptive limits move: halve on a rate limit, climb back a tenth of
 // the configured rate (and one concurrency slot) after each run of
 // adaptSuccesses successful calls, never below adaptFloor of the
-// configured rate.
+// configured rate. Learned rates do not adapt: they are the upstream's own.
 const (
 	adaptSuccesses = 10
 	adaptStep      = 0.1
 	adaptFloor     = 0.05
 )
+
+// unknownLimitPause is how long an exhausted budget pauses dispatch when the
+// upstream gives its remaining count and reset but no limit, so that no rate
+// can be learned: long enough not to hammer it, short enough that a reset
+// header meaning "full again" (OpenAI's) does not stall a minute.
+const unknownLimitPause = time.Second
 
 // UpstreamCaller is implemented by backends whose batches do not make exactly
 // one upstream call: a fan-out backend makes one per request. route is the
@@ -44,70 +51,100 @@ type cost struct {
 }
 
 // permit is a granted dispatch: one concurrency slot plus the requests and
-// tokens reserved for it, and the breaker's verdict callback.
+// tokens reserved for it, from its grant to its release. Its lane owns it
+// until it hands it to a dispatch worker with the batch; then the worker
+// owns it and releases it.
 type permit struct {
 	cost
-	done func(error) // the breaker's; nil when the call never happens
+	protected bool         // granted to URGENT or HIGH work
+	borrowed  bool         // a protected slot lent to background work
+	done      func(error)  // the breaker's verdict; errUnused when never used
+	spentAt   [2]uint64    // the buckets' spend counters right after the grant
+	rpm, tpm  *reservation // nil where the backend has no such budget
 }
 
-// backendState is one backend's budget and scheduler. It hands dispatch
-// permits to lanes, best rank first, when a concurrency slot, the rate
-// budgets and the breaker all allow. Lanes never hold mu while the backend
-// calls into them: the backend only sets a lane's grant and nudges it.
+// reservation is what a permit took from one bucket.
+type reservation struct {
+	r     *rate.Reservation // nil when credit covered it all
+	taken int               // tokens taken, from the bucket and the credit
+	at    time.Time
+}
+
+// waiter is a lane waiting for a permit. The backend holds one per lane.
+type waiter struct {
+	l     *lane
+	p     Priority
+	since time.Time // its best call's admission: ranks age from it
+	cost  cost
+}
+
+// backendState is one backend's budget and scheduler.
+//
+// Every permit goes through one grant function, grantLocked: lanes that ask
+// (arrivals), permits released and the rate timer all call it, and it hands
+// permits out best rank first. Lanes never hold a lock while they ask; the
+// backend never calls into a lane while it holds mu: permits for other lanes
+// are delivered after mu is released, as messages to their owners.
 type backendState struct {
+	// Set at construction; read-only.
 	name   string
-	impl   Backend
+	impl   Backend // the configured backend inside the dispatch decorators
 	cfg    BackendConfig
 	caller UpstreamCaller // nil: one upstream call a batch
 	aging  time.Duration
 	stats  *backendStats
 	brk    *breaker
-	// notClosed mirrors the breaker's state changes.
+	retry  *retryBudget
+	log    *backendLog    // nil: no logger
+	work   chan *batchRun // to the dispatch workers; capacity MaxConcurrency
+
+	// notClosed mirrors the breaker's state changes, for the hot path.
 	notClosed atomic.Bool
-	retry     *retryBudget
+	// limitedA says that a rate budget is known (configured or learned):
+	// lanes then plan a batch's exact cost before they ask.
+	limitedA    atomic.Bool
+	workersOnce sync.Once
+	// inFlightA mirrors inFlight, for Stats and Lanes without mu.
+	inFlightA atomic.Int32
 
 	mu          sync.Mutex
 	inFlight    int // permits out
+	borrowed    int // protected slots lent to background work, out now
 	limit       int // adaptive concurrency limit
-	rpm, tpm    *rate.Limiter
+	rpm, tpm    bucket
 	pausedUntil time.Time
 	successes   int // successful calls since the last change
 	waiters     []waiter
-	timer       *time.Timer // wakes grantLocked when a rate wait ends
+	timer       *time.Timer // calls grantLocked when a rate wait ends
+	timerAt     time.Time   // when timer fires; zero when stopped
 }
 
-type waiter struct {
-	l     *lane
-	p     Priority
-	since time.Time
-	cost  cost
-}
-
-func newBackendState(bc BackendConfig, aging time.Duration) *backendState {
+func newBackendState(bc BackendConfig, aging time.Duration, logger *slog.Logger) *backendState {
 	s := &backendState{
 		name:  bc.Name,
-		impl:  bc.Backend,
 		cfg:   bc,
 		aging: aging,
 		stats: &backendStats{},
 		limit: bc.MaxConcurrency,
 		retry: newRetryBudget(bc.Retry),
+		work:  make(chan *batchRun, bc.MaxConcurrency),
+		log:   newBackendLog(logger, bc.Name),
 	}
 	s.caller, _ = bc.Backend.(UpstreamCaller)
-	if bc.RPM > 0 {
-		s.rpm = rate.NewLimiter(rate.Limit(float64(bc.RPM)/60), bc.RPMBurst)
-	}
-	if bc.TPM > 0 {
-		s.tpm = rate.NewLimiter(rate.Limit(float64(bc.TPM)/60), bc.TPMBurst)
-	}
+	s.impl = decorate(bc.Backend, s)
+	s.rpm = newBucket(bc.RPM, bc.RPMBurst, bc.rpmBurstSet)
+	s.tpm = newBucket(bc.TPM, bc.TPMBurst, bc.tpmBurstSet)
+	s.limitedA.Store(s.rpm.lim != nil || s.tpm.lim != nil)
 	s.brk = newBreaker(bc.Name, bc.Breaker, func(from, to BreakerState) {
 		s.notClosed.Store(to != BreakerClosed)
 		s.stats.breakerChanged(from, to)
+		s.log.breaker(from, to)
 	})
 	return s
 }
 
-// perSecond is a bucket's burst: one second's worth of a per-minute limit.
+// perSecond is a bucket's default burst: one second's worth of a per-minute
+// limit, until the upstream's headers say more (see bucket.learnBurst).
 func perSecond(perMinute int) int { return max(1, perMinute/60) }
 
 // calls returns the upstream requests a batch of n of route makes.
@@ -117,10 +154,6 @@ func (s *backendState) calls(route string, op Operation, n int) int {
 	}
 	return s.caller.UpstreamCalls(route, op, n)
 }
-
-// limited reports whether the backend has rate budgets, which need to know
-// a batch's cost before it is cut.
-func (s *backendState) limited() bool { return s.rpm != nil || s.tpm != nil }
 
 // open reports whether the breaker refuses calls.
 // The breaker's own State takes a lock and reads the clock, so the hot path
@@ -135,114 +168,213 @@ var (
 	errUnused      = errors.New("permit unused")
 )
 
-// acquire asks for a permit for l's next batch. It returns the permit, or
-// queues l (to be granted one later through l.grant) and returns how long
-// the rate budget alone will make it wait and which budget, or fails with
-// errBreakerOpen when the backend takes no calls.
-func (s *backendState) acquire(l *lane, p Priority, since time.Time, c cost) (*permit, time.Duration, string, error) {
+// protectedSlots is how many of the concurrency limit URGENT and HIGH work
+// may always have.
+func (s *backendState) protectedSlots() int { return int(float64(s.limit) * s.cfg.ProtectedShare) }
+
+// ask registers (or updates) l's wait for a permit and runs the grant
+// function. It returns the permit when l got one at once; otherwise l waits
+// for a grant message, and ask returns how long the rate budget alone will
+// make it wait and which budget. It fails with errBreakerOpen when the
+// backend takes no calls: l is then no longer registered.
+func (s *backendState) ask(w waiter) (*permit, time.Duration, string, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.open() {
-		s.unregisterLocked(l)
+		s.dropLocked(w.l)
+		s.mu.Unlock()
 		return nil, 0, "", errBreakerOpen
 	}
 	now := time.Now()
-	w := waiter{l: l, p: p, since: since, cost: c}
-	s.unregisterLocked(l)
-	if len(s.waiters) == 0 || s.rank(w, now) < s.rank(s.bestLocked(now), now) {
-		pm, wait, by := s.tryLocked(w, now)
-		if pm != nil {
-			return pm, 0, "", nil
-		}
-		if by == budgetProbe && s.open() {
+	if i := s.indexLocked(w.l); i >= 0 {
+		s.waiters[i] = w
+	} else {
+		s.waiters = append(s.waiters, w)
+	}
+	grants, mine := s.grantLocked(now, w.l)
+	var wait time.Duration
+	var by string
+	if mine == nil {
+		if s.open() { // the grant round found the breaker just opened
+			s.dropLocked(w.l)
+			s.mu.Unlock()
+			deliver(grants)
 			return nil, 0, "", errBreakerOpen
 		}
-		s.waiters = append(s.waiters, w)
+		_, wait, by, _ = s.checkLocked(w, now, s.protectedWaitingLocked())
+		if by == "" {
+			by = budgetConcurrency // others rank first
+		}
 		s.stats.waited(by)
-		s.armLocked(wait, now)
-		return nil, wait, by, nil
 	}
-	// Others go first; the wait is at least what the budget needs for w.
-	_, wait, by := s.checkLocked(w, now)
-	if by == "" {
-		by = budgetConcurrency
-	}
-	s.waiters = append(s.waiters, w)
-	s.stats.waited(by)
-	return nil, wait, by, nil
+	s.mu.Unlock()
+	deliver(grants)
+	return mine, wait, by, nil
 }
 
-func (s *backendState) rank(w waiter, now time.Time) time.Duration {
+func (s *backendState) indexLocked(l *lane) int {
+	for i := range s.waiters {
+		if s.waiters[i].l == l {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *backendState) dropLocked(l *lane) {
+	if i := s.indexLocked(l); i >= 0 {
+		s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+	}
+}
+
+// drop ends l's wait for a permit. A permit already granted to l is on its
+// way as a message; l's owner gives it back when it arrives.
+func (s *backendState) drop(l *lane) {
+	s.mu.Lock()
+	s.dropLocked(l)
+	s.mu.Unlock()
+}
+
+func (s *backendState) rank(w *waiter, now time.Time) time.Duration {
 	return time.Duration(w.p.level())*s.aging - now.Sub(w.since)
 }
 
-func (s *backendState) bestLocked(now time.Time) waiter {
-	best := s.waiters[0]
-	for _, w := range s.waiters[1:] {
-		if s.rank(w, now) < s.rank(best, now) {
-			best = w
+func (s *backendState) protectedWaitingLocked() bool {
+	for i := range s.waiters {
+		if !s.waiters[i].p.background() {
+			return true
 		}
 	}
-	return best
+	return false
 }
 
 // checkLocked reports whether every budget allows w now. Otherwise it says
-// which budget is short and, for a rate budget, how long until it allows.
-func (s *backendState) checkLocked(w waiter, now time.Time) (bool, time.Duration, string) {
-	share := 0.0
-	if w.p.background() {
-		share = s.cfg.ProtectedShare
+// which budget is short, for a rate budget how long until it allows, and
+// whether only the protected share holds w back (so that more urgent work
+// behind it may still go).
+//
+// Lending: while no URGENT or HIGH work waits, background work may use the
+// protected slots and the protected part of the buckets (as Kubernetes API
+// Priority and Fairness lends seats between levels). Once such work waits,
+// lending stops: a freed slot goes to it before any background work, and
+// background work must leave the protected share in each bucket again, so
+// that share refills first.
+func (s *backendState) checkLocked(w waiter, now time.Time, protectedWaiting bool) (ok bool, wait time.Duration, by string, shareOnly bool) {
+	hold := w.p.background() && (protectedWaiting || s.cfg.StrictProtectedShare)
+	if s.inFlight >= s.limit {
+		return false, 0, budgetConcurrency, false
 	}
-	if s.inFlight >= s.limit-int(float64(s.limit)*share) {
-		return false, 0, budgetConcurrency
+	if hold && s.inFlight >= s.limit-s.protectedSlots() {
+		return false, 0, budgetConcurrency, true
 	}
 	if now.Before(s.pausedUntil) {
-		return false, s.pausedUntil.Sub(now), budgetPause
+		return false, s.pausedUntil.Sub(now), budgetPause, false
 	}
-	wait, by := time.Duration(0), ""
-	for _, b := range []struct {
-		lim  *rate.Limiter
+	share := 0.0
+	if hold {
+		share = s.cfg.ProtectedShare
+	}
+	for _, b := range [...]struct {
+		b    *bucket
 		need int
 		name string
-	}{{s.rpm, w.cost.requests, budgetRPM}, {s.tpm, w.cost.tokens, budgetTPM}} {
-		if b.lim == nil {
+	}{{&s.rpm, w.cost.requests, budgetRPM}, {&s.tpm, w.cost.tokens, budgetTPM}} {
+		d, short, onlyShare := b.b.waitFor(now, b.need, share)
+		if short && d >= wait {
+			wait, by, shareOnly = max(d, time.Millisecond), b.name, onlyShare
+		}
+	}
+	return by == "", wait, by, shareOnly && by != ""
+}
+
+// grantLocked is the one grant function: it hands permits to waiters, best
+// rank first, while the budgets allow. A waiter held back only by the
+// protected share does not block more urgent work behind it; any other
+// shortage stops the round (the rate timer is armed for it). It returns
+// the grants for other lanes, to deliver once mu is released, and self's
+// permit when self got one.
+func (s *backendState) grantLocked(now time.Time, self *lane) (out []grant, mine *permit) {
+	if len(s.waiters) == 0 {
+		return nil, nil
+	}
+	ws := s.waiters
+	// Sort by rank; the list is short (one entry per waiting lane).
+	for i := 1; i < len(ws); i++ {
+		for j := i; j > 0 && s.rank(&ws[j], now) < s.rank(&ws[j-1], now); j-- {
+			ws[j], ws[j-1] = ws[j-1], ws[j]
+		}
+	}
+	protectedWaiting := s.protectedWaitingLocked()
+	for i := 0; i < len(s.waiters); {
+		w := s.waiters[i]
+		ok, wait, by, shareOnly := s.checkLocked(w, now, protectedWaiting)
+		if ok {
+			pm, err := s.takeLocked(w, now, protectedWaiting)
+			if err != nil { // half-open with its probes out, or just opened
+				if s.open() {
+					// Just opened: every waiter must hear it now, to fail over.
+					for _, w := range s.waiters {
+						if w.l == self {
+							continue
+						}
+						out = append(out, grant{l: w.l})
+					}
+					s.waiters = s.waiters[:0]
+				}
+				return out, mine // a probe's end calls again
+			}
+			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+			if w.l == self {
+				mine = pm
+			} else {
+				out = append(out, grant{w.l, pm})
+			}
+			if !w.p.background() {
+				protectedWaiting = s.protectedWaitingLocked()
+			}
 			continue
 		}
-		// Background work must leave the protected share in the bucket; a
-		// batch larger than what it may take waits for that much, then goes
-		// into debt.
-		burst := b.lim.Burst()
-		reserve := int(math.Floor(float64(burst) * share))
-		need := float64(min(b.need, burst-reserve) + reserve)
-		if have := b.lim.TokensAt(now); have < need {
-			if d := time.Duration((need - have) / float64(b.lim.Limit()) * float64(time.Second)); d >= wait {
-				wait, by = max(d, time.Millisecond), b.name
-			}
+		if shareOnly {
+			i++
+			continue // only the protected share is left: look for urgent work
 		}
+		if by != budgetConcurrency {
+			s.armLocked(now, wait)
+		}
+		break
 	}
-	return by == "", wait, by
+	return out, mine
 }
 
-// tryLocked takes a permit for w if every budget and the breaker allow it.
-func (s *backendState) tryLocked(w waiter, now time.Time) (*permit, time.Duration, string) {
-	if ok, wait, by := s.checkLocked(w, now); !ok {
-		return nil, wait, by
-	}
+// takeLocked books a permit for w: a slot, the breaker's leave and the
+// reservations. The caller has checked that the budgets allow it.
+func (s *backendState) takeLocked(w waiter, now time.Time, protectedWaiting bool) (*permit, error) {
 	done, err := s.brk.Allow()
-	if err != nil { // half-open with its probes out, or just opened
-		return nil, 0, budgetProbe
+	if err != nil {
+		return nil, err
+	}
+	pm := &permit{cost: w.cost, done: done, protected: !w.p.background()}
+	if w.p.background() && s.inFlight >= s.limit-s.protectedSlots() {
+		pm.borrowed = true
+		s.borrowed++
 	}
 	s.inFlight++
-	spend(s.rpm, now, w.cost.requests)
-	spend(s.tpm, now, w.cost.tokens)
-	return &permit{cost: w.cost, done: done}, 0, ""
+	s.inFlightA.Store(int32(s.inFlight))
+	pm.rpm = s.rpm.take(now, w.cost.requests)
+	pm.tpm = s.tpm.take(now, w.cost.tokens)
+	pm.spentAt = [2]uint64{s.rpm.spent, s.tpm.spent}
+	return pm, nil
 }
 
-// armLocked makes the backend look at its waiters again after wait.
-func (s *backendState) armLocked(wait time.Duration, now time.Time) {
+// armLocked makes the backend run the grant function again after wait.
+func (s *backendState) armLocked(now time.Time, wait time.Duration) {
 	if wait <= 0 {
 		return
 	}
+	at := now.Add(wait)
+	if !s.timerAt.IsZero() && !s.timerAt.After(at) && s.timerAt.After(now) {
+		return // an earlier look is set already
+	}
+	s.timerAt = at
 	if s.timer == nil {
 		s.timer = time.AfterFunc(wait, s.wake)
 		return
@@ -250,259 +382,347 @@ func (s *backendState) armLocked(wait time.Duration, now time.Time) {
 	s.timer.Reset(wait)
 }
 
+// wake is the rate timer's arm of the grant path.
 func (s *backendState) wake() {
 	s.mu.Lock()
-	grants := s.grantLocked(time.Now())
+	s.timerAt = time.Time{}
+	grants, _ := s.grantLocked(time.Now(), nil)
 	s.mu.Unlock()
 	deliver(grants)
 }
 
-// grant hands l the permit p; a nil p only wakes l to look again.
+// grant is a permit for a lane; a nil p only tells the lane to look at the
+// backend again (its breaker opened).
 type grant struct {
 	l *lane
 	p *permit
 }
 
-// grantLocked hands permits to waiters, best rank first. A waiter held back
-// only by the protected share does not block more urgent work behind it;
-// any other shortage stops the round.
-func (s *backendState) grantLocked(now time.Time) []grant {
-	var out []grant
-	for len(s.waiters) > 0 {
-		slices := s.waiters
-		// Sort by rank; the list is short (one entry per waiting lane).
-		for i := 1; i < len(slices); i++ {
-			for j := i; j > 0 && s.rank(slices[j], now) < s.rank(slices[j-1], now); j-- {
-				slices[j], slices[j-1] = slices[j-1], slices[j]
-			}
-		}
-		progressed := false
-		for i, w := range slices {
-			pm, wait, by := s.tryLocked(w, now)
-			if pm != nil {
-				s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
-				out = append(out, grant{w.l, pm})
-				progressed = true
-				break
-			}
-			if by == budgetConcurrency && w.p.background() && s.inFlight < s.limit {
-				continue // only the protected share is left: look for urgent work
-			}
-			if by == budgetProbe {
-				if s.open() {
-					// Just opened: every waiter must hear it now, to fail over.
-					for _, w := range s.waiters {
-						out = append(out, grant{l: w.l})
-					}
-					s.waiters = s.waiters[:0]
-				}
-				break // half-open with its probes out: a probe's end calls again
-			}
-			s.armLocked(wait, now)
-			break
-		}
-		if !progressed {
-			break
-		}
-	}
-	return out
-}
-
 // deliver hands out permits outside the backend's lock.
 func deliver(gs []grant) {
 	for _, g := range gs {
-		g.l.give(g.p)
+		g.l.grant(g.p)
 	}
 }
 
-func (s *backendState) unregisterLocked(l *lane) {
-	for i := range s.waiters {
-		if s.waiters[i].l == l {
-			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
-			return
-		}
+// release ends a permit. used is what its batch spent of the budgets
+// (the zero cost for a permit never used): the rest of what it reserved is
+// refunded. verdict goes to the breaker.
+func (s *backendState) release(pm *permit, used cost, verdict error) {
+	if pm.done != nil {
+		pm.done(verdict)
 	}
-}
-
-// unregister drops l from the waiters.
-func (s *backendState) unregister(l *lane) {
-	s.mu.Lock()
-	s.unregisterLocked(l)
-	s.mu.Unlock()
-}
-
-// release ends a permit whose batch ran (or never will: done is then told
-// nothing) and refunds what it reserved beyond used.
-func (s *backendState) release(pm *permit, used cost) {
 	s.mu.Lock()
 	now := time.Now()
 	s.inFlight--
-	refund(s.rpm, now, pm.requests-used.requests)
-	refund(s.tpm, now, pm.tokens-used.tokens)
-	grants := s.grantLocked(now)
+	s.inFlightA.Store(int32(s.inFlight))
+	if pm.borrowed {
+		s.borrowed--
+	}
+	s.rpm.refund(now, pm.rpm, used.requests)
+	s.tpm.refund(now, pm.tpm, used.tokens)
+	grants, _ := s.grantLocked(now, nil)
 	s.mu.Unlock()
 	deliver(grants)
 }
 
-// giveBack returns an unused permit in full.
-func (s *backendState) giveBack(pm *permit) {
-	if pm.done != nil {
-		pm.done(errUnused) // a call that never ran says nothing about health
-	}
-	s.release(pm, cost{})
-}
-
-// extend grows a permit towards want where the budgets allow it now, so
-// that a lane granted a permit planned when it held few requests can send
-// what it holds by the time the grant arrives. It returns the caps to cut
-// with: unlimited for the budgets the backend does not have.
-func (s *backendState) extend(pm *permit, want cost, p Priority) cost {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	share := 0.0
-	if p.background() {
-		share = s.cfg.ProtectedShare
-	}
-	grow := func(lim *rate.Limiter, have, want int) int {
-		if lim == nil {
-			return math.MaxInt
-		}
-		if want > have {
-			room := lim.TokensAt(now) - math.Floor(float64(lim.Burst())*share)
-			if add := min(want-have, int(room)); add > 0 {
-				spend(lim, now, add)
-				have += add
-			}
-		}
-		return have
-	}
-	caps := cost{requests: grow(s.rpm, pm.requests, want.requests), tokens: grow(s.tpm, pm.tokens, want.tokens)}
-	if s.rpm != nil {
-		pm.requests = caps.requests
-	}
-	if s.tpm != nil {
-		pm.tokens = caps.tokens
-	}
-	return caps
-}
+// giveBack returns an unused permit in full: a call that never ran says
+// nothing about the backend's health.
+func (s *backendState) giveBack(pm *permit) { s.release(pm, cost{}, errUnused) }
 
 // settle trims a permit to the batch actually cut, before dispatch.
 func (s *backendState) settle(pm *permit, cut cost) {
+	if pm.rpm == nil && pm.tpm == nil {
+		pm.cost = cut
+		return
+	}
+	if pm.cost == cut {
+		return
+	}
 	s.mu.Lock()
 	now := time.Now()
-	refund(s.rpm, now, pm.requests-cut.requests)
-	refund(s.tpm, now, pm.tokens-cut.tokens)
+	if pm.rpm != nil && cut.requests < pm.requests {
+		s.rpm.refund(now, pm.rpm, cut.requests)
+		pm.rpm.taken = cut.requests
+	}
+	if pm.tpm != nil && cut.tokens < pm.tokens {
+		s.tpm.refund(now, pm.tpm, cut.tokens)
+		pm.tpm.taken = cut.tokens
+	}
 	pm.cost = cut
 	s.mu.Unlock()
 }
 
-// spend takes n tokens from lim, going into debt past its burst.
-func spend(lim *rate.Limiter, now time.Time, n int) {
-	if lim == nil {
-		return
-	}
-	for burst := lim.Burst(); n > 0; n -= burst {
-		lim.ReserveN(now, min(n, burst))
-	}
-}
-
-// refund gives n tokens back to lim (n < 0 charges them). rate.Limiter has
-// no refund call; a reservation of -n tokens adds n, and the bucket caps at
-// its burst as time next advances. TestRefund pins this behaviour.
-func refund(lim *rate.Limiter, now time.Time, n int) {
-	switch {
-	case lim == nil || n == 0:
-	case n > 0:
-		lim.ReserveN(now, -n)
-	default:
-		spend(lim, now, -n)
-	}
-}
-
 // onSuccess books a call the upstream accepted, and climbs back towards the
 // configured limits after a run of them.
-func (s *backendState) onSuccess(info *RateLimitInfo) {
+func (s *backendState) onSuccess(pm *permit, info *RateLimitInfo) {
 	s.mu.Lock()
 	now := time.Now()
-	s.observeLocked(info, now)
+	changed := s.observeLocked(pm, info, now)
 	s.successes++
-	var grants []grant
 	if s.successes >= adaptSuccesses {
 		s.successes = 0
-		raise(s.rpm, now, s.cfg.RPM)
-		raise(s.tpm, now, s.cfg.TPM)
+		s.rpm.raise(now)
+		s.tpm.raise(now)
 		if s.limit < s.cfg.MaxConcurrency {
 			s.limit++
-			grants = s.grantLocked(now)
+			changed = true
 		}
+	}
+	var grants []grant
+	if changed {
+		grants, _ = s.grantLocked(now, nil)
 	}
 	s.mu.Unlock()
 	deliver(grants)
 }
 
-// onRateLimited books an upstream 429: halve the rates and the concurrency
-// (within their floors) and pause for the upstream's Retry-After.
-func (s *backendState) onRateLimited(info *RateLimitInfo) {
+// onRateLimited books an upstream 429: halve the configured rates and the
+// concurrency (within their floors), follow what the upstream said of its
+// budget and pause for its Retry-After.
+func (s *backendState) onRateLimited(pm *permit, info *RateLimitInfo) {
 	s.stats.rateLimited.Add(1)
 	s.mu.Lock()
 	now := time.Now()
 	s.successes = 0
-	lower(s.rpm, now, s.cfg.RPM)
-	lower(s.tpm, now, s.cfg.TPM)
+	s.rpm.lower(now)
+	s.tpm.lower(now)
 	s.limit = max(s.cfg.MinConcurrency, s.limit/2)
-	s.observeLocked(info, now)
+	s.observeLocked(pm, info, now)
 	if info != nil && info.RetryAfter > 0 {
-		s.pauseLocked(now.Add(info.RetryAfter))
+		s.pauseLocked(now, now.Add(info.RetryAfter))
+		s.log.paused(info.RetryAfter, "429 with Retry-After")
 	}
 	s.mu.Unlock()
 }
 
-// observeLocked follows what the upstream said of its remaining budget: our
-// buckets never hold more than it has left. Without a bucket of our own, an
-// exhausted budget pauses dispatch until it resets. (With one, a pause would
-// double-count: the bucket refills at our rate, and the reset the upstream
-// gave may be stale by the time its response arrives.)
-func (s *backendState) observeLocked(info *RateLimitInfo, now time.Time) {
+// observeLocked follows what the upstream said of its limits after pm's
+// call. It reports whether a budget grew, so that waiters may go.
+func (s *backendState) observeLocked(pm *permit, info *RateLimitInfo, now time.Time) bool {
 	if info == nil {
-		return
+		return false
 	}
-	drain := func(lim *rate.Limiter, remaining int64, reset time.Duration) {
-		switch {
-		case remaining < 0:
-		case lim == nil:
-			if remaining == 0 && reset > 0 {
-				s.pauseLocked(now.Add(reset))
-			}
-		default:
-			if have := lim.TokensAt(now); have > float64(remaining) {
-				spend(lim, now, int(have)-int(remaining))
-			}
+	a := s.rpm.observe(now, info.LimitRequests, info.RemainingRequests, info.ResetRequests, pm.spentAt[0])
+	b := s.tpm.observe(now, info.LimitTokens, info.RemainingTokens, info.ResetTokens, pm.spentAt[1])
+	for _, o := range [...]observation{a, b} {
+		if o.pause > 0 {
+			s.pauseLocked(now, now.Add(o.pause))
+			s.log.paused(o.pause, "budget exhausted, no limit header to learn its rate from")
 		}
 	}
-	drain(s.rpm, info.RemainingRequests, info.ResetRequests)
-	drain(s.tpm, info.RemainingTokens, info.ResetTokens)
+	s.limitedA.Store(s.rpm.lim != nil || s.tpm.lim != nil)
+	return a.grew || b.grew
 }
 
-func (s *backendState) pauseLocked(until time.Time) {
+// stopTimer stops the rate timer once the batcher has stopped.
+func (s *backendState) stopTimer() {
+	s.mu.Lock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+}
+
+func (s *backendState) pauseLocked(now, until time.Time) {
 	if until.After(s.pausedUntil) {
 		s.pausedUntil = until
-		s.armLocked(time.Until(until), until)
+		s.stats.pauses.Add(1)
+		s.armLocked(now, until.Sub(now))
 	}
 }
 
-func lower(lim *rate.Limiter, now time.Time, perMinute int) {
-	if lim == nil {
-		return
-	}
-	floor := rate.Limit(float64(perMinute) / 60 * adaptFloor)
-	lim.SetLimitAt(now, max(lim.Limit()/2, floor))
+// bucket is one rate budget (requests or tokens per minute): a
+// rate.Limiter, configured or learned from the upstream's headers.
+//
+// rate.Limiter has no partial refund: Reservation.CancelAt restores a whole
+// reservation, and only before it acts. A permit whose reservation has not
+// acted yet is cancelled that way; tokens given back after that (a batch
+// cut smaller than its permit, a reply that used fewer tokens than
+// reserved, an upstream that says it has more left than we thought) go to
+// credit, which the next reservations draw on first. Credit never lifts
+// the bucket past its burst: what the limiter holds plus the credit is
+// capped at the burst whenever either is read.
+type bucket struct {
+	lim        *rate.Limiter // nil: no limit known (yet)
+	perMinute  int           // the configured rate; 0: learned from headers
+	learnBurst bool          // the burst was not configured: follow the upstream's limit header
+	credit     float64
+	spent      uint64 // tokens taken so far, to tell what was spent after a grant
 }
 
-func raise(lim *rate.Limiter, now time.Time, perMinute int) {
-	if lim == nil {
+func newBucket(perMinute, burst int, burstSet bool) bucket {
+	b := bucket{perMinute: perMinute, learnBurst: !burstSet}
+	if perMinute > 0 {
+		b.lim = rate.NewLimiter(rate.Limit(float64(perMinute)/60), burst)
+	}
+	return b
+}
+
+// tokensAt returns what the bucket holds at now, credit included.
+func (b *bucket) tokensAt(now time.Time) float64 {
+	have := b.lim.TokensAt(now)
+	b.credit = max(0, min(b.credit, float64(b.lim.Burst())-have))
+	return have + b.credit
+}
+
+// waitFor reports whether need must wait, and how long, when share of the
+// burst must stay in the bucket. onlyShare says that it would not wait
+// without the share.
+func (b *bucket) waitFor(now time.Time, need int, share float64) (time.Duration, bool, bool) {
+	if b.lim == nil || need <= 0 {
+		return 0, false, false
+	}
+	// A batch larger than the bucket waits for a full bucket (less the
+	// share), then goes into debt.
+	burst := b.lim.Burst()
+	reserve := math.Floor(float64(burst) * share)
+	want := min(float64(need), float64(burst)-reserve) + reserve
+	have := b.tokensAt(now)
+	if have >= want {
+		return 0, false, false
+	}
+	d := time.Duration((want - have) / float64(b.lim.Limit()) * float64(time.Second))
+	return d, true, have >= min(float64(need), float64(burst))
+}
+
+// take reserves n tokens at now: credit first, then the limiter (into debt
+// past its burst).
+func (b *bucket) take(now time.Time, n int) *reservation {
+	if b.lim == nil {
+		return nil
+	}
+	res := &reservation{taken: n, at: now}
+	b.spent += uint64(max(n, 0))
+	b.tokensAt(now) // caps the credit
+	fromCredit := math.Floor(min(float64(n), b.credit))
+	b.credit -= fromCredit
+	rest := n - int(fromCredit)
+	burst := b.lim.Burst()
+	for first := true; rest > 0; first = false {
+		r := b.lim.ReserveN(now, min(rest, burst))
+		if first {
+			res.r = r
+		}
+		rest -= burst
+	}
+	return res
+}
+
+// refund gives back what res took beyond used.
+func (b *bucket) refund(now time.Time, res *reservation, used int) {
+	if b.lim == nil || res == nil || used >= res.taken {
 		return
 	}
-	ceil := rate.Limit(float64(perMinute) / 60)
-	lim.SetLimitAt(now, min(lim.Limit()+ceil*adaptStep, ceil))
+	back := res.taken - max(used, 0)
+	if used <= 0 && res.r != nil && res.taken <= b.lim.Burst() && !now.After(res.at.Add(res.r.DelayFrom(res.at))) {
+		// Not acted yet: the documented cancel restores it.
+		res.r.CancelAt(now)
+		res.r = nil
+		res.taken = 0
+		return
+	}
+	b.credit += float64(back)
+	b.tokensAt(now) // caps it
+}
+
+// observation is what one header set told a bucket.
+type observation struct {
+	grew  bool          // the budget grew: waiters may go
+	pause time.Duration // no rate known and nothing left: pause this long
+}
+
+// observe follows the upstream's limit, remaining count and reset (time
+// until full again) for this budget. spentAt is the bucket's spend counter
+// right after the call was granted: what was spent since then, the
+// upstream had not counted yet when it answered.
+//
+// Without a configured rate it learns one: limit, remaining and reset give
+// the refill rate ((limit - remaining) / reset) and the burst (limit). It
+// then holds what the upstream says is left, less what we spent since, so
+// that an exhausted upstream costs only the wait for the next batch's
+// tokens, never the whole reset. With a configured rate, the bucket drains
+// to what the upstream says is left, and its burst follows the limit header
+// when no burst was configured. A bucket is lifted to the upstream's figure
+// only when it was just learned or found larger: stale headers cannot lift
+// it.
+func (b *bucket) observe(now time.Time, limit, remaining int64, reset time.Duration, spentAt uint64) observation {
+	var o observation
+	if remaining < 0 {
+		return o
+	}
+	if b.perMinute == 0 && limit <= 0 {
+		if remaining == 0 && reset > 0 {
+			o.pause = min(reset, unknownLimitPause)
+		}
+		return o
+	}
+	if b.perMinute == 0 {
+		r := float64(limit) / 60 // OpenAI's limits are per minute
+		if reset > 0 && limit > remaining {
+			r = float64(limit-remaining) / reset.Seconds()
+		}
+		r = min(max(r, float64(limit)/3600), float64(limit))
+		if b.lim == nil {
+			b.lim = rate.NewLimiter(rate.Limit(r), int(limit))
+			o.grew = true
+		} else {
+			b.lim.SetLimitAt(now, rate.Limit(r))
+		}
+	}
+	if b.learnBurst && limit > 0 && int(limit) != b.lim.Burst() {
+		if int(limit) > b.lim.Burst() {
+			o.grew = true
+		}
+		b.lim.SetBurstAt(now, int(limit))
+	}
+	since := float64(b.spent - min(spentAt, b.spent))
+	target := float64(remaining) - since
+	have := b.tokensAt(now)
+	switch {
+	case have > target+0.5:
+		// Drain to what is left: a reservation taken and never given back.
+		n := math.Ceil(have - max(target, 0))
+		c := min(b.credit, n)
+		b.credit -= c
+		for rest, burst := int(n-c), b.lim.Burst(); rest > 0; rest -= burst {
+			b.lim.ReserveN(now, min(rest, burst))
+		}
+	case target > have+0.5 && o.grew:
+		// The bucket was just learned, or found larger than assumed: take
+		// what the upstream says is left. Otherwise the bucket only ever
+		// drains to the upstream's figure and refills at its own rate, so
+		// that stale headers (counters that lag) cannot lift it.
+		b.credit += target - have
+		b.tokensAt(now)
+		o.grew = true
+	}
+	return o
+}
+
+// lower halves a configured rate within its floor.
+func (b *bucket) lower(now time.Time) {
+	if b.lim == nil || b.perMinute == 0 {
+		return
+	}
+	floor := rate.Limit(float64(b.perMinute) / 60 * adaptFloor)
+	b.lim.SetLimitAt(now, max(b.lim.Limit()/2, floor))
+}
+
+// raise climbs a configured rate back by a step.
+func (b *bucket) raise(now time.Time) {
+	if b.lim == nil || b.perMinute == 0 {
+		return
+	}
+	ceil := rate.Limit(float64(b.perMinute) / 60)
+	if b.lim.Limit() < ceil {
+		b.lim.SetLimitAt(now, min(b.lim.Limit()+ceil*adaptStep, ceil))
+	}
+}
+
+// perMinuteRate returns the bucket's current rate per minute, 0 when none.
+func (b *bucket) perMinuteRate() float64 {
+	if b.lim == nil {
+		return 0
+	}
+	return float64(b.lim.Limit()) * 60
 }

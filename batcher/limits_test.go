@@ -11,30 +11,36 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
-func TestRefund(t *testing.T) {
-	// refund relies on rate.Limiter adding tokens for a negative
-	// reservation, capped at the burst as time next advances.
+func TestBucketRefund(t *testing.T) {
+	// rate.Limiter has no partial refund: what a permit gives back after
+	// its reservation acted goes to credit, capped at the burst.
 	now := time.Now()
-	lim := rate.NewLimiter(1, 10)
-	spend(lim, now, 10)
-	if got := lim.TokensAt(now); got != 0 {
-		t.Fatalf("after spending the burst: %v tokens", got)
+	b := newBucket(60, 10, true) // 1 a second, burst 10
+	r := b.take(now, 10)
+	if got := b.tokensAt(now); got != 0 {
+		t.Fatalf("after taking the burst: %v tokens", got)
 	}
-	refund(lim, now, 4)
-	if got := lim.TokensAt(now); got != 4 {
-		t.Fatalf("after a refund of 4: %v tokens, want 4", got)
+	b.refund(now, r, 6)
+	if got := b.tokensAt(now); got != 4 {
+		t.Fatalf("after using 6 of 10: %v tokens, want 4", got)
 	}
-	refund(lim, now, 100)
-	if got := lim.TokensAt(now.Add(time.Millisecond)); got != 10 {
+	b.refund(now, &reservation{taken: 100, at: now}, 0)
+	if got := b.tokensAt(now.Add(time.Millisecond)); got != 10 {
 		t.Fatalf("refunds past the burst: %v tokens, want the burst 10", got)
 	}
-	refund(lim, now, -25) // a charge past the burst goes into debt
-	if got := lim.TokensAt(now.Add(time.Millisecond)); got > -14.9 || got < -15.1 {
+	b.take(now, 25) // a charge past the burst goes into debt
+	if got := b.tokensAt(now.Add(time.Millisecond)); got > -14.9 || got < -15.1 {
 		t.Fatalf("after charging 25: %v tokens, want about -15", got)
+	}
+	// A reservation given back before it acts is cancelled, as
+	// rate.Reservation.CancelAt documents.
+	later := now.Add(time.Minute) // the bucket is full again
+	r = b.take(later, 3)
+	b.refund(later, r, 0)
+	if got := b.tokensAt(later); got != 10 {
+		t.Fatalf("after cancelling an unused reservation: %v tokens, want 10", got)
 	}
 }
 
@@ -134,14 +140,14 @@ func TestReservationSettledAgainstUsage(t *testing.T) {
 		be := &fakeBackend{} // reports 2 tokens of usage per request
 		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 2, MinBatchSize: 2}, withLimits("be", 0, 6000))
 		bs := b.backends["be"]
-		before := bs.tpm.TokensAt(time.Now())
+		before := bs.tpm.tokensAt(time.Now())
 		r1, r2 := req("a", PriorityNormal), req("b", PriorityNormal)
 		r1.Params.MaxTokens, r2.Params.MaxTokens = 40, 40
 		c1, c2 := submit(t, b, r1), submit(t, b, r2)
 		<-c1.Done()
 		<-c2.Done()
 		// Reserved (2+1+40)×2 = 86, used 4: 82 refunded.
-		if got := bs.tpm.TokensAt(time.Now()); got != before-4 {
+		if got := bs.tpm.tokensAt(time.Now()); got != before-4 {
 			t.Fatalf("token bucket holds %v, want %v: the reservation was not settled against usage", got, before-4)
 		}
 	})
@@ -192,13 +198,40 @@ func TestRateLimitHeadersSlowTheDispatcher(t *testing.T) {
 		return nil
 	})
 	t.Run("pause without a bucket", func(t *testing.T) {
+		// No limit header: no rate can be learned. The reset is the time
+		// until the budget is full again, not until the next request may
+		// go, so the pause is a short look-again, never the whole reset.
 		synctest.Test(t, func(t *testing.T) {
 			log := &dispatchLog{backend: exhausted}
 			b := newTest(t, log, 4, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1})
 			wantOKDo(t, b, req("a", PriorityNormal))
 			wantOKDo(t, b, req("b", PriorityNormal))
-			if gap := log.at[1].Sub(log.at[0]); gap < 2*time.Second {
-				t.Fatalf("second call %v after the first, although the upstream said none left for 2s", gap)
+			if gap := log.at[1].Sub(log.at[0]); gap != unknownLimitPause {
+				t.Fatalf("second call %v after the first, want a pause of %v (upstream: none left, full again in 2s, no limit given)", gap, unknownLimitPause)
+			}
+		})
+	})
+	t.Run("learn the rate", func(t *testing.T) {
+		// limit 600, none left, full again in 60s: 10 a second. The next
+		// call waits 100 ms for its one request, not the 60 s reset.
+		learned := BackendFunc(func(_ context.Context, b *Batch, out []Response) error {
+			b.RateLimit = &RateLimitInfo{LimitRequests: 600, RemainingRequests: 0, ResetRequests: time.Minute, RemainingTokens: -1}
+			for i := range out {
+				out[i].Text = "ok"
+			}
+			return nil
+		})
+		synctest.Test(t, func(t *testing.T) {
+			log := &dispatchLog{backend: learned}
+			b := newTest(t, log, 4, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1})
+			wantOKDo(t, b, req("a", PriorityNormal))
+			wantOKDo(t, b, req("b", PriorityNormal))
+			if gap := log.at[1].Sub(log.at[0]); gap != 100*time.Millisecond {
+				t.Fatalf("second call %v after the first, want 100ms: one request's refill at the learned 10/s", gap)
+			}
+			st := b.Stats()[0]
+			if st.RPM != 600 || st.RPMBurst != 600 {
+				t.Fatalf("learned rpm %v burst %d, want 600 and 600", st.RPM, st.RPMBurst)
 			}
 		})
 	})
@@ -328,7 +361,8 @@ func TestRetriesStopAtTheDeadline(t *testing.T) {
 }
 
 func TestNotRetried(t *testing.T) {
-	for _, class := range []ErrorClass{ClassAuth, ClassInvalidRequest, ClassInvalidResponse} {
+	// An invalid response is retried once (TestInvalidResponseRetriedOnce).
+	for _, class := range []ErrorClass{ClassAuth, ClassInvalidRequest} {
 		t.Run(class.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				be := &fakeBackend{fail: func(b *Batch, out []Response) error {
@@ -620,8 +654,10 @@ func TestBreakerOpeningMovesWaitersToFallback(t *testing.T) {
 		if r := cb.Result(); r.Err != nil || r.Backend != "be2" {
 			t.Fatalf("b = %+v; want it served by the fallback", r)
 		}
-		if ClassOf(a.Result().Err) != ClassServer {
-			t.Fatalf("a = %v", a.Result().Err)
+		// a failed with a server error and has no retries: it moves to the
+		// fallback too, rather than failing while a healthy target exists.
+		if r := a.Result(); r.Err != nil || r.Backend != "be2" {
+			t.Fatalf("a = %+v; want it served by the fallback after its server error", r)
 		}
 	})
 }

@@ -25,9 +25,6 @@ var priorityNames = [numPriorities]string{"normal", "urgent", "high", "low", "de
 // levels maps a priority to its urgency: 0 goes first.
 var levels = [numPriorities]int{PriorityNormal: 2, PriorityUrgent: 0, PriorityHigh: 1, PriorityLow: 3, PriorityDeferrable: 4}
 
-// byLevel maps an urgency back to its priority.
-var byLevel = [numPriorities]Priority{PriorityUrgent, PriorityHigh, PriorityNormal, PriorityLow, PriorityDeferrable}
-
 // level returns p's urgency, 0 (URGENT) to 4 (DEFERRABLE).
 func (p Priority) level() int { return levels[p] }
 
@@ -136,6 +133,35 @@ type Request struct {
 	// Sink, when set, receives the request's progress events and its
 	// terminal EventDone.
 	Sink EventSink
+	// Retry, when set, overrides the backend's retry policy for this
+	// request (a batch job's own max_retries and retry_delay).
+	Retry *RetryOverride
+}
+
+// RetryOverride overrides parts of a backend's RetryPolicy for one request.
+// Which errors are retryable, the retry budget and the deadline still apply.
+type RetryOverride struct {
+	// MaxRetries replaces the policy's MaxRetries; 0 means no retry.
+	MaxRetries int
+	// InitialBackoff, when positive, replaces the policy's InitialBackoff
+	// (and raises its MaxBackoff to it if needed).
+	InitialBackoff time.Duration
+}
+
+// retryPolicy returns the policy for req's retries on a backend whose policy
+// is p.
+func (req *Request) retryPolicy(p *RetryPolicy) *RetryPolicy {
+	o := req.Retry
+	if o == nil {
+		return p
+	}
+	q := *p
+	q.MaxRetries = max(o.MaxRetries, 0)
+	if o.InitialBackoff > 0 {
+		q.InitialBackoff = o.InitialBackoff
+		q.MaxBackoff = max(q.MaxBackoff, o.InitialBackoff)
+	}
+	return &q
 }
 
 // Usage counts tokens.

@@ -22,7 +22,8 @@ const (
 // RetryPolicy says which failed requests are tried again and when.
 //
 // Rate limits, timeouts, network and server errors are retried; an unknown
-// error once; auth, invalid requests and invalid responses never. The wait
+// error or an invalid response (a garbled answer) once; auth and invalid
+// requests never. The wait
 // before retry n (from 0) is drawn uniformly from [0, min(MaxBackoff,
 // InitialBackoff×Factor^n)] (full jitter), and is at least the upstream's
 // Retry-After. A retry that would outlast the request's deadline is not made:
@@ -106,7 +107,9 @@ func retryable(c ErrorClass, unknownRetries int) bool {
 	switch c {
 	case ClassRateLimit, ClassTimeout, ClassNetwork, ClassServer:
 		return true
-	case ClassUnknown:
+	case ClassUnknown, ClassInvalidResponse:
+		// Once: a garbled answer (a 200 with a malformed body) or an
+		// unknown failure may be a fluke; twice is not.
 		return unknownRetries == 0
 	}
 	return false
@@ -202,4 +205,66 @@ func (rb *retryBudget) allow(now time.Time) bool {
 	}
 	rb.retries[rb.head]++
 	return true
+}
+
+// retryLater sends c back to its lane after a backoff, if the policy, the
+// retry budget and c's deadline allow; r is the run c failed in.
+func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) bool {
+	be := r.be
+	p := c.req.retryPolicy(&be.cfg.Retry)
+	class := classify(err)
+	if !retryable(class, c.unknownRetries) || c.retries >= p.MaxRetries {
+		return false
+	}
+	delay := max(p.backoff(c.retries), retryAfter(err))
+	if !now.Add(delay).Before(c.deadline) || !be.retry.allow(now) {
+		return false
+	}
+	if !c.run.CompareAndSwap(r, nil) {
+		return false // it ended meanwhile
+	}
+	c.retries++
+	if class == ClassUnknown || class == ClassInvalidResponse {
+		c.unknownRetries++
+	}
+	be.stats.retries[class].Add(1)
+	c.retryEvent(now, class, delay)
+	c.emit(&Event{Kind: EventRetrying, Time: now, Attempt: c.attempts, Delay: delay, Class: class, Err: err})
+	b.runsMu.Lock()
+	b.retrying[c] = time.AfterFunc(delay, func() { b.requeue(c) })
+	b.runsMu.Unlock()
+	return true
+}
+
+// fallBack moves c to its route's next target when its retries on this one
+// are used up (or refused) on a failure that another upstream may not
+// have: a network or server error, a timeout, a rate limit. It does so
+// only while c's deadline has not passed; the new target gets retries of
+// its own. r is the run c failed in.
+func (b *Batcher) fallBack(c *Call, r *batchRun, err error, now time.Time) bool {
+	switch classify(err) {
+	case ClassNetwork, ClassServer, ClassTimeout, ClassRateLimit:
+	default:
+		return false
+	}
+	next := int(c.target) + 1
+	if next >= len(c.rc.targets) || !now.Before(c.deadline) || !c.run.CompareAndSwap(r, nil) {
+		return false
+	}
+	c.target = uint8(next)
+	c.retries, c.unknownRetries = 0, 0
+	r.be.stats.fallbacks.Add(1)
+	r.be.log.fellBack(c, c.rc.Name, c.target, err)
+	b.enqueue(c)
+	return true
+}
+
+// requeue ends c's backoff.
+func (b *Batcher) requeue(c *Call) {
+	b.runsMu.Lock()
+	delete(b.retrying, c)
+	b.runsMu.Unlock()
+	if c.pending() {
+		b.enqueue(c)
+	}
 }

@@ -3,8 +3,10 @@ package batcher
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -19,13 +21,23 @@ const (
 	DefaultMaxConcurrency  = 8
 	DefaultAgingStep       = time.Second
 	DefaultIdleLaneTimeout = time.Minute
+	DefaultMaxLanes        = 4096
 	DefaultMaxInputBytes   = 256 << 10
 	DefaultMaxTokensLimit  = 32768
 	DefaultMaxTokens       = 256
 	// DefaultMaxBatchTokens of 0 means no token budget per batch.
 	DefaultMaxBatchTokens = 0
 	DefaultProtectedShare = 0.2
-	DefaultAttemptTimeout = 2 * time.Minute
+	// DefaultAttemptTimeout caps one chat or completion call when no
+	// attempt timeout is configured, DefaultEmbeddingAttemptTimeout one
+	// embedding call; within the cap an attempt gets an even share of what
+	// is left of its batch's deadline, so that every retry the policy allows
+	// still fits.
+	DefaultAttemptTimeout          = 2 * time.Minute
+	DefaultEmbeddingAttemptTimeout = 30 * time.Second
+	// minAttemptTimeout is the least an automatic attempt timeout gives a
+	// call.
+	minAttemptTimeout = time.Second
 )
 
 // BatchConfig sets how a route's lanes form batches. A zero field takes its
@@ -86,24 +98,42 @@ type BackendConfig struct {
 	// RPM and TPM are the provider's requests and tokens per minute. 0: no
 	// limit. A batch spends requests as UpstreamCalls says (one by default)
 	// and the tokens it reserves: estimated prompt tokens plus max_tokens.
+	//
+	// When RPM (or TPM) is 0 the core learns the budget from the upstream's
+	// x-ratelimit-limit-*, -remaining-* and -reset-* headers, as a backend
+	// reports them in RateLimitInfo: the limit is the burst, and the refill
+	// rate is (limit - remaining) / reset.
 	RPM int
 	TPM int
 	// RPMBurst and TPMBurst size the buckets: how much may go at once after
-	// a quiet spell. Default one second's allowance (providers enforce
-	// per-minute limits over short windows); a provider that allows a whole
-	// minute's burst may be given RPM or TPM here. At least 1.
+	// a quiet spell. Default: one second's allowance until the upstream's
+	// limit header says how large its bucket is, then that (a provider that
+	// allows a minute's burst gets it used; see batcherd.example.yaml for
+	// the figures). A configured burst is kept as it is. At least 1.
 	RPMBurst int
 	TPMBurst int
 	// ProtectedShare of the concurrency and rate is held for URGENT and HIGH
 	// work. Default DefaultProtectedShare; at most 0.9; negative: none.
+	// While no URGENT or HIGH work waits, background work may borrow it;
+	// once such work waits, the next free slot is its, and background work
+	// leaves the share in the buckets again.
 	ProtectedShare float64
-	// AttemptTimeout bounds one upstream call. Default DefaultAttemptTimeout;
+	// StrictProtectedShare keeps the protected share idle even while no
+	// URGENT or HIGH work waits (no lending). Default false.
+	StrictProtectedShare bool
+	// AttemptTimeout bounds one upstream call. Default (0): an even share
+	// of the time left before the batch's deadline over the attempts the
+	// retry policy allows (at least a second), capped at
+	// DefaultAttemptTimeout for chat and completions and
+	// DefaultEmbeddingAttemptTimeout for embeddings;
 	// negative fails New.
 	AttemptTimeout time.Duration
 	// Retry is the retry policy. Zero fields take their defaults.
 	Retry RetryPolicy
 	// Breaker configures the circuit breaker. Zero fields take their defaults.
 	Breaker BreakerConfig
+
+	rpmBurstSet, tpmBurstSet bool // the bursts were configured, not defaulted
 }
 
 // Target is a backend and the model name it knows a route by.
@@ -128,6 +158,16 @@ func WithBackend(b BackendConfig) Option {
 // Default DefaultQueueCapacity; less than 1 fails New.
 func WithQueueCapacity(n int) Option { return func(c *config) { c.queueCapacity = n } }
 
+// WithQueueReserve holds a share of the queue capacity for URGENT and HIGH
+// requests: NORMAL and lower work is refused once the queue is that close
+// to full. When the whole queue is full, an URGENT request evicts the
+// newest queued DEFERRABLE request, else the newest queued LOW one, which
+// ends with ErrEvicted. Default DefaultQueueReserve; 0 to 0.9, else New
+// fails.
+func WithQueueReserve(share float64) Option {
+	return func(c *config) { c.queueReserve = share; c.queueReserveSet = true }
+}
+
 // WithQueueTimeout bounds every request's life. Default DefaultQueueTimeout;
 // not positive fails New.
 func WithQueueTimeout(d time.Duration) Option { return func(c *config) { c.queueTimeout = d } }
@@ -140,6 +180,13 @@ func WithAgingStep(d time.Duration) Option { return func(c *config) { c.agingSte
 // reclaimed. Default DefaultIdleLaneTimeout; not positive fails New.
 func WithIdleLaneTimeout(d time.Duration) Option { return func(c *config) { c.idleLane = d } }
 
+// WithMaxLanes caps the lanes open at once (a lane is a route with one set
+// of batch-relevant parameters, and an owner goroutine; an idle one lives
+// for the idle lane timeout). A request that needs a new lane past the cap
+// fails with ErrTooManyLanes. Default DefaultMaxLanes; less than 1 fails
+// New.
+func WithMaxLanes(n int) Option { return func(c *config) { c.maxLanes = n } }
+
 // WithTracerProvider sets where request and batch spans go. Default none: no
 // spans, at no cost.
 func WithTracerProvider(tp trace.TracerProvider) Option {
@@ -147,13 +194,18 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 type config struct {
-	routes         []Route
-	backends       []BackendConfig
-	queueCapacity  int
-	queueTimeout   time.Duration
-	agingStep      time.Duration
-	idleLane       time.Duration
-	tracerProvider trace.TracerProvider
+	routes          []Route
+	backends        []BackendConfig
+	queueCapacity   int
+	queueReserve    float64
+	queueReserveSet bool
+	queueTimeout    time.Duration
+	agingStep       time.Duration
+	idleLane        time.Duration
+	maxLanes        int
+	tracerProvider  trace.TracerProvider
+	meterProvider   metric.MeterProvider
+	logger          *slog.Logger
 }
 
 // routeConfig is a Route with every default resolved.
@@ -174,6 +226,7 @@ func newConfig(opts []Option) (*config, error) {
 		queueTimeout:  DefaultQueueTimeout,
 		agingStep:     DefaultAgingStep,
 		idleLane:      DefaultIdleLaneTimeout,
+		maxLanes:      DefaultMaxLanes,
 	}
 	for _, o := range opts {
 		o(c)
@@ -182,11 +235,20 @@ func newConfig(opts []Option) (*config, error) {
 	if c.queueCapacity < 1 {
 		errs = append(errs, fmt.Errorf("queue capacity: must be at least 1, got %d", c.queueCapacity))
 	}
+	if !c.queueReserveSet {
+		c.queueReserve = DefaultQueueReserve
+	}
+	if !(c.queueReserve >= 0 && c.queueReserve <= 0.9) {
+		errs = append(errs, fmt.Errorf("queue reserve: must be 0 to 0.9, got %v", c.queueReserve))
+	}
 	if c.queueTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("queue timeout: must be positive, got %v", c.queueTimeout))
 	}
 	if c.agingStep <= 0 {
 		errs = append(errs, fmt.Errorf("aging step: must be positive, got %v", c.agingStep))
+	}
+	if c.maxLanes < 1 {
+		errs = append(errs, fmt.Errorf("max lanes: must be at least 1, got %d", c.maxLanes))
 	}
 	if c.idleLane <= 0 {
 		errs = append(errs, fmt.Errorf("idle lane timeout: must be positive, got %v", c.idleLane))
@@ -220,6 +282,7 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 	if b.TPM < 0 {
 		return b, fmt.Errorf("%s: must not be negative, got %d", field("tpm"), b.TPM)
 	}
+	b.rpmBurstSet, b.tpmBurstSet = b.RPMBurst != 0, b.TPMBurst != 0
 	if b.RPMBurst == 0 {
 		b.RPMBurst = perSecond(b.RPM)
 	}
@@ -239,9 +302,6 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 		return b, fmt.Errorf("%s: must be at most 0.9, got %v", field("protected share"), b.ProtectedShare)
 	}
 	b.ProtectedShare = max(b.ProtectedShare, 0)
-	if b.AttemptTimeout == 0 {
-		b.AttemptTimeout = DefaultAttemptTimeout
-	}
 	if b.AttemptTimeout < 0 {
 		return b, fmt.Errorf("%s: must be positive, got %v", field("attempt timeout"), b.AttemptTimeout)
 	}

@@ -21,6 +21,7 @@ type backendStats struct {
 	fallbacks    atomic.Int64 // requests moved from this backend to a fallback
 	budgetFails  atomic.Int64 // requests failed early: the budget could not meet their deadline
 	dedupHits    atomic.Int64
+	pauses       atomic.Int64 // dispatch pauses (Retry-After, exhausted budgets)
 }
 
 func (s *backendStats) waited(budget string) {
@@ -73,6 +74,15 @@ type BackendStats struct {
 	// concurrency limit; RPM and TPM the current (adaptive) rates.
 	InFlight, Limit int
 	RPM, TPM        float64
+	// Borrowed is how many protected slots background work holds now (lent
+	// while no URGENT or HIGH work waited).
+	Borrowed int
+	// RPMBurst and TPMBurst are the buckets' sizes now (configured, or
+	// learned from the upstream's limit headers); 0 without a budget.
+	RPMBurst, TPMBurst int
+	// Pauses counts dispatch pauses: Retry-After, or an exhausted budget
+	// whose rate could not be learned.
+	Pauses int64
 }
 
 // Stats returns every backend's counters.
@@ -104,13 +114,15 @@ func (b *Batcher) Stats() []BackendStats {
 				st.Retries[ErrorClass(c).String()] = n
 			}
 		}
+		st.Pauses = s.pauses.Load()
 		be.mu.Lock()
-		st.InFlight, st.Limit = be.inFlight, be.limit
-		if be.rpm != nil {
-			st.RPM = float64(be.rpm.Limit()) * 60
+		st.InFlight, st.Limit, st.Borrowed = be.inFlight, be.limit, be.borrowed
+		st.RPM, st.TPM = be.rpm.perMinuteRate(), be.tpm.perMinuteRate()
+		if be.rpm.lim != nil {
+			st.RPMBurst = be.rpm.lim.Burst()
 		}
-		if be.tpm != nil {
-			st.TPM = float64(be.tpm.Limit()) * 60
+		if be.tpm.lim != nil {
+			st.TPMBurst = be.tpm.lim.Burst()
 		}
 		be.mu.Unlock()
 		out = append(out, st)

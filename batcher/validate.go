@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/batcherhq/batcher/internal/clip"
 )
 
 // Limits on request fields that do not depend on the route.
@@ -47,7 +49,7 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 		for i := range in.Messages {
 			m := &in.Messages[i]
 			if !validRoles[m.Role] {
-				return invalid("input.chat.messages["+strconv.Itoa(i)+"].role", "must be system, user, assistant, tool or developer, got %q", truncate(m.Role))
+				return invalid("input.chat.messages["+strconv.Itoa(i)+"].role", "must be system, user, assistant, tool or developer, got %q", clip.String(m.Role))
 			}
 			if m.Content != "" {
 				empty = false
@@ -100,7 +102,7 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 			return invalid("metadata", "keys must be 1 to %d bytes, got %d", MaxMetadataKeyBytes, len(k))
 		}
 		if len(v) > MaxMetadataValBytes {
-			return invalid("metadata["+truncate(k)+"]", "must be at most %d bytes, got %d", MaxMetadataValBytes, len(v))
+			return invalid("metadata["+clip.String(k)+"]", "must be at most %d bytes, got %d", MaxMetadataValBytes, len(v))
 		}
 	}
 	if r.Dedup > DedupOff {
@@ -110,11 +112,3 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 }
 
 func isNaN(f float32) bool { return math.IsNaN(float64(f)) }
-
-// truncate keeps caller-controlled strings in error messages short.
-func truncate(s string) string {
-	if len(s) > 32 {
-		return s[:32] + "..."
-	}
-	return s
-}

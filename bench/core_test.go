@@ -101,6 +101,9 @@ func BenchmarkCore(b *testing.B) {
 		run  func(b *testing.B, producers int)
 	}{
 		{"batcher", benchBatcher},
+		// The peers' trigger policy: a batch leaves full or after the
+		// window, never early (MinBatchSize = MaxBatchSize).
+		{"batcher-full", benchBatcherFull},
 		{"dataloadgen", benchDataloadgen},
 		{"dataloader", benchDataloader},
 	}
@@ -116,6 +119,11 @@ func BenchmarkCore(b *testing.B) {
 // newNoopCore returns a core with one completion route "m" whose backend
 // answers every request at once.
 func newNoopCore(tb testing.TB, cnt *batchCounter) *batcher.Batcher {
+	return newNoopCoreMin(tb, cnt, 0)
+}
+
+// newNoopCoreMin is newNoopCore with the route's MinBatchSize (0: default).
+func newNoopCoreMin(tb testing.TB, cnt *batchCounter, minBatch int) *batcher.Batcher {
 	tb.Helper()
 	be := batcher.BackendFunc(func(_ context.Context, bt *batcher.Batch, out []batcher.Response) error {
 		cnt.add(len(bt.Requests))
@@ -130,7 +138,7 @@ func newNoopCore(tb testing.TB, cnt *batchCounter) *batcher.Batcher {
 			Name:    "m",
 			Op:      batcher.OpCompletion,
 			Backend: "noop",
-			Batch:   batcher.BatchConfig{MaxBatchSize: maxBatch, Window: window},
+			Batch:   batcher.BatchConfig{MaxBatchSize: maxBatch, MinBatchSize: minBatch, Window: window},
 		}),
 		batcher.WithQueueCapacity(1<<20),
 	)
@@ -149,9 +157,13 @@ func shutdown(tb testing.TB, core *batcher.Batcher) {
 	}
 }
 
-func benchBatcher(b *testing.B, p int) {
+func benchBatcher(b *testing.B, p int) { benchBatcherMin(b, p, 0) }
+
+func benchBatcherFull(b *testing.B, p int) { benchBatcherMin(b, p, maxBatch) }
+
+func benchBatcherMin(b *testing.B, p, minBatch int) {
 	var cnt batchCounter
-	core := newNoopCore(b, &cnt)
+	core := newNoopCoreMin(b, &cnt, minBatch)
 	defer shutdown(b, core)
 	reqs := make([]batcher.Request, p)
 	for i := range reqs {

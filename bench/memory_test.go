@@ -155,3 +155,56 @@ func TestQueuedOverheadSmall(t *testing.T) {
 	}
 	t.Logf("%.0f bytes per queued request (10k queued)", per)
 }
+
+// BenchmarkIdleLaneMemory reports what an idle lane costs (heap plus its
+// owner goroutine's stack) as B/idle-lane: 10,000 lanes, each with one
+// request answered, kept open by a long idle timeout.
+func BenchmarkIdleLaneMemory(b *testing.B) {
+	const lanes = 10_000
+	var sum float64
+	for range b.N {
+		be := batcher.BackendFunc(func(_ context.Context, _ *batcher.Batch, out []batcher.Response) error {
+			for i := range out {
+				out[i].Text = "ok"
+			}
+			return nil
+		})
+		core, err := batcher.New(
+			batcher.WithBackend(batcher.BackendConfig{Name: "noop", Backend: be}),
+			batcher.WithRoute(batcher.Route{Name: "m", Op: batcher.OpCompletion, Backend: "noop",
+				Batch: batcher.BatchConfig{MaxBatchSize: 1, MinBatchSize: 1}}),
+			batcher.WithMaxLanes(lanes),
+			batcher.WithIdleLaneTimeout(time.Hour),
+		)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Warm the backend's workers and the pools first.
+		if _, err := core.Do(context.Background(), &batcher.Request{Route: "m", Input: batcher.Input{Op: batcher.OpCompletion, Prompt: "x"}}); err != nil {
+			b.Fatal(err)
+		}
+		before := memNow()
+		for i := range lanes - 1 {
+			r := &batcher.Request{Route: "m", Input: batcher.Input{Op: batcher.OpCompletion, Prompt: "x"}, Params: batcher.Params{MaxTokens: int32(2 + i)}}
+			if _, err := core.Do(context.Background(), r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		after := memNow()
+		sum += float64(after-before) / float64(lanes-1)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := core.Shutdown(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+	}
+	b.ReportMetric(sum/float64(b.N), "B/idle-lane")
+}
+
+// memNow returns the heap in use plus goroutine stacks, after a GC.
+func memNow() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc + m.StackInuse
+}

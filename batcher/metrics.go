@@ -1,0 +1,544 @@
+package batcher
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// meterName is the instrumentation scope of the core's instruments.
+const meterName = "github.com/batcherhq/batcher/batcher"
+
+// WithMeterProvider sets where the core records its metrics. Default none:
+// no instruments at all, at no cost on the hot path. Instruments are created
+// once, in New; a provider that fails to create one fails New.
+//
+// The instruments and their attributes are listed in metrics.go. Every
+// attribute value comes from the configuration (route and backend names) or
+// a small fixed set (priorities, outcomes, error classes), never from a
+// request: their number stays bounded whatever callers send.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
+}
+
+// Attribute keys. gen_ai.* and error.type follow the OpenTelemetry semantic
+// conventions; the rest are the batcher's own.
+const (
+	keyRoute    = attribute.Key("batcher.route")
+	keyBackend  = attribute.Key("batcher.backend")
+	keyPriority = attribute.Key("batcher.priority")
+	keyOutcome  = attribute.Key("batcher.outcome")
+	keyReason   = attribute.Key("batcher.reason")
+	keyBudget   = attribute.Key("batcher.budget")
+	keyState    = attribute.Key("batcher.breaker.state")
+	keyErrType  = attribute.Key("error.type")
+
+	keyGenAIOp        = attribute.Key("gen_ai.operation.name")
+	keyGenAIProvider  = attribute.Key("gen_ai.provider.name")
+	keyGenAIReqModel  = attribute.Key("gen_ai.request.model")
+	keyGenAITokenType = attribute.Key("gen_ai.token.type")
+)
+
+// Outcomes of a request, the values of batcher.outcome: "ok", the
+// batcher's own ends, or the upstream error class (classNames).
+const (
+	outcomeOK = iota
+	outcomeCanceled
+	outcomeDeadline
+	outcomeShutdown
+	outcomeNoBackend
+	outcomeBudget
+	outcomeInvalid
+	outcomeError // an error of no known kind
+	outcomeClass // + ErrorClass: an upstream failure of that class
+	numOutcomes  = outcomeClass + len(classNames)
+)
+
+var outcomeNames = func() [numOutcomes]string {
+	n := [numOutcomes]string{"ok", "canceled", "deadline", "shutdown", "no_backend", "budget_exhausted", "invalid", "error"}
+	for c, name := range classNames {
+		n[outcomeClass+c] = name
+	}
+	return n
+}()
+
+// outcomeOf maps a result's error to its outcome.
+func outcomeOf(err error) int {
+	if err == nil {
+		return outcomeOK
+	}
+	var ue *UpstreamError
+	switch {
+	case errors.Is(err, ErrCanceled):
+		return outcomeCanceled
+	case errors.Is(err, ErrDeadline):
+		return outcomeDeadline
+	case errors.Is(err, ErrShutdown):
+		return outcomeShutdown
+	case errors.Is(err, ErrNoBackend):
+		return outcomeNoBackend
+	case errors.Is(err, ErrBudgetExhausted):
+		return outcomeBudget
+	case errors.Is(err, ErrInvalid):
+		return outcomeInvalid
+	case errors.As(err, &ue) && int(ue.Class) < len(classNames):
+		return outcomeClass + int(ue.Class)
+	}
+	return outcomeError
+}
+
+// rejectReason names why Submit refused a request: the values of
+// batcher.reason on batcher.requests.rejected.
+func rejectReason(err error) string {
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return "invalid"
+	case errors.Is(err, ErrQueueFull):
+		return "queue_full"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	case errors.Is(err, ErrNoBackend):
+		return "no_backend"
+	case errors.Is(err, ErrCanceled):
+		return "canceled"
+	case errors.Is(err, ErrDeadline):
+		return "deadline"
+	}
+	return "error"
+}
+
+// Histogram buckets. Seconds from a millisecond to two minutes (a batch
+// window is tens of milliseconds; an upstream call up to the attempt
+// timeout); batch sizes in powers of two; fill ratios in tenths.
+var (
+	secondsBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+	sizeBuckets    = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+	fillBuckets    = []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
+	tokenBuckets   = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}
+)
+
+// metrics are the core's instruments. A nil *metrics records nothing: every
+// method checks, so that call sites stay one line.
+//
+// Recording happens at three places: Submit (admitted, rejected),
+// Call.finish (completed, the request's total time and queue wait), the
+// batch runner after each upstream call (batch size, fill and wait, the
+// upstream call's duration, outcome and token usage, the budget it used).
+// The
+// rest (queue depth, backends' counters, breaker state, rates) are
+// observed from Lanes and Stats when a reader collects, at no cost on the
+// hot path.
+//
+// Attribute sets are built once, in New, for every route, priority and
+// outcome, so that recording allocates nothing.
+type metrics struct {
+	rejected  metric.Int64Counter
+	duration  metric.Float64Histogram // batcher.request.duration
+	queueWait metric.Float64Histogram
+	batchWait metric.Float64Histogram
+	tokens    metric.Int64Histogram // gen_ai.client.token.usage
+	opDur     metric.Float64Histogram
+	batchSize metric.Int64Histogram
+	batchFill metric.Float64Histogram
+	upCalls   metric.Int64Counter
+	budgetReq metric.Int64Counter
+	budgetTok metric.Int64Counter
+
+	routes map[string]*routeMetrics
+	pairs  map[routeBackend]*pairMetrics
+	reg    metric.Registration
+}
+
+// routeMetrics holds one route's attribute sets.
+//
+// The admitted and completed counts are atomics, observed when a reader
+// collects: an atomic add costs a request a few nanoseconds where a
+// synchronous SDK counter costs it a couple of hundred, and the 5% budget
+// for metrics is spent on the histograms, which need the SDK's
+// aggregation.
+type routeMetrics struct {
+	admitted  [numPriorities]atomic.Int64
+	completed [numPriorities][numOutcomes]atomic.Int64
+	byPrio    [numPriorities]metric.ObserveOption               // route, priority
+	byPrioRec [numPriorities][]metric.RecordOption              // route, priority
+	done      [numPriorities][numOutcomes]metric.ObserveOption  // route, priority, outcome
+	doneRec   [numPriorities][numOutcomes][]metric.RecordOption // route, priority, outcome
+}
+
+type routeBackend struct{ route, backend string }
+
+// pairMetrics holds the attribute sets of one route on one of its targets.
+type pairMetrics struct {
+	batch         []metric.RecordOption              // route, backend
+	batchRoute    []metric.RecordOption              // route
+	input         []metric.RecordOption              // gen_ai token usage, input
+	output        []metric.RecordOption              // gen_ai token usage, output
+	calls         [numOutcomes][]metric.AddOption    // backend, outcome
+	op            [numOutcomes][]metric.RecordOption // gen_ai operation duration
+	budgetBackend []metric.AddOption                 // backend
+	maxBatch      float64
+}
+
+func addOpt(kv ...attribute.KeyValue) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+}
+
+func recOpt(kv ...attribute.KeyValue) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+}
+
+// genAIOperation is the gen_ai.operation.name of an operation.
+func genAIOperation(op Operation) string {
+	switch op {
+	case OpChat:
+		return "chat"
+	case OpCompletion:
+		return "text_completion"
+	case OpEmbedding:
+		return "embeddings"
+	}
+	return op.String()
+}
+
+// ProviderNamer may be implemented by a Backend to name its provider in
+// gen_ai.provider.name ("openai"); otherwise the backend's configured name
+// stands for it.
+type ProviderNamer interface {
+	GenAIProvider() string
+}
+
+func providerName(be *backendState) string {
+	if p, ok := be.impl.(ProviderNamer); ok {
+		if n := p.GenAIProvider(); n != "" {
+			return n
+		}
+	}
+	return be.name
+}
+
+// newMetrics creates the core's instruments on mp; nil mp: none.
+func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
+	if mp == nil {
+		return nil, nil
+	}
+	mt := mp.Meter(meterName)
+	m := &metrics{routes: map[string]*routeMetrics{}, pairs: map[routeBackend]*pairMetrics{}}
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := mt.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	fhist := func(name, unit, desc string, buckets []float64) metric.Float64Histogram {
+		h, err := mt.Float64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	ihist := func(name, unit, desc string, buckets []float64) metric.Int64Histogram {
+		h, err := mt.Int64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
+		errs = append(errs, err)
+		return h
+	}
+	m.rejected = counter("batcher.requests.rejected", "{request}", "Requests refused at admission, by route, priority and reason.")
+	m.duration = fhist("batcher.request.duration", "s", "Time from admission to the terminal result, by route, priority and outcome.", secondsBuckets)
+	m.queueWait = fhist("batcher.request.queue_wait", "s", "Time from admission to the request's first upstream call.", secondsBuckets)
+	m.batchWait = fhist("batcher.batch.wait", "s", "Time a batch accumulated: from its oldest request's admission until it formed.", secondsBuckets)
+	m.tokens = ihist("gen_ai.client.token.usage", "{token}", "Tokens used by each upstream call (one batch), input and output, as the upstream reported them.", tokenBuckets)
+	m.opDur = fhist("gen_ai.client.operation.duration", "s", "Duration of each upstream call (one batch), by backend and outcome.", secondsBuckets)
+	m.batchSize = ihist("batcher.batch.size", "{request}", "Requests in each batch sent upstream.", sizeBuckets)
+	m.batchFill = fhist("batcher.batch.fill_ratio", "1", "Batch size over the route's max batch size.", fillBuckets)
+	m.upCalls = counter("batcher.upstream.calls", "{call}", "Batches sent upstream, by backend and outcome.")
+	m.budgetReq = counter("batcher.budget.requests.used", "{request}", "Upstream requests spent against the backend's RPM budget.")
+	m.budgetTok = counter("batcher.budget.tokens.used", "{token}", "Tokens spent against the backend's TPM budget (reported usage, else the reservation).")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	for _, rc := range b.routes {
+		rm := &routeMetrics{}
+		for p := range numPriorities {
+			route, prio := keyRoute.String(rc.Name), keyPriority.String(Priority(p).String())
+			rm.byPrio[p] = metric.WithAttributeSet(attribute.NewSet(route, prio))
+			rm.byPrioRec[p] = recOpt(route, prio)
+			for o := range numOutcomes {
+				set := attribute.NewSet(route, prio, keyOutcome.String(outcomeNames[o]))
+				rm.done[p][o] = metric.WithAttributeSet(set)
+				rm.doneRec[p][o] = []metric.RecordOption{metric.WithAttributeSet(set)}
+			}
+		}
+		m.routes[rc.Name] = rm
+		for _, t := range rc.targets {
+			k := routeBackend{rc.Name, t.be.name}
+			if m.pairs[k] != nil {
+				continue
+			}
+			op, prov, model := keyGenAIOp.String(genAIOperation(rc.Op)), keyGenAIProvider.String(providerName(t.be)), keyGenAIReqModel.String(t.model)
+			be := keyBackend.String(t.be.name)
+			pm := &pairMetrics{
+				batch:         recOpt(keyRoute.String(rc.Name), be),
+				batchRoute:    recOpt(keyRoute.String(rc.Name)),
+				input:         recOpt(op, prov, model, keyGenAITokenType.String("input"), be),
+				output:        recOpt(op, prov, model, keyGenAITokenType.String("output"), be),
+				budgetBackend: addOpt(be),
+				maxBatch:      float64(rc.Batch.MaxBatchSize),
+			}
+			for o := range numOutcomes {
+				pm.calls[o] = addOpt(be, keyOutcome.String(outcomeNames[o]))
+				if o == outcomeOK {
+					pm.op[o] = recOpt(op, prov, model, be)
+				} else {
+					pm.op[o] = recOpt(op, prov, model, be, keyErrType.String(outcomeNames[o]))
+				}
+			}
+			m.pairs[k] = pm
+		}
+	}
+	if err := m.observe(mt, b); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// submitted records Submit's verdict on req: admitted (c set) or rejected.
+func (m *metrics) submitted(req *Request, c **Call, err *error) {
+	if m == nil {
+		return
+	}
+	if *err == nil && *c != nil {
+		if rm := m.routes[req.Route]; rm != nil && int(req.Priority) < numPriorities {
+			rm.admitted[req.Priority].Add(1)
+		}
+		return
+	}
+	route := req.Route
+	if m.routes[route] == nil {
+		route = "unknown" // never a caller's string: it would be unbounded
+	}
+	m.rejected.Add(context.Background(), 1, metric.WithAttributes(
+		keyRoute.String(route), keyPriority.String(priorityLabel(req.Priority)), keyReason.String(rejectReason(*err))))
+}
+
+func priorityLabel(p Priority) string {
+	if int(p) < numPriorities {
+		return p.String()
+	}
+	return "invalid"
+}
+
+// finished records a call's terminal result r.
+func (m *metrics) finished(c *Call, r *Result) {
+	if m == nil {
+		return
+	}
+	rm := m.routes[c.rc.Name]
+	p := c.req.Priority
+	o := outcomeOf(r.Err)
+	ctx := context.Background()
+	rm.completed[p][o].Add(1)
+	m.duration.Record(ctx, r.Timings.Total.Seconds(), rm.doneRec[p][o]...)
+	if r.Timings.Queued > 0 {
+		m.queueWait.Record(ctx, r.Timings.Queued.Seconds(), rm.byPrioRec[p]...)
+	}
+}
+
+// dispatched records one upstream call of run r: its requests' responses
+// out, its duration in seconds, its error, and the budget it used.
+func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err error, used cost) {
+	if m == nil {
+		return
+	}
+	n := len(out)
+	pm := m.pairs[routeBackend{r.batch.Route, r.be.name}]
+	if pm == nil {
+		return
+	}
+	ctx := context.Background()
+	o := outcomeOf(err)
+	m.batchSize.Record(ctx, int64(n), pm.batch...)
+	// The batch's wait: its oldest first-attempt request's, from admission
+	// until the batch formed.
+	var wait time.Duration
+	for _, c := range r.calls {
+		if c.attempts == 1 && !c.batchedAt.IsZero() {
+			wait = max(wait, c.batchedAt.Sub(c.admitted))
+		}
+	}
+	m.batchWait.Record(ctx, wait.Seconds(), pm.batchRoute...)
+	if pm.maxBatch > 0 {
+		m.batchFill.Record(ctx, float64(n)/pm.maxBatch, pm.batch...)
+	}
+	m.upCalls.Add(ctx, 1, pm.calls[o]...)
+	m.opDur.Record(ctx, seconds, pm.op[o]...)
+	m.budgetReq.Add(ctx, int64(used.requests), pm.budgetBackend...)
+	m.budgetTok.Add(ctx, int64(used.tokens), pm.budgetBackend...)
+	var in, outTok int64
+	for i := range out {
+		if out[i].Err == nil {
+			in += int64(out[i].Usage.PromptTokens)
+			outTok += int64(out[i].Usage.CompletionTokens)
+		}
+	}
+	if in > 0 || outTok > 0 {
+		m.tokens.Record(ctx, in, pm.input...)
+		m.tokens.Record(ctx, outTok, pm.output...)
+	}
+}
+
+// observe registers the observable instruments: one callback reads Lanes
+// and Stats once per collection.
+func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
+	var errs []error
+	ogauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := mt.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	fgauge := func(name, unit, desc string) metric.Float64ObservableGauge {
+		g, err := mt.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	ocounter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := mt.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	admitted := ocounter("batcher.requests.admitted", "{request}", "Requests admitted, by route and priority.")
+	completed := ocounter("batcher.requests.completed", "{request}", "Requests ended, by route, priority and outcome (ok, or why not).")
+	depth := ogauge("batcher.queue.depth", "{request}", "Requests queued in lanes, by route, backend and priority.")
+	lanes := ogauge("batcher.lanes", "{lane}", "Live lanes, by route and backend.")
+	laneFlight := ogauge("batcher.requests.in_flight", "{request}", "Requests in batches in flight upstream, by route and backend.")
+	pending := ogauge("batcher.queue.pending", "{request}", "Admitted requests without a result (queued, in flight or waiting to retry).")
+	capacity := ogauge("batcher.queue.capacity", "{request}", "The queue capacity: admission refuses past it.")
+	upReqs := ocounter("batcher.upstream.requests", "{request}", "Requests carried by upstream calls, by backend.")
+	saved := ocounter("batcher.upstream.calls_saved", "{call}", "Upstream calls saved by batching and dedup: requests carried minus calls made, plus dedup hits.")
+	limited := ocounter("batcher.upstream.rate_limited", "{response}", "429s (rate-limit errors) seen upstream, by backend.")
+	retries := ocounter("batcher.retries", "{request}", "Requests retried, by backend and error class.")
+	fallbacks := ocounter("batcher.fallbacks", "{request}", "Requests moved from a backend to its route's fallback.")
+	dedup := ocounter("batcher.dedup.hits", "{request}", "Requests that shared another's upstream call, by backend.")
+	waits := ocounter("batcher.budget.waits", "{wait}", "Times a due batch had to wait, by backend and budget (concurrency, rpm, tpm, rate_limit_pause).")
+	budgetFails := ocounter("batcher.budget.failures", "{request}", "Requests failed early: the backend's budget could not meet their deadline.")
+	transitions := ocounter("batcher.breaker.transitions", "{transition}", "Breaker state changes, by backend and the state entered.")
+	breaker := ogauge("batcher.breaker.state", "{state}", "1 for the breaker's current state (closed, open, half_open) per backend, 0 for the others.")
+	inFlight := ogauge("batcher.backend.in_flight", "{call}", "Upstream calls in flight, by backend.")
+	concLimit := ogauge("batcher.backend.concurrency.limit", "{call}", "The backend's current (adaptive) concurrency limit.")
+	concMax := ogauge("batcher.backend.concurrency.max", "{call}", "The backend's configured concurrency limit.")
+	rpm := fgauge("batcher.backend.rpm.limit", "{request}/min", "The backend's current (adaptive, AIMD) requests-per-minute rate; absent without an RPM budget.")
+	tpm := fgauge("batcher.backend.tpm.limit", "{token}/min", "The backend's current (adaptive, AIMD) tokens-per-minute rate; absent without a TPM budget.")
+	rpmMax := ogauge("batcher.backend.rpm.max", "{request}/min", "The backend's configured RPM; absent without an RPM budget.")
+	tpmMax := ogauge("batcher.backend.tpm.max", "{token}/min", "The backend's configured TPM; absent without a TPM budget.")
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	backendOpt := map[string]metric.ObserveOption{}
+	for _, be := range b.backendList {
+		backendOpt[be.name] = metric.WithAttributeSet(attribute.NewSet(keyBackend.String(be.name)))
+	}
+	capN := int64(b.cfg.queueCapacity)
+	reg, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		type lk struct {
+			route, backend string
+			prio           string
+		}
+		depths := map[lk]int64{}
+		type rb struct{ route, backend string }
+		counts := map[rb]int64{}
+		flights := map[rb]int64{}
+		for _, l := range b.Lanes() {
+			k := rb{l.Route, l.Backend}
+			counts[k]++
+			flights[k] += int64(l.InFlight)
+			for p, n := range l.Queued {
+				depths[lk{l.Route, l.Backend, p}] += int64(n)
+			}
+		}
+		// Every configured route, backend and priority is observed, zeros
+		// too, so that a series does not vanish when its lanes go idle.
+		for _, rc := range b.routes {
+			for _, t := range rc.targets {
+				k := rb{rc.Name, t.be.name}
+				attrs := []attribute.KeyValue{keyRoute.String(rc.Name), keyBackend.String(t.be.name)}
+				o.ObserveInt64(lanes, counts[k], metric.WithAttributes(attrs...))
+				o.ObserveInt64(laneFlight, flights[k], metric.WithAttributes(attrs...))
+				for p := range numPriorities {
+					name := Priority(p).String()
+					o.ObserveInt64(depth, depths[lk{rc.Name, t.be.name, name}],
+						metric.WithAttributes(append(attrs[:2:2], keyPriority.String(name))...))
+				}
+			}
+		}
+		for _, rm := range m.routes {
+			for p := range numPriorities {
+				o.ObserveInt64(admitted, rm.admitted[p].Load(), rm.byPrio[p])
+				for oc := range numOutcomes {
+					if n := rm.completed[p][oc].Load(); n > 0 || oc == outcomeOK {
+						o.ObserveInt64(completed, n, rm.done[p][oc])
+					}
+				}
+			}
+		}
+		o.ObserveInt64(pending, int64(b.Pending()))
+		o.ObserveInt64(capacity, capN)
+		for _, st := range b.Stats() {
+			bo := backendOpt[st.Name]
+			be := keyBackend.String(st.Name)
+			o.ObserveInt64(upReqs, st.Items, bo)
+			o.ObserveInt64(saved, max(st.Items-st.Calls, 0)+st.DedupHits, bo)
+			o.ObserveInt64(limited, st.RateLimited, bo)
+			for _, class := range classNames {
+				o.ObserveInt64(retries, st.Retries[class], metric.WithAttributes(be, keyErrType.String(class)))
+			}
+			o.ObserveInt64(fallbacks, st.Fallbacks, bo)
+			o.ObserveInt64(dedup, st.DedupHits, bo)
+			for _, budget := range []string{budgetConcurrency, budgetRPM, budgetTPM, budgetPause} {
+				o.ObserveInt64(waits, st.Waits[budget], metric.WithAttributes(be, keyBudget.String(budget)))
+			}
+			o.ObserveInt64(budgetFails, st.BudgetFailures, bo)
+			for _, s := range []BreakerState{BreakerClosed, BreakerOpen, BreakerHalfOpen} {
+				v := int64(0)
+				if st.Breaker == s {
+					v = 1
+				}
+				o.ObserveInt64(breaker, v, metric.WithAttributes(be, keyState.String(s.String())))
+				o.ObserveInt64(transitions, st.BreakerTransitions[s.String()], metric.WithAttributes(be, keyState.String(s.String())))
+			}
+			o.ObserveInt64(inFlight, int64(st.InFlight), bo)
+			o.ObserveInt64(concLimit, int64(st.Limit), bo)
+			cfg := configuredLimits(b, st.Name)
+			o.ObserveInt64(concMax, int64(cfg.MaxConcurrency), bo)
+			if cfg.RPM > 0 {
+				o.ObserveFloat64(rpm, st.RPM, bo)
+				o.ObserveInt64(rpmMax, int64(cfg.RPM), bo)
+			}
+			if cfg.TPM > 0 {
+				o.ObserveFloat64(tpm, st.TPM, bo)
+				o.ObserveInt64(tpmMax, int64(cfg.TPM), bo)
+			}
+		}
+		return nil
+	}, admitted, completed, depth, lanes, laneFlight, pending, capacity, upReqs, saved, limited, retries, fallbacks, dedup, waits,
+		budgetFails, transitions, breaker, inFlight, concLimit, concMax, rpm, tpm, rpmMax, tpmMax)
+	m.reg = reg
+	return err
+}
+
+// configuredLimits returns a backend's configuration as New resolved it.
+func configuredLimits(b *Batcher, name string) BackendConfig {
+	if be := b.backends[name]; be != nil {
+		return be.cfg
+	}
+	return BackendConfig{}
+}
+
+// BackendLimits returns the named backend's configured limits as New
+// resolved them (MaxConcurrency, RPM, TPM), for live views that show the
+// current adaptive limits of Stats against them.
+func (b *Batcher) BackendLimits(name string) (maxConcurrency, rpm, tpm int) {
+	c := configuredLimits(b, name)
+	return c.MaxConcurrency, c.RPM, c.TPM
+}

@@ -1,0 +1,54 @@
+package batcher
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A request's RetryOverride replaces its backend's retry count and first
+// backoff, and leaves other requests on the backend's policy.
+func TestRetryOverride(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		override *RetryOverride
+		attempts int
+	}{
+		{"backend policy", nil, 4},
+		{"no retries", &RetryOverride{MaxRetries: 0}, 1},
+		{"one retry with a long first backoff", &RetryOverride{MaxRetries: 1, InitialBackoff: 30 * time.Second}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				be := &fakeBackend{fail: func(b *Batch, out []Response) error {
+					return &UpstreamError{Class: ClassServer, StatusCode: 503, Message: "down"}
+				}}
+				log := &dispatchLog{backend: be}
+				b := newTest(t, log, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1},
+					withBreaker("be", BreakerConfig{Consecutive: -1, MinCalls: 1000}))
+				r := req("a", PriorityNormal)
+				r.Retry = tc.override
+				var delays []time.Duration
+				r.Sink = sinkFunc(func(ev *Event) {
+					if ev.Kind == EventRetrying {
+						delays = append(delays, ev.Delay)
+					}
+				})
+				if _, err := b.Do(context.Background(), r); ClassOf(err) != ClassServer {
+					t.Fatalf("Do = %v, want the server error", err)
+				}
+				if n := len(log.at); n != tc.attempts {
+					t.Fatalf("%d attempts, want %d", n, tc.attempts)
+				}
+				if o := tc.override; o != nil && o.InitialBackoff > 0 {
+					for _, d := range delays {
+						if d > o.InitialBackoff {
+							t.Errorf("first retry waited %v, want within [0, %v]", d, o.InitialBackoff)
+						}
+					}
+				}
+			})
+		})
+	}
+}
