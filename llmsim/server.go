@@ -17,8 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/batcherhq/batcher/backend/openai/pack"
 )
 
 // Server is the simulator, an http.Handler. It is safe for concurrent use.
@@ -188,7 +186,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	var text string
 	var cut bool
 	a := answer{promptTokens: prompt, cost: prompt + maxTokens}
-	if items, budget, err := pack.ParseRequest(last); err == nil && isPacked(system) {
+	if items, budget, err := parsePacked(last); err == nil && isPacked(system) {
 		text, cut = s.packedReply(items, budget, maxTokens)
 		a.packedItems = len(items)
 	} else {
@@ -208,7 +206,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 
 func isPacked(system []string) bool {
 	for _, s := range system {
-		if pack.IsPacked(s) {
+		if isPackedSystem(s) {
 			return true
 		}
 	}
@@ -241,7 +239,7 @@ func (s *Server) packedReply(items []string, budget, maxTokens int) (string, boo
 			continue
 		}
 		text, _ := Reply(it, budget, s.cfg.ReplyTokens)
-		b, _ := json.Marshal(pack.Entry{ID: i + 1, Answer: text}) // ints and strings only
+		b, _ := json.Marshal(packedAnswer{ID: i + 1, Answer: text}) // ints and strings only
 		sb.Write(b)
 	}
 	sb.WriteString("]}")

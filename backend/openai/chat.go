@@ -26,7 +26,7 @@ func (b *Backend) chat(ctx context.Context, seen *limitsSeen, batch *batcher.Bat
 	f := &fanOut{ctx: ctx, sem: make(chan struct{}, b.cfg.MaxFanOut)}
 	var packs [][]int
 	singles := make([]int, 0, len(batch.Requests))
-	if b.cfg.packs(batch.Route) && len(batch.Requests) > 1 {
+	if len(batch.Requests) > 1 && b.packing(ctx, batch.Route) {
 		packs, singles = b.plan(batch)
 	} else {
 		for i := range batch.Requests {
@@ -62,7 +62,7 @@ func (f *fanOut) run(fn func(), cancelled func(error)) {
 		select {
 		case f.sem <- struct{}{}:
 		case <-f.ctx.Done():
-			cancelled(transportError(f.ctx, f.ctx.Err()))
+			cancelled(transportError(f.ctx, "", f.ctx.Err()))
 			return
 		}
 		defer func() { <-f.sem }()
@@ -97,20 +97,20 @@ func (b *Backend) single(ctx context.Context, seen *limitsSeen, batch *batcher.B
 		msgs[k] = wireMessage{Role: m.Role, Content: m.Content}
 	}
 	var resp chatResponse
-	if err := b.post(ctx, seen, "/chat/completions", b.newChatRequest(batch, msgs, maxTokensOf(batch, i)), &resp); err != nil {
+	if err := b.post(ctx, seen, batch, 1, "/chat/completions", b.newChatRequest(batch, msgs, maxTokensOf(batch, i)), &resp); err != nil {
 		return batcher.Response{Err: err}
 	}
-	text, fr, err := chatAnswer(&resp)
+	text, fr, err := chatAnswer(&resp, b.cfg.endpointPath("/chat/completions"))
 	if err != nil {
 		return batcher.Response{Err: err}
 	}
 	return batcher.Response{Text: text, FinishReason: fr, Usage: clampUsage(usageOf(resp.Usage))}
 }
 
-// chatAnswer reads the reply of a chat call.
-func chatAnswer(resp *chatResponse) (string, batcher.FinishReason, error) {
+// chatAnswer reads the reply of a chat call to the endpoint ep.
+func chatAnswer(resp *chatResponse, ep string) (string, batcher.FinishReason, error) {
 	if len(resp.Choices) == 0 {
-		return "", 0, invalidResponse(200, "upstream answered no choices", nil)
+		return "", 0, invalidResponse(200, ep, "no choices", nil)
 	}
 	c := &resp.Choices[0]
 	for k := range resp.Choices {
@@ -125,7 +125,7 @@ func chatAnswer(resp *chatResponse) (string, batcher.FinishReason, error) {
 	case c.Message.Refusal != nil:
 		return *c.Message.Refusal, batcher.FinishContentFilter, nil
 	}
-	return "", 0, invalidResponse(200, "upstream answered no content", nil)
+	return "", 0, invalidResponse(200, ep, "no content", nil)
 }
 
 // packable reports whether request r may go in a pack, and returns its
@@ -202,10 +202,15 @@ func (b *Backend) plan(batch *batcher.Batch) (packs [][]int, singles []int) {
 }
 
 // sendPack sends the requests idx as one packed call and routes the answers
-// back. Requests the reply fails to answer well are re-sent singly, as are
-// all of them when the pack itself is rejected or unreadable. A pack failing
-// for any other reason (rate limit, server, network, auth, timeout) fails
-// its requests, which the caller may retry.
+// back. Requests the reply fails to answer well are re-sent singly, and so
+// are all of them when the pack fails for any other reason than a rate
+// limit (an upstream that serves single calls may choke on packs: its 500s
+// must not reach the core's breaker while singles would be answered). A
+// 429, or the end of the batch's own context, fails the pack's requests
+// with its error: the core's budget and retry handle a rate limit, which
+// never counts against the breaker. A pack
+// that fails as a whole counts towards pausing the route's packing
+// (packing.go).
 func (b *Backend) sendPack(ctx context.Context, seen *limitsSeen, f *fanOut, batch *batcher.Batch, idx []int, out []batcher.Response) {
 	n := len(idx)
 	items := make([]string, n)
@@ -246,28 +251,35 @@ func (b *Backend) sendPack(ctx context.Context, seen *limitsSeen, f *fanOut, bat
 	b.st.packs.Add(1)
 	b.st.packedItems.Add(int64(n))
 	var resp chatResponse
-	if err := b.post(ctx, seen, "/chat/completions", req, &resp); err != nil {
-		switch batcher.ClassOf(err) {
-		case batcher.ClassInvalidRequest, batcher.ClassInvalidResponse:
-			resendAll()
-		default:
+	if err := b.post(ctx, seen, batch, n, "/chat/completions", req, &resp); err != nil {
+		// No time left to re-send in; or a rate limit, which is not the
+		// pack's fault, does not count against the breaker, and would only
+		// be multiplied by single calls against the exhausted budget.
+		if ctx.Err() != nil || batcher.ClassOf(err) == batcher.ClassRateLimit {
 			for _, i := range idx {
 				out[i] = batcher.Response{Err: err}
 			}
+			return
 		}
+		b.packFailed(ctx, batch.Route, n, err)
+		resendAll()
 		return
 	}
-	text, _, err := chatAnswer(&resp)
+	text, _, err := chatAnswer(&resp, b.cfg.endpointPath("/chat/completions"))
 	if err != nil {
+		b.packFailed(ctx, batch.Route, n, err)
 		resendAll()
 		return
 	}
 	answers, err := pack.Parse(text, n)
 	if err != nil {
+		b.packFailed(ctx, batch.Route, n, err)
 		answers = make([]pack.Answer, n)
 		for k := range answers {
 			answers[k].Err = err
 		}
+	} else {
+		b.packAnswered(batch.Route)
 	}
 	complW := make([]int, n)
 	for k, a := range answers {

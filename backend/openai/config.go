@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -26,6 +27,13 @@ const (
 	DefaultMaxIdleConns     = 64
 	DefaultPackMaxItems     = 10
 	DefaultPackMaxTokens    = 4096
+	// DefaultPackPauseAfter packs failing in a row pause a route's packing.
+	DefaultPackPauseAfter = 3
+	// DefaultPackPauseFor is how long a route's packing pauses.
+	DefaultPackPauseFor = time.Minute
+	// DefaultLogInterval spaces the logs of one kind of upstream failure on
+	// one endpoint.
+	DefaultLogInterval = 10 * time.Second
 	// DefaultResponseFormat asks for structured output.
 	DefaultResponseFormat = FormatJSONSchema
 )
@@ -91,6 +99,14 @@ type Config struct {
 	// says about the upstream's limits (x-ratelimit-*, Retry-After). It must
 	// be quick and safe for concurrent use.
 	OnRateLimit func(batcher.RateLimitInfo)
+	// Logger receives the backend's logs: upstream failures (404, 429, 5xx,
+	// auth, timeouts, refused connections, invalid answers) and packing
+	// paused and resumed on a route. Default slog.Default() at New.
+	Logger *slog.Logger
+	// LogInterval lets at most one log of a kind of upstream failure on one
+	// endpoint through per interval; the next one says how many were left
+	// out. Default DefaultLogInterval; negative fails New.
+	LogInterval time.Duration
 	// TLS, when set, is the pooled transport's client TLS configuration: a
 	// private CA, client certificates. Default: the system's roots.
 	TLS *tls.Config
@@ -122,6 +138,14 @@ type PackConfig struct {
 	// ResponseFormat is FormatJSONSchema (default), FormatJSONObject or
 	// FormatNone, for upstreams without structured output.
 	ResponseFormat string
+	// PauseAfter: when this many packs of a route fail in a row (their
+	// requests are re-sent singly whatever the failure), the route stops
+	// packing for PauseFor, and a warning says so. Default
+	// DefaultPackPauseAfter; negative: never pause.
+	PauseAfter int
+	// PauseFor is how long a route's packing pauses. Default
+	// DefaultPackPauseFor; negative fails New.
+	PauseFor time.Duration
 }
 
 // config is a Config with every default resolved and the key read.
@@ -232,6 +256,24 @@ func resolve(c Config) (*config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("openai: Pack.ResponseFormat: must be %s, %s or %s, got %q", FormatJSONSchema, FormatJSONObject, FormatNone, p.ResponseFormat))
 	}
+	if p.PauseAfter == 0 {
+		p.PauseAfter = DefaultPackPauseAfter
+	}
+	if p.PauseFor == 0 {
+		p.PauseFor = DefaultPackPauseFor
+	}
+	if p.PauseFor < 0 {
+		errs = append(errs, fmt.Errorf("openai: Pack.PauseFor: must be positive, got %v", c.Pack.PauseFor))
+	}
+	if rc.Logger == nil {
+		rc.Logger = slog.Default()
+	}
+	if rc.LogInterval == 0 {
+		rc.LogInterval = DefaultLogInterval
+	}
+	if rc.LogInterval < 0 {
+		errs = append(errs, fmt.Errorf("openai: LogInterval: must be positive, got %v", c.LogInterval))
+	}
 	if len(p.Routes) > 0 {
 		rc.routes = make(map[string]bool, len(p.Routes))
 		for i, r := range p.Routes {
@@ -251,6 +293,10 @@ func resolve(c Config) (*config, error) {
 func (c *config) packs(route string) bool {
 	return c.Pack.Enabled && (c.routes == nil || c.routes[route])
 }
+
+// endpointPath returns the URL path of path under the base URL, without
+// host or query: what messages and logs name.
+func (c *config) endpointPath(path string) string { return c.base.Path + path }
 
 // endpoint returns the URL of path under the base URL.
 func (c *config) endpoint(path string) string {

@@ -17,15 +17,26 @@
 //     upstream call it started has ended; it honours ctx, and passes the
 //     caller's cancellation through as context.Canceled;
 //   - a packed request gets its own answer or, when the reply misses or
-//     garbles it or cannot be parsed at all, is re-sent singly: a caller
-//     never sees another request's answer nor a pack's parse failure;
+//     garbles it, cannot be parsed at all, or the packed call fails for any
+//     reason but a rate limit, is re-sent singly within the same Dispatch:
+//     a caller never sees another request's answer nor a pack's failure,
+//     and the core's breaker sees only the singles' outcomes; a route whose
+//     packs fail PackConfig.PauseAfter times in a row stops packing for
+//     PauseFor (logged, and counted in Stats);
+//   - upstream failures are logged with the request's context (404 and
+//     auth as errors; 429, 5xx, timeouts, refused connections and invalid
+//     answers as warnings), at most one per kind and endpoint per
+//     LogInterval, naming the status and the endpoint's path, never the
+//     key;
 //   - usage is split among the requests of a native batch or a pack in
 //     proportion to their text, and the shares add up to the upstream's
 //     count exactly;
 //   - failures are *batcher.UpstreamError with a class (StatusClass for
-//     HTTP statuses; resets, refusals and DNS failures are network errors;
-//     deadlines are timeouts; cut, oversized or non-JSON bodies are invalid
-//     responses) and, when the upstream said anything about its limits, a
+//     HTTP statuses, 404 being the configuration's fault; resets, refusals
+//     and DNS failures are network errors; deadlines are timeouts; cut,
+//     oversized, non-JSON or answerless bodies of a 200 are invalid
+//     responses), a message naming the HTTP status and the endpoint's path
+//     (and a request by its id, never by its place in a batch) and, when the upstream said anything about its limits, a
 //     RateLimitInfo; their Message never holds the API key nor more than a
 //     short, redacted part of the upstream's body;
 //   - outgoing calls carry W3C traceparent (otelhttp), so upstream spans

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"unicode"
@@ -23,12 +24,16 @@ const maxMessageBytes = 200
 // maxLogBodyBytes bounds the body kept in an error's cause, for logs.
 const maxLogBodyBytes = 512
 
-// StatusClass maps an upstream's HTTP status to its error class: 400, 404,
-// 413 and 422 (and any other 4xx) are an invalid request; 401 and 403 auth;
-// 408 a timeout; 429 a rate limit; 409 and 5xx a server error. A status
-// that is no error and no success (1xx, 3xx) is an invalid response.
+// StatusClass maps an upstream's HTTP status to its error class: 404 is
+// not found (the backend's base URL or model is wrong: the operator's to
+// fix, not the caller's); 400, 413 and 422 (and any other 4xx) an invalid
+// request; 401 and 403 auth; 408 a timeout; 429 a rate limit; 409 and 5xx a
+// server error. A status that is no error and no success (1xx, 3xx) is an
+// invalid response.
 func StatusClass(code int) batcher.ErrorClass {
 	switch {
+	case code == http.StatusNotFound:
+		return batcher.ClassNotFound
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return batcher.ClassAuth
 	case code == http.StatusRequestTimeout:
@@ -43,64 +48,71 @@ func StatusClass(code int) batcher.ErrorClass {
 	return batcher.ClassInvalidResponse
 }
 
-// statusError builds the error for a non-2xx answer. Its Message holds at
-// most a short, redacted piece of the upstream's own message, and none for
-// auth failures, whose messages may echo part of the key.
-func (b *Backend) statusError(code int, body []byte, rl *batcher.RateLimitInfo) *batcher.UpstreamError {
+// statusError builds the error for a non-2xx answer from the endpoint ep.
+// Its Message names the status and the endpoint's path ("HTTP 404 Not
+// Found from /v1/chat/completions") and adds at most a short, redacted
+// piece of the upstream's own words, none for auth failures, whose
+// messages may echo part of the key.
+func (b *Backend) statusError(code int, ep string, body []byte, rl *batcher.RateLimitInfo) *batcher.UpstreamError {
 	class := StatusClass(code)
-	upstream := b.redact(upstreamMessage(body))
-	var msg string
+	text := http.StatusText(code)
+	upstream := b.redact(upstreamMessage(body, text))
+	msg := fmt.Sprintf("HTTP %d %s from %s", code, text, ep)
+	if text == "" {
+		msg = fmt.Sprintf("HTTP %d from %s", code, ep)
+	}
 	switch {
 	case code == http.StatusUnauthorized:
-		msg = "authentication failed: check the backend's API key"
+		msg += ": check the backend's API key"
 	case code == http.StatusForbidden:
-		msg = "permission denied by the upstream"
-	case class == batcher.ClassRateLimit:
-		msg = "rate limited by the upstream"
-		if rl != nil && rl.RetryAfter > 0 {
-			msg += fmt.Sprintf("; retry after %v", rl.RetryAfter)
-		}
+		msg += ": the backend's key lacks permission"
 	case upstream != "":
-		msg = upstream
-	default:
-		msg = strings.ToLower(http.StatusText(code))
-		if msg == "" {
-			msg = "unexpected status"
-		}
+		msg += ": " + upstream
+	}
+	if class == batcher.ClassRateLimit && rl != nil && rl.RetryAfter > 0 {
+		msg += fmt.Sprintf("; retry after %v", rl.RetryAfter)
 	}
 	return &batcher.UpstreamError{
 		Class:      class,
 		StatusCode: code,
 		Message:    msg,
 		RateLimit:  rl,
-		Err:        fmt.Errorf("HTTP %d: %s", code, b.redact(clip(string(body), maxLogBodyBytes))),
+		Err:        fmt.Errorf("HTTP %d from %s: %s", code, ep, b.redact(clip(string(body), maxLogBodyBytes))),
 	}
 }
 
 // upstreamMessage digs the message out of an error body, or returns "".
-func upstreamMessage(body []byte) string {
+// OpenAI's shape is {"error":{"message":...}}; others send {"error":
+// "Not Found","message":"model x does not exist"} or {"detail":...}: every
+// distinct part is kept, joined by ": ", but for one that only repeats
+// the status text (skip).
+func upstreamMessage(body []byte, skip string) string {
 	var e errorResponse
 	if json.Unmarshal(body, &e) != nil {
 		return ""
 	}
+	var parts []string
+	add := func(s string) {
+		if s = clean(s); s != "" && !strings.EqualFold(s, skip) && !slices.Contains(parts, s) {
+			parts = append(parts, s)
+		}
+	}
 	if len(e.Error) > 0 {
 		var d errorDetail
-		if json.Unmarshal(e.Error, &d) == nil && d.Message != "" {
-			return clean(d.Message)
-		}
 		var s string
-		if json.Unmarshal(e.Error, &s) == nil {
-			return clean(s)
+		switch {
+		case json.Unmarshal(e.Error, &d) == nil:
+			add(d.Message)
+		case json.Unmarshal(e.Error, &s) == nil:
+			add(s)
 		}
 	}
-	if e.Message != "" {
-		return clean(e.Message)
-	}
+	add(e.Message)
 	var s string
 	if json.Unmarshal(e.Detail, &s) == nil {
-		return clean(s)
+		add(s)
 	}
-	return ""
+	return clip(strings.Join(parts, ": "), maxMessageBytes)
 }
 
 // keyLike matches strings shaped like provider API keys.
@@ -137,12 +149,17 @@ func clip(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// transportError classifies a failure to get an answer: the caller's
-// cancellation passes through as is; deadlines are timeouts; connection,
-// reset and DNS failures are network errors.
-func transportError(ctx context.Context, err error) error {
+// transportError classifies a failure to get an answer from the endpoint
+// ep (empty when no call was made): the caller's cancellation passes
+// through as is; deadlines are timeouts; connection, reset and DNS failures
+// are network errors. The message names the endpoint's path.
+func transportError(ctx context.Context, ep string, err error) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return ctx.Err()
+	}
+	at := ""
+	if ep != "" {
+		at = " (" + ep + ")"
 	}
 	ue := &batcher.UpstreamError{Class: batcher.ClassNetwork, Err: err}
 	var dnsErr *net.DNSError
@@ -150,26 +167,28 @@ func transportError(ctx context.Context, err error) error {
 	var opErr *net.OpError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
-		ue.Class, ue.Message = batcher.ClassTimeout, "upstream call timed out"
+		ue.Class, ue.Message = batcher.ClassTimeout, "no answer in time"+at
 	case errors.As(err, &dnsErr):
-		ue.Message = "DNS lookup of the upstream failed"
+		ue.Message = "DNS lookup of the upstream's host failed" + at
 	case errors.Is(err, syscall.ECONNREFUSED):
-		ue.Message = "upstream refused the connection"
+		ue.Message = "connection refused" + at
 	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
-		ue.Message = "upstream reset the connection"
+		ue.Message = "connection reset" + at
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		ue.Message = "upstream closed the connection"
+		ue.Message = "connection closed before the answer" + at
 	case errors.As(err, &netErr) && netErr.Timeout():
-		ue.Class, ue.Message = batcher.ClassTimeout, "upstream call timed out"
+		ue.Class, ue.Message = batcher.ClassTimeout, "no answer in time"+at
 	case errors.As(err, &opErr):
-		ue.Message = "connection to the upstream failed"
+		ue.Message = "connection failed" + at
 	default:
-		ue.Message = "upstream call failed"
+		ue.Message = "call failed" + at
 	}
 	return ue
 }
 
-// invalidResponse is an answer Batcher cannot use.
-func invalidResponse(code int, msg string, cause error) *batcher.UpstreamError {
-	return &batcher.UpstreamError{Class: batcher.ClassInvalidResponse, StatusCode: code, Message: msg, Err: cause}
+// invalidResponse is an answer from the endpoint ep that Batcher cannot
+// use; msg says what is wrong with it.
+func invalidResponse(code int, ep, msg string, cause error) *batcher.UpstreamError {
+	return &batcher.UpstreamError{Class: batcher.ClassInvalidResponse, StatusCode: code,
+		Message: fmt.Sprintf("%s (HTTP %d from %s)", msg, code, ep), Err: cause}
 }

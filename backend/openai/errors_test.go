@@ -62,7 +62,7 @@ func TestStatusClasses(t *testing.T) {
 	}{
 		{400, batcher.ClassInvalidRequest, `{"error":{"message":"Invalid 'messages': empty array.","type":"invalid_request_error"}}`},
 		{422, batcher.ClassInvalidRequest, `{"detail":"Unprocessable input"}`},
-		{404, batcher.ClassInvalidRequest, `{"error":{"message":"The model 'gpt-9' does not exist","code":"model_not_found"}}`},
+		{404, batcher.ClassNotFound, `{"error":{"message":"The model 'gpt-9' does not exist","code":"model_not_found"}}`},
 		{413, batcher.ClassInvalidRequest, `{"message":"too large"}`},
 		{401, batcher.ClassAuth, `{"error":{"message":"Incorrect API key provided: %KEY%."}}`},
 		{403, batcher.ClassAuth, `{"error":"forbidden for %KEY%"}`},
@@ -107,7 +107,7 @@ func TestUpstreamMessageKept(t *testing.T) {
 	defer srv.Close()
 	be := newBackend(t, openai.Config{BaseURL: srv.URL})
 	_, _, err := dispatch(context.Background(), be, "r", "gpt-9", 16, chat("r", "x"))
-	if ue := upstreamErr(t, err); ue.Message != "The model 'gpt-9' does not exist" {
+	if ue := upstreamErr(t, err); ue.Message != "HTTP 404 Not Found from /chat/completions: The model 'gpt-9' does not exist" {
 		t.Fatalf("message %q", ue.Message)
 	}
 }

@@ -78,7 +78,7 @@ func ExampleStatusClass() {
 	// Output:
 	// 400 invalid_request
 	// 401 auth
-	// 404 invalid_request
+	// 404 not_found
 	// 408 timeout
 	// 409 server_error
 	// 429 rate_limit

@@ -70,7 +70,7 @@ func TestClassesReachCallersAsGRPCCodes(t *testing.T) {
 		}, codes.InvalidArgument, false, "Invalid 'input': too long."},
 		{"404 unknown model", func(t *testing.T) string {
 			return answerT(t, 404, `{"error":{"message":"The model 'x' does not exist"}}`).URL
-		}, codes.InvalidArgument, false, "does not exist"},
+		}, codes.FailedPrecondition, false, "HTTP 404 Not Found from /embeddings: The model 'x' does not exist"},
 		{"401 auth", func(t *testing.T) string {
 			return answerT(t, 401, `{"error":{"message":"Incorrect API key provided: %KEY%"}}`).URL
 		}, codes.Internal, false, "credentials"},

@@ -2,6 +2,7 @@ package openai_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -13,7 +14,12 @@ import (
 	"github.com/batcherhq/batcher/llmsim"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Backends log upstream failures to the default logger unless a test
+	// gives them one; keep test output to the tests' own words.
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	goleak.VerifyTestMain(m)
+}
 
 // startSim serves an llmsim with cfg on a loopback port until the test
 // ends.

@@ -80,6 +80,9 @@ func TestParseRateLimit(t *testing.T) {
 			"x-ratelimit-reset-requests", "1s", "x-ratelimit-reset-tokens", "6m0s"), with(func(r *batcher.RateLimitInfo) {
 			r.RemainingRequests, r.RemainingTokens, r.ResetRequests, r.ResetTokens = 59, 149984, time.Second, 6*time.Minute
 		})},
+		{"limits", h("x-ratelimit-limit-requests", "600", "x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-requests", "599"), with(func(r *batcher.RateLimitInfo) {
+			r.LimitRequests, r.LimitTokens, r.RemainingRequests = 600, 150000, 599
+		})},
 		{"reset ms and fractions", h("x-ratelimit-reset-requests", "20ms", "x-ratelimit-reset-tokens", "2m59.56s"), with(func(r *batcher.RateLimitInfo) {
 			r.ResetRequests, r.ResetTokens = 20*time.Millisecond, 2*time.Minute+59560*time.Millisecond
 		})},

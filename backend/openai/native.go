@@ -3,6 +3,7 @@ package openai
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -18,7 +19,7 @@ func (b *Backend) embed(ctx context.Context, seen *limitsSeen, batch *batcher.Ba
 		weights[i] = len(r.Input.Text)
 	}
 	var resp embeddingResponse
-	if err := b.post(ctx, seen, "/embeddings", embeddingRequest{Model: batch.Model, Input: inputs, EncodingFormat: "float"}, &resp); err != nil {
+	if err := b.post(ctx, seen, batch, n, "/embeddings", embeddingRequest{Model: batch.Model, Input: inputs, EncodingFormat: "float"}, &resp); err != nil {
 		return err
 	}
 	positional := len(resp.Data) == n
@@ -40,7 +41,7 @@ func (b *Backend) embed(ctx context.Context, seen *limitsSeen, batch *batcher.Ba
 	}
 	prompt, _ := usageOf(resp.Usage)
 	shares := split(prompt, weights)
-	return r.finish(out, "embedding", func(i int) {
+	return r.finish(out, batch, b.cfg.endpointPath("/embeddings"), "embedding", func(i int) {
 		out[i].Usage = batcher.Usage{PromptTokens: shares[i]}
 	}, func(i int) bool { return out[i].Embedding != nil })
 }
@@ -57,7 +58,7 @@ func (b *Backend) complete(ctx context.Context, seen *limitsSeen, batch *batcher
 		promptW[i] = len(r.Input.Prompt)
 	}
 	var resp completionResponse
-	if err := b.post(ctx, seen, "/completions", req, &resp); err != nil {
+	if err := b.post(ctx, seen, batch, n, "/completions", req, &resp); err != nil {
 		return err
 	}
 	positional := len(resp.Choices) == n
@@ -88,7 +89,7 @@ func (b *Backend) complete(ctx context.Context, seen *limitsSeen, batch *batcher
 	}
 	prompt, completion := usageOf(resp.Usage)
 	ps, cs := split(prompt, promptW), split(completion, complW)
-	return r.finish(out, "completion", func(i int) {
+	return r.finish(out, batch, b.cfg.endpointPath("/completions"), "completion", func(i int) {
 		out[i].Usage = batcher.Usage{PromptTokens: ps[i], CompletionTokens: cs[i]}
 	}, func(i int) bool { return texts[i] != nil })
 }
@@ -112,20 +113,21 @@ func (r *router) claim(i int) bool {
 // finish gives each answered request its usage and fails the others: no
 // entry, an empty one, or two entries for one request. It returns an error
 // when no request got an answer.
-func (r *router) finish(out []batcher.Response, what string, setUsage func(int), ok func(int) bool) error {
+// Messages name the request by its id, not by its place in the batch.
+func (r *router) finish(out []batcher.Response, batch *batcher.Batch, ep, what string, setUsage func(int), ok func(int) bool) error {
 	answered := 0
 	for i, seen := range r.seen {
 		var msg string
 		switch {
 		case seen > 1:
-			msg = fmt.Sprintf("upstream answered input %d more than once", i)
+			msg = fmt.Sprintf("%s for request %s more than once", what, requestName(batch, i))
 		case seen == 0:
-			msg = fmt.Sprintf("upstream answered no %s for input %d", what, i)
+			msg = fmt.Sprintf("no %s for request %s", what, requestName(batch, i))
 		case !ok(i):
-			msg = fmt.Sprintf("upstream answered an empty %s for input %d", what, i)
+			msg = fmt.Sprintf("an empty %s for request %s", what, requestName(batch, i))
 		}
 		if msg != "" {
-			out[i] = batcher.Response{Err: invalidResponse(200, msg, nil)}
+			out[i] = batcher.Response{Err: invalidResponse(200, ep, msg, nil)}
 			continue
 		}
 		answered++
@@ -135,6 +137,16 @@ func (r *router) finish(out []batcher.Response, what string, setUsage func(int),
 		return out[0].Err
 	}
 	return nil
+}
+
+// requestName names request i of batch in a message: its id, quoted and
+// cut short.
+func requestName(batch *batcher.Batch, i int) string {
+	id := batch.Requests[i].ID
+	if len(id) > 64 {
+		id = id[:64] + "..."
+	}
+	return strconv.Quote(id)
 }
 
 // setParams copies the batch's shared generation parameters; the core puts

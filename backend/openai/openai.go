@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -25,6 +26,10 @@ type Backend struct {
 	client *http.Client
 	owned  *http.Transport // the pooled transport New made, if any
 	st     counters
+	log    *slog.Logger
+	logs   *logLimiter
+	ps     packState
+	now    func() time.Time // time.Now; tests change it before use
 }
 
 var _ batcher.Backend = (*Backend)(nil)
@@ -36,7 +41,13 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: rc}
+	b := &Backend{
+		cfg:  rc,
+		log:  rc.Logger,
+		logs: &logLimiter{interval: rc.LogInterval, keys: make(map[string]*logSlot)},
+		ps:   packState{routes: make(map[string]*routePack)},
+		now:  time.Now,
+	}
 	rt := cfg.Transport
 	if rt == nil {
 		b.owned = &http.Transport{
@@ -86,10 +97,20 @@ type Stats struct {
 	Packs       int64 // packed chat calls
 	PackedItems int64 // requests sent in packs
 	Resent      int64 // packed requests re-sent singly after their pack failed them
+	// PackFailed counts packs that failed as a whole (an error status, a
+	// network failure, an unreadable reply); their requests were re-sent
+	// singly.
+	PackFailed int64
+	// PackPauses counts the times a route stopped packing because its
+	// packs kept failing (PackConfig.PauseAfter).
+	PackPauses int64
+	// PackPausedRoutes is how many routes are not packing now.
+	PackPausedRoutes int64
 }
 
 type counters struct {
 	calls, failed, packs, packedItems, resent atomic.Int64
+	packFailed, packPauses, pausedRoutes      atomic.Int64
 }
 
 // Stats returns the counters so far.
@@ -97,6 +118,7 @@ func (b *Backend) Stats() Stats {
 	return Stats{
 		Calls: b.st.calls.Load(), Failed: b.st.failed.Load(), Packs: b.st.packs.Load(),
 		PackedItems: b.st.packedItems.Load(), Resent: b.st.resent.Load(),
+		PackFailed: b.st.packFailed.Load(), PackPauses: b.st.packPauses.Load(), PackPausedRoutes: b.st.pausedRoutes.Load(),
 	}
 }
 
@@ -139,7 +161,7 @@ func (b *Backend) UpstreamCalls(route string, op batcher.Operation, n int) int {
 	if op != batcher.OpChat {
 		return 1
 	}
-	if b.cfg.packs(route) && n > 1 {
+	if n > 1 && b.cfg.packs(route) && !b.packPaused(route) {
 		return (n + b.cfg.Pack.MaxItems - 1) / b.cfg.Pack.MaxItems
 	}
 	return n
@@ -171,6 +193,8 @@ func (l *limitsSeen) add(rl *batcher.RateLimitInfo) {
 	}
 	l.rl.RemainingRequests = least(l.rl.RemainingRequests, rl.RemainingRequests)
 	l.rl.RemainingTokens = least(l.rl.RemainingTokens, rl.RemainingTokens)
+	l.rl.LimitRequests = max(l.rl.LimitRequests, rl.LimitRequests)
+	l.rl.LimitTokens = max(l.rl.LimitTokens, rl.LimitTokens)
 	l.rl.ResetRequests = max(l.rl.ResetRequests, rl.ResetRequests)
 	l.rl.ResetTokens = max(l.rl.ResetTokens, rl.ResetTokens)
 	l.rl.RetryAfter = max(l.rl.RetryAfter, rl.RetryAfter)
@@ -195,14 +219,16 @@ func allFailed(ctx context.Context, out []batcher.Response) error {
 	return out[0].Err
 }
 
-// post sends one call and decodes a 2xx answer's JSON body into resp. What
-// a successful answer says of the upstream's limits goes to seen; a failed
-// one's is in its *batcher.UpstreamError.
-func (b *Backend) post(ctx context.Context, seen *limitsSeen, path string, body, resp any) error {
+// post sends one call for items requests of batch and decodes a 2xx
+// answer's JSON body into resp. What a successful answer says of the
+// upstream's limits goes to seen; a failed one's is in its
+// *batcher.UpstreamError, and the failure is logged (rate-limited).
+func (b *Backend) post(ctx context.Context, seen *limitsSeen, batch *batcher.Batch, items int, path string, body, resp any) error {
 	b.st.calls.Add(1)
 	rl, err := b.do(ctx, path, body, resp)
 	if err != nil {
 		b.st.failed.Add(1)
+		b.logFailure(ctx, path, batch, items, err)
 		return err
 	}
 	seen.add(rl)
@@ -210,6 +236,7 @@ func (b *Backend) post(ctx context.Context, seen *limitsSeen, path string, body,
 }
 
 func (b *Backend) do(ctx context.Context, path string, body, resp any) (*batcher.RateLimitInfo, error) {
+	ep := b.cfg.endpointPath(path)
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be encoded as JSON", Err: err}
@@ -242,46 +269,46 @@ func (b *Backend) do(ctx context.Context, path string, body, resp any) (*batcher
 	}
 	res, err := b.client.Do(req)
 	if err != nil {
-		return nil, transportError(ctx, err)
+		return nil, transportError(ctx, ep, err)
 	}
 	defer func() { _ = res.Body.Close() }()
 	rl := ParseRateLimit(res.Header, time.Now())
 	if rl != nil && b.cfg.OnRateLimit != nil {
 		b.cfg.OnRateLimit(*rl)
 	}
-	data, err := b.readBody(ctx, res)
+	data, err := b.readBody(ctx, ep, res)
 	if err != nil {
 		return nil, err
 	}
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		return nil, b.statusError(res.StatusCode, data, rl)
+		return nil, b.statusError(res.StatusCode, ep, data, rl)
 	}
 	if err := json.Unmarshal(data, resp); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) && len(bytes.TrimSpace(data)) > 0 && (data[0] == '{' || data[0] == '[') {
-			return nil, invalidResponse(res.StatusCode, "upstream sent a truncated or malformed JSON body", err)
+			return nil, invalidResponse(res.StatusCode, ep, "truncated or malformed JSON body", err)
 		}
 		if errors.As(err, &se) || len(data) == 0 {
-			return nil, invalidResponse(res.StatusCode, "upstream sent a body that is not JSON", err)
+			return nil, invalidResponse(res.StatusCode, ep, "body that is not JSON", err)
 		}
-		return nil, invalidResponse(res.StatusCode, "upstream sent JSON of an unexpected shape", err)
+		return nil, invalidResponse(res.StatusCode, ep, "JSON of an unexpected shape", err)
 	}
 	return rl, nil
 }
 
 // readBody reads at most MaxResponseBytes of the body.
-func (b *Backend) readBody(ctx context.Context, res *http.Response) ([]byte, error) {
+func (b *Backend) readBody(ctx context.Context, ep string, res *http.Response) ([]byte, error) {
 	limit := b.cfg.MaxResponseBytes
 	data, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
 	switch {
 	case err == nil && int64(len(data)) > limit:
-		return nil, invalidResponse(res.StatusCode, fmt.Sprintf("upstream body exceeds %d bytes", limit), nil)
+		return nil, invalidResponse(res.StatusCode, ep, fmt.Sprintf("body over %d bytes", limit), nil)
 	case err == nil:
 		return data, nil
 	case ctx.Err() == nil && errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, invalidResponse(res.StatusCode, "upstream body was cut short", err)
+		return nil, invalidResponse(res.StatusCode, ep, "body cut short", err)
 	}
-	return nil, transportError(ctx, err)
+	return nil, transportError(ctx, ep, err)
 }
 
 // finishReason maps OpenAI's finish reasons.

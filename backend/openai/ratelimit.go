@@ -16,9 +16,10 @@ const maxWait = time.Hour
 
 // ParseRateLimit reads what an answer's headers say about the upstream's
 // limits: Retry-After (seconds or an HTTP date, or retry-after-ms), and
-// x-ratelimit-remaining-requests, -remaining-tokens, -reset-requests and
-// -reset-tokens (OpenAI's "1s", "6m0s", "20ms", or bare seconds). It
-// returns nil when none is given; values it cannot read count as not given.
+// x-ratelimit-limit-requests, -limit-tokens, -remaining-requests,
+// -remaining-tokens, -reset-requests and -reset-tokens (OpenAI's "1s",
+// "6m0s", "20ms", or bare seconds). It returns nil when none is given;
+// values it cannot read count as not given.
 func ParseRateLimit(h http.Header, now time.Time) *batcher.RateLimitInfo {
 	rl := batcher.RateLimitInfo{RemainingRequests: -1, RemainingTokens: -1}
 	given := false
@@ -32,6 +33,12 @@ func ParseRateLimit(h http.Header, now time.Time) *batcher.RateLimitInfo {
 	}
 	if n, ok := parseCount(h.Get("x-ratelimit-remaining-tokens")); ok {
 		rl.RemainingTokens, given = n, true
+	}
+	if n, ok := parseCount(h.Get("x-ratelimit-limit-requests")); ok {
+		rl.LimitRequests, given = n, true
+	}
+	if n, ok := parseCount(h.Get("x-ratelimit-limit-tokens")); ok {
+		rl.LimitTokens, given = n, true
 	}
 	if d, ok := parseReset(h.Get("x-ratelimit-reset-requests"), now); ok {
 		rl.ResetRequests, given = d, true

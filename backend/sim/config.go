@@ -44,6 +44,11 @@ type Config struct {
 	// allowance. A call larger than the bucket fails with a 413
 	// invalid-request error, since retrying cannot help it.
 	TPMBurst int
+	// HeaderLag makes the rate-limit details a call reports (remaining
+	// counts and resets) as stale as a provider whose counters lag: they
+	// describe the buckets HeaderLag ago, without the calls taken since.
+	// 0: exact. Must not be negative.
+	HeaderLag time.Duration
 
 	// MaxBatchSize bounds a native batch's inputs; 0 means no bound. A larger
 	// batch fails with a 400 invalid-request error.
@@ -94,7 +99,7 @@ func (c *Config) Validate() error {
 		v    int
 	}{
 		{"max_concurrency", c.MaxConcurrency}, {"rpm", c.RPM}, {"tpm", c.TPM},
-		{"rpm_burst", c.RPMBurst}, {"tpm_burst", c.TPMBurst}, {"max_batch_size", c.MaxBatchSize},
+		{"rpm_burst", c.RPMBurst}, {"tpm_burst", c.TPMBurst}, {"header_lag", int(c.HeaderLag)}, {"max_batch_size", c.MaxBatchSize},
 	} {
 		if f.v < 0 {
 			bad(f.name, "must not be negative, got %d", f.v)

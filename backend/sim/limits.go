@@ -20,10 +20,19 @@ type limits struct {
 	tpm *rate.Limiter // nil: no token limit
 	// For messages: the configured per-minute limits.
 	rpmLimit, tpmLimit int
+	// lag and the recent takes, for stale headers.
+	lag   time.Duration
+	takes []take
+}
+
+// take is one call's booking, kept for HeaderLag.
+type take struct {
+	at             time.Time
+	requests, toks int
 }
 
 func newLimits(c *Config) *limits {
-	l := &limits{rpmLimit: c.RPM, tpmLimit: c.TPM}
+	l := &limits{rpmLimit: c.RPM, tpmLimit: c.TPM, lag: c.HeaderLag}
 	if c.RPM > 0 {
 		burst := c.RPMBurst
 		if burst == 0 {
@@ -91,7 +100,33 @@ func (l *limits) take(now time.Time, tokens int) error {
 	if l.tpm != nil {
 		l.tpm.AllowN(now, tokens)
 	}
+	if l.lag > 0 {
+		l.takes = append(l.takes, take{at: now, requests: 1, toks: tokens})
+	}
 	return nil
+}
+
+// lagged returns what the buckets held lag before now, as far as the calls
+// taken since tell: the takes since then are given back, the refill since
+// then taken away.
+func (l *limits) lagged(now time.Time) (requests, tokens float64) {
+	i := 0
+	for i < len(l.takes) && now.Sub(l.takes[i].at) > l.lag {
+		i++
+	}
+	l.takes = l.takes[i:]
+	for _, t := range l.takes {
+		requests += float64(t.requests)
+		tokens += float64(t.toks)
+	}
+	secs := l.lag.Seconds()
+	if l.rpm != nil {
+		requests -= float64(l.rpm.Limit()) * secs
+	}
+	if l.tpm != nil {
+		tokens -= float64(l.tpm.Limit()) * secs
+	}
+	return requests, tokens
 }
 
 // info reports the buckets' state at now, as x-ratelimit-* headers would.
@@ -106,15 +141,23 @@ func (l *limits) info(now time.Time) *batcher.RateLimitInfo {
 
 func (l *limits) infoLocked(now time.Time) *batcher.RateLimitInfo {
 	info := &batcher.RateLimitInfo{RemainingRequests: -1, RemainingTokens: -1}
+	var backReq, backTok float64
+	if l.lag > 0 {
+		backReq, backTok = l.lagged(now)
+	}
 	if l.rpm != nil {
-		tok := l.rpm.TokensAt(now)
+		burst := float64(l.rpm.Burst())
+		tok := min(max(l.rpm.TokensAt(now)+backReq, 0), burst)
+		info.LimitRequests = int64(l.rpm.Burst())
 		info.RemainingRequests = int64(math.Max(0, math.Floor(tok)))
-		info.ResetRequests = refill(l.rpm, float64(l.rpm.Burst())-tok)
+		info.ResetRequests = refill(l.rpm, burst-tok)
 	}
 	if l.tpm != nil {
-		tok := l.tpm.TokensAt(now)
+		burst := float64(l.tpm.Burst())
+		tok := min(max(l.tpm.TokensAt(now)+backTok, 0), burst)
+		info.LimitTokens = int64(l.tpm.Burst())
 		info.RemainingTokens = int64(math.Max(0, math.Floor(tok)))
-		info.ResetTokens = refill(l.tpm, float64(l.tpm.Burst())-tok)
+		info.ResetTokens = refill(l.tpm, burst-tok)
 	}
 	return info
 }

@@ -37,10 +37,16 @@ type completion struct {
 	finish batcher.FinishReason
 }
 
-// generate derives in's completion from model, in and p, cut at maxTokens
-// words (one word is one token) and at the first stop sequence.
-func generate(model string, in *batcher.Input, p *batcher.Params, maxTokens int32) completion {
+// generate derives in's completion from model, in, p and sample, cut at
+// maxTokens words (one word is one token) and at the first stop sequence.
+// sample is 0 for a deterministic request, and a fresh number for each call
+// that samples (temperature above 0 without a seed), so that repeated runs
+// of one prompt differ as a real model's would.
+func generate(model string, in *batcher.Input, p *batcher.Params, maxTokens int32, sample uint64) completion {
 	h := inputHash(model, in, p)
+	if sample != 0 {
+		h = splitmix64(h ^ splitmix64(sample))
+	}
 	words := make([]string, 0, 16)
 	for _, w := range strings.Fields(lastText(in)) {
 		if len(words) == maxEchoWords {

@@ -22,6 +22,7 @@ type Provider struct {
 	rng   *rand.Rand // guarded by rngMu
 
 	inFlight atomic.Int64
+	samples  atomic.Uint64 // numbers the calls that sample, from the seed
 	stats    counters
 }
 
@@ -221,7 +222,11 @@ func (p *Provider) call(ctx context.Context, model string, op batcher.Operation,
 		if op == batcher.OpEmbedding {
 			out[i] = batcher.Response{Embedding: embed(model, in.Text, p.dimensions(model)), Usage: u}
 		} else {
-			c := generate(model, in, &r.Params, resolved[i])
+			var sample uint64
+			if t := r.Params.Temperature; t != nil && *t > 0 && r.Params.Seed == nil {
+				sample = p.samples.Add(1)<<1 ^ uint64(p.cfg.Seed)<<32 | 1
+			}
+			c := generate(model, in, &r.Params, resolved[i], sample)
 			u.CompletionTokens = c.tokens
 			longest = max(longest, c.tokens)
 			out[i] = batcher.Response{Text: c.text, FinishReason: c.finish, Usage: u}

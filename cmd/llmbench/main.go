@@ -56,7 +56,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.scenario, "scenario", "all", "embeddings, chat or all")
+	flag.StringVar(&o.scenario, "scenario", "all", "embeddings, chat, all, or front (the OpenAI front door; not in all)")
 	flag.IntVar(&o.nEmbed, "n-embed", 10000, "embedding requests")
 	flag.IntVar(&o.nChat, "n-chat", 1000, "chat requests")
 	flag.DurationVar(&o.latency, "latency", 20*time.Millisecond, "llmsim base latency per call")
@@ -86,6 +86,9 @@ func run(o options) error {
 		if err := chat(o); err != nil {
 			return err
 		}
+	}
+	if o.scenario == "front" {
+		return front(o)
 	}
 	return nil
 }

@@ -1,0 +1,72 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+// TestPackPauseEnds: PauseAfter failed packs in a row pause a route's
+// packing for PauseFor; an answered pack ends a run of failures; the pause
+// ends on time, and both ends are logged.
+func TestPackPauseEnds(t *testing.T) {
+	var logs bytes.Buffer
+	b, err := New(Config{BaseURL: "http://127.0.0.1:1", Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Pack: PackConfig{Enabled: true, PauseAfter: 2, PauseFor: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	b.now = func() time.Time { return now }
+	ctx := context.Background()
+	boom := errors.New("boom")
+
+	b.packFailed(ctx, "r", 3, boom)
+	b.packAnswered("r") // the run ends
+	b.packFailed(ctx, "r", 3, boom)
+	if !b.packing(ctx, "r") || b.UpstreamCalls("r", batcher.OpChat, 4) != 1 {
+		t.Fatal("paused after failures that were not in a row")
+	}
+	b.packFailed(ctx, "r", 3, boom)
+	if b.packing(ctx, "r") || !b.packPaused("r") || b.Stats().PackPausedRoutes != 1 {
+		t.Fatal("not paused after 2 failed packs in a row")
+	}
+	if !strings.Contains(logs.String(), "route stops packing") || !strings.Contains(logs.String(), "pause=1m0s") {
+		t.Fatalf("pause not logged: %s", logs.String())
+	}
+	if !b.packing(ctx, "other") {
+		t.Fatal("another route paused too")
+	}
+	now = now.Add(time.Minute)
+	if !b.packing(ctx, "r") || b.Stats().PackPausedRoutes != 0 || b.Stats().PackPauses != 1 {
+		t.Fatalf("still paused after PauseFor: %+v", b.Stats())
+	}
+	if !strings.Contains(logs.String(), "route packs again") {
+		t.Fatalf("resumption not logged: %s", logs.String())
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	l := &logLimiter{interval: time.Second, keys: map[string]*logSlot{}}
+	t0 := time.Unix(0, 0)
+	if ok, n := l.allow("a", t0); !ok || n != 0 {
+		t.Fatal("first record held back")
+	}
+	for range 3 {
+		if ok, _ := l.allow("a", t0.Add(time.Millisecond)); ok {
+			t.Fatal("repeat let through within the interval")
+		}
+	}
+	if ok, _ := l.allow("b", t0); !ok {
+		t.Fatal("another key held back")
+	}
+	if ok, n := l.allow("a", t0.Add(time.Second)); !ok || n != 3 {
+		t.Fatalf("after the interval: %v, %d suppressed; want true, 3", ok, n)
+	}
+}
