@@ -1,0 +1,113 @@
+package security
+
+import (
+	"math"
+	"net"
+	"time"
+
+	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Defaults of Limits.
+const (
+	DefaultMaxConnections       = 4096
+	DefaultMaxConcurrentStreams = 1024
+	DefaultMaxRecvMsgBytes      = 4 << 20 // gRPC's own default
+	DefaultMaxSendMsgBytes      = 64 << 20
+	DefaultHandshakeTimeout     = 10 * time.Second
+	// DefaultKeepaliveMinTime is the shortest interval between a client's
+	// pings that the server tolerates; a client pinging more often gets
+	// GOAWAY (too_many_pings). gRPC's own default is 5 minutes.
+	DefaultKeepaliveMinTime = 30 * time.Second
+	DefaultKeepaliveTime    = 2 * time.Hour
+	DefaultKeepaliveTimeout = 20 * time.Second
+)
+
+// Limits bound what one client may hold of the gRPC listener. A zero field
+// takes its default; see Validate for the allowed ranges.
+type Limits struct {
+	// MaxConnections bounds open connections; more wait in the kernel's
+	// accept queue. Negative: no bound.
+	MaxConnections int
+	// MaxConcurrentStreams bounds one connection's concurrent RPCs; a
+	// client's further RPCs wait for one to end.
+	MaxConcurrentStreams int
+	// MaxRecvMsgBytes and MaxSendMsgBytes bound one message.
+	MaxRecvMsgBytes int
+	MaxSendMsgBytes int
+	// HandshakeTimeout bounds a new connection's TLS and HTTP/2 handshake.
+	HandshakeTimeout time.Duration
+	// KeepaliveMinTime and KeepalivePermitWithoutStream are the ping
+	// enforcement policy against ping floods.
+	KeepaliveMinTime             time.Duration
+	KeepalivePermitWithoutStream bool
+	// KeepaliveTime and KeepaliveTimeout: the server pings an idle
+	// connection after KeepaliveTime and closes it when no answer comes
+	// within KeepaliveTimeout.
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
+	// MaxConnectionIdle closes a connection without RPCs for that long;
+	// 0: never.
+	MaxConnectionIdle time.Duration
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&l.MaxConnections, DefaultMaxConnections)
+	def(&l.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
+	def(&l.MaxRecvMsgBytes, DefaultMaxRecvMsgBytes)
+	def(&l.MaxSendMsgBytes, DefaultMaxSendMsgBytes)
+	defD(&l.HandshakeTimeout, DefaultHandshakeTimeout)
+	defD(&l.KeepaliveMinTime, DefaultKeepaliveMinTime)
+	defD(&l.KeepaliveTime, DefaultKeepaliveTime)
+	defD(&l.KeepaliveTimeout, DefaultKeepaliveTimeout)
+	return l
+}
+
+// serverOptions returns the gRPC server options that enforce l.
+func (l Limits) serverOptions() []grpc.ServerOption {
+	l = l.withDefaults()
+	idle := l.MaxConnectionIdle
+	if idle <= 0 {
+		idle = time.Duration(math.MaxInt64)
+	}
+	streams := uint32(math.MaxUint32)
+	if l.MaxConcurrentStreams > 0 {
+		streams = uint32(min(l.MaxConcurrentStreams, math.MaxUint32))
+	}
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             l.KeepaliveMinTime,
+			PermitWithoutStream: l.KeepalivePermitWithoutStream,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: idle,
+			Time:              l.KeepaliveTime,
+			Timeout:           l.KeepaliveTimeout,
+		}),
+		grpc.MaxConcurrentStreams(streams),
+		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
+		grpc.MaxSendMsgSize(l.MaxSendMsgBytes),
+		grpc.ConnectionTimeout(l.HandshakeTimeout),
+	}
+}
+
+// listener bounds lis's open connections.
+func (l Limits) listener(lis net.Listener) net.Listener {
+	l = l.withDefaults()
+	if l.MaxConnections < 0 {
+		return lis
+	}
+	return netutil.LimitListener(lis, l.MaxConnections)
+}
