@@ -1,0 +1,224 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// layout places an input's tasks: K tasks an input, its runs group by group
+// then its judge, so that Seq order is item order.
+type layout struct {
+	k          int64
+	groupStart []int64 // offset of each group's run 0
+	judge      bool
+}
+
+func layoutOf(s *Spec) layout {
+	l := layout{judge: s.Judge != nil}
+	for _, g := range s.Groups {
+		l.groupStart = append(l.groupStart, l.k)
+		l.k += int64(g.Runs)
+	}
+	if len(s.Groups) == 0 {
+		l.k = 1
+	}
+	if l.judge {
+		l.k++
+	}
+	return l
+}
+
+// judgeSeq returns the Seq of item's judge, or -1.
+func (l layout) judgeSeq(item int64) int64 {
+	if !l.judge {
+		return -1
+	}
+	return item*l.k + l.k - 1
+}
+
+// Creator receives a new job's inputs. The job is VALIDATING until Finish
+// queues it; Abort removes it. One goroutine uses a Creator.
+type Creator struct {
+	m       *Manager
+	job     *Job
+	lay     layout
+	items   int64
+	invalid int64
+	buf     []Task
+}
+
+// createChunk is how many tasks a Creator buffers before writing them.
+const createChunk = 2000
+
+// Begin validates spec and creates its job, VALIDATING, with no inputs yet.
+func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
+	select {
+	case <-m.stop:
+		return nil, ErrClosed
+	default:
+	}
+	if err := m.validateSpec(&spec); err != nil {
+		return nil, err
+	}
+	j := &Job{ID: newID("job_"), Spec: spec, State: StateValidating, CreatedAt: time.Now()}
+	if err := m.cfg.Store.CreateJob(ctx, j); err != nil {
+		return nil, err
+	}
+	return &Creator{m: m, job: j, lay: layoutOf(&spec)}, nil
+}
+
+// Job returns the job being created.
+func (c *Creator) Job() *Job { return c.job }
+
+// Add adds one input. A bad input becomes an error line naming its line
+// number (from 1), or, with FailOnInvalid, fails with ErrInvalid.
+func (c *Creator) Add(ctx context.Context, customID string, req *ItemRequest) error {
+	if err := c.next(); err != nil {
+		return err
+	}
+	if customID == "" {
+		customID = "item-" + strconv.FormatInt(c.items, 10)
+	}
+	if msg := c.check(req); msg != "" {
+		return c.addInvalid(ctx, customID, msg)
+	}
+	spec := &c.job.Spec
+	item := c.items - 1
+	body := encode(req)
+	base := item * c.lay.k
+	if len(spec.Groups) == 0 {
+		c.buf = append(c.buf, Task{Seq: base, Item: item, Group: GroupNone, CustomID: customID, Line: c.items, Request: body})
+	}
+	for g, grp := range spec.Groups {
+		for run := range grp.Runs {
+			c.buf = append(c.buf, Task{Seq: base + c.lay.groupStart[g] + int64(run), Item: item, Group: g, Run: run,
+				CustomID: customID, Line: c.items, Request: body})
+		}
+	}
+	if c.lay.judge {
+		c.buf = append(c.buf, Task{Seq: c.lay.judgeSeq(item), Item: item, Group: GroupJudge, CustomID: customID,
+			Line: c.items, Request: body, State: ItemWaiting})
+	}
+	return c.flushIfFull(ctx)
+}
+
+// AddLine adds one OpenAI batch input line.
+func (c *Creator) AddLine(ctx context.Context, line []byte) error {
+	id, req, err := ParseOpenAILine(line)
+	if err != nil {
+		if err := c.next(); err != nil {
+			return err
+		}
+		if id == "" {
+			id = "line-" + strconv.FormatInt(c.items, 10)
+		}
+		return c.addInvalid(ctx, id, err.Error())
+	}
+	return c.Add(ctx, id, req)
+}
+
+// AddInvalid records an input the caller could not read as an error line.
+func (c *Creator) AddInvalid(ctx context.Context, customID, msg string) error {
+	if err := c.next(); err != nil {
+		return err
+	}
+	return c.addInvalid(ctx, customID, msg)
+}
+
+func (c *Creator) next() error {
+	if c.items >= c.m.cfg.MaxItems {
+		return fmt.Errorf("%w: more than %d items (the server's limit)", ErrTooManyItems, c.m.cfg.MaxItems)
+	}
+	c.items++
+	return nil
+}
+
+func (c *Creator) addInvalid(ctx context.Context, customID, msg string) error {
+	msg = fmt.Sprintf("line %d: %s", c.items, msg)
+	if c.job.Spec.FailOnInvalid {
+		return fmt.Errorf("%w: %s", ErrInvalid, msg)
+	}
+	c.invalid++
+	item := c.items - 1
+	c.buf = append(c.buf, Task{Seq: item * c.lay.k, Item: item, Group: GroupNone, CustomID: customID, Line: c.items,
+		State: ItemFailed, Result: errorRecord(CodeInvalidRequest, "%s", msg)})
+	return c.flushIfFull(ctx)
+}
+
+// check returns why req cannot run, or "".
+func (c *Creator) check(req *ItemRequest) string {
+	spec := &c.job.Spec
+	base := req.Model
+	if base == "" {
+		base = spec.Model
+	}
+	models := []string{base}
+	if len(spec.Groups) > 0 {
+		models = models[:0]
+		for _, g := range spec.Groups {
+			models = append(models, cmp.Or(g.Model, base))
+		}
+	}
+	for _, mdl := range models {
+		if mdl == "" {
+			return "model: must be set (in the item, the job's spec or its run group)"
+		}
+		op, ok := c.m.routes[mdl]
+		if !ok {
+			return fmt.Sprintf("model: unknown model %q", cut(mdl))
+		}
+		if op != req.Input.Op {
+			return fmt.Sprintf("model %q serves %s requests, not %s", cut(mdl), op, req.Input.Op)
+		}
+	}
+	return ""
+}
+
+func (c *Creator) flushIfFull(ctx context.Context) error {
+	if len(c.buf) < createChunk {
+		return nil
+	}
+	return c.flush(ctx)
+}
+
+func (c *Creator) flush(ctx context.Context) error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	err := c.m.cfg.Store.AddTasks(ctx, c.job.ID, c.buf)
+	c.buf = c.buf[:0]
+	return err
+}
+
+// Finish writes the last inputs and queues the job. An empty job fails with
+// ErrEmpty and is removed.
+func (c *Creator) Finish(ctx context.Context) (*Job, error) {
+	if c.items == 0 {
+		c.Abort()
+		return nil, fmt.Errorf("%w: send at least one item after the spec", ErrEmpty)
+	}
+	if err := c.flush(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.m.cfg.Store.Transition(ctx, c.job.ID, []State{StateValidating}, StateQueued, ""); err != nil {
+		return nil, err
+	}
+	c.m.nudge()
+	return c.m.cfg.Store.GetJob(ctx, c.job.ID)
+}
+
+// Abort removes the job being created.
+func (c *Creator) Abort() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.m.cfg.Store.DeleteJob(ctx, c.job.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		c.m.cfg.Logger.Error("jobs: removing an aborted job", "job", c.job.ID, "err", err)
+	}
+}
+
+// Items returns the inputs added so far and how many were invalid.
+func (c *Creator) Items() (items, invalid int64) { return c.items, c.invalid }

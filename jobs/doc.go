@@ -1,0 +1,32 @@
+// Package jobs runs durable batch jobs: a caller hands over thousands to
+// millions of inputs and walks away; the jobs run them through the core
+// (*batcher.Batcher) at background priority, survive restarts and kill -9,
+// report progress with an ETA, and write the results to files.
+//
+// # Store
+//
+// A Store keeps jobs and their tasks (one run of one input, or an input's
+// judge). Two implementations share one set of queries (sqlStore): SQLite
+// through modernc.org/sqlite, the embedded default, in WAL mode; and
+// PostgreSQL through pgx, which several batcherd replicas may share. Both
+// pass one conformance suite, jobs/storetest. Migrations are versioned,
+// embedded, and applied at open by goose.
+//
+// Tasks are claimed in chunks under a lease (FOR UPDATE SKIP LOCKED on
+// PostgreSQL); a dead process's claims return to pending when the lease ends,
+// or at once when the same SQLite process restarts. Results are recorded in
+// groups, one transaction for many tasks, which numbers them in commit order
+// (the done number). Counts per state, per group and tokens live on the job
+// row and move in the same transaction, so progress never scans tasks.
+//
+// # Guarantees
+//
+//   - A finished task is never run again: Complete records only tasks the
+//     caller still holds, and a task is claimed only while pending.
+//   - A claimed task whose holder dies runs again (at most the tasks in
+//     flight at the crash, plus those awaiting their group commit).
+//   - The output files hold each finished task exactly once: the database is
+//     the truth, files are appended in done-number order, and on resume each
+//     file is cut back to its last whole line and continued after the done
+//     number that line carries.
+package jobs

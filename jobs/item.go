@@ -1,0 +1,104 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+// ItemRequest is one input as a job stores it: the model call before run
+// groups apply their model, temperature and seed.
+type ItemRequest struct {
+	Model    string            `json:"model,omitempty"`
+	Input    batcher.Input     `json:"input"`
+	Params   batcher.Params    `json:"params"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// URL is the OpenAI endpoint the line named, for its output line.
+	URL string `json:"url,omitempty"`
+}
+
+// Record is a finished task's result as the store keeps it.
+type Record struct {
+	Text             string               `json:"text,omitempty"`
+	Embedding        []float32            `json:"embedding,omitempty"`
+	FinishReason     batcher.FinishReason `json:"finish_reason,omitempty"`
+	PromptTokens     int32                `json:"prompt_tokens,omitempty"`
+	CompletionTokens int32                `json:"completion_tokens,omitempty"`
+	Attempts         int                  `json:"attempts,omitempty"`
+	BatchID          string               `json:"batch_id,omitempty"`
+	Backend          string               `json:"backend,omitempty"`
+	URL              string               `json:"url,omitempty"`
+	// ErrCode and ErrMessage are set when the task did not succeed. The
+	// codes are OpenAI's batch error codes where one fits (ErrCode...).
+	ErrCode    string `json:"err_code,omitempty"`
+	ErrMessage string `json:"err_message,omitempty"`
+	// JudgePrompt is the prompt a judge task sent: the runs' outputs as the
+	// template received them.
+	JudgePrompt string `json:"judge_prompt,omitempty"`
+}
+
+// The error codes of Record.ErrCode.
+const (
+	CodeInvalidRequest = "invalid_request"
+	CodeExpired        = "batch_expired"
+	CodeCancelled      = "batch_cancelled"
+	CodeRateLimit      = "rate_limit_exceeded"
+	CodeTimeout        = "timeout"
+	CodeUnavailable    = "unavailable"
+	CodeServerError    = "server_error"
+	CodeAuth           = "authentication_error"
+)
+
+// errorCode classifies a core error into a Record code.
+func errorCode(err error) string {
+	switch {
+	case errors.Is(err, batcher.ErrInvalid):
+		return CodeInvalidRequest
+	case errors.Is(err, batcher.ErrCanceled), errors.Is(err, context.Canceled):
+		return CodeCancelled
+	case errors.Is(err, batcher.ErrDeadline):
+		return CodeTimeout
+	case errors.Is(err, batcher.ErrBudgetExhausted):
+		return CodeRateLimit
+	case errors.Is(err, batcher.ErrNoBackend), errors.Is(err, batcher.ErrShutdown), errors.Is(err, batcher.ErrClosed):
+		return CodeUnavailable
+	}
+	switch batcher.ClassOf(err) {
+	case batcher.ClassRateLimit:
+		return CodeRateLimit
+	case batcher.ClassTimeout:
+		return CodeTimeout
+	case batcher.ClassNetwork:
+		return CodeUnavailable
+	case batcher.ClassAuth:
+		return CodeAuth
+	case batcher.ClassInvalidRequest:
+		return CodeInvalidRequest
+	}
+	return CodeServerError
+}
+
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("jobs: encoding %T: %v", v, err)) // plain structs always encode
+	}
+	return b
+}
+
+// DecodeRecord decodes a task's Result.
+func DecodeRecord(b []byte) (Record, error) {
+	var r Record
+	if len(b) == 0 {
+		return r, nil
+	}
+	err := json.Unmarshal(b, &r)
+	return r, err
+}
+
+func errorRecord(code, format string, args ...any) []byte {
+	return encode(&Record{ErrCode: code, ErrMessage: fmt.Sprintf(format, args...)})
+}

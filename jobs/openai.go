@@ -1,0 +1,303 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+// MaxLineBytes bounds one OpenAI batch input line.
+const MaxLineBytes = 4 << 20
+
+// The endpoints an OpenAI batch line may name.
+const (
+	URLChat        = "/v1/chat/completions"
+	URLCompletions = "/v1/completions"
+	URLEmbeddings  = "/v1/embeddings"
+)
+
+type openAILine struct {
+	CustomID string          `json:"custom_id"`
+	Method   string          `json:"method"`
+	URL      string          `json:"url"`
+	Body     json.RawMessage `json:"body"`
+}
+
+type openAIBody struct {
+	Model       string          `json:"model"`
+	Messages    []openAIMessage `json:"messages"`
+	Prompt      json.RawMessage `json:"prompt"`
+	Input       json.RawMessage `json:"input"`
+	MaxTokens   *int32          `json:"max_tokens"`
+	MaxComplTok *int32          `json:"max_completion_tokens"`
+	Temperature *float32        `json:"temperature"`
+	TopP        *float32        `json:"top_p"`
+	Stop        json.RawMessage `json:"stop"`
+	Seed        *int64          `json:"seed"`
+}
+
+type openAIMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// ParseOpenAILine parses one line of an OpenAI batch input file into its
+// custom_id and request. The error names the field at fault; the caller
+// adds the line number.
+func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error) {
+	line = bytes.TrimSpace(line)
+	if len(line) > MaxLineBytes {
+		return "", nil, fmt.Errorf("line longer than %d bytes", MaxLineBytes)
+	}
+	var l openAILine
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if err := dec.Decode(&l); err != nil {
+		return "", nil, fmt.Errorf("malformed JSON: %w", err)
+	}
+	if dec.More() {
+		return l.CustomID, nil, errors.New("malformed JSON: more than one value on the line")
+	}
+	if l.CustomID == "" {
+		return "", nil, errors.New("custom_id: must be set")
+	}
+	if len(l.CustomID) > 512 {
+		return "", nil, errors.New("custom_id: at most 512 bytes")
+	}
+	if l.Method != "" && l.Method != http.MethodPost {
+		return l.CustomID, nil, fmt.Errorf("method: must be POST, got %q", cut(l.Method))
+	}
+	var b openAIBody
+	if len(l.Body) == 0 || json.Unmarshal(l.Body, &b) != nil {
+		return l.CustomID, nil, errors.New("body: must be a JSON object")
+	}
+	req = &ItemRequest{Model: b.Model, URL: l.URL}
+	switch l.URL {
+	case URLChat:
+		if len(b.Messages) == 0 {
+			return l.CustomID, nil, errors.New("body.messages: must not be empty")
+		}
+		req.Input.Op = batcher.OpChat
+		for i, m := range b.Messages {
+			text, err := contentText(m.Content)
+			if err != nil {
+				return l.CustomID, nil, fmt.Errorf("body.messages[%d].content: %w", i, err)
+			}
+			req.Input.Messages = append(req.Input.Messages, batcher.Message{Role: m.Role, Content: text})
+		}
+	case URLCompletions:
+		var p string
+		if json.Unmarshal(b.Prompt, &p) != nil {
+			return l.CustomID, nil, errors.New("body.prompt: must be a string")
+		}
+		req.Input = batcher.Input{Op: batcher.OpCompletion, Prompt: p}
+	case URLEmbeddings:
+		text, err := embeddingInput(b.Input)
+		if err != nil {
+			return l.CustomID, nil, fmt.Errorf("body.input: %w", err)
+		}
+		req.Input = batcher.Input{Op: batcher.OpEmbedding, Text: text}
+	default:
+		return l.CustomID, nil, fmt.Errorf("url: unknown endpoint %q (want %s, %s or %s)", cut(l.URL), URLChat, URLCompletions, URLEmbeddings)
+	}
+	p := &req.Params
+	switch {
+	case b.MaxComplTok != nil:
+		p.MaxTokens = *b.MaxComplTok
+	case b.MaxTokens != nil:
+		p.MaxTokens = *b.MaxTokens
+	}
+	p.Temperature, p.TopP, p.Seed = b.Temperature, b.TopP, b.Seed
+	if len(b.Stop) > 0 && string(b.Stop) != "null" {
+		var one string
+		if json.Unmarshal(b.Stop, &one) == nil {
+			p.Stop = []string{one}
+		} else if json.Unmarshal(b.Stop, &p.Stop) != nil {
+			return l.CustomID, nil, errors.New("body.stop: must be a string or a list of strings")
+		}
+	}
+	return l.CustomID, req, nil
+}
+
+// contentText reads a message's content: a string, or a list of text parts.
+func contentText(raw json.RawMessage) (string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return "", errors.New("must be a string or a list of text parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("part type %q not supported (text only)", cut(p.Type))
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+func embeddingInput(raw json.RawMessage) (string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var list []string
+	if json.Unmarshal(raw, &list) == nil && len(list) == 1 {
+		return list[0], nil
+	}
+	return "", errors.New("must be a string (or a list of one string)")
+}
+
+func cut(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// The output line, as OpenAI's batch API writes it.
+type outputLine struct {
+	ID       string          `json:"id"`
+	CustomID string          `json:"custom_id"`
+	Response *outputResponse `json:"response"`
+	Error    *outputError    `json:"error"`
+	// Batcher's tags, present when the job has run groups or a judge.
+	Batcher *outputTags `json:"batcher,omitempty"`
+}
+
+type outputResponse struct {
+	StatusCode int    `json:"status_code"`
+	RequestID  string `json:"request_id"`
+	Body       any    `json:"body"`
+}
+
+type outputError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type outputTags struct {
+	Item  int64  `json:"item"`
+	Group string `json:"group,omitempty"`
+	Run   int    `json:"run"`
+	Judge bool   `json:"judge,omitempty"`
+	Model string `json:"model,omitempty"`
+	// JudgePrompt is what the judge received.
+	JudgePrompt string `json:"judge_prompt,omitempty"`
+}
+
+type chatBody struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   usageBody    `json:"usage"`
+}
+
+type chatChoice struct {
+	Index        int          `json:"index"`
+	Message      *chatMessage `json:"message,omitempty"`
+	Text         *string      `json:"text,omitempty"`
+	FinishReason string       `json:"finish_reason"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type usageBody struct {
+	PromptTokens     int32 `json:"prompt_tokens"`
+	CompletionTokens int32 `json:"completion_tokens"`
+	TotalTokens      int32 `json:"total_tokens"`
+}
+
+type embeddingBody struct {
+	Object string          `json:"object"`
+	Data   []embeddingData `json:"data"`
+	Model  string          `json:"model"`
+	Usage  usageBody       `json:"usage"`
+}
+
+type embeddingData struct {
+	Object    string    `json:"object"`
+	Index     int       `json:"index"`
+	Embedding []float32 `json:"embedding"`
+}
+
+// lineID is the output line's id; it carries the done number, which is how
+// a resumed job knows where its files end.
+func lineID(done int64) string { return "batch_req_" + strconv.FormatInt(done, 10) }
+
+// parseLineID returns the done number in an output line, or -1.
+func parseLineID(line []byte) int64 {
+	var l struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(line, &l) != nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(strings.TrimPrefix(l.ID, "batch_req_"), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func finishName(f batcher.FinishReason) string {
+	switch f {
+	case batcher.FinishLength:
+		return "length"
+	case batcher.FinishContentFilter:
+		return "content_filter"
+	}
+	return "stop"
+}
+
+// formatLine renders a finished task as its output line, and reports
+// whether it belongs in errors.jsonl.
+func formatLine(j *Job, t *Task, created time.Time) ([]byte, bool) {
+	rec, err := DecodeRecord(t.Result)
+	if err != nil {
+		rec = Record{ErrCode: CodeServerError, ErrMessage: "stored result unreadable"}
+	}
+	l := outputLine{ID: lineID(t.DoneSeq), CustomID: t.CustomID}
+	if len(j.Spec.Groups) > 0 || j.Spec.Judge != nil {
+		l.Batcher = &outputTags{Item: t.Item, Group: j.GroupName(t.Group), Run: t.Run, Judge: t.Group == GroupJudge,
+			Model: t.Model, JudgePrompt: rec.JudgePrompt}
+	}
+	if t.State != ItemSucceeded {
+		l.Error = &outputError{Code: rec.ErrCode, Message: rec.ErrMessage}
+		return encode(&l), true
+	}
+	usage := usageBody{rec.PromptTokens, rec.CompletionTokens, rec.PromptTokens + rec.CompletionTokens}
+	resp := &outputResponse{StatusCode: 200, RequestID: rec.BatchID}
+	switch {
+	case rec.URL == URLEmbeddings || rec.Embedding != nil:
+		resp.Body = embeddingBody{Object: "list", Model: t.Model, Usage: usage,
+			Data: []embeddingData{{Object: "embedding", Embedding: rec.Embedding}}}
+	case rec.URL == URLCompletions:
+		text := rec.Text
+		resp.Body = chatBody{ID: "cmpl-" + strconv.FormatInt(t.DoneSeq, 10), Object: "text_completion", Created: created.Unix(),
+			Model: t.Model, Usage: usage, Choices: []chatChoice{{Text: &text, FinishReason: finishName(rec.FinishReason)}}}
+	default:
+		resp.Body = chatBody{ID: "chatcmpl-" + strconv.FormatInt(t.DoneSeq, 10), Object: "chat.completion", Created: created.Unix(),
+			Model: t.Model, Usage: usage, Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: rec.Text},
+				FinishReason: finishName(rec.FinishReason)}}}
+	}
+	l.Response = resp
+	return encode(&l), false
+}

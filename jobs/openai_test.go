@@ -1,0 +1,85 @@
+package jobs_test
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/jobs"
+)
+
+func TestParseOpenAILine(t *testing.T) {
+	for _, tc := range []struct {
+		line    string
+		wantErr string
+		check   func(*jobs.ItemRequest) bool
+	}{
+		{`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"temperature":0.5,"stop":"x","seed":3}}`, "",
+			func(r *jobs.ItemRequest) bool {
+				return r.Model == "m" && r.Input.Op == batcher.OpChat && r.Input.Messages[0].Content == "hi" && r.Params.MaxTokens == 5 &&
+					*r.Params.Temperature == 0.5 && r.Params.Stop[0] == "x" && *r.Params.Seed == 3
+			}},
+		{`{"custom_id":"b","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"max_completion_tokens":7}}`, "",
+			func(r *jobs.ItemRequest) bool { return r.Input.Messages[0].Content == "ab" && r.Params.MaxTokens == 7 }},
+		{`{"custom_id":"c","method":"POST","url":"/v1/completions","body":{"model":"m","prompt":"p","stop":["a","b"]}}`, "",
+			func(r *jobs.ItemRequest) bool { return r.Input.Prompt == "p" && len(r.Params.Stop) == 2 }},
+		{`{"custom_id":"d","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":["t"]}}`, "",
+			func(r *jobs.ItemRequest) bool { return r.Input.Op == batcher.OpEmbedding && r.Input.Text == "t" }},
+		{`{"custom_id":"e","method":"GET","url":"/v1/completions","body":{}}`, "method: must be POST", nil},
+		{`{"method":"POST","url":"/v1/completions","body":{}}`, "custom_id: must be set", nil},
+		{`{"custom_id":"f","url":"/v1/images","body":{}}`, "url: unknown endpoint", nil},
+		{`{"custom_id":"g","url":"/v1/chat/completions","body":{"messages":[]}}`, "body.messages: must not be empty", nil},
+		{`{"custom_id":"h","url":"/v1/completions","body":{"prompt":["a","b"]}}`, "body.prompt: must be a string", nil},
+		{`{"custom_id":"i","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}}`, "part type", nil},
+		{`{"custom_id":"j"} {"x":1}`, "more than one value", nil},
+		{`nope`, "malformed JSON", nil},
+	} {
+		id, req, err := jobs.ParseOpenAILine([]byte(tc.line))
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want %q", tc.line, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || id == "" || !tc.check(req) {
+			t.Errorf("%s: got %q %+v %v", tc.line, id, req, err)
+		}
+	}
+}
+
+func FuzzParseOpenAILine(f *testing.F) {
+	for _, s := range []string{
+		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`,
+		`{"custom_id":"c","url":"/v1/completions","body":{"prompt":"p","stop":["a"]}}`,
+		`{"custom_id":"d","url":"/v1/embeddings","body":{"input":"t"}}`,
+		`{"custom_id":"x","url":"/v1/chat/completions","body":{"messages":[{"content":[{"type":"text","text":"\u00ff"}]}]}}`,
+		`{`, ``, `null`, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		id, req, err := jobs.ParseOpenAILine(line)
+		if err != nil {
+			if req != nil {
+				t.Fatalf("error %v with a request", err)
+			}
+			if !utf8.ValidString(err.Error()) && utf8.Valid(line) {
+				t.Fatalf("error message not UTF-8: %q", err)
+			}
+			return
+		}
+		if id == "" || req == nil {
+			t.Fatalf("no error, but id %q request %v", id, req)
+		}
+		switch req.Input.Op {
+		case batcher.OpChat:
+			if len(req.Input.Messages) == 0 {
+				t.Fatal("chat without messages")
+			}
+		case batcher.OpCompletion, batcher.OpEmbedding:
+		default:
+			t.Fatalf("operation %v", req.Input.Op)
+		}
+	})
+}

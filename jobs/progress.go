@@ -1,0 +1,115 @@
+package jobs
+
+import (
+	"sync"
+	"time"
+)
+
+// DefaultRateWindow is the moving window over which rates and the ETA are
+// measured.
+const DefaultRateWindow = 30 * time.Second
+
+// Progress is a job's state, counts and rates.
+type Progress struct {
+	ID          string
+	State       State
+	Counts      Counts
+	Groups      map[string]Counts
+	SuccessRate float64 // succeeded over ended, 0 to 1
+	TokensIn    int64
+	TokensOut   int64
+	TokensPerS  float64
+	ItemsPerH   float64
+	Elapsed     time.Duration
+	// ETA is the time left at the window's completion rate; negative while
+	// unknown.
+	ETA  time.Duration
+	Time time.Time
+}
+
+// rateTracker keeps a job's recent (time, ended, tokens) samples.
+type rateTracker struct {
+	mu      sync.Mutex
+	window  time.Duration
+	samples []sample // oldest first, within the window plus one
+}
+
+type sample struct {
+	at     time.Time
+	ended  int64
+	tokens int64
+}
+
+func (r *rateTracker) observe(now time.Time, ended, tokens int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.samples); n > 0 && now.Sub(r.samples[n-1].at) < 100*time.Millisecond {
+		r.samples[n-1] = sample{now, ended, tokens}
+		return
+	}
+	r.samples = append(r.samples, sample{now, ended, tokens})
+	// Keep one sample older than the window, so that the window is full.
+	i := 0
+	for i+1 < len(r.samples) && now.Sub(r.samples[i+1].at) >= r.window {
+		i++
+	}
+	r.samples = r.samples[i:]
+}
+
+// rates returns ended and tokens per second over the window.
+func (r *rateTracker) rates() (endedPerS, tokensPerS float64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.samples) < 2 {
+		return 0, 0, false
+	}
+	a, b := r.samples[0], r.samples[len(r.samples)-1]
+	dt := b.at.Sub(a.at).Seconds()
+	if dt < 0.5 {
+		return 0, 0, false
+	}
+	return float64(b.ended-a.ended) / dt, float64(b.tokens-a.tokens) / dt, true
+}
+
+// progressOf computes a job's progress, feeding tr with its counts.
+func progressOf(j *Job, tr *rateTracker, now time.Time) Progress {
+	p := Progress{ID: j.ID, State: j.State, Counts: j.Counts, TokensIn: j.TokensIn, TokensOut: j.TokensOut, ETA: -1, Time: now}
+	for g, c := range j.Groups {
+		if name := j.GroupName(g); name != "" {
+			if p.Groups == nil {
+				p.Groups = map[string]Counts{}
+			}
+			p.Groups[name] = c
+		}
+	}
+	ended := j.Counts.Ended()
+	if ended > 0 {
+		p.SuccessRate = float64(j.Counts.Succeeded) / float64(ended)
+	}
+	switch {
+	case !j.EndedAt.IsZero() && !j.StartedAt.IsZero():
+		p.Elapsed = j.EndedAt.Sub(j.StartedAt)
+	case !j.StartedAt.IsZero():
+		p.Elapsed = now.Sub(j.StartedAt)
+	}
+	if j.State.Terminal() {
+		p.ETA = 0
+		if s := p.Elapsed.Seconds(); s > 0 {
+			p.ItemsPerH = float64(ended) / s * 3600
+			p.TokensPerS = float64(j.TokensIn+j.TokensOut) / s
+		}
+		return p
+	}
+	if tr == nil {
+		return p
+	}
+	tr.observe(now, ended, j.TokensIn+j.TokensOut)
+	if perS, tokS, ok := tr.rates(); ok {
+		p.ItemsPerH = perS * 3600
+		p.TokensPerS = tokS
+		if left := j.Counts.Total - ended; perS > 0 {
+			p.ETA = time.Duration(float64(left) / perS * float64(time.Second))
+		}
+	}
+	return p
+}

@@ -1,0 +1,83 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors of the store and the manager.
+var (
+	// ErrNotFound: no job has the id.
+	ErrNotFound = errors.New("jobs: job not found")
+	// ErrConflict: the job is not in a state the change allows.
+	ErrConflict = errors.New("jobs: job state does not allow it")
+	// ErrTooManyItems: the job has more items than the limit.
+	ErrTooManyItems = errors.New("jobs: too many items")
+	// ErrEmpty: the job has no items.
+	ErrEmpty = errors.New("jobs: the job has no items")
+	// ErrInvalid: bad input (a spec field, or an item with fail_on_invalid).
+	ErrInvalid = errors.New("jobs: invalid")
+	// ErrClosed: the manager is shutting down.
+	ErrClosed = errors.New("jobs: closed")
+)
+
+// Store keeps jobs and their tasks. Every implementation passes the
+// conformance suite in jobs/storetest. All methods are safe for concurrent
+// use, also from several processes sharing one database where the
+// implementation allows it (PostgreSQL).
+//
+// Counts per state, per group and tokens are kept on the job as tasks move,
+// in the same transaction, so that reading progress never scans tasks.
+type Store interface {
+	// CreateJob inserts j in StateValidating with no tasks. j.ID must be
+	// new.
+	CreateJob(ctx context.Context, j *Job) error
+	// AddTasks inserts a chunk of j's tasks, counting them by state. Tasks
+	// may arrive in several chunks, in Seq order.
+	AddTasks(ctx context.Context, jobID string, tasks []Task) error
+	// Transition moves a job from one of from to to, recording errMsg when
+	// not empty and the start and end times. It returns ErrConflict when
+	// the job is in no state of from.
+	Transition(ctx context.Context, id string, from []State, to State, errMsg string) error
+	// GetJob returns the job, or ErrNotFound.
+	GetJob(ctx context.Context, id string) (*Job, error)
+	// ListJobs returns up to limit jobs, newest first, after the job with
+	// id after (empty: from the newest), in state (StateUnspecified: any).
+	ListJobs(ctx context.Context, state State, after string, limit int) ([]*Job, error)
+	// DeleteJob removes the job and its tasks.
+	DeleteJob(ctx context.Context, id string) error
+
+	// Claim leases up to n pending tasks of the job to owner until
+	// now+lease, lowest Seq first, and returns them in Seq order. Tasks
+	// another owner holds are skipped, not waited for.
+	Claim(ctx context.Context, jobID, owner string, n int, lease time.Duration) ([]Task, error)
+	// Complete records the ends of tasks owner holds, in one transaction,
+	// numbering them in commit order (DoneSeq). An outcome for a task the
+	// owner no longer holds (its lease ended and it went back) is dropped;
+	// Complete returns how many it recorded. A judge task becomes pending
+	// once the last run of its input ends.
+	Complete(ctx context.Context, jobID, owner string, outs []Outcome) (int, error)
+	// EndPending ends up to n pending or waiting tasks of the job in state
+	// (ItemCancelled or ItemExpired) with result, as Complete would, and
+	// returns how many it ended.
+	EndPending(ctx context.Context, jobID string, state ItemState, result []byte, n int) (int, error)
+	// Extend renews the leases owner holds until now+lease.
+	Extend(ctx context.Context, owner string, lease time.Duration) error
+	// Release puts back to pending the running tasks whose lease ended
+	// before now, or, with owner set, every task owner holds. It returns
+	// how many went back.
+	Release(ctx context.Context, owner string, now time.Time) (int, error)
+
+	// Results returns up to n ended tasks of the job with Seq above after,
+	// in Seq order, only those in state when it is terminal.
+	Results(ctx context.Context, jobID string, after int64, state ItemState, n int) ([]Task, error)
+	// Done returns up to n ended tasks with DoneSeq above after, in DoneSeq
+	// order: what the output files have not yet got.
+	Done(ctx context.Context, jobID string, after int64, n int) ([]Task, error)
+	// Tasks returns the job's tasks with Seq in [from, to), in Seq order:
+	// the runs of one input, for its judge.
+	Tasks(ctx context.Context, jobID string, from, to int64) ([]Task, error)
+
+	Close() error
+}

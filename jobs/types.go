@@ -1,0 +1,234 @@
+package jobs
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+// State is where a job is in its life.
+type State uint8
+
+// The job states, numbered as the proto's JobState.
+const (
+	StateUnspecified State = iota
+	StateValidating
+	StateQueued
+	StateRunning
+	StateFinalizing
+	StateCompleted
+	StateFailed
+	StateCancelling
+	StateCancelled
+	StateExpired
+)
+
+var stateNames = [...]string{"unspecified", "validating", "queued", "running", "finalizing",
+	"completed", "failed", "cancelling", "cancelled", "expired"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Terminal reports whether s is an end state.
+func (s State) Terminal() bool {
+	return s == StateCompleted || s == StateFailed || s == StateCancelled || s == StateExpired
+}
+
+// ItemState is where one task (one run of one input, or its judge) is.
+type ItemState uint8
+
+// The task states. Succeeded and later are terminal. Waiting is a judge task
+// whose runs have not all ended; it counts as pending.
+const (
+	ItemPending ItemState = iota
+	ItemRunning
+	ItemSucceeded
+	ItemFailed
+	ItemCancelled
+	ItemExpired
+	ItemWaiting
+)
+
+var itemStateNames = [...]string{"pending", "running", "succeeded", "failed", "cancelled", "expired", "waiting"}
+
+func (s ItemState) String() string {
+	if int(s) < len(itemStateNames) {
+		return itemStateNames[s]
+	}
+	return "item_state(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Terminal reports whether s is an end state.
+func (s ItemState) Terminal() bool { return s >= ItemSucceeded && s <= ItemExpired }
+
+// Spec configures a job.
+type Spec struct {
+	Name     string            `json:"name,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Model is the default route for items that name none.
+	Model string `json:"model,omitempty"`
+	// Params are the default generation parameters for items that set none.
+	Params batcher.Params `json:"params"`
+	// Priority is PriorityLow or PriorityDeferrable (the default).
+	Priority batcher.Priority `json:"priority"`
+	// MaxRetries, when set, overrides the backend's retry count.
+	MaxRetries *int `json:"max_retries,omitempty"`
+	// RetryDelay, when positive, overrides the backend's first backoff.
+	RetryDelay time.Duration `json:"retry_delay,omitempty"`
+	// ConcurrentRequests bounds the job's tasks in flight; 0: the
+	// manager's default.
+	ConcurrentRequests int `json:"concurrent_requests,omitempty"`
+	// CompletionWindow, when positive, ends the tasks not done that long
+	// after the job's creation as expired.
+	CompletionWindow time.Duration `json:"completion_window,omitempty"`
+	Groups           []Group       `json:"groups,omitempty"`
+	Judge            *Judge        `json:"judge,omitempty"`
+	FailOnInvalid    bool          `json:"fail_on_invalid,omitempty"`
+}
+
+// Group is a run group: every input runs Runs times on Model at
+// Temperature.
+type Group struct {
+	Name        string   `json:"name"`
+	Model       string   `json:"model,omitempty"`
+	Runs        int      `json:"runs"`
+	Temperature *float32 `json:"temperature,omitempty"`
+	Seeds       []int64  `json:"seeds,omitempty"`
+	// NextModel, when set, serves an input whose retries on Model are used
+	// up.
+	NextModel string `json:"next_model,omitempty"`
+}
+
+// Judge is the judge stage: once every run of an input ended, Model gets
+// PromptTemplate executed over the runs' outputs.
+type Judge struct {
+	Model          string         `json:"model"`
+	PromptTemplate string         `json:"prompt_template"`
+	Params         batcher.Params `json:"params"`
+}
+
+// Counts counts tasks by state. Pending includes judge tasks still waiting
+// for their runs.
+type Counts struct {
+	Total     int64 `json:"total"`
+	Pending   int64 `json:"pending"`
+	Running   int64 `json:"running"`
+	Succeeded int64 `json:"succeeded"`
+	Failed    int64 `json:"failed"`
+	Cancelled int64 `json:"cancelled"`
+	Expired   int64 `json:"expired"`
+}
+
+// Ended returns the tasks that reached a terminal state.
+func (c Counts) Ended() int64 { return c.Succeeded + c.Failed + c.Cancelled + c.Expired }
+
+// add moves n tasks into state s (n may be negative).
+func (c *Counts) add(s ItemState, n int64) {
+	switch s {
+	case ItemPending, ItemWaiting:
+		c.Pending += n
+	case ItemRunning:
+		c.Running += n
+	case ItemSucceeded:
+		c.Succeeded += n
+	case ItemFailed:
+		c.Failed += n
+	case ItemCancelled:
+		c.Cancelled += n
+	case ItemExpired:
+		c.Expired += n
+	}
+}
+
+// GroupJudge and GroupNone are the group indexes of judge tasks and of the
+// tasks of a job without run groups.
+const (
+	GroupNone  = -1
+	GroupJudge = -2
+)
+
+// Job is a job as stored.
+type Job struct {
+	ID        string
+	Spec      Spec
+	State     State
+	Counts    Counts
+	Groups    map[int]Counts // by group index, GroupJudge included
+	TokensIn  int64
+	TokensOut int64
+	CreatedAt time.Time
+	StartedAt time.Time // zero until it first ran
+	EndedAt   time.Time // zero until terminal
+	// Error says why the job FAILED.
+	Error string
+	// Invalid counts the inputs that became error lines at creation.
+	Invalid int64
+}
+
+// Deadline returns when the job's completion window ends; zero: never.
+func (j *Job) Deadline() time.Time {
+	if j.Spec.CompletionWindow <= 0 {
+		return time.Time{}
+	}
+	return j.CreatedAt.Add(j.Spec.CompletionWindow)
+}
+
+// GroupName returns the name of group index g.
+func (j *Job) GroupName(g int) string {
+	switch {
+	case g == GroupJudge:
+		return "judge"
+	case g >= 0 && g < len(j.Spec.Groups):
+		return j.Spec.Groups[g].Name
+	}
+	return ""
+}
+
+// Task is one unit of work: one run of one input, or an input's judge.
+type Task struct {
+	Seq      int64 // order in the job, from 0: inputs in order, then groups, runs, judge
+	Item     int64 // the input's index, from 0
+	Group    int   // group index, GroupNone or GroupJudge
+	Run      int
+	CustomID string
+	// Line is the input's line number (from 1) in the caller's stream.
+	Line  int64
+	State ItemState
+	// Request is the encoded ItemRequest; empty for a judge task.
+	Request []byte
+	// Set once terminal:
+	Model     string
+	Result    []byte // the encoded Outcome record
+	TokensIn  int64
+	TokensOut int64
+	DoneSeq   int64 // commit order in the job, from 1
+	Attempts  int   // claims so far
+}
+
+// Outcome is a claimed task's end, as Complete records it.
+type Outcome struct {
+	Seq       int64
+	Group     int
+	State     ItemState // terminal
+	Model     string
+	Result    []byte
+	TokensIn  int64
+	TokensOut int64
+	// JudgeSeq is the Seq of the input's judge task, or -1 when the job has
+	// no judge; the input's runs are the tasks from RunsFrom up to it.
+	JudgeSeq int64
+	RunsFrom int64
+	// Item, Run and CustomID describe the task for its output line; the
+	// store does not read them.
+	Item     int64
+	Run      int
+	CustomID string
+	// DoneSeq is set by Complete: the task's done number, or 0 when the
+	// outcome was dropped.
+	DoneSeq int64
+}
