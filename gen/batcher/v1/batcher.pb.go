@@ -2210,10 +2210,8 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\rVERBOSITY_ALL\x10\x022\xa8\x01\n" +
 	"\x0eBatcherService\x12?\n" +
 	"\x06Submit\x12\x19.batcher.v1.SubmitRequest\x1a\x1a.batcher.v1.SubmitResponse\x12U\n" +
-	"\fSubmitStream\x12\x1f.batcher.v1.SubmitStreamRequest\x1a .batcher.v1.SubmitStreamResponse(\x010\x01B\x9e\x01\n" +
-	"\x0ecom.batcher.v1B\fBatcherProtoP\x01Z5github.com/batcherhq/batcher/gen/batcher/v1;batcherv1\xa2\x02\x03BXX\xaa\x02\n" +
-	"Batcher.V1\xca\x02\n" +
-	"Batcher\\V1\xe2\x02\x16Batcher\\V1\\GPBMetadata\xea\x02\vBatcher::V1b\x06proto3"
+	"\fSubmitStream\x12\x1f.batcher.v1.SubmitStreamRequest\x1a .batcher.v1.SubmitStreamResponse(\x010\x01Ba\n" +
+	"\x18com.batcherhq.batcher.v1B\fBatcherProtoP\x01Z5github.com/batcherhq/batcher/gen/batcher/v1;batcherv1b\x06proto3"
 
 var (
 	file_batcher_v1_batcher_proto_rawDescOnce sync.Once
