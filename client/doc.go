@@ -9,6 +9,12 @@
 // (OnEvent, OnSummary) or a channel (WithEvents). Chat, Complete and Embed
 // build requests; RequestOptions set their fields.
 //
+// Submit retries what the service says to retry: a RESOURCE_EXHAUSTED or
+// UNAVAILABLE status that carries a google.rpc.RetryInfo is retried after
+// the delay it gives, within the caller's deadline, up to WithMaxAttempts
+// times in all (WithoutRetry turns this off). Streams do not retry: a
+// rejected request's handle returns the status, RetryInfo included.
+//
 // Errors are gRPC status errors, as the service sends them: use status.Code
 // or status.Convert. A completion that carries an error is returned with
 // that error; a rejected request has no completion.

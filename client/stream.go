@@ -248,10 +248,15 @@ func (s *Stream) writeLocked(ctx context.Context, m *batcherv1.SubmitStreamReque
 	if err := s.endedErr(); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { s.abort(fmt.Errorf("client: send abandoned: %w", context.Cause(ctx))) })
-	err := s.cs.SendMsg(m)
-	if !stop() {
-		return context.Cause(ctx)
+	var err error
+	if ctx.Done() == nil { // ctx cannot end: nothing to watch
+		err = s.cs.SendMsg(m)
+	} else {
+		stop := context.AfterFunc(ctx, func() { s.abort(fmt.Errorf("client: send abandoned: %w", context.Cause(ctx))) })
+		err = s.cs.SendMsg(m)
+		if !stop() {
+			return context.Cause(ctx)
+		}
 	}
 	if errors.Is(err, io.EOF) {
 		// The stream has ended; its status arrives on the receive side.

@@ -18,8 +18,15 @@
 //     server reading the stream (gRPC flow control pushes back) and never
 //     fails a request; when the caller goes away, everything it had in
 //     flight is cancelled in the core;
-//   - Shutdown drains in order (health NOT_SERVING, core drain, streams send
-//     what they owe and end), so that grpc.Server.GracefulStop can return.
+//   - streams are bounded: at most WithMaxStreams open, and a server-wide
+//     budget of answers owed (WithMaxPendingMessages) past which streams
+//     that owe answers are not read, so that callers who stop reading are
+//     pushed back by flow control instead of growing the server's memory;
+//   - a request whose bytes do not decode gets INVALID_ARGUMENT (codec.go);
+//   - Shutdown drains in order (health NOT_SERVING and health watches
+//     ended, core drain, streams send what they owe and end), so that
+//     grpc.Server.GracefulStop can return; Drain and Deliver split it, so
+//     that delivery gets a budget of its own after the drain deadline.
 //
 // Typical wiring:
 //

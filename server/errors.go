@@ -44,6 +44,8 @@ func toStatus(err error) *status.Status {
 	switch {
 	case errors.Is(err, batcher.ErrInvalid):
 		return status.New(codes.InvalidArgument, "invalid request")
+	case errors.Is(err, batcher.ErrTooManyLanes):
+		return withRetry(status.New(codes.ResourceExhausted, "too many distinct parameter sets in use: the server's lane limit is reached; retry after "+QueueFullRetryDelay.String()), QueueFullRetryDelay)
 	case errors.Is(err, batcher.ErrQueueFull):
 		return withRetry(status.New(codes.ResourceExhausted, "queue full: retry after "+QueueFullRetryDelay.String()), QueueFullRetryDelay)
 	case errors.Is(err, batcher.ErrClosed):
@@ -113,6 +115,10 @@ func upstreamStatus(ue *batcher.UpstreamError) *status.Status {
 		return status.New(codes.InvalidArgument, with("upstream rejected the request"))
 	case batcher.ClassInvalidResponse:
 		return status.New(codes.Internal, with("upstream sent an invalid response"))
+	case batcher.ClassNotFound:
+		// The backend's base URL or model is wrong: the operator's to fix,
+		// and no retry by the caller helps until then.
+		return status.New(codes.FailedPrecondition, with("upstream endpoint or model not found"))
 	}
 	return status.New(codes.Unknown, with("upstream failed"))
 }

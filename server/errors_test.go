@@ -54,6 +54,8 @@ func TestToStatus(t *testing.T) {
 		{"auth", up(batcher.ClassAuth, "bad key sk-SECRET"), codes.Internal, "upstream rejected the backend's credentials", 0},
 		{"invalid request", up(batcher.ClassInvalidRequest, "context too long"), codes.InvalidArgument, "upstream rejected the request: context too long", 0},
 		{"invalid response", up(batcher.ClassInvalidResponse, "3 answers for 4 requests"), codes.Internal, "upstream sent an invalid response: 3 answers for 4 requests", 0},
+		{"not found", up(batcher.ClassNotFound, "HTTP 404 Not Found from /v1/chat/completions"), codes.FailedPrecondition,
+			"upstream endpoint or model not found: HTTP 404 Not Found from /v1/chat/completions", 0},
 		{"unknown class", up(batcher.ClassUnknown, "backend failed"), codes.Unknown, "upstream failed: backend failed", 0},
 		{"no message", up(batcher.ClassServer, ""), codes.Unavailable, "upstream server error", 0},
 		{"anything else", errors.New("disk on fire: /etc/secret"), codes.Internal, "internal error", 0},

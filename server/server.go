@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -40,20 +41,20 @@ const (
 
 // Option configures a Server.
 //
-// An invalid value does not stop New (whose signature has no error): it is
-// ignored, the default stays, and New logs a warning naming the option and
-// the value. Validate configuration at the edge (cmd/) to fail fast.
+// An invalid value makes New panic with an error naming the option (New's
+// signature has no error): check options first with ValidateOptions, as
+// batcherd does when it loads its configuration. Nothing is clamped.
 type Option func(*config)
 
 // WithStreamWindow bounds the accepted requests one SubmitStream may have
 // in flight (plus rejections not yet sent). While the window is full the
 // server stops reading the stream. Default DefaultStreamWindow; less than 1
-// is ignored.
+// is invalid.
 func WithStreamWindow(n int) Option { return func(c *config) { c.window = n } }
 
 // WithSummaryInterval sets how often streams get a StreamSummary unless
 // their StreamOptions say otherwise. Default DefaultSummaryInterval; a value
-// outside MinSummaryInterval..MaxSummaryInterval is ignored.
+// outside MinSummaryInterval..MaxSummaryInterval is invalid.
 func WithSummaryInterval(d time.Duration) Option { return func(c *config) { c.interval = d } }
 
 // WithLogger sets where the server logs. Default slog.Default(); nil is
@@ -77,6 +78,8 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 
 type config struct {
 	window         int
+	maxStreams     int
+	maxPending     int
 	interval       time.Duration
 	logger         *slog.Logger
 	tracerProvider trace.TracerProvider
@@ -89,26 +92,22 @@ const tracerName = "github.com/batcherhq/batcher/server"
 // attrRequestID names the request on the server's spans, as the core does.
 const attrRequestID = attribute.Key("batcher.request.id")
 
-func newConfig(opts []Option) config {
-	var c config
+// newConfig resolves opts, or returns an error naming each invalid one
+// ("stream window: must be at least 1, got 0").
+func newConfig(opts []Option) (config, error) {
+	c := config{window: DefaultStreamWindow, interval: DefaultSummaryInterval}
 	for _, o := range opts {
 		o(&c)
 	}
+	var errs []error
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	if c.window == 0 {
-		c.window = DefaultStreamWindow
-	} else if c.window < 1 {
-		c.logger.Warn("server: ignoring stream window, using the default", "got", c.window, "min", 1, "default", DefaultStreamWindow)
-		c.window = DefaultStreamWindow
+	if c.window < 1 {
+		errs = append(errs, fmt.Errorf("stream window: must be at least 1, got %d", c.window))
 	}
-	if c.interval == 0 {
-		c.interval = DefaultSummaryInterval
-	} else if c.interval < MinSummaryInterval || c.interval > MaxSummaryInterval {
-		c.logger.Warn("server: ignoring summary interval, using the default", "got", c.interval,
-			"min", MinSummaryInterval, "max", MaxSummaryInterval, "default", DefaultSummaryInterval)
-		c.interval = DefaultSummaryInterval
+	if c.interval < MinSummaryInterval || c.interval > MaxSummaryInterval {
+		errs = append(errs, fmt.Errorf("summary interval: must be %v to %v, got %v", MinSummaryInterval, MaxSummaryInterval, c.interval))
 	}
 	if c.tracerProvider == nil {
 		c.tracerProvider = noop.NewTracerProvider()
@@ -118,7 +117,16 @@ func newConfig(opts []Option) config {
 	if c.propagator == nil {
 		c.propagator = propagation.TraceContext{}
 	}
-	return c
+	errs = append(errs, c.checkLimits()...)
+	return c, errors.Join(errs...)
+}
+
+// ValidateOptions reports every invalid option among opts, each error
+// naming it in words ("summary interval: must be 100ms to 1h0m0s, got
+// 1ms"): what would make New panic.
+func ValidateOptions(opts ...Option) error {
+	_, err := newConfig(opts)
+	return err
 }
 
 // Server is the BatcherService: it translates RPCs into calls on a
@@ -143,9 +151,16 @@ type Server struct {
 	mu       sync.Mutex
 	shutting bool
 	streams  sync.WaitGroup
+	live     map[*stream]struct{} // open streams, for StreamStats
+
+	budget *budget // answers owed on streams, server-wide (limits.go)
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed once the core has drained: streams end
+
+	watchesOnce sync.Once
+	watchesEnd  chan struct{} // closed when the drain begins: health watches end
+	openStreams atomic.Int64  // SubmitStreams open now
 
 	// testHookRecvDone, when set (before any stream opens), is called when
 	// a stream's receiver has seen the caller's half-close or a broken
@@ -157,10 +172,13 @@ type Server struct {
 // health, besides the server-wide "".
 var healthService = batcherv1.BatcherService_ServiceDesc.ServiceName
 
-// New returns a Server in front of core. See Option for how invalid options
-// are handled.
+// New returns a Server in front of core. It panics when an option is
+// invalid (see Option and ValidateOptions).
 func New(core *batcher.Batcher, opts ...Option) *Server {
-	cfg := newConfig(opts)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		panic("server: invalid options: " + err.Error())
+	}
 	var prefix [6]byte
 	_, _ = rand.Read(prefix[:]) // never fails (crypto/rand)
 	s := &Server{
@@ -172,6 +190,8 @@ func New(core *batcher.Batcher, opts ...Option) *Server {
 		health:       health.NewServer(),
 		idPrefix:     "srv-" + hex.EncodeToString(prefix[:]) + "-",
 		closing:      make(chan struct{}),
+		watchesEnd:   make(chan struct{}),
+		budget:       newBudget(cfg.maxPending),
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(healthService, healthpb.HealthCheckResponse_SERVING)
@@ -183,13 +203,14 @@ func New(core *batcher.Batcher, opts ...Option) *Server {
 // works without the proto files.
 func (s *Server) Register(gs *grpc.Server) {
 	batcherv1.RegisterBatcherServiceServer(gs, s)
-	healthpb.RegisterHealthServer(gs, s.health)
+	healthpb.RegisterHealthServer(gs, &healthServer{Server: s.health, end: s.watchesEnd})
 	reflection.Register(gs)
 }
 
 // Shutdown stops the service gracefully, in this order:
 //
-//  1. health checks answer NOT_SERVING, so load balancers stop sending;
+//  1. health checks answer NOT_SERVING, so load balancers stop sending,
+//     and health watches end;
 //  2. the core shuts down with ctx: admission stops (new requests get
 //     UNAVAILABLE) and every pending request is sent and finished, or ended
 //     with UNAVAILABLE when ctx ends first;
@@ -197,44 +218,35 @@ func (s *Server) Register(gs *grpc.Server) {
 //     final summary, and ends with UNAVAILABLE "server shutting down" (OK if
 //     its caller had already half-closed).
 //
-// Shutdown returns once every stream has ended, or when ctx ends (then with
-// an error wrapping ctx's; a stream whose caller stopped reading cannot
-// finish). The caller then calls gs.GracefulStop, which returns once the
-// remaining RPCs end; bound it with gs.Stop in case a client holds a health
-// Watch open. Calling Shutdown again waits again.
+// Shutdown is Drain then Deliver with the same ctx; a caller that wants the
+// aborted requests' results delivered after the drain deadline calls the two
+// with contexts of their own. It returns once every stream has ended, or
+// when ctx ends (then with an error wrapping ctx's; a stream whose caller
+// stopped reading cannot finish). The caller then calls gs.GracefulStop,
+// bounded by gs.Stop. Calling Shutdown again waits again.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.health.Shutdown()
-	s.mu.Lock()
-	s.shutting = true
-	s.mu.Unlock()
-
-	err := s.core.Shutdown(ctx)
-	s.closeOnce.Do(func() { close(s.closing) })
-
-	done := make(chan struct{})
-	go func() {
-		s.streams.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		if err == nil {
-			err = fmt.Errorf("server: streams still sending: %w", ctx.Err())
-		}
+	err := s.Drain(ctx)
+	if derr := s.Deliver(ctx); derr != nil && err == nil {
+		err = derr
 	}
 	return err
 }
 
-// enterStream registers a stream; false once Shutdown has begun.
-func (s *Server) enterStream() bool {
+// enterStream registers a stream, or returns the status that refuses it:
+// UNAVAILABLE once Shutdown has begun, RESOURCE_EXHAUSTED when
+// WithMaxStreams streams are open.
+func (s *Server) enterStream() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutting {
-		return false
+		return status.Error(codes.Unavailable, "server shutting down")
+	}
+	if n := s.openStreams.Load(); n >= int64(s.cfg.maxStreams) {
+		return status.Errorf(codes.ResourceExhausted, "too many streams: the server serves at most %d at once", s.cfg.maxStreams)
 	}
 	s.streams.Add(1)
-	return true
+	s.openStreams.Add(1)
+	return nil
 }
 
 // newID returns an id for a Submit request that came without one.
@@ -247,19 +259,22 @@ func (s *Server) newID() string {
 // from the caller's W3C traceparent metadata) with tp (the global provider
 // when nil), and panic recovery for unary and streaming handlers, which
 // logs the panic and its stack with slog.Default and answers INTERNAL
-// without detail. extra options are appended.
+// without detail, and a codec under which a request that does not decode
+// gets INVALID_ARGUMENT (codec.go). extra options are appended.
 func NewGRPCServer(tp trace.TracerProvider, extra ...grpc.ServerOption) *grpc.Server {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
 	rec := recovery.WithRecoveryHandlerContext(recoverPanic)
+	dc := newDecodeCodec()
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(tp),
 			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
 		)),
-		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec)),
-		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec)),
+		grpc.ForceServerCodecV2(dc),
+		grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(rec), dc.unary),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(rec), dc.stream),
 	}
 	return grpc.NewServer(append(opts, extra...)...)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/internal/clip"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	grpccodes "google.golang.org/grpc/codes"
@@ -27,10 +28,10 @@ import (
 // it had in flight. When a shutdown ends the stream, a request the caller
 // sent that got neither a Completion nor a Rejection was never accepted.
 func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) error {
-	if !s.enterStream() {
-		return status.Error(grpccodes.Unavailable, "server shutting down")
+	if err := s.enterStream(); err != nil {
+		return err
 	}
-	defer s.streams.Done()
+	defer s.exitStream()
 	st := &stream{
 		s:       s,
 		gs:      gs,
@@ -44,6 +45,7 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 		interval: s.cfg.interval,
 	}
 	st.allEvents.Store(true)
+	defer s.trackStream(st)()
 	return st.run()
 }
 
@@ -74,6 +76,8 @@ type stream struct {
 	// Receiver-owned; interval is read by the sender once ready is closed.
 	interval  time.Duration
 	allEvents atomic.Bool // progress events wanted (read by OnEvent)
+
+	held atomic.Int64 // server-wide budget tokens held, one per window token (limits.go)
 
 	mu        sync.Mutex
 	out       []*batcherv1.SubmitStreamResponse // to send, in order
@@ -215,16 +219,18 @@ func (st *stream) close() {
 		}
 	}
 	st.mu.Unlock()
+	st.dropAllBudget() // its answers will never be sent
 	for _, c := range calls {
 		c.Cancel()
 	}
 	close(st.stopped)
 }
 
-// release gives back a window token.
+// release gives back a window token and its server-wide budget token.
 func (st *stream) release() {
 	select {
 	case <-st.window:
+		st.dropBudget()
 	default:
 	}
 }
@@ -261,6 +267,13 @@ func (st *stream) receive() {
 		case <-st.stopped:
 			return
 		case <-st.ctx.Done():
+			return
+		}
+		if !st.takeBudget() {
+			select { // give back the window token alone
+			case <-st.window:
+			default:
+			}
 			return
 		}
 		msg, err := st.gs.Recv()
@@ -320,6 +333,7 @@ func (st *stream) endReceive(err error) {
 	}
 	if errors.Is(err, io.EOF) {
 		err = nil
+		st.flushOwn() // nothing more will join them: send what waits now
 	} else {
 		st.s.log.WarnContext(st.ctx, "server: stream receive failed", "err", err)
 		st.cancelAll()
@@ -336,17 +350,39 @@ func (st *stream) endReceive(err error) {
 	}
 }
 
-// cancelAll cancels every accepted request.
-func (st *stream) cancelAll() {
+// flushOwn sends this stream's queued requests now, and no other
+// caller's: they leave in their lanes' next batches, which other callers'
+// requests still fill. It does not wait for them to be sent.
+func (st *stream) flushOwn() {
+	if calls := st.calls(); len(calls) > 0 {
+		_ = st.s.core.FlushCalls(noWait, calls...)
+	}
+}
+
+// calls returns the stream's accepted requests that the core holds.
+func (st *stream) calls() []*batcher.Call {
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	calls := make([]*batcher.Call, 0, len(st.items))
 	for _, it := range st.items {
 		if it.call != nil {
 			calls = append(calls, it.call)
 		}
 	}
-	st.mu.Unlock()
-	for _, c := range calls {
+	return calls
+}
+
+// noWait is a context that is already done: FlushCalls asks for the flush
+// and returns without waiting for it.
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// cancelAll cancels every accepted request.
+func (st *stream) cancelAll() {
+	for _, c := range st.calls() {
 		c.Cancel()
 	}
 }
@@ -359,7 +395,7 @@ func (st *stream) handle(msg *batcherv1.SubmitStreamRequest) {
 	case *batcherv1.SubmitStreamRequest_Cancel:
 		st.cancel(k.Cancel.GetId())
 	case *batcherv1.SubmitStreamRequest_Flush:
-		st.s.core.Flush()
+		st.flushOwn()
 		st.release()
 	case *batcherv1.SubmitStreamRequest_Options:
 		st.reject(st.ctx, "", invalidArgument("options", "allowed only as the first message"))
@@ -384,7 +420,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 	st.mu.Lock()
 	if _, dup := st.items[id]; dup {
 		st.mu.Unlock()
-		st.reject(ctx, id, invalidArgument("request.id", "duplicate: "+strconv.Quote(truncate(id))+" is already in flight on this stream"))
+		st.reject(ctx, id, invalidArgument("request.id", "duplicate: "+strconv.Quote(clip.String(id))+" is already in flight on this stream"))
 		return
 	}
 	st.items[id] = it
@@ -426,7 +462,7 @@ func (st *stream) cancel(id string) {
 	if it == nil {
 		// Not a request: the rejection's id stays empty (the proto's rule), so
 		// that it cannot be taken for a later request reusing the id.
-		st.reject(st.ctx, "", status.New(grpccodes.NotFound, "cancel: no request "+strconv.Quote(truncate(id))+" in flight on this stream"))
+		st.reject(st.ctx, "", status.New(grpccodes.NotFound, "cancel: no request "+strconv.Quote(clip.String(id))+" in flight on this stream"))
 		return
 	}
 	st.release()
@@ -514,11 +550,3 @@ func (c itemCarrier) Get(key string) string {
 func (itemCarrier) Set(string, string) {}
 
 func (itemCarrier) Keys() []string { return []string{"traceparent", "tracestate"} }
-
-// truncate keeps caller-controlled strings in messages short.
-func truncate(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
-}

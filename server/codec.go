@@ -1,0 +1,95 @@
+package server
+
+import (
+	"context"
+	"sync"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto" // registers the proto codec wrapped here
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+)
+
+// decodeCodec is grpc's proto codec with one change: a BatcherService
+// request that does not decode (garbage, a truncated message, invalid
+// UTF-8 in a string) becomes the caller's INVALID_ARGUMENT rather than
+// grpc-go's INTERNAL "failed to unmarshal", which blames the server.
+//
+// grpc-go turns every codec error into INTERNAL, so the codec does not fail
+// for those messages: it records the error against the message, and the
+// interceptors of NewGRPCServer, which every such message passes right after
+// decoding, take the record and answer INVALID_ARGUMENT. Other services'
+// messages fail as before.
+type decodeCodec struct {
+	encoding.CodecV2
+	bad sync.Map // proto message pointer -> its decoding error, until an interceptor takes it
+}
+
+func newDecodeCodec() *decodeCodec {
+	return &decodeCodec{CodecV2: encoding.GetCodecV2("proto")}
+}
+
+func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	switch v.(type) {
+	case *batcherv1.SubmitRequest, *batcherv1.SubmitStreamRequest:
+		c.bad.Store(v, err)
+		return nil
+	}
+	return err
+}
+
+// take returns, and forgets, the decoding error recorded for m.
+func (c *decodeCodec) take(m any) *status.Status {
+	switch m.(type) {
+	case *batcherv1.SubmitRequest, *batcherv1.SubmitStreamRequest:
+	default:
+		return nil
+	}
+	err, ok := c.bad.LoadAndDelete(m)
+	if !ok {
+		return nil
+	}
+	return status.New(codes.InvalidArgument, "message does not decode as a "+messageName(m)+": "+err.(error).Error())
+}
+
+func messageName(m any) string {
+	if _, ok := m.(*batcherv1.SubmitRequest); ok {
+		return "batcher.v1.SubmitRequest"
+	}
+	return "batcher.v1.SubmitStreamRequest"
+}
+
+func (c *decodeCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if st := c.take(req); st != nil {
+		return nil, st.Err()
+	}
+	return h(ctx, req)
+}
+
+func (c *decodeCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, &decodeStream{ServerStream: ss, c: c})
+}
+
+// decodeStream answers a received message that did not decode with
+// INVALID_ARGUMENT, which ends the stream as any failed receive does.
+type decodeStream struct {
+	grpc.ServerStream
+	c *decodeCodec
+}
+
+func (s *decodeStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if st := s.c.take(m); st != nil {
+		return st.Err()
+	}
+	return nil
+}

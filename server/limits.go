@@ -1,0 +1,159 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Defaults of the stream limits.
+const (
+	// DefaultMaxStreams bounds the SubmitStreams open at once, server-wide.
+	DefaultMaxStreams = 1024
+	// DefaultMaxPendingMessages is the server-wide budget of answers
+	// (Completions and Rejections) owed on streams and not yet sent.
+	DefaultMaxPendingMessages = 1024
+	// streamFloor is how many answers any stream may owe whatever the
+	// budget: a stream whose caller reads is never starved by streams whose
+	// callers do not.
+	streamFloor = 2
+)
+
+// WithMaxStreams bounds the SubmitStreams open at once; one more is
+// refused with RESOURCE_EXHAUSTED naming the limit. Default
+// DefaultMaxStreams; less than 1 is invalid.
+func WithMaxStreams(n int) Option { return func(c *config) { c.maxStreams = n } }
+
+// WithMaxPendingMessages sets the server-wide budget of answers owed on
+// streams and not yet sent: what the server buffers for callers. A stream
+// reads its next message only while it owes fewer than its window, and,
+// beyond a floor of a few per stream, while the server-wide budget has
+// room: a caller that stops reading holds its answers, the server stops
+// reading from it, and HTTP/2 flow control pushes back on it, while memory
+// stays bounded. Default DefaultMaxPendingMessages; less than 1 is invalid.
+func WithMaxPendingMessages(n int) Option { return func(c *config) { c.maxPending = n } }
+
+func (c *config) checkLimits() []error {
+	var errs []error
+	if c.maxStreams == 0 {
+		c.maxStreams = DefaultMaxStreams
+	}
+	if c.maxStreams < 1 {
+		errs = append(errs, fmt.Errorf("max streams: must be at least 1, got %d", c.maxStreams))
+	}
+	if c.maxPending == 0 {
+		c.maxPending = DefaultMaxPendingMessages
+	}
+	if c.maxPending < 1 {
+		errs = append(errs, fmt.Errorf("max pending messages: must be at least 1, got %d", c.maxPending))
+	}
+	return errs
+}
+
+// budget is the server-wide count of answers owed on streams.
+type budget struct {
+	max  int64
+	used atomic.Int64
+
+	mu      sync.Mutex
+	waiters int
+	freed   chan struct{} // closed and replaced when tokens come back to waiters
+}
+
+func newBudget(max int) *budget {
+	return &budget{max: int64(max), freed: make(chan struct{})}
+}
+
+// acquire takes a token for a stream that holds held tokens: at once below
+// the floor, else once used is under max. It returns false when done ends
+// first.
+func (b *budget) acquire(held *atomic.Int64, done1, done2 <-chan struct{}) bool {
+	for {
+		if held.Load() < streamFloor {
+			b.used.Add(1)
+			return true
+		}
+		if u := b.used.Load(); u < b.max {
+			if b.used.CompareAndSwap(u, u+1) {
+				return true
+			}
+			continue
+		}
+		b.mu.Lock()
+		if b.used.Load() < b.max || held.Load() < streamFloor {
+			b.mu.Unlock()
+			continue
+		}
+		b.waiters++
+		ch := b.freed
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-done1:
+		case <-done2:
+		}
+		b.mu.Lock()
+		b.waiters--
+		b.mu.Unlock()
+		select {
+		case <-done1:
+			return false
+		case <-done2:
+			return false
+		default:
+		}
+	}
+}
+
+// release gives back n tokens.
+func (b *budget) release(n int64) {
+	if n <= 0 {
+		return
+	}
+	b.used.Add(-n)
+	b.mu.Lock()
+	if b.waiters > 0 {
+		close(b.freed)
+		b.freed = make(chan struct{})
+	}
+	b.mu.Unlock()
+}
+
+// PendingMessages reports the answers owed on streams server-wide.
+func (s *Server) PendingMessages() int64 { return s.budget.used.Load() }
+
+// takeBudget takes a server-wide token for st's next message; false when
+// the stream ends first. A token taken after the stream closed is given
+// back at once (close returned the others).
+func (st *stream) takeBudget() bool {
+	if !st.s.budget.acquire(&st.held, st.stopped, st.ctx.Done()) {
+		return false
+	}
+	st.held.Add(1)
+	st.mu.Lock()
+	closed := st.closed
+	st.mu.Unlock()
+	if closed {
+		st.dropBudget()
+		return false
+	}
+	return true
+}
+
+// dropBudget gives back one of st's server-wide tokens, if it holds any.
+func (st *stream) dropBudget() {
+	for {
+		h := st.held.Load()
+		if h <= 0 {
+			return
+		}
+		if st.held.CompareAndSwap(h, h-1) {
+			st.s.budget.release(1)
+			return
+		}
+	}
+}
+
+// dropAllBudget gives back every server-wide token st holds: its answers
+// will never be sent.
+func (st *stream) dropAllBudget() { st.s.budget.release(st.held.Swap(0)) }

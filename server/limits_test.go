@@ -1,0 +1,158 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// limitsEnv serves two routes: "held", whose backend holds every request
+// until the test ends, and routeChat, answered at once.
+func limitsEnv(t *testing.T, opts ...Option) (*Server, batcherv1.BatcherServiceClient, *fakeBackend) {
+	t.Helper()
+	held, quick := heldFake(), newFake()
+	core, err := batcher.New(
+		batcher.WithBackend(batcher.BackendConfig{Name: "held", Backend: held, MaxConcurrency: 1000}),
+		batcher.WithBackend(batcher.BackendConfig{Name: "quick", Backend: quick}),
+		batcher.WithRoute(batcher.Route{Name: "held", Op: batcher.OpChat, Backend: "held",
+			Batch: batcher.BatchConfig{Window: time.Millisecond, MaxBatchSize: 1}}),
+		batcher.WithRoute(batcher.Route{Name: routeChat, Op: batcher.OpChat, Backend: "quick",
+			Batch: batcher.BatchConfig{Window: time.Millisecond}}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(core, append([]Option{WithLogger(quietLog)}, opts...)...)
+	gs := NewGRPCServer(nil)
+	srv.Register(gs)
+	lis := bufconn.Listen(1 << 20)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		held.Release()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		gs.Stop()
+		<-served
+	})
+	return srv, batcherv1.NewBatcherServiceClient(conn), held
+}
+
+func heldReq(id string) *batcherv1.Request {
+	r := chatReq(id, "x")
+	r.Model = "held"
+	return r
+}
+
+// TestPendingBudget: a stream whose answers are owed (its requests held)
+// stops being read once the server-wide budget is spent, though its own
+// window has room; another stream still gets its floor and completes.
+func TestPendingBudget(t *testing.T) {
+	const budget, window = 8, 64
+	srv, client, held := limitsEnv(t, WithMaxPendingMessages(budget), WithStreamWindow(window))
+	ctx := testCtx(t)
+	a, err := client.SubmitStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aSent := make(chan struct{})
+	go func() { // the server stops reading; these sends then block
+		defer close(aSent)
+		for i := range window {
+			if a.Send(reqMsg(heldReq(fmt.Sprint("a", i)))) != nil {
+				return
+			}
+		}
+	}()
+	held.waitStarted(t, budget)
+
+	b, err := client.SubmitStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	bSent := make(chan struct{})
+	go func() {
+		defer close(bSent)
+		for i := range n {
+			if b.Send(reqMsg(chatReq(fmt.Sprint("b", i), "x"))) != nil {
+				return
+			}
+		}
+	}()
+	for done := 0; done < n; {
+		m, err := b.Recv()
+		if err != nil {
+			t.Fatalf("stream b: %v after %d completions", err, done)
+		}
+		if m.GetCompletion() != nil {
+			done++
+		}
+	}
+	if got := held.requests.Load(); got > budget {
+		t.Fatalf("the stream that owes its answers was read %d times; the budget is %d", got, budget)
+	}
+	if p := srv.PendingMessages(); p > budget+streamFloor {
+		t.Fatalf("%d answers pending server-wide, budget %d", p, budget)
+	}
+	// Once every stream has ended, every token is back.
+	held.Release()
+	<-aSent // the server reads again as answers go out
+	<-bSent
+	_ = a.CloseSend()
+	_ = b.CloseSend()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := srv.PendingMessages(); p != 0 {
+		t.Fatalf("%d budget tokens still taken after every stream ended", p)
+	}
+}
+
+// TestMaxStreams: a stream past the limit is refused with
+// RESOURCE_EXHAUSTED naming it; once one ends, another is served.
+func TestMaxStreams(t *testing.T) {
+	_, client, held := limitsEnv(t, WithMaxStreams(2))
+	ctx := testCtx(t)
+	var open []batcherv1.BatcherService_SubmitStreamClient
+	for i := range 2 {
+		s, err := client.SubmitStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(reqMsg(heldReq(fmt.Sprint(i)))); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, s)
+	}
+	held.waitStarted(t, 2) // both are being served
+	s, err := client.SubmitStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); status.Code(err) != codes.ResourceExhausted || status.Convert(err).Message() != "too many streams: the server serves at most 2 at once" {
+		t.Fatalf("third stream: %v, want RESOURCE_EXHAUSTED naming the limit", err)
+	}
+	_ = open
+}
