@@ -9,6 +9,12 @@
 // llmsim.example.yaml points one at a local llmsim (cmd/llmsim), and
 // batcherd.example.yaml documents every setting.
 //
+// It also serves the OpenAI HTTP API (package openaiapi) on --http-listen,
+// default 127.0.0.1:8081 ("off" turns it off): chat, completions,
+// embeddings, models and, with --data-dir, files. Without bearer tokens
+// (http.tokens_env, http.tokens_file) it serves loopback only; it logs
+// "http listening" with the bound address before "listening".
+//
 // It logs through log/slog, as JSON or text on stderr. Once it listens it
 // logs "listening" with the bound address (useful with port 0), then each
 // route and backend. It exports traces over OTLP/gRPC only when
@@ -16,9 +22,11 @@
 // otherwise it records no spans at all.
 //
 // On SIGTERM or SIGINT it shuts down gracefully within drain_timeout, in
-// order: health checks answer NOT_SERVING, admission stops, the batcher
-// drains (every accepted request gets its result), open streams end, and
-// the gRPC server stops (forcibly if the drain timeout has passed). It then
+// order: health checks answer NOT_SERVING, admission stops (the HTTP API
+// answers 503 from then on), the batcher drains (every accepted request
+// gets its result), open streams end, the HTTP listener closes once its
+// calls are answered, and the gRPC server stops (forcibly if the drain
+// timeout has passed). It then
 // closes its backends (an openai backend's idle connections), flushes its
 // traces and exits 0. A second signal during shutdown kills it
 // at once.

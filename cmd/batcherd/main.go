@@ -11,19 +11,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
 	"github.com/batcherhq/batcher/server"
+	"github.com/batcherhq/batcher/telemetry"
 )
 
 // Exit codes.
@@ -32,9 +26,6 @@ const (
 	exitFailed = 1
 	exitConfig = 2
 )
-
-// traceFlushTimeout bounds flushing spans at exit.
-const traceFlushTimeout = 5 * time.Second
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -57,18 +48,25 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 	log := newLogger(cfg, stderr)
 	slog.SetDefault(log)
 
-	tp, err := newTracerProvider(ctx, lookupEnv)
+	obs, err := startTelemetry(ctx, cfg, lookupEnv, log)
 	if err != nil {
-		log.Error("tracing", "err", err)
+		log.Error("telemetry", "err", err)
 		return exitConfig
 	}
+	defer obs.stop() // last: the admin listener, then metrics and spans flushed
+	tp := obs.tel.TracerProvider
 	var tracing trace.TracerProvider // nil: no spans at all
 	buildOpts := []config.BuildOption{config.WithLookupEnv(lookupEnv)}
 	if tp != nil {
 		tracing = tp
-		defer flushTraces(tp, log)
 		buildOpts = append(buildOpts, config.WithTracerProvider(tp))
 	}
+	sec, err := startSecurity(cfg, log) // security.go
+	if err != nil {
+		log.Error("bad configuration", "err", err)
+		return exitConfig
+	}
+	defer sec.Close()
 	built, err := cfg.Build(buildOpts...)
 	if err != nil {
 		log.Error("bad configuration", "err", err)
@@ -81,21 +79,43 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 			log.Error("closing backends", "err", err)
 		}
 	}()
-	core, err := batcher.New(built.Core...)
+	core, err := batcher.New(append(built.Core, append(obs.coreOptions(), batcher.WithLogger(log))...)...)
 	if err != nil {
 		log.Error("bad configuration", "err", err)
 		return exitConfig
 	}
 	srv := server.New(core, append(built.Server, server.WithLogger(log))...)
-	gs := server.NewGRPCServer(tracing)
+	gs := server.NewGRPCServer(tracing, append(sec.GRPCServerOptions(), obs.grpcOptions()...)...)
 	srv.Register(gs)
+	stopJobs, jobManager, err := startJobs(ctx, cfg, core, gs, log)
+	obs.setJobs(jobManager)
+	if err != nil {
+		log.Error("jobs", "err", err)
+		_ = core.Shutdown(context.Background()) // nothing admitted yet
+		return exitFailed
+	}
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		log.Error("listen", "addr", cfg.Listen, "err", err)
+		stopJobs(context.Background())
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitFailed
 	}
+	if err := obs.startAdmin(core, srv, gs); err != nil {
+		log.Error("admin", "err", err)
+		_ = lis.Close()
+		_ = core.Shutdown(context.Background()) // nothing admitted yet
+		return exitFailed
+	}
+	front, err := startHTTP(cfg, core, tracing, lookupEnv, log, batchesMount(jobManager, cfg.Jobs.DataDir))
+	if err != nil {
+		log.Error("http", "err", err)
+		_ = lis.Close()
+		_ = core.Shutdown(context.Background()) // nothing admitted yet
+		return exitFailed
+	}
+	lis = sec.Listener(lis)
 	log.Info("listening", "addr", lis.Addr().String(), "tracing", tp != nil)
 	logLayout(log, cfg, built)
 
@@ -111,46 +131,22 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		// Serve fails only when the listener does.
 		log.Error("serve", "err", err)
 		code = exitFailed
+	case err := <-front.errs():
+		log.Error("http serve", "err", err)
+		code = exitFailed
 	}
-	shutdown(log, srv, gs, cfg.DrainTimeout.D())
+	obs.beginStop()
+	shutdown(log, srv, gs, cfg.DrainTimeout.D(), stopJobs, front)
 	return code
-}
-
-// shutdown stops the service in order within drain: health, admission and
-// the core's drain and the streams (srv.Shutdown), then the gRPC server,
-// gracefully while time is left and forcibly after.
-func shutdown(log *slog.Logger, srv *server.Server, gs interface {
-	GracefulStop()
-	Stop()
-}, drain time.Duration) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), drain)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		log.Error("drain incomplete", "err", err)
-	}
-	stopped := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		log.Warn("drain timeout passed: closing the remaining connections", "drain_timeout", drain.String())
-		gs.Stop()
-		<-stopped
-	}
-	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	level, _ := cfg.Log.SlogLevel() // validated by Load
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Log.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(telemetry.NewLogHandler(slog.NewTextHandler(w, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(w, opts)))
 }
 
 // logLayout logs the routes and backends being served. Durations are
@@ -191,44 +187,5 @@ func logLayout(log *slog.Logger, cfg *config.Config, built *config.Built) {
 			attrs = append(attrs, "fallbacks", fb)
 		}
 		log.Info("route", attrs...)
-	}
-}
-
-// newTracerProvider returns an SDK tracer provider exporting over OTLP/gRPC
-// when the standard OTEL_EXPORTER_OTLP_* endpoint variables ask for it, and
-// nil otherwise. The exporter reads the rest of its settings from the
-// environment.
-func newTracerProvider(ctx context.Context, lookupEnv func(string) (string, bool)) (*sdktrace.TracerProvider, error) {
-	endpoint := false
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
-		if v, ok := lookupEnv(k); ok && v != "" {
-			endpoint = true
-		}
-	}
-	if !endpoint {
-		return nil, nil
-	}
-	exp, err := otlptracegrpc.New(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
-	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", "batcherd")))
-	if err != nil {
-		return nil, fmt.Errorf("trace resource: %w", err)
-	}
-	if res, err = resource.Merge(res, resource.Environment()); err != nil {
-		return nil, fmt.Errorf("trace resource: %w", err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	return tp, nil
-}
-
-func flushTraces(tp *sdktrace.TracerProvider, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
-	defer cancel()
-	if err := tp.Shutdown(ctx); err != nil {
-		log.Error("flushing traces", "err", err)
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -66,7 +65,7 @@ func TestRunBadConfig(t *testing.T) {
 
 func TestRunListenFails(t *testing.T) {
 	var stderr strings.Builder
-	if code := run(t.Context(), func() {}, []string{"--listen=256.0.0.1:0"}, noEnv, &stderr); code != exitFailed {
+	if code := run(t.Context(), func() {}, []string{"--listen=256.0.0.1:0", "--insecure"}, noEnv, &stderr); code != exitFailed {
 		t.Errorf("exit %d, want %d; stderr %s", code, exitFailed, stderr.String())
 	}
 }
@@ -121,7 +120,7 @@ func startInProcess(t *testing.T, args ...string) (addr string, cancel func(), e
 	go func() { logs.scan(pr); close(scanned) }()
 	code := make(chan int, 1)
 	go func() {
-		c := run(ctx, func() {}, append([]string{"--log-format=json"}, args...), noEnv, pw)
+		c := run(ctx, func() {}, append([]string{"--log-format=json", "--admin-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0"}, args...), noEnv, pw)
 		_ = pw.Close()
 		<-scanned
 		code <- c
@@ -204,7 +203,7 @@ func TestEndToEndGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(bin, "--config", cfgFile, "--listen", "127.0.0.1:0", "--log-format", "json")
+	cmd := exec.Command(bin, "--config", cfgFile, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-format", "json")
 	for _, kv := range os.Environ() { // keep the caller's BATCHER_* and OTEL_* out
 		if !strings.HasPrefix(kv, "BATCHER_") && !strings.HasPrefix(kv, "OTEL_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -388,28 +387,6 @@ func TestEndToEndGracefulShutdown(t *testing.T) {
 	}
 	if logs.has("drain incomplete") {
 		t.Errorf("the drain did not complete:\n%s", logs)
-	}
-}
-
-func TestTracerProviderOnlyWithEndpoint(t *testing.T) {
-	tp, err := newTracerProvider(t.Context(), noEnv)
-	if err != nil || tp != nil {
-		t.Fatalf("no endpoint: got %v, %v; want no provider", tp, err)
-	}
-	defer otel.SetTracerProvider(otel.GetTracerProvider())
-	for _, key := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
-		tp, err := newTracerProvider(t.Context(), func(k string) (string, bool) {
-			if k == key {
-				return "http://127.0.0.1:1", true
-			}
-			return "", false
-		})
-		if err != nil || tp == nil {
-			t.Fatalf("%s set: got %v, %v; want a provider", key, tp, err)
-		}
-		if err := tp.Shutdown(t.Context()); err != nil {
-			t.Errorf("%s: shutdown with nothing to flush: %v", key, err)
-		}
 	}
 }
 

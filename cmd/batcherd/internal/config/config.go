@@ -48,9 +48,20 @@ type Config struct {
 	StreamWindow int `yaml:"stream_window"`
 	// SummaryInterval is how often a stream gets a summary by default.
 	SummaryInterval Duration `yaml:"summary_interval"`
+	// Stream limits (limits.go): open SubmitStreams server-wide and answers
+	// owed on streams server-wide. HTTP/2 streams per connection are under
+	// security.limits.
+	MaxStreams         int `yaml:"max_streams"`
+	MaxPendingMessages int `yaml:"max_pending_messages"`
 
 	Backends []Backend `yaml:"backends"`
 	Routes   []Route   `yaml:"routes"`
+
+	Telemetry Telemetry `yaml:"telemetry"`
+	Jobs      Jobs      `yaml:",inline"`
+	// HTTP is the OpenAI-compatible HTTP front door (http.go).
+	HTTP     HTTP     `yaml:"http"`
+	Security Security `yaml:"security"` // security.go
 }
 
 // Log configures the slog logger.
@@ -195,7 +206,14 @@ func Default() *Config {
 		IdleLaneTimeout: Duration(batcher.DefaultIdleLaneTimeout),
 		StreamWindow:    server.DefaultStreamWindow,
 		SummaryInterval: Duration(server.DefaultSummaryInterval),
-		Backends:        []Backend{{Name: "sim", Type: TypeSim}},
+		Telemetry:       defaultTelemetry(),
+
+		MaxStreams:         server.DefaultMaxStreams,
+		MaxPendingMessages: server.DefaultMaxPendingMessages,
+
+		Backends: []Backend{{Name: "sim", Type: TypeSim}},
+		HTTP:     HTTP{Listen: DefaultHTTPListen},
+		Security: DefaultSecurity(),
 		Routes: []Route{
 			{Name: "sim-chat", Operation: "chat", Backend: "sim"},
 			{Name: "sim-completion", Operation: "completion", Backend: "sim"},

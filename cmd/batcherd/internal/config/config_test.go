@@ -85,6 +85,7 @@ func TestDefaults(t *testing.T) {
 
 const fullFile = `
 listen: 0.0.0.0:7000
+security: {insecure: true}
 log: {level: debug, format: text}
 queue_capacity: 50
 queue_timeout: 10s
@@ -355,12 +356,12 @@ func TestParseErrors(t *testing.T) {
 		{"backend twice", "backends:\n  - {name: sim, type: sim}\n  - {name: sim, type: sim}\n" + route, `backends[1].name: "sim" is already the name of backends[0]`},
 		{"backend type", "backends:\n  - {name: sim, type: openia}\n" + route, `backends[0].type: unknown type "openia": want sim or openai`},
 		{"backend no type", "backends:\n  - {name: sim}\n" + route, "backends[0].type: must be set"},
-		{"backend concurrency", "backends:\n  - {name: sim, type: sim, max_concurrency: -1}\n" + route, "backends[0].max_concurrency: must not be negative, got -1"},
-		{"min concurrency", "backends:\n  - {name: sim, type: sim, max_concurrency: 4, min_concurrency: 5}\n" + route, "backends[0].min_concurrency: must be 1 to max_concurrency 4, got 5"},
-		{"min concurrency vs default", "backends:\n  - {name: sim, type: sim, min_concurrency: 9}\n" + route, "backends[0].min_concurrency: must be 1 to max_concurrency 8, got 9"},
+		{"backend concurrency", "backends:\n  - {name: sim, type: sim, max_concurrency: -1}\n" + route, "backends[0].max_concurrency: must be at least 1, got -1"},
+		{"min concurrency", "backends:\n  - {name: sim, type: sim, max_concurrency: 4, min_concurrency: 5}\n" + route, "backends[0].min_concurrency: must be 1 to max concurrency 4, got 5"},
+		{"min concurrency vs default", "backends:\n  - {name: sim, type: sim, min_concurrency: 9}\n" + route, "backends[0].min_concurrency: must be 1 to max concurrency 8, got 9"},
 		{"core rpm", "backends:\n  - {name: sim, type: sim, rpm: -1}\n" + route, "backends[0].rpm: must not be negative, got -1"},
 		{"core tpm", "backends:\n  - {name: sim, type: sim, tpm: -1}\n" + route, "backends[0].tpm: must not be negative, got -1"},
-		{"core rpm burst", "backends:\n  - {name: sim, type: sim, rpm_burst: -1}\n" + route, "backends[0].rpm_burst: must not be negative, got -1"},
+		{"core rpm burst", "backends:\n  - {name: sim, type: sim, rpm_burst: -1}\n" + route, "backends[0].rpm_burst: must be at least 1, got -1"},
 		{"protected share", "backends:\n  - {name: sim, type: sim, protected_share: 0.95}\n" + route, "backends[0].protected_share: must be at most 0.9, got 0.95"},
 		{"protected share nan", "backends:\n  - {name: sim, type: sim, protected_share: .nan}\n" + route, "backends[0].protected_share: must be at most 0.9, got NaN"},
 		{"attempt timeout", "backends:\n  - {name: sim, type: sim, attempt_timeout: -1s}\n" + route, "backends[0].attempt_timeout: must be positive, got -1s"},
@@ -368,13 +369,13 @@ func TestParseErrors(t *testing.T) {
 		{"retry factor", "backends:\n  - {name: sim, type: sim, retry: {factor: 0.5}}\n" + route, "backends[0].retry.factor: must be at least 1, got 0.5"},
 		{"retry max backoff", "backends:\n  - {name: sim, type: sim, retry: {initial_backoff: 2s, max_backoff: 1s}}\n" + route, "backends[0].retry.max_backoff: must be at least the initial backoff 2s, got 1s"},
 		{"retry budget ratio", "backends:\n  - {name: sim, type: sim, retry: {budget_ratio: 2}}\n" + route, "backends[0].retry.budget_ratio: must be 0 to 1, got 2"},
-		{"retry budget window", "backends:\n  - {name: sim, type: sim, retry: {budget_window: -1s}}\n" + route, "backends[0].retry.budget_window: must be positive, got -1s"},
+		{"retry budget window", "backends:\n  - {name: sim, type: sim, retry: {budget_window: -1s}}\n" + route, "backends[0].retry.budget_window: must be at least 1s, got -1s"},
 		{"retry budget min", "backends:\n  - {name: sim, type: sim, retry: {budget_min: -1}}\n" + route, "backends[0].retry.budget_min: must not be negative, got -1"},
 		{"breaker ratio", "backends:\n  - {name: sim, type: sim, breaker: {ratio: -0.5}}\n" + route, "backends[0].breaker.ratio: must be 0 to 1, got -0.5"},
 		{"breaker window", "backends:\n  - {name: sim, type: sim, breaker: {window: 500ms}}\n" + route, "backends[0].breaker.window: must be at least 1s, got 500ms"},
-		{"breaker min calls", "backends:\n  - {name: sim, type: sim, breaker: {min_calls: -1}}\n" + route, "backends[0].breaker.min_calls: must not be negative, got -1"},
+		{"breaker min calls", "backends:\n  - {name: sim, type: sim, breaker: {min_calls: -1}}\n" + route, "backends[0].breaker.min_calls: must be at least 1, got -1"},
 		{"breaker cooldown", "backends:\n  - {name: sim, type: sim, breaker: {cooldown: -1s}}\n" + route, "backends[0].breaker.cooldown: must be positive, got -1s"},
-		{"breaker probes", "backends:\n  - {name: sim, type: sim, breaker: {probes: -1}}\n" + route, "backends[0].breaker.probes: must not be negative, got -1"},
+		{"breaker probes", "backends:\n  - {name: sim, type: sim, breaker: {probes: -1}}\n" + route, "backends[0].breaker.probes: must be at least 1, got -1"},
 		{"sim latency", "backends:\n  - {name: sim, type: sim, sim: {base_latency: -1ms}}\n" + route, "backends[0].sim.base_latency: must not be negative, got -1ms"},
 		{"sim rate", "backends:\n  - {name: sim, type: sim, sim: {failure_rate: 1.5}}\n" + route, "backends[0].sim.failure_rate: must be 0 to 1, got 1.5"},
 		{"sim rpm", "backends:\n  - {name: sim, type: sim, sim: {rpm: -60}}\n" + route, "backends[0].sim.rpm: must not be negative, got -60"},
@@ -390,14 +391,14 @@ func TestParseErrors(t *testing.T) {
 		{"window", route + "  - {name: s, operation: chat, backend: sim, batching: {window: -1s}}\n", "routes[1].batching.window: must be positive, got -1s"},
 		{"max wait", route + "    batching: {window: 2s, max_wait: 1s}\n", "routes[0].batching.max_wait: must be at least the window 2s, got 1s"},
 		{"max wait vs default window", route + "    batching: {max_wait: 50ms}\n", "routes[0].batching.max_wait: must be at least the window 100ms, got 50ms"},
-		{"max batch size", route + "    batching: {max_batch_size: -1}\n", "routes[0].batching.max_batch_size: must not be negative, got -1"},
-		{"min batch size", route + "    batching: {max_batch_size: 4, min_batch_size: 5}\n", "routes[0].batching.min_batch_size: must be 1 to max_batch_size 4, got 5"},
-		{"min batch size vs default", route + "    batching: {min_batch_size: 11}\n", "routes[0].batching.min_batch_size: must be 1 to max_batch_size 10, got 11"},
+		{"max batch size", route + "    batching: {max_batch_size: -1}\n", "routes[0].batching.max_batch_size: must be at least 1, got -1"},
+		{"min batch size", route + "    batching: {max_batch_size: 4, min_batch_size: 5}\n", "routes[0].batching.min_batch_size: must be 1 to max batch size 4, got 5"},
+		{"min batch size vs default", route + "    batching: {min_batch_size: 11}\n", "routes[0].batching.min_batch_size: must be 1 to max batch size 10, got 11"},
 		{"max batch tokens", route + "    batching: {max_batch_tokens: -5}\n", "routes[0].batching.max_batch_tokens: must not be negative, got -5"},
-		{"max input bytes", route + "    max_input_bytes: -1\n", "routes[0].max_input_bytes: must not be negative, got -1"},
-		{"max tokens limit", route + "    max_tokens_limit: -1\n", "routes[0].max_tokens_limit: must not be negative, got -1"},
-		{"default max tokens", route + "    max_tokens_limit: 100\n    default_max_tokens: 200\n", "routes[0].default_max_tokens: must be 1 to max_tokens_limit 100, got 200"},
-		{"default max tokens vs default limit", route + "    default_max_tokens: 40000\n", "routes[0].default_max_tokens: must be 1 to max_tokens_limit 32768, got 40000"},
+		{"max input bytes", route + "    max_input_bytes: -1\n", "routes[0].max_input_bytes: must be at least 1, got -1"},
+		{"max tokens limit", route + "    max_tokens_limit: -1\n", "routes[0].max_tokens_limit: must be at least 1, got -1"},
+		{"default max tokens", route + "    max_tokens_limit: 100\n    default_max_tokens: 200\n", "routes[0].default_max_tokens: must be 1 to max tokens limit 100, got 200"},
+		{"default max tokens vs default limit", route + "    default_max_tokens: 40000\n", "routes[0].default_max_tokens: must be 1 to max tokens limit 32768, got 40000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tc.yaml))
@@ -436,6 +437,7 @@ func FuzzLoadConfig(f *testing.F) {
       organization: o, project: p, timeout: 1s, max_response_bytes: 10, max_fan_out: 2, max_idle_conns: 1,
       max_tokens_field: max_completion_tokens, pack: {max_tokens: 9, response_format: none}, tls: {ca_file: x}}`)))
 	f.Add([]byte(withOpenAI("{base_url: ftp://h, pack: {routes: [embed, nope]}}")))
+	f.Add([]byte(budgetWindowYAML))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := config.Parse(data)
 		if err != nil {
@@ -484,7 +486,8 @@ func TestExampleFile(t *testing.T) {
 	if got, want := b.Sims["sim"].Config(), d.Sims["sim"].Config(); !reflect.DeepEqual(got, want) {
 		t.Errorf("example sim %+v, default %+v", got, want)
 	}
-	if c.Listen != config.DefaultListen || c.DrainTimeout != config.Default().DrainTimeout || len(c.Routes) != 3 {
+	if c.Listen != config.DefaultListen || c.DrainTimeout != config.Default().DrainTimeout || len(c.Routes) != 3 ||
+		c.Telemetry != config.Default().Telemetry {
 		t.Errorf("example %+v", c)
 	}
 	newCore(t, c)

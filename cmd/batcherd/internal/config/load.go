@@ -86,7 +86,11 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 	def := Default()
 	for i := range settings {
 		s := &settings[i]
-		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %s)", s.usage, s.env, defaultString(def, s.path)), func(v string) error {
+		define := fs.Func
+		if boolSettings[s.flag] {
+			define = fs.BoolFunc // --insecure, without a value
+		}
+		define(s.flag, fmt.Sprintf("%s (env %s, default %s)", s.usage, s.env, defaultString(def, s.path)), func(v string) error {
 			flagged = append(flagged, flagValue{s, v})
 			return nil
 		})
@@ -128,7 +132,7 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if err := errors.Join(c.Validate(), c.checkEnv(lookupEnv)); err != nil {
+	if err := errors.Join(c.Validate(), c.checkEnv(lookupEnv), c.checkHTTPEnv(lookupEnv)); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -157,8 +161,18 @@ func defaultString(c *Config, path string) string {
 	case "summary_interval":
 		return c.SummaryInterval.String()
 	}
-	return ""
+	if f := extraDefaults[path]; f != nil {
+		return f(c)
+	}
+	if s := securityDefault(c, path); s != "" {
+		return s
+	}
+	return telemetryDefaultString(c, path)
 }
+
+// extraDefaults shows the defaults of settings registered by other files
+// (http.go), by YAML path.
+var extraDefaults = map[string]func(*Config) string{}
 
 func readFile(name string) ([]byte, error) {
 	f, err := os.Open(name)

@@ -75,6 +75,12 @@ type Pack struct {
 	// ResponseFormat is json_schema (default), json_object or none, for
 	// upstreams without structured output.
 	ResponseFormat string `yaml:"response_format"`
+	// PauseAfter packs of a route failing in a row stop its packing for
+	// PauseFor (their requests are re-sent singly). Default 3; negative:
+	// never pause.
+	PauseAfter int `yaml:"pause_after"`
+	// PauseFor is how long a route's packing pauses. Default 1m.
+	PauseFor Duration `yaml:"pause_for"`
 }
 
 // TLS is an openai backend's client TLS: PEM files read at start.
@@ -164,6 +170,9 @@ func (o *OpenAI) validate(path, backend string, c *Config, e *errs) {
 	if p.MaxTokens < 0 {
 		e.add(pp+".max_tokens", "must not be negative, got %d", p.MaxTokens)
 	}
+	if p.PauseFor < 0 {
+		e.add(pp+".pause_for", "must be positive, got %v", p.PauseFor)
+	}
 	switch p.ResponseFormat {
 	case "", openai.FormatJSONSchema, openai.FormatJSONObject, openai.FormatNone:
 	default:
@@ -250,6 +259,8 @@ func (o *OpenAI) openaiConfig(tp trace.TracerProvider) (openai.Config, error) {
 			MaxItems:       o.Pack.MaxItems,
 			MaxTokens:      o.Pack.MaxTokens,
 			ResponseFormat: o.Pack.ResponseFormat,
+			PauseAfter:     o.Pack.PauseAfter,
+			PauseFor:       o.Pack.PauseFor.D(),
 		},
 		TracerProvider: tp,
 	}

@@ -82,16 +82,8 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 		return nil, err
 	}
 	b := &Built{
-		Core: []batcher.Option{
-			batcher.WithQueueCapacity(c.QueueCapacity),
-			batcher.WithQueueTimeout(c.QueueTimeout.D()),
-			batcher.WithAgingStep(c.AgingStep.D()),
-			batcher.WithIdleLaneTimeout(c.IdleLaneTimeout.D()),
-		},
-		Server: []server.Option{
-			server.WithStreamWindow(c.StreamWindow),
-			server.WithSummaryInterval(c.SummaryInterval.D()),
-		},
+		Core:   c.coreOptions(),
+		Server: c.serverOptions(),
 		Sims:   map[string]*sim.Provider{},
 		OpenAI: map[string]*openai.Backend{},
 	}
@@ -127,59 +119,10 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 			_ = b.Close()
 			return nil, fmt.Errorf("backends[%d].type: unknown type %q", i, be.Type)
 		}
-		b.Core = append(b.Core, batcher.WithBackend(batcher.BackendConfig{
-			Name:           be.Name,
-			Backend:        impl,
-			MaxConcurrency: be.MaxConcurrency,
-			MinConcurrency: be.MinConcurrency,
-			RPM:            be.RPM,
-			TPM:            be.TPM,
-			RPMBurst:       be.RPMBurst,
-			TPMBurst:       be.TPMBurst,
-			ProtectedShare: be.ProtectedShare,
-			AttemptTimeout: be.AttemptTimeout.D(),
-			Retry: batcher.RetryPolicy{
-				MaxRetries:     be.Retry.MaxRetries,
-				InitialBackoff: be.Retry.InitialBackoff.D(),
-				Factor:         be.Retry.Factor,
-				MaxBackoff:     be.Retry.MaxBackoff.D(),
-				BudgetRatio:    be.Retry.BudgetRatio,
-				BudgetWindow:   be.Retry.BudgetWindow.D(),
-				BudgetMin:      be.Retry.BudgetMin,
-			},
-			Breaker: batcher.BreakerConfig{
-				Consecutive: be.Breaker.Consecutive,
-				Ratio:       be.Breaker.Ratio,
-				Window:      be.Breaker.Window.D(),
-				MinCalls:    be.Breaker.MinCalls,
-				Cooldown:    be.Breaker.Cooldown.D(),
-				Probes:      be.Breaker.Probes,
-			},
-		}))
+		b.Core = append(b.Core, batcher.WithBackend(be.coreConfig(impl)))
 	}
 	for i := range c.Routes {
-		r := &c.Routes[i]
-		var fallbacks []batcher.Target
-		for _, f := range r.Fallbacks {
-			fallbacks = append(fallbacks, batcher.Target{Backend: f.Backend, Model: f.Model})
-		}
-		b.Core = append(b.Core, batcher.WithRoute(batcher.Route{
-			Name:      r.Name,
-			Op:        operations[r.Operation],
-			Backend:   r.Backend,
-			Model:     r.Model,
-			Fallbacks: fallbacks,
-			Batch: batcher.BatchConfig{
-				MaxBatchSize:   r.Batching.MaxBatchSize,
-				MinBatchSize:   r.Batching.MinBatchSize,
-				MaxBatchTokens: r.Batching.MaxBatchTokens,
-				Window:         r.Batching.Window.D(),
-				MaxWait:        r.Batching.MaxWait.D(),
-			},
-			MaxInputBytes:    r.MaxInputBytes,
-			MaxTokensLimit:   r.MaxTokensLimit,
-			DefaultMaxTokens: r.DefaultMaxTokens,
-		}))
+		b.Core = append(b.Core, batcher.WithRoute(c.Routes[i].coreRoute()))
 	}
 	return b, nil
 }

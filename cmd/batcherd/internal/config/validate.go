@@ -9,11 +9,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/batcherhq/batcher/backend/sim"
 	"github.com/batcherhq/batcher/batcher"
-	"github.com/batcherhq/batcher/server"
 )
 
 // The backend types.
@@ -41,6 +39,7 @@ func (e *errs) add(path, format string, args ...any) {
 // Validate reports every bad field of c, each error naming its path.
 func (c *Config) Validate() error {
 	var e errs
+	c.validateJobs(&e)
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 		e.add("listen", "must be host:port, got %q", c.Listen)
 	} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
@@ -52,26 +51,13 @@ func (c *Config) Validate() error {
 	if f := c.Log.Format; f != "json" && f != "text" {
 		e.add("log.format", "must be json or text, got %q", f)
 	}
-	if c.QueueCapacity < 1 {
-		e.add("queue_capacity", "must be at least 1, got %d", c.QueueCapacity)
+	if c.DrainTimeout <= 0 {
+		e.add("drain_timeout", "must be positive, got %v", c.DrainTimeout)
 	}
-	for _, d := range []struct {
-		path string
-		v    Duration
-	}{
-		{"queue_timeout", c.QueueTimeout}, {"drain_timeout", c.DrainTimeout},
-		{"aging_step", c.AgingStep}, {"idle_lane_timeout", c.IdleLaneTimeout},
-	} {
-		if d.v <= 0 {
-			e.add(d.path, "must be positive, got %v", d.v)
-		}
-	}
-	if c.StreamWindow < 1 {
-		e.add("stream_window", "must be at least 1, got %d", c.StreamWindow)
-	}
-	if d := c.SummaryInterval.D(); d < server.MinSummaryInterval || d > server.MaxSummaryInterval {
-		e.add("summary_interval", "must be %v to %v, got %v", server.MinSummaryInterval, server.MaxSummaryInterval, d)
-	}
+	c.Security.validate(c.Listen, &e)
+	c.HTTP.validate(&e)
+	c.Telemetry.validate(&e)
+	c.validateComponents(&e)
 
 	backends := map[string]int{}
 	for i := range c.Backends {
@@ -85,7 +71,6 @@ func (c *Config) Validate() error {
 		default:
 			backends[b.Name] = i
 		}
-		b.validateCore(path, &e)
 		switch b.Type {
 		case TypeSim:
 			if err := b.simConfig().Validate(); err != nil {
@@ -145,122 +130,12 @@ func (c *Config) Validate() error {
 				e.add(fmt.Sprintf("%s.fallbacks[%d].backend", path, j), "no backend named %q (%s)", f.Backend, names(backends))
 			}
 		}
-		r.Batching.validate(path+".batching", &e)
-		if r.MaxInputBytes < 0 {
-			e.add(path+".max_input_bytes", "must not be negative, got %d", r.MaxInputBytes)
-		}
-		limit := r.MaxTokensLimit
-		if limit == 0 {
-			limit = batcher.DefaultMaxTokensLimit
-		}
-		if r.MaxTokensLimit < 0 {
-			e.add(path+".max_tokens_limit", "must not be negative, got %d", r.MaxTokensLimit)
-		} else if r.DefaultMaxTokens < 0 || r.DefaultMaxTokens > limit {
-			e.add(path+".default_max_tokens", "must be 1 to max_tokens_limit %d, got %d", limit, r.DefaultMaxTokens)
-		}
 	}
 	return errors.Join(e...)
 }
 
 // maxFallbacks is the core's bound on a route's fallbacks.
 const maxFallbacks = math.MaxUint8 - 1
-
-// validateCore checks the settings the core applies to a backend, as the
-// core does, so that errors name their YAML path.
-func (b *Backend) validateCore(path string, e *errs) {
-	maxConc := b.MaxConcurrency
-	if maxConc == 0 {
-		maxConc = batcher.DefaultMaxConcurrency
-	}
-	if b.MaxConcurrency < 0 {
-		e.add(path+".max_concurrency", "must not be negative, got %d", b.MaxConcurrency)
-	} else if b.MinConcurrency < 0 || b.MinConcurrency > maxConc {
-		e.add(path+".min_concurrency", "must be 1 to max_concurrency %d, got %d", maxConc, b.MinConcurrency)
-	}
-	if b.RPM < 0 {
-		e.add(path+".rpm", "must not be negative, got %d", b.RPM)
-	}
-	if b.TPM < 0 {
-		e.add(path+".tpm", "must not be negative, got %d", b.TPM)
-	}
-	if b.RPMBurst < 0 {
-		e.add(path+".rpm_burst", "must not be negative, got %d", b.RPMBurst)
-	}
-	if b.TPMBurst < 0 {
-		e.add(path+".tpm_burst", "must not be negative, got %d", b.TPMBurst)
-	}
-	if b.ProtectedShare > 0.9 || math.IsNaN(b.ProtectedShare) {
-		e.add(path+".protected_share", "must be at most 0.9, got %v", b.ProtectedShare)
-	}
-	if b.AttemptTimeout < 0 {
-		e.add(path+".attempt_timeout", "must be positive, got %v", b.AttemptTimeout)
-	}
-
-	r, rp := &b.Retry, path+".retry"
-	initial := r.InitialBackoff.D()
-	if initial == 0 {
-		initial = batcher.DefaultInitialBackoff
-	}
-	if r.InitialBackoff < 0 {
-		e.add(rp+".initial_backoff", "must be positive, got %v", r.InitialBackoff)
-	}
-	if r.Factor != 0 && !(r.Factor >= 1) {
-		e.add(rp+".factor", "must be at least 1, got %v", r.Factor)
-	}
-	if r.MaxBackoff != 0 && r.MaxBackoff.D() < initial {
-		e.add(rp+".max_backoff", "must be at least the initial backoff %v, got %v", initial, r.MaxBackoff)
-	}
-	if r.BudgetRatio < 0 || r.BudgetRatio > 1 || math.IsNaN(r.BudgetRatio) {
-		e.add(rp+".budget_ratio", "must be 0 to 1, got %v", r.BudgetRatio)
-	}
-	if r.BudgetWindow < 0 {
-		e.add(rp+".budget_window", "must be positive, got %v", r.BudgetWindow)
-	}
-	if r.BudgetMin < 0 {
-		e.add(rp+".budget_min", "must not be negative, got %d", r.BudgetMin)
-	}
-
-	k, kp := &b.Breaker, path+".breaker"
-	if k.Ratio < 0 || k.Ratio > 1 || math.IsNaN(k.Ratio) {
-		e.add(kp+".ratio", "must be 0 to 1, got %v", k.Ratio)
-	}
-	if k.Window != 0 && k.Window.D() < time.Second {
-		e.add(kp+".window", "must be at least 1s, got %v", k.Window)
-	}
-	if k.MinCalls < 0 {
-		e.add(kp+".min_calls", "must not be negative, got %d", k.MinCalls)
-	}
-	if k.Cooldown < 0 {
-		e.add(kp+".cooldown", "must be positive, got %v", k.Cooldown)
-	}
-	if k.Probes < 0 {
-		e.add(kp+".probes", "must not be negative, got %d", k.Probes)
-	}
-}
-
-func (b *Batching) validate(path string, e *errs) {
-	maxSize := b.MaxBatchSize
-	if maxSize == 0 {
-		maxSize = batcher.DefaultMaxBatchSize
-	}
-	if b.MaxBatchSize < 0 {
-		e.add(path+".max_batch_size", "must not be negative, got %d", b.MaxBatchSize)
-	} else if b.MinBatchSize < 0 || b.MinBatchSize > maxSize {
-		e.add(path+".min_batch_size", "must be 1 to max_batch_size %d, got %d", maxSize, b.MinBatchSize)
-	}
-	if b.MaxBatchTokens < 0 {
-		e.add(path+".max_batch_tokens", "must not be negative, got %d", b.MaxBatchTokens)
-	}
-	window := b.Window.D()
-	if window == 0 {
-		window = batcher.DefaultWindow
-	}
-	if b.Window < 0 {
-		e.add(path+".window", "must be positive, got %v", b.Window)
-	} else if b.MaxWait < 0 || (b.MaxWait > 0 && b.MaxWait.D() < window) {
-		e.add(path+".max_wait", "must be at least the window %v, got %v", window, b.MaxWait)
-	}
-}
 
 // SlogLevel returns the log level.
 func (l Log) SlogLevel() (slog.Level, error) {

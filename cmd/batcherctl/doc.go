@@ -1,0 +1,36 @@
+// Command batcherctl is the command-line client of a Batcher service, for
+// people: submit one prompt, stream a JSONL file of requests with a live
+// progress bar, check the service's health.
+//
+//	batcherctl submit -m sim-chat "Write a haiku about queues"
+//	batcherctl run prompts.jsonl -o results.jsonl
+//	batcherctl health
+//	batcherctl jobs create requests.jsonl -m sim-chat   # prints the job's id
+//	batcherctl jobs watch ID; batcherctl jobs results ID > results.jsonl
+//	batcherctl stats --once
+//
+// `batcherctl --help` and `batcherctl COMMAND --help` describe every flag,
+// with examples. Global flags: --addr (the service, default 127.0.0.1:50051,
+// or $BATCHERCTL_ADDR), --timeout, and --tls with its --tls-* files for a
+// service behind TLS.
+//
+// Commands that print a result take -o/--output text|json; json is the
+// protobuf JSON of the service's messages, for scripts. `run` writes JSONL
+// result lines instead (see package runfile for their shape), and its -o is
+// the results file.
+//
+// Progress: on a terminal `run` draws a bar (vbauerster/mpb); otherwise it
+// prints a plain progress line every --progress-interval. `jobs watch` draws
+// one bar per run group on a terminal, plain lines otherwise; `stats`
+// redraws its view on a terminal and prints each snapshot otherwise.
+// `jobs results` writes JSONL (protobuf JSON of JobResult), and its -o is the
+// output file.
+//
+// Exit codes: 0 success; 1 a failure (a failed request, an unreachable or
+// unhealthy service, a run that could not finish or had failed lines); 2 a
+// usage error; 130 a run stopped by Ctrl-C.
+//
+// The command tree is built from one constructor per command (newSubmitCmd,
+// newRunCmd, ...), each in a file of its own, registered in newRootCmd under
+// a group: jobs (jobs.go, jobbars.go) and stats (stats.go) too.
+package main

@@ -1,0 +1,198 @@
+package runfile
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+)
+
+// Counters are a run's live counts. Run updates them from its writer as
+// result lines are written; a Progress reads them at any time.
+type Counters struct {
+	// Total is the estimated number of requests the run will write, 0 when
+	// unknown (input from a pipe). Run sets it before Start.
+	Total atomic.Int64
+	// Sent counts the requests taken from the input and sent (or known to
+	// be bad); Sent-Done are in flight.
+	Sent atomic.Int64
+	// Done counts result lines written, failures included.
+	Done atomic.Int64
+	// Failed counts error lines written.
+	Failed atomic.Int64
+	// Tokens counts the total tokens (prompt and completion) of the
+	// completions written.
+	Tokens atomic.Int64
+}
+
+// Progress shows a run's progress. Run calls Start once when the run
+// begins and Stop once when it is over, from the same goroutine.
+type Progress interface {
+	Start(c *Counters)
+	// Stop draws the final state and returns when it is drawn. complete
+	// says whether the run went through its whole input.
+	Stop(complete bool)
+}
+
+// refreshInterval is how often a bar takes the counters.
+const refreshInterval = 100 * time.Millisecond
+
+// Bar draws a live progress bar (vbauerster/mpb) on a terminal: done of
+// total with the percentage, failures, the average rate, tokens per second,
+// and the ETA. Use it only when w is a terminal; see Plain otherwise.
+type Bar struct {
+	w     io.Writer
+	label string
+
+	p     *mpb.Progress
+	bar   *mpb.Bar
+	stop  chan struct{}
+	ended sync.WaitGroup
+}
+
+// NewBar returns a Bar that draws on w, its line starting with label.
+func NewBar(w io.Writer, label string) *Bar { return &Bar{w: w, label: label} }
+
+// Start implements Progress.
+func (b *Bar) Start(c *Counters) {
+	start := time.Now()
+	b.p = mpb.New(mpb.WithOutput(b.w), mpb.WithWidth(100), mpb.WithRefreshRate(refreshInterval))
+	b.bar = b.p.New(c.Total.Load(), mpb.BarStyle(),
+		mpb.PrependDecorators(
+			decor.Name(b.label, decor.WCSyncSpaceR),
+			decor.CountersNoUnit("%d/%d", decor.WCSyncWidth),
+			decor.Any(func(decor.Statistics) string { return fmt.Sprintf(" %d failed", c.Failed.Load()) }),
+		),
+		mpb.AppendDecorators(
+			decor.Percentage(decor.WCSyncWidth),
+			decor.Name(" "),
+			decor.NewAverageSpeed(0, "%.0f req/s", start),
+			decor.Any(func(decor.Statistics) string {
+				return fmt.Sprintf(" %.0f tok/s", perSecond(c.Tokens.Load(), time.Since(start)))
+			}),
+			decor.Name(" "),
+			decor.OnComplete(decor.NewAverageETA(decor.ET_STYLE_GO, start, nil), "done"),
+		),
+	)
+	b.stop = make(chan struct{})
+	b.ended.Add(1)
+	go func() {
+		defer b.ended.Done()
+		t := time.NewTicker(refreshInterval)
+		defer t.Stop()
+		total := c.Total.Load()
+		for {
+			select {
+			case <-b.stop:
+				b.bar.SetCurrent(c.Done.Load())
+				return
+			case <-t.C:
+			}
+			if n := c.Total.Load(); n != total {
+				total = n
+				b.bar.SetTotal(n, false)
+			}
+			b.bar.SetCurrent(c.Done.Load())
+		}
+	}()
+}
+
+// Stop implements Progress. A complete run's bar ends at 100%; an
+// interrupted one's stays where it stopped.
+func (b *Bar) Stop(complete bool) {
+	close(b.stop)
+	b.ended.Wait()
+	if complete {
+		b.bar.SetTotal(-1, true) // the total becomes what was done: 100%
+	} else {
+		b.bar.Abort(false)
+	}
+	b.p.Wait()
+}
+
+// Plain prints a progress line every interval and a last one at Stop, for
+// output that is not a terminal (a log, a CI job):
+//
+//	batcherctl run: 1200/100000 (1.2%) done, 3 failed, 450 req/s, 12000 tok/s, ETA 3m40s
+type Plain struct {
+	w        io.Writer
+	label    string
+	interval time.Duration
+
+	c     *Counters
+	start time.Time
+	stop  chan struct{}
+	ended sync.WaitGroup
+}
+
+// NewPlain returns a Plain that writes to w every interval (none but the
+// last when interval is 0), each line starting with label.
+func NewPlain(w io.Writer, label string, interval time.Duration) *Plain {
+	return &Plain{w: w, label: label, interval: interval}
+}
+
+// Start implements Progress.
+func (p *Plain) Start(c *Counters) {
+	p.c, p.start, p.stop = c, time.Now(), make(chan struct{})
+	if p.interval <= 0 {
+		return
+	}
+	p.ended.Add(1)
+	go func() {
+		defer p.ended.Done()
+		t := time.NewTicker(p.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				p.line("")
+			}
+		}
+	}()
+}
+
+// Stop implements Progress.
+func (p *Plain) Stop(complete bool) {
+	close(p.stop)
+	p.ended.Wait()
+	if complete {
+		p.line("finished")
+	} else {
+		p.line("stopped")
+	}
+}
+
+func (p *Plain) line(end string) {
+	el := time.Since(p.start)
+	done := p.c.Done.Load()
+	s := fmt.Sprintf("%s %d", p.label, done)
+	total := p.c.Total.Load()
+	if end == "finished" {
+		total = done
+	}
+	if total > 0 {
+		s += fmt.Sprintf("/%d (%.1f%%)", total, 100*float64(done)/float64(total))
+	}
+	rate := perSecond(done, el)
+	s += fmt.Sprintf(" done, %d failed, %.0f req/s, %.0f tok/s", p.c.Failed.Load(), rate, perSecond(p.c.Tokens.Load(), el))
+	switch {
+	case end != "":
+		s += ", " + end + " in " + el.Round(time.Millisecond).String()
+	case total > done && rate > 0:
+		s += ", ETA " + time.Duration(float64(total-done)/rate*float64(time.Second)).Round(time.Second).String()
+	}
+	_, _ = fmt.Fprintln(p.w, s)
+}
+
+func perSecond(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}

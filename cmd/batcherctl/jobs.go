@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/batcherhq/batcher/client"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+)
+
+const groupJobs = "jobs"
+
+// jobsCall dials --addr and runs f with a Jobs client and the command's
+// context, bounded by --timeout when set.
+func (a *app) jobsCall(cmd *cobra.Command, timeout bool, f func(context.Context, *client.Jobs) error) error {
+	conn, err := a.dial()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ctx := cmd.Context()
+	if timeout && a.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+	}
+	return f(ctx, client.NewJobs(grpc.ClientConnInterface(conn)))
+}
+
+func newJobsCmd(a *app) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "jobs",
+		Short: "Create, follow and read durable batch jobs",
+		Long: `jobs drives the service's JobService: durable batch jobs that survive a restart.
+A job is created from an OpenAI batch input file (JSONL: custom_id, method, url,
+body), runs in the background, and its results are read back as JSONL.`,
+		Example: `  id=$(batcherctl jobs create requests.jsonl -m sim-chat --name nightly)
+  batcherctl jobs watch "$id"
+  batcherctl jobs results "$id" > results.jsonl
+  batcherctl jobs list -o json`,
+		Args: argsBetween(0, 0),
+	}
+	c.AddCommand(newJobsCreateCmd(a), newJobsListCmd(a), newJobsWatchCmd(a), newJobsResultsCmd(a), newJobsCancelCmd(a))
+	return c
+}
+
+func newJobsCreateCmd(a *app) *cobra.Command {
+	var (
+		spec batcherv1.JobSpec
+		out  outputFormat
+	)
+	c := &cobra.Command{
+		Use:   "create FILE",
+		Short: "Create a job from a JSONL file of requests (- for stdin)",
+		Long: `create sends FILE, an OpenAI batch input file (one JSON object a line: custom_id,
+method, url, body), as a new job and prints its id. Lines the service cannot
+read become error lines of the job's results; the job is still created.`,
+		Example: `  batcherctl jobs create requests.jsonl -m sim-chat
+  cat requests.jsonl | batcherctl jobs create - --name nightly -o json`,
+		Args: argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var r io.Reader = cmd.InOrStdin()
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer func() { _ = f.Close() }()
+				r = f
+			}
+			return a.jobsCall(cmd, false, func(ctx context.Context, j *client.Jobs) error {
+				resp, err := j.CreateJobFromJSONL(ctx, &spec, bufio.NewReader(r))
+				if err != nil {
+					return rpcError("jobs create", err)
+				}
+				if out == outputJSON {
+					return printJSON(cmd.OutOrStdout(), resp)
+				}
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), resp.GetJob().GetId())
+				return err
+			})
+		},
+	}
+	c.Flags().StringVar(&spec.Name, "name", "", "the job's name")
+	c.Flags().StringVarP(&spec.Model, "model", "m", "", "the route of lines that name no model")
+	addOutputFlag(c, &out)
+	return c
+}
+
+func newJobsListCmd(a *app) *cobra.Command {
+	var out outputFormat
+	c := &cobra.Command{
+		Use:     "list",
+		Short:   "List the jobs, newest first",
+		Example: "  batcherctl jobs list\n  batcherctl jobs list -o json | jq -r '.id'",
+		Args:    argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
+				w := cmd.OutOrStdout()
+				for job, err := range j.List(ctx, batcherv1.JobState_JOB_STATE_UNSPECIFIED) {
+					if err != nil {
+						return rpcError("jobs list", err)
+					}
+					if out == outputJSON {
+						b, err := protojson.Marshal(job)
+						if err != nil {
+							return err
+						}
+						if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
+							return err
+						}
+						continue
+					}
+					p := job.GetProgress()
+					if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", job.GetId(), job.GetSpec().GetName(), stateName(p.GetState()), countsText(p.GetCounts())); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+	addOutputFlag(c, &out)
+	return c
+}
+
+func stateName(s batcherv1.JobState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
+}
+
+func countsText(c *batcherv1.JobCounts) string {
+	ended := c.GetSucceeded() + c.GetFailed() + c.GetCancelled() + c.GetExpired()
+	return fmt.Sprintf("%d/%d done, %d succeeded, %d failed", ended, c.GetTotal(), c.GetSucceeded(), c.GetFailed())
+}
+
+func newJobsWatchCmd(a *app) *cobra.Command {
+	var out outputFormat
+	c := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Follow a job's progress until it ends",
+		Long: `watch follows a job's progress until it reaches a terminal state: on a terminal
+one progress bar per run group, otherwise one line per update (and per run
+group). It exits 1 unless the job completed.`,
+		Example: "  batcherctl jobs watch job-0123\n  batcherctl jobs watch job-0123 -o json",
+		Args:    argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.jobsCall(cmd, false, func(ctx context.Context, j *client.Jobs) error {
+				w := cmd.OutOrStdout()
+				var bars *jobBars
+				if out == outputText && isTerminal(w) {
+					bars = newJobBars(w)
+				}
+				last, err := j.Watch(ctx, args[0], func(p *batcherv1.JobProgress) error {
+					if bars != nil {
+						bars.update(p)
+						return nil
+					}
+					if out == outputJSON {
+						b, err := protojson.Marshal(p)
+						if err != nil {
+							return err
+						}
+						_, err = fmt.Fprintf(w, "%s\n", b)
+						return err
+					}
+					if _, err := fmt.Fprintf(w, "%s %s\n", stateName(p.GetState()), countsText(p.GetCounts())); err != nil {
+						return err
+					}
+					for _, g := range p.GetGroups() {
+						if _, err := fmt.Fprintf(w, "  %s %s\n", g.GetGroup(), countsText(g.GetCounts())); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if bars != nil {
+					bars.wait()
+				}
+				if err != nil {
+					return rpcError("jobs watch "+args[0], err)
+				}
+				if last.GetState() != batcherv1.JobState_JOB_STATE_COMPLETED {
+					return &exitError{code: exitFailed}
+				}
+				return nil
+			})
+		},
+	}
+	addOutputFlag(c, &out)
+	return c
+}
+
+func newJobsResultsCmd(a *app) *cobra.Command {
+	var file string
+	c := &cobra.Command{
+		Use:   "results ID",
+		Short: "Write a job's results as JSONL",
+		Long: `results writes the job's finished items, in item order, one JSON object
+(protobuf JSON of JobResult) a line, to stdout or --output.`,
+		Example: "  batcherctl jobs results job-0123 > results.jsonl\n  batcherctl jobs results job-0123 -o results.jsonl",
+		Args:    argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var w io.Writer = cmd.OutOrStdout()
+			if file != "" && file != "-" {
+				f, err := os.Create(file)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = f.Close() }()
+				w = f
+			}
+			bw := bufio.NewWriter(w)
+			err := a.jobsCall(cmd, false, func(ctx context.Context, j *client.Jobs) error {
+				for r, err := range j.Results(ctx, args[0]) {
+					if err != nil {
+						return rpcError("jobs results "+args[0], err)
+					}
+					b, err := protojson.Marshal(r)
+					if err != nil {
+						return err
+					}
+					_, _ = bw.Write(b)
+					if err := bw.WriteByte('\n'); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if ferr := bw.Flush(); err == nil {
+				err = ferr
+			}
+			return err
+		},
+	}
+	c.Flags().StringVarP(&file, "output", "o", "", "write to this file (default: stdout)")
+	return c
+}
+
+func newJobsCancelCmd(a *app) *cobra.Command {
+	var out outputFormat
+	c := &cobra.Command{
+		Use:     "cancel ID",
+		Short:   "Cancel a job",
+		Example: "  batcherctl jobs cancel job-0123",
+		Args:    argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
+				job, err := j.Cancel(ctx, args[0])
+				if err != nil {
+					return rpcError("jobs cancel "+args[0], err)
+				}
+				if out == outputJSON {
+					return printJSON(cmd.OutOrStdout(), job)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", job.GetId(), stateName(job.GetProgress().GetState()))
+				return err
+			})
+		},
+	}
+	addOutputFlag(c, &out)
+	return c
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// codeName is a gRPC code's canonical name, such as "INVALID_ARGUMENT".
+func codeName(c codes.Code) string {
+	if n, ok := code.Code_name[int32(c)]; ok {
+		return n
+	}
+	return strconv.Itoa(int(c))
+}
+
+// rpcError describes a failed call for people: "what: CODE: message".
+func rpcError(what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: DEADLINE_EXCEEDED: --timeout passed", what)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %s: %s", what, codeName(st.Code()), st.Message())
+}
+
+// printJSON writes m as indented protobuf JSON and a newline.
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

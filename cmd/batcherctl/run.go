@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batcherhq/batcher/client"
+	"github.com/batcherhq/batcher/cmd/batcherctl/internal/runfile"
+)
+
+// Progress modes of run's --progress.
+const (
+	progressAuto  = "auto"
+	progressBar   = "bar"
+	progressPlain = "plain"
+	progressNone  = "none"
+)
+
+// runGCPercent is run's GOGC: less collection for a bounded heap.
+const runGCPercent = 400
+
+type runFlags struct {
+	output           string
+	resume           bool
+	force            bool
+	window           int
+	model            string
+	progress         string
+	progressInterval time.Duration
+	summary          outputFormat
+}
+
+func newRunCmd(a *app) *cobra.Command {
+	var f runFlags
+	c := &cobra.Command{
+		Use:   "run FILE.jsonl [-o RESULTS.jsonl]",
+		Short: "Stream a JSONL file of requests and write their results in order",
+		Long: `run streams a file of requests through one SubmitStream and writes one result
+line per request, in input order. FILE "-" reads standard input.
+
+Each input line is a batcher.v1.Request in protobuf JSON, such as
+  {"id":"q1","model":"sim-chat","chat":{"messages":[{"role":"user","content":"Hi"}]}}
+A request without an id gets "line-N", N its line number; blank lines are
+skipped. Each result line is
+  {"line":N,"id":"...","completion":{...}}             on success
+  {"line":N,"id":"...","error":{"code":"...","message":"..."}}   on failure
+(a completion that failed has both). A line that is not a request, or a
+request the service rejects (an unknown model, a bad field), becomes an
+error line and the run goes on.
+
+Progress goes to standard error: a live bar on a terminal, a plain line
+every --progress-interval otherwise. At the end a summary says what was
+written; the exit code is 0 when every request succeeded, 1 when some failed
+or the run could not finish, 130 when interrupted.
+
+Ctrl-C stops reading, flushes the service's partial batches, waits for the
+requests in flight and writes their results: the results file then holds the
+results of a prefix of the input, and --resume finishes it. A second Ctrl-C
+aborts at once (the file stays consistent; the requests in flight are sent
+again on --resume).
+
+--resume skips the requests whose id is already in the results file and
+appends the rest; a last line cut short (a crash) is dropped first. Without
+--resume or --force an existing results file is an error.
+
+Memory is bounded by --window: at most that many requests are sent and not
+yet written, which is also the size of the buffer that puts results back in
+input order. Ctrl-C waits for them all: lower --window for a slow model.`,
+		Example: `  # Results to a file, progress on the terminal
+  batcherctl run prompts.jsonl -o results.jsonl
+
+  # Finish a run that was interrupted
+  batcherctl run prompts.jsonl -o results.jsonl --resume
+
+  # From a pipe to a pipe, requests without a model go to sim-chat
+  jq -c '{chat:{messages:[{role:"user",content:.q}]}}' questions.jsonl |
+    batcherctl run - --model sim-chat | jq -r '.completion.text'
+
+  # The failed lines of a run
+  jq -c 'select(.error)' results.jsonl`,
+		Args: argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd, a, &f, args[0])
+		},
+	}
+	fl := c.Flags()
+	fl.StringVarP(&f.output, "output", "o", "-", `the results file; "-" is standard output`)
+	fl.BoolVar(&f.resume, "resume", false, "skip the requests whose id is in the results file, and append the rest")
+	fl.BoolVar(&f.force, "force", false, "overwrite an existing results file")
+	fl.IntVar(&f.window, "window", runfile.DefaultWindow, "most requests sent and not yet written (bounds memory, and what Ctrl-C waits for)")
+	fl.StringVarP(&f.model, "model", "m", "", "the route of requests whose line names none")
+	fl.StringVar(&f.progress, "progress", progressAuto, "auto (a bar on a terminal, plain lines otherwise), bar, plain or none")
+	fl.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "how often plain progress lines are printed")
+	f.summary = outputText
+	fl.Var(&f.summary, "summary", "the closing summary's format: text, or json for scripts (on standard output when the results go to a file)")
+	return c
+}
+
+func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
+	if f.window < 1 {
+		return usageError("--window: must be at least 1, got %d", f.window)
+	}
+	switch f.progress {
+	case progressAuto, progressBar, progressPlain, progressNone:
+	default:
+		return usageError("--progress: must be auto, bar, plain or none, got %q", f.progress)
+	}
+	if f.progressInterval < 0 {
+		return usageError("--progress-interval: must not be negative, got %v", f.progressInterval)
+	}
+	toStdout := f.output == "-"
+	if toStdout && f.resume {
+		return usageError("--resume: needs a results file (-o FILE)")
+	}
+	if !toStdout && input != "-" && sameFile(input, f.output) {
+		return usageError("-o: the results file %s is the input file", f.output)
+	}
+
+	// Memory is bounded by --window, so trade some of it for CPU: a run
+	// allocates per request, and the service often shares the machine.
+	debug.SetGCPercent(runGCPercent)
+
+	// The input.
+	in, total, err := openInput(cmd.InOrStdin(), input)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+
+	// The results file.
+	var (
+		out  = cmd.OutOrStdout()
+		skip map[string]struct{}
+		done int
+	)
+	if !toStdout {
+		file, scanned, err := openResults(f.output, f.resume, f.force)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = file.Close() }() // closed below; this is for early returns
+		out, skip, done = file, scanned.Done, scanned.Lines
+		total -= int64(done)
+	}
+
+	conn, err := a.dial()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+
+	counters := new(runfile.Counters)
+	counters.Total.Store(max(total, 0))
+
+	// Ctrl-C: the first stops gently, the second aborts.
+	ctx, abort := context.WithCancel(cmd.Context())
+	defer abort()
+	stop := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	watched := make(chan struct{})
+	defer func() { <-watched }()
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		defer close(watched)
+		for n := 0; ; n++ {
+			select {
+			case <-finished:
+				return
+			case <-sigs:
+			}
+			if n == 0 {
+				_, _ = fmt.Fprintf(a.env.stderr, "batcherctl run: interrupted: finishing the %d requests in flight; Ctrl-C again aborts them\n",
+					counters.Sent.Load()-counters.Done.Load())
+				close(stop)
+				continue
+			}
+			_, _ = fmt.Fprintln(a.env.stderr, "batcherctl run: aborting")
+			abort()
+			return
+		}
+	}()
+
+	stderr := a.env.stderr
+	var prog runfile.Progress
+	switch f.progress {
+	case progressAuto:
+		if a.env.isTerminal(stderr) {
+			prog = runfile.NewBar(stderr, filepath.Base(input))
+		} else {
+			prog = runfile.NewPlain(stderr, "batcherctl run:", f.progressInterval)
+		}
+	case progressBar:
+		prog = runfile.NewBar(stderr, filepath.Base(input))
+	case progressPlain:
+		prog = runfile.NewPlain(stderr, "batcherctl run:", f.progressInterval)
+	}
+
+	sum, runErr := runfile.Run(ctx, runfile.Config{
+		Client:   client.New(conn),
+		Input:    in,
+		Output:   out,
+		Skip:     skip,
+		Window:   f.window,
+		Model:    f.model,
+		Timeout:  a.timeout,
+		Stop:     stop,
+		Counters: counters,
+		Progress: prog,
+	})
+	if c, ok := out.(io.Closer); ok && !toStdout {
+		if err := c.Close(); err != nil && runErr == nil {
+			runErr = fmt.Errorf("closing %s: %w", f.output, err)
+		}
+	}
+	if err := printRunSummary(cmd, f, sum, done, runErr); err != nil {
+		return err
+	}
+
+	where := f.output
+	if toStdout {
+		where = "the results"
+	}
+	switch {
+	case ctx.Err() != nil || sum.Stopped:
+		return &exitError{code: exitInterrupted, err: fmt.Errorf("run interrupted: %d results written; rerun with --resume to finish", sum.Written)}
+	case runErr != nil:
+		hint := ""
+		if !toStdout {
+			hint = "; rerun with --resume to finish"
+		}
+		return fmt.Errorf("run did not finish (%d results written%s): %w", sum.Written, hint, runErr)
+	case sum.Failed > 0:
+		return fmt.Errorf("%d of %d requests failed: see the error lines in %s", sum.Failed, sum.Written, where)
+	}
+	return nil
+}
+
+// runSummary is the closing summary in JSON.
+type runSummary struct {
+	Read       int64   `json:"read"`
+	Skipped    int64   `json:"skipped"`
+	Written    int64   `json:"written"`
+	Failed     int64   `json:"failed"`
+	Unanswered int64   `json:"unanswered"`
+	Stopped    bool    `json:"stopped"`
+	Tokens     int64   `json:"tokens"`
+	Seconds    float64 `json:"seconds"`
+	Error      string  `json:"error,omitempty"`
+}
+
+func printRunSummary(cmd *cobra.Command, f *runFlags, sum runfile.Summary, resumed int, runErr error) error {
+	if f.summary == outputJSON {
+		js := runSummary{
+			Read: sum.Read, Skipped: sum.Skipped, Written: sum.Written, Failed: sum.Failed,
+			Unanswered: sum.Unanswered, Stopped: sum.Stopped, Tokens: sum.Tokens, Seconds: sum.Elapsed.Seconds(),
+		}
+		if runErr != nil {
+			js.Error = runErr.Error()
+		}
+		b, err := json.Marshal(js)
+		if err != nil {
+			return err
+		}
+		w := cmd.OutOrStdout()
+		if f.output == "-" {
+			w = cmd.ErrOrStderr()
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "batcherctl run: %d results written (%d failed) in %v", sum.Written, sum.Failed, sum.Elapsed.Round(time.Millisecond))
+	if sum.Elapsed > 0 {
+		fmt.Fprintf(&b, ", %.0f req/s", float64(sum.Written)/sum.Elapsed.Seconds())
+	}
+	if sum.Skipped > 0 || resumed > 0 {
+		fmt.Fprintf(&b, "; %d already done, skipped", sum.Skipped)
+	}
+	if sum.Unanswered > 0 {
+		fmt.Fprintf(&b, "; %d sent without an answer", sum.Unanswered)
+	}
+	b.WriteByte('\n')
+	_, err := cmd.ErrOrStderr().Write(b.Bytes())
+	return err
+}
+
+// openInput opens the request file ("-": r) and estimates how many requests
+// it holds (its lines; 0 when unknown).
+func openInput(r io.Reader, name string) (io.ReadCloser, int64, error) {
+	if name == "-" {
+		return io.NopCloser(r), 0, nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := countLines(f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, 0, fmt.Errorf("reading %s: %w", name, err)
+	}
+	return f, n, nil
+}
+
+// countLines counts the lines of r, a last one without a newline included.
+func countLines(r io.Reader) (int64, error) {
+	buf := make([]byte, 256<<10)
+	var n int64
+	last := byte('\n')
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			n += int64(bytes.Count(buf[:k], []byte{'\n'}))
+			last = buf[k-1]
+		}
+		if errors.Is(err, io.EOF) {
+			if last != '\n' {
+				n++
+			}
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// openResults opens the results file: a new one, an overwritten one
+// (force), or, to resume, an existing one scanned for the ids it holds and
+// cut after its last complete line.
+func openResults(name string, resume, force bool) (*os.File, runfile.Scanned, error) {
+	var none runfile.Scanned
+	switch {
+	case resume:
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, none, err
+		}
+		s, err := runfile.ScanResults(f)
+		if err == nil {
+			err = f.Truncate(s.Size)
+		}
+		if err == nil {
+			_, err = f.Seek(s.Size, io.SeekStart)
+		}
+		if err != nil {
+			_ = f.Close()
+			return nil, none, fmt.Errorf("--resume: %s: %w", name, err)
+		}
+		return f, s, nil
+	case force:
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		return f, none, err
+	default:
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			return nil, none, usageError("%s exists: pass --resume to finish it or --force to overwrite it", name)
+		}
+		return f, none, err
+	}
+}
+
+// sameFile reports whether a and b name one existing file.
+func sameFile(a, b string) bool {
+	ia, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	ib, err := os.Stat(b)
+	return err == nil && os.SameFile(ia, ib)
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+)
+
+func newStatsCmd(a *app) *cobra.Command {
+	var (
+		once     bool
+		interval time.Duration
+		out      outputFormat
+	)
+	c := &cobra.Command{
+		Use:   "stats",
+		Short: "Show the service's lanes, backends and jobs, live",
+		Long: `stats follows the service's AdminService.WatchStats: its lanes (queued by
+priority, in flight), backends (breaker, concurrency, rate use) and jobs. On a
+terminal the view is redrawn in place; otherwise each snapshot is printed in
+turn. --once prints one snapshot and exits.`,
+		Example: `  batcherctl stats
+  batcherctl stats --once -o json
+  batcherctl stats --interval 5s > stats.log`,
+		Args: argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			conn, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = conn.Close() }()
+			req := &batcherv1.WatchStatsRequest{}
+			if interval > 0 {
+				req.Interval = durationpb.New(interval)
+			}
+			st, err := batcherv1.NewAdminServiceClient(conn).WatchStats(cmd.Context(), req)
+			if err != nil {
+				return rpcError("stats", err)
+			}
+			w := cmd.OutOrStdout()
+			tty := out == outputText && isTerminal(w)
+			for {
+				r, err := st.Recv()
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					return rpcError("stats", err)
+				}
+				s := r.GetSnapshot()
+				if out == outputJSON {
+					err = printJSON(w, s)
+				} else {
+					var b strings.Builder
+					if tty {
+						b.WriteString("\x1b[H\x1b[2J") // home, clear
+					}
+					writeStats(&b, s)
+					_, err = io.WriteString(w, b.String())
+				}
+				if err != nil || once {
+					return err
+				}
+			}
+		},
+	}
+	c.Flags().BoolVar(&once, "once", false, "print one snapshot and exit")
+	c.Flags().DurationVar(&interval, "interval", 0, "how often to sample (default: the service's stats interval)")
+	addOutputFlag(c, &out)
+	return c
+}
+
+// writeStats writes a snapshot as text.
+func writeStats(b *strings.Builder, s *batcherv1.StatsSnapshot) {
+	fmt.Fprintf(b, "%s\n", s.GetTime().AsTime().Format(time.RFC3339))
+	fmt.Fprintf(b, "LANES\n")
+	for _, l := range s.GetLanes() {
+		fmt.Fprintf(b, "  %s\troute=%s backend=%s queued=%d/%d/%d/%d/%d in_flight=%d\n", l.GetName(), l.GetRoute(), l.GetBackend(),
+			l.GetQueuedUrgent(), l.GetQueuedHigh(), l.GetQueuedNormal(), l.GetQueuedLow(), l.GetQueuedDeferrable(), l.GetInFlight())
+	}
+	fmt.Fprintf(b, "BACKENDS\n")
+	for _, be := range s.GetBackends() {
+		fmt.Fprintf(b, "  %s\tbreaker=%s in_flight=%d/%d rpm=%.0f/%.0f tpm=%.0f/%.0f calls=%d requests=%d rate_limited=%d retries=%d\n",
+			be.GetName(), be.GetBreaker(), be.GetInFlight(), be.GetConcurrencyLimit(), be.GetRpmUsed(), be.GetRpmLimit(),
+			be.GetTpmUsed(), be.GetTpmLimit(), be.GetCalls(), be.GetRequests(), be.GetRateLimited(), be.GetRetries())
+	}
+	if js := s.GetJobs(); len(js) > 0 {
+		fmt.Fprintf(b, "JOBS\n")
+		for _, j := range js {
+			fmt.Fprintf(b, "  %s\t%s %s %d/%d done, %d failed, %.1f items/s, eta %s\n", j.GetId(), j.GetName(), j.GetState(),
+				j.GetDone()+j.GetFailed(), j.GetTotal(), j.GetFailed(), j.GetItemsPerSecond(), j.GetEta().AsDuration().Round(time.Second))
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+)
+
+func TestSubmit(t *testing.T) {
+	addr := startBatcherd(t, fastConfig)
+
+	r := ctl(t, addr, "", "submit", "-m", "sim-chat", "Hello", "there")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "Hello there") || r.stderr != "" {
+		t.Errorf("chat: %+v; want the sim's text, which starts with the prompt", r)
+	}
+
+	r = ctl(t, addr, "", "submit", "-m", "sim-chat", "--id", "mine", "-p", "urgent", "--max-tokens", "5", "--metadata", "k=v", "-o", "json", "Hi")
+	var comp batcherv1.Completion
+	if err := protojson.Unmarshal([]byte(r.stdout), &comp); err != nil || r.code != 0 {
+		t.Fatalf("-o json: %+v: %v", r, err)
+	}
+	if comp.GetId() != "mine" || comp.GetUsage().GetCompletionTokens() > 5 || comp.GetMetadata()["k"] != "v" || comp.GetText() == "" {
+		t.Errorf("-o json: completion %v; want id mine, at most 5 tokens, metadata k=v", &comp)
+	}
+
+	r = ctl(t, addr, "the quick brown fox\n", "submit", "-m", "sim-embed", "--op", "embedding")
+	var vec []float32
+	if err := json.Unmarshal([]byte(r.stdout), &vec); err != nil || len(vec) != 32 || r.code != 0 {
+		t.Errorf("embedding from stdin: %+v: %v; want a JSON array of 32 numbers", r, err)
+	}
+
+	r = ctl(t, addr, "", "submit", "-m", "nope", "Hi")
+	if r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, `INVALID_ARGUMENT`) || !strings.Contains(r.stderr, `unknown model "nope"`) {
+		t.Errorf("unknown model: %+v; want exit 1 naming the code and the model", r)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	addr := startBatcherd(t, fastConfig) // and it checked health as text
+	r := ctl(t, addr, "", "health", "-o", "json")
+	var got struct{ Status string }
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Status != "SERVING" || r.code != 0 {
+		t.Errorf("health -o json: %+v: %v", r, err)
+	}
+	r = ctl(t, addr, "", "health", "--service", "no.such.Service")
+	if r.code != exitFailed || !strings.Contains(r.stderr, "NOT_FOUND") {
+		t.Errorf("unknown service: %+v; want exit 1 with NOT_FOUND", r)
+	}
+}
+
+func TestHealthUnreachable(t *testing.T) {
+	r := ctl(t, "127.0.0.1:1", "", "--timeout", "5s", "health")
+	if r.code != exitFailed || !strings.Contains(r.stderr, "UNAVAILABLE") {
+		t.Errorf("nothing listening: %+v; want exit 1 with UNAVAILABLE", r)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"submit", "Hi"}, `--model: required`},
+		{[]string{"submit", "-m", "x", "--op", "image", "Hi"}, `--op: must be chat, completion or embedding`},
+		{[]string{"submit", "-m", "x", "-p", "soon", "Hi"}, `--priority: must be urgent`},
+		{[]string{"submit", "-m", "x", "-o", "yaml", "Hi"}, `must be "text" or "json"`},
+		{[]string{"run"}, "takes 1 argument(s), got 0"},
+		{[]string{"run", "a.jsonl", "--window", "0"}, "--window: must be at least 1"},
+		{[]string{"run", "a.jsonl", "--resume"}, "--resume: needs a results file"},
+		{[]string{"health", "extra"}, "takes no arguments"},
+		{[]string{"nope"}, `unknown command "nope"`},
+		{[]string{"--nope"}, "unknown flag: --nope"},
+		{[]string{"--tls-cert", "c.pem", "health"}, "--tls-cert and --tls-key go together"},
+	} {
+		r := ctl(t, "127.0.0.1:1", "", tc.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: %+v; want exit 2 with %q", tc.args, r, tc.want)
+		}
+	}
+}
+
+// Every level's help has examples.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"submit", "--help"}, {"run", "--help"}, {"health", "--help"}} {
+		r := ctl(t, "127.0.0.1:1", "", args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "batcherctl ") {
+			t.Errorf("%v: exit %d, no examples:\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+func TestTLSFlags(t *testing.T) {
+	r := ctl(t, "127.0.0.1:1", "", "--tls-ca", "/nonexistent/ca.pem", "health")
+	if r.code != exitFailed || !strings.Contains(r.stderr, "--tls-ca: open /nonexistent/ca.pem") {
+		t.Errorf("missing CA file: %+v", r)
+	}
+	notPEM := writeFile(t, "ca.pem", "not a certificate")
+	r = ctl(t, "127.0.0.1:1", "", "--tls-ca", notPEM, "health")
+	if r.code != exitFailed || !strings.Contains(r.stderr, "holds no PEM certificate") {
+		t.Errorf("CA file without a certificate: %+v", r)
+	}
+	// --tls against a plaintext service: the handshake fails, UNAVAILABLE.
+	addr := startBatcherd(t, fastConfig)
+	r = ctl(t, addr, "", "--tls", "--timeout", "10s", "health")
+	if r.code != exitFailed || !strings.Contains(r.stderr, "UNAVAILABLE") {
+		t.Errorf("TLS to a plaintext service: %+v", r)
+	}
+}

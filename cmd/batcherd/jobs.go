@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
+	"github.com/batcherhq/batcher/jobs"
+	"github.com/batcherhq/batcher/server"
+	"github.com/batcherhq/batcher/telemetry"
+)
+
+// storeOpenTimeout bounds opening the job store at startup.
+const storeOpenTimeout = 15 * time.Second
+
+// startJobs opens the job store, resumes the jobs it holds and registers the
+// JobService on gs. It returns the function that drains the jobs at
+// shutdown, before the core's own drain, and the manager the batch API
+// serves (nil with jobs off). With no data directory, jobs are off and the
+// JobService answers UNIMPLEMENTED.
+func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, gs *grpc.Server, log *slog.Logger) (func(context.Context), *jobs.Manager, error) {
+	jc := &cfg.Jobs
+	if jc.DataDir == "" {
+		log.Info("jobs off: set data_dir (--data-dir, BATCHER_DATA_DIR) to run batch jobs")
+		return func(context.Context) {}, nil, nil
+	}
+	if err := checkWritable(jc.DataDir); err != nil {
+		return nil, nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	var (
+		store jobs.Store
+		err   error
+	)
+	kind := jc.JobStore
+	if kind == "" {
+		kind = config.JobStoreSQLite
+	}
+	switch kind {
+	case config.JobStorePostgres:
+		store, err = jobs.OpenPostgres(octx, jc.PostgresDSN)
+	default:
+		store, err = jobs.OpenSQLite(octx, jc.DataDir)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("job store (%s): %w", kind, err)
+	}
+	l := &jc.Limits
+	m, err := jobs.New(jobs.Config{
+		Store: store, Core: core, DataDir: jc.DataDir, Exclusive: kind == config.JobStoreSQLite,
+		MaxItems: l.MaxItems, MaxRunning: l.MaxRunning, MaxInFlight: l.MaxInFlight, ConcurrentRequests: l.ConcurrentRequests,
+		TTL: l.TTL.D(), Lease: l.Lease.D(), Logger: log,
+	})
+	if err == nil {
+		err = m.Start(ctx)
+	}
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	server.NewJobService(m, log).Register(gs)
+	log.Info("jobs", "data_dir", jc.DataDir, "store", kind)
+	return func(ctx context.Context) {
+		if err := m.Shutdown(ctx); err != nil {
+			log.Error("jobs drain incomplete", "err", err)
+		}
+		if err := store.Close(); err != nil {
+			log.Error("closing the job store", "err", err)
+		}
+	}, m, nil
+}
+
+// checkWritable fails, naming dir, when batcherd cannot write there.
+func checkWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("data directory %s: cannot create it: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("data directory %s: not writable: %w", dir, errors.Unwrap(err))
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(filepath.Clean(name))
+}
+
+// jobsListLimit bounds the jobs the telemetry lists: the newest ones.
+const jobsListLimit = 200
+
+// jobsSource is the telemetry's view of m's jobs: the newest jobsListLimit,
+// with their counts. A store error logs and lists none.
+func jobsSource(m *jobs.Manager, log *slog.Logger) func() []telemetry.Job {
+	return func() []telemetry.Job {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		js, err := m.List(ctx, jobs.StateUnspecified, "", jobsListLimit)
+		if err != nil {
+			log.Warn("listing jobs for telemetry", "err", err)
+			return nil
+		}
+		out := make([]telemetry.Job, 0, len(js))
+		for _, j := range js {
+			c := j.Counts
+			out = append(out, telemetry.Job{
+				ID: j.ID, Name: j.Spec.Name, State: j.State.String(),
+				Total: c.Total, Done: c.Succeeded, Failed: c.Failed + c.Cancelled + c.Expired,
+				Tokens: j.TokensIn + j.TokensOut,
+			})
+		}
+		return out
+	}
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/jobs"
+	"github.com/batcherhq/batcher/jobs/storetest"
+	"github.com/batcherhq/batcher/llmsim"
+)
+
+// upstream is an llmsim behind a counter of the chat calls it answered.
+type upstream struct {
+	*httptest.Server
+	sim   *llmsim.Server
+	calls atomic.Int64
+}
+
+func newUpstream(t *testing.T, latency time.Duration) *upstream {
+	t.Helper()
+	sim, err := llmsim.New(llmsim.Config{ReplyTokens: 8, Latency: latency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upstream{sim: sim}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			u.calls.Add(1)
+		}
+		sim.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		sim.Close()
+		u.Close()
+	})
+	return u
+}
+
+// buildBatcherd builds the binary into a test directory.
+func buildBatcherd(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool to build batcherd")
+	}
+	bin := filepath.Join(t.TempDir(), "batcherd")
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// daemon is a running batcherd binary.
+type daemon struct {
+	cmd    *exec.Cmd
+	logs   *logScanner
+	addr   string
+	exited chan error
+}
+
+func startDaemon(t *testing.T, bin string, args ...string) *daemon {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BATCHER_") && !strings.HasPrefix(kv, "OTEL_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, logs: newLogScanner(), exited: make(chan error, 1)}
+	go func() {
+		d.logs.scan(stderr)
+		d.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { d.kill() })
+	select {
+	case d.addr = <-d.logs.addr:
+	case err := <-d.exited:
+		d.exited <- err
+		t.Fatalf("batcherd exited before listening: %v\n%s", err, d.logs)
+	case <-time.After(testTimeout):
+		t.Fatalf("batcherd did not listen:\n%s", d.logs)
+	}
+	return d
+}
+
+// kill sends SIGKILL and waits for the process to end.
+func (d *daemon) kill() {
+	_ = d.cmd.Process.Kill()
+	err := <-d.exited
+	d.exited <- err
+}
+
+func (d *daemon) client(t *testing.T) batcherv1.JobServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return batcherv1.NewJobServiceClient(conn)
+}
+
+func jobsConfig(t *testing.T, upstreamURL string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "batcherd.yaml")
+	cfg := fmt.Sprintf(`
+queue_capacity: 10000
+backends:
+  - name: llmsim
+    type: openai
+    max_concurrency: 64
+    openai: {base_url: %s/v1, max_fan_out: 64}
+routes:
+  - {name: chat, operation: chat, backend: llmsim, model: sim-chat, batching: {min_batch_size: 1, max_batch_size: 32, window: 2ms, max_wait: 20ms}}
+`, upstreamURL)
+	if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// createChatJob creates a job of n chat items in OpenAI's line form.
+func createChatJob(t *testing.T, c batcherv1.JobServiceClient, n int, concurrent int32) string {
+	t.Helper()
+	st, err := c.CreateJob(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&batcherv1.CreateJobRequest{Kind: &batcherv1.CreateJobRequest_Spec{Spec: &batcherv1.JobSpec{
+		Name: "e2e", Model: "chat", ConcurrentRequests: concurrent}}}); err != nil {
+		t.Fatal(err)
+	}
+	for start := 0; start < n; start += 1000 {
+		items := &batcherv1.JobItems{}
+		for i := start; i < min(n, start+1000); i++ {
+			items.OpenaiLines = append(items.OpenaiLines, &batcherv1.OpenAIBatchLine{Line: fmt.Appendf(nil,
+				`{"custom_id":"req-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"chat","messages":[{"role":"user","content":"item %d"}],"max_tokens":8}}`, i, i)})
+		}
+		if err := st.Send(&batcherv1.CreateJobRequest{Kind: &batcherv1.CreateJobRequest_Items{Items: items}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := st.CloseAndRecv()
+	if err != nil {
+		t.Fatalf("CreateJob: %v", err)
+	}
+	if resp.GetAccepted() != int64(n) {
+		t.Fatalf("accepted %d of %d", resp.GetAccepted(), n)
+	}
+	return resp.GetJob().GetId()
+}
+
+// watchUntil watches a job until done(progress) holds or it ends.
+func watchUntil(t *testing.T, c batcherv1.JobServiceClient, id string, done func(*batcherv1.JobProgress) bool) *batcherv1.JobProgress {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	st, err := c.WatchJob(ctx, &batcherv1.WatchJobRequest{Id: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *batcherv1.JobProgress
+	for {
+		r, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return last
+		}
+		if err != nil {
+			t.Fatalf("WatchJob: %v (last %v)", err, last)
+		}
+		last = r.GetProgress()
+		if done(last) {
+			return last
+		}
+	}
+}
+
+func terminal(p *batcherv1.JobProgress) bool {
+	return jobs.State(p.GetState()).Terminal()
+}
+
+// checkResults reads a job's results.jsonl: every custom id once.
+func checkResults(t *testing.T, dataDir, id string, n int) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(jobs.JobDir(dataDir, id), jobs.ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	seen := make(map[string]int, n)
+	sc := bufio.NewScanner(f)
+	lines := 0
+	for sc.Scan() {
+		var l struct {
+			CustomID string `json:"custom_id"`
+			Response struct {
+				StatusCode int `json:"status_code"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil || l.Response.StatusCode != http.StatusOK {
+			t.Fatalf("line %d %q: %v", lines+1, sc.Text(), err)
+		}
+		seen[l.CustomID]++
+		lines++
+	}
+	dups := 0
+	for _, c := range seen {
+		if c > 1 {
+			dups++
+		}
+	}
+	if lines != n || len(seen) != n || dups > 0 {
+		t.Fatalf("results.jsonl: %d lines, %d distinct ids, %d duplicated; want exactly %d", lines, len(seen), dups, n)
+	}
+}
+
+// A job survives kill -9: restarted, batcherd finishes it with every result
+// line once, and the upstream saw at most the items in flight at the kill
+// twice.
+func TestEndToEndJobSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const n, concurrent = 20_000, 256
+	bin := buildBatcherd(t)
+	up := newUpstream(t, 2*time.Millisecond)
+	cfg := jobsConfig(t, up.URL)
+	dataDir := t.TempDir()
+
+	d := startDaemon(t, bin, "--config", cfg, "--data-dir", dataDir)
+	c := d.client(t)
+	id := createChatJob(t, c, n, concurrent)
+	watchUntil(t, c, id, func(p *batcherv1.JobProgress) bool { return p.GetCounts().GetSucceeded() >= n/4 })
+	d.kill()
+	atKill := up.calls.Load()
+	if atKill >= n {
+		t.Fatalf("the job finished (%d calls) before the kill: make it slower", atKill)
+	}
+
+	d2 := startDaemon(t, bin, "--config", cfg, "--data-dir", dataDir)
+	c2 := d2.client(t)
+	last := watchUntil(t, c2, id, terminal)
+	if last.GetState() != batcherv1.JobState_JOB_STATE_COMPLETED || last.GetCounts().GetSucceeded() != n {
+		t.Fatalf("after restart the job ended %v", last)
+	}
+	checkResults(t, dataDir, id, n)
+	redone := up.calls.Load() - n
+	t.Logf("killed after %d upstream calls; %d items redone (bound %d in flight)", atKill, redone, concurrent)
+	if redone < 0 || redone > concurrent {
+		t.Fatalf("%d upstream calls for %d items: %d redone, want at most the %d in flight", up.calls.Load(), n, redone, concurrent)
+	}
+	if !d2.logs.has("jobs: resumed claims left by the previous run") {
+		t.Errorf("restart did not report the claims it resumed:\n%s", d2.logs)
+	}
+}
+
+func TestJobsStartupErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--data-dir", filepath.Join(file, "sub")}, "data directory " + filepath.Join(file, "sub")},
+		{[]string{"--data-dir", t.TempDir(), "--job-store", "postgres", "--postgres-dsn", "postgres://postgres@127.0.0.1:1/test?connect_timeout=2"}, "PostgreSQL at 127.0.0.1:1/test unreachable"},
+		{[]string{"--job-store", "mysql"}, `job_store: must be sqlite or postgres, got "mysql"`},
+	} {
+		var stderr strings.Builder
+		code := run(t.Context(), func() {}, append(tc.args, "--listen=127.0.0.1:0"), noEnv, &stderr)
+		if code == exitOK || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want it to name %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// Two replicas on PostgreSQL share one job. One is killed: once its lease
+// ends the other takes its items over and finishes the job, and no item is
+// recorded twice.
+func TestEndToEndTwoReplicasOnPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	dsn := storetest.PostgresSchema(t)
+	const n, concurrent = 10_000, 128
+	bin := buildBatcherd(t)
+	up := newUpstream(t, 5*time.Millisecond)
+	cfg := jobsConfig(t, up.URL)
+	args := []string{"--config", cfg, "--job-store", "postgres", "--postgres-dsn", dsn, "--jobs-lease", "2s"}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a := startDaemon(t, bin, append(args, "--data-dir", dirA)...)
+	b := startDaemon(t, bin, append(args, "--data-dir", dirB)...)
+	id := createChatJob(t, a.client(t), n, concurrent)
+	cb := b.client(t)
+	// Both work on it; kill A once a quarter is done.
+	watchUntil(t, cb, id, func(p *batcherv1.JobProgress) bool { return p.GetCounts().GetSucceeded() >= n/4 })
+	a.kill()
+	last := watchUntil(t, cb, id, terminal)
+	if last.GetState() != batcherv1.JobState_JOB_STATE_COMPLETED || last.GetCounts().GetSucceeded() != n {
+		t.Fatalf("the job ended %v", last)
+	}
+	// B's files hold every result once: it exports from the database.
+	checkResults(t, dirB, id, n)
+	redone := up.calls.Load() - n
+	t.Logf("%d items redone after the kill (bound %d in flight on A)", redone, concurrent)
+	if redone < 0 || redone > concurrent {
+		t.Fatalf("%d upstream calls for %d items: %d redone, want at most A's %d in flight\nA:\n%s\nB:\n%s", up.calls.Load(), n, redone, concurrent, a.logs, b.logs)
+	}
+	if !b.logs.has("jobs: took over tasks whose lease ended") {
+		t.Errorf("B did not take over A's claims:\n%s", b.logs)
+	}
+}

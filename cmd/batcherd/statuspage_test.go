@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// requireTool returns the path of an outside tool (a Debian package), or
+// skips the test with a note where it is absent, unless
+// BATCHER_REQUIRE_TOOLS=1 (CI), where it fails.
+func requireTool(t *testing.T, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("BATCHER_REQUIRE_TOOLS") == "1" {
+			t.Fatalf("%s not installed (apt-get install -y %s) and BATCHER_REQUIRE_TOOLS=1", name, pkg)
+		}
+		t.Skipf("SKIP: %s not installed (apt-get install -y %s); set BATCHER_REQUIRE_TOOLS=1 to make this a failure", name, pkg)
+	}
+	return p
+}
+
+// artifactDir is where tests save artifacts: $BATCHER_ARTIFACTS when set,
+// else the test's temporary directory.
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("BATCHER_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// TestStatusPageInChromium loads the status page in a real headless
+// Chromium while batcherd serves load, and checks that it is live: the
+// connection shows live, the completed count changes, lanes and both
+// backends show with their gauges and breaker state, the charts draw, the
+// jobs section says there are none. It saves a screenshot.
+func TestStatusPageInChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	browser := requireTool(t, "chromium", "chromium")
+	o := startObserved(t)
+	lctx, lcancel := context.WithCancel(t.Context())
+	wait := load(lctx, t, o.addr, 8)
+	defer func() {
+		lcancel()
+		wait()
+		o.shutdown(t)
+	}()
+
+	actx, acancel := chromedp.NewExecAllocator(t.Context(),
+		chromedp.ExecPath(browser),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1100),
+	)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	ctx, cancel := context.WithTimeout(bctx, testTimeout)
+	defer cancel()
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate("http://"+o.admin+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#backends .backend`)),
+	); err != nil {
+		t.Fatalf("loading the page: %v", err)
+	}
+	// Each read is one evaluation: the page re-renders sections on every
+	// event, so a node looked up first may be gone when its text is read.
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const n = document.querySelector(`+strconv.Quote(sel)+`); return n ? n.innerText : ""; })()`))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		return v
+	}
+	first := text(`#completed`)
+	// The numbers move: wait for the completed count to change, and for
+	// lanes and a throughput to show.
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`(() => {
+		const c = document.getElementById("completed").textContent;
+		return c !== `+strconv.Quote(first)+` && c !== "–" &&
+			document.querySelectorAll("#lanes tbody tr").length > 0 &&
+			parseFloat(document.getElementById("throughput").textContent.replace(/,/g, "")) > 0 &&
+			document.querySelectorAll("#chart-tput polyline").length > 0;
+	})()`, chromedp.WithPollingTimeout(testTimeout))); err != nil {
+		t.Fatalf("the page's numbers did not change from completed=%q: %v", first, err)
+	}
+	conn, second, backends, lanes, jobs, breaker := text(`#conn`), text(`#completed`), text(`#backends`),
+		text(`#lanes tbody`), text(`#jobs-empty`), text(`#backends .badge`)
+	gauges, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#backends .gauge").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn != "live" {
+		t.Errorf("connection state %q, want live", conn)
+	}
+	n1, _ := strconv.Atoi(strings.ReplaceAll(first, ",", ""))
+	n2, err := strconv.Atoi(strings.ReplaceAll(second, ",", ""))
+	if err != nil || n2 <= n1 {
+		t.Errorf("completed went from %q to %q", first, second)
+	}
+	for _, want := range []string{"sim", "spare", "calls"} {
+		if !strings.Contains(backends, want) {
+			t.Errorf("backends section lacks %q: %q", want, backends)
+		}
+	}
+	if breaker != "closed" {
+		t.Errorf("breaker badge %q, want closed", breaker)
+	}
+	if gauges != 6 { // concurrency, RPM and TPM for each of two backends
+		t.Errorf("%d gauges, want 6", gauges)
+	}
+	if !strings.Contains(lanes, "chat@sim") && !strings.Contains(lanes, "embed@sim") {
+		t.Errorf("lanes table lacks the live lanes: %q", lanes)
+	}
+	if jobs != "No jobs." {
+		t.Errorf("jobs section %q, want the empty note", jobs)
+	}
+	shot := filepath.Join(artifactDir(t), "statuspage.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("status page screenshot: %s (%d bytes), completed %s -> %s", shot, len(png), first, second)
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+)
+
+// unreadConfig: the embedded sim answers at once, and the queue is large
+// enough that every request read is accepted: the worst case for memory.
+const unreadConfig = `
+listen: 127.0.0.1:0
+queue_capacity: 100000
+drain_timeout: 5s
+backends:
+  - name: sim
+    type: sim
+    max_concurrency: 64
+    sim: {base_latency: 1ms, per_token: 0s}
+routes:
+  - {name: chat, operation: chat, backend: sim, batching: {max_batch_size: 32, window: 2ms}}
+`
+
+// unreadConns spreads the streams over this many connections.
+const unreadConns = 10
+
+// runUnread opens streams that each send perStream requests and never
+// read, and reports batcherd's RSS above idle.
+//
+// With unlimited, the server-wide budget and stream cap are lifted to the
+// old behaviour (only the per-stream window bounds what is read): the
+// baseline the limits are compared with.
+func runUnread(ctx context.Context, dir, bin string, streams, perStream int, unlimited bool) bool {
+	yaml := unreadConfig
+	if unlimited {
+		yaml += "max_streams: 1000000\nmax_pending_messages: 1000000000\n"
+	}
+	cfg := writeFile(dir, "unread.yaml", yaml)
+	bd, err := start("batcherd", bin, []string{"--config", cfg, "--log-format", "json",
+		"--admin-listen", "127.0.0.1:0", "--pprof", "--http-listen", "127.0.0.1:0"}, nil)
+	if err != nil {
+		fail(err)
+	}
+	defer func() { _ = bd.stop(10 * time.Second) }()
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	addr, err := bd.addr(actx, "listening")
+	if err != nil {
+		fail(err)
+	}
+	debug, err := bd.addr(actx, "admin listening")
+	if err != nil {
+		fail(err)
+	}
+	pid := bd.cmd.Process.Pid
+
+	conns := make([]*grpc.ClientConn, unreadConns)
+	for i := range conns {
+		if conns[i], err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+			fail(err)
+		}
+	}
+	// Warm up: one request answered, then the idle size.
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	if _, err := batcherv1.NewBatcherServiceClient(conns[0]).Submit(wctx, &batcherv1.SubmitRequest{Request: unreadReq("warm")}); err != nil {
+		fail(fmt.Errorf("warm-up request: %w", err))
+	}
+	wcancel()
+	time.Sleep(2 * time.Second) // let the warm-up's garbage settle before the idle reading
+	idle := sample{rss: rssMiB(pid), goroutines: goroutines(debug)}
+
+	w := watch(pid, debug, 250*time.Millisecond)
+	sctx, scancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	opened, openErrs := 0, map[string]int{}
+	for i := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := batcherv1.NewBatcherServiceClient(conns[i%unreadConns]).SubmitStream(sctx)
+			if err != nil {
+				mu.Lock()
+				openErrs[err.Error()]++
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			opened++
+			mu.Unlock()
+			for j := range perStream {
+				// Blocks once the server stops reading: flow control.
+				if s.Send(&batcherv1.SubmitStreamRequest{Kind: &batcherv1.SubmitStreamRequest_Request{
+					Request: unreadReq(fmt.Sprintf("s%d-%d", i, j))}}) != nil {
+					return
+				}
+			}
+		}()
+	}
+	// No event says "the server has read all it will": sample until RSS
+	// has not grown by a MiB for steady, within maxHold.
+	const steady, maxHold = 8 * time.Second, 90 * time.Second
+	began := time.Now()
+	last, lastGrowth := 0.0, time.Now()
+	for time.Since(began) < maxHold && time.Since(lastGrowth) < steady {
+		time.Sleep(500 * time.Millisecond)
+		if r := rssMiB(pid); r > last+1 {
+			last, lastGrowth = r, time.Now()
+		}
+	}
+	hold := time.Since(began).Round(time.Second)
+	peak := w.end()
+	after := sample{rss: rssMiB(pid), goroutines: goroutines(debug)}
+	if path := os.Getenv("SOAK_HEAP_PROFILE"); path != "" {
+		saveHeap(debug, path)
+	}
+	scancel()
+	wg.Wait()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	limits := "default limits"
+	if unlimited {
+		limits = "limits lifted (baseline)"
+	}
+	fmt.Printf("%s; unread streams: %d opened (%d requests each, never read), over %d connections\n", limits, opened, perStream, unreadConns)
+	for e, n := range openErrs {
+		fmt.Printf("  %d streams failed to open: %s\n", n, e)
+	}
+	fmt.Printf("idle:            %v\n", idle)
+	fmt.Printf("peak:            %v (RSS steady for %v after %v)\n", peak, steady, hold)
+	fmt.Printf("end of hold:     %v\n", after)
+	delta := peak.rss - idle.rss
+	fmt.Printf("RSS above idle at peak: %.1f MiB (target: at most 64 MiB)\n", delta)
+	return delta <= 64
+}
+
+func unreadReq(id string) *batcherv1.Request {
+	return &batcherv1.Request{Id: id, Model: "chat", Input: &batcherv1.Request_Chat{Chat: &batcherv1.ChatInput{
+		Messages: []*batcherv1.ChatMessage{{Role: "user", Content: "a request from a caller who never reads: " + strings.Repeat("x", 64)}},
+	}}}
+}
+
+// saveHeap writes batcherd's heap profile to path (SOAK_HEAP_PROFILE), for
+// go tool pprof.
+func saveHeap(debug, path string) {
+	res, err := http.Get("http://" + debug + "/debug/pprof/heap")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "heap profile:", err)
+		return
+	}
+	defer func() { _ = res.Body.Close() }()
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "heap profile:", err)
+		return
+	}
+	_, _ = io.Copy(f, res.Body)
+	_ = f.Close()
+}

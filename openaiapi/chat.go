@@ -1,0 +1,145 @@
+package openaiapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+// chat serves POST /v1/chat/completions.
+func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
+	var body chatRequest
+	if e := DecodeJSON(w, r, &body, h.cfg.maxBody, h.cfg.maxDepth); e != nil {
+		WriteError(w, e)
+		return
+	}
+	req, o, e := h.chatRequest(r, &body)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	res, err := h.run(r.Context(), []*batcher.Request{req}, false)
+	if err != nil {
+		WriteError(w, ErrorFrom(err, "messages"))
+		return
+	}
+	out := res[0]
+	setResultHeaders(w, req.ID, &out)
+	resp := chatCompletion{
+		ID:          req.ID,
+		Object:      "chat.completion",
+		Created:     time.Now().Unix(),
+		Model:       body.Model,
+		ServiceTier: tierName(body.ServiceTier, o),
+	}
+	if !body.Stream {
+		resp.Choices = []chatChoice{{Message: &chatMessageOut{Role: "assistant", Content: out.Text}, FinishReason: finishReason(out.FinishReason)}}
+		resp.Usage = usageOf(out.Usage)
+		writeJSON(w, &resp)
+		return
+	}
+	// Until the core streams tokens, the whole answer is one content chunk.
+	sse := startSSE(w)
+	resp.Object = "chat.completion.chunk"
+	resp.Choices = []chatChoice{{Delta: &chatDelta{Role: "assistant", Content: &out.Text}}}
+	sse.event(&resp)
+	resp.Choices = []chatChoice{{Delta: &chatDelta{}, FinishReason: finishReason(out.FinishReason)}}
+	sse.event(&resp)
+	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
+		resp.Choices = []chatChoice{}
+		resp.Usage = usageOf(out.Usage)
+		sse.event(&resp)
+	}
+	sse.done()
+}
+
+// chatRequest translates a chat body into a core request.
+func (h *Handler) chatRequest(r *http.Request, body *chatRequest) (*batcher.Request, callOptions, *Error) {
+	o, e := h.options(r, body.ServiceTier)
+	if e != nil {
+		return nil, o, e
+	}
+	if body.Model == "" {
+		return nil, o, badRequest("model", "must be set")
+	}
+	if len(body.Messages) == 0 {
+		return nil, o, badRequest("messages", "must hold at least one message")
+	}
+	if len(body.Messages) > batcher.MaxChatMessages {
+		return nil, o, badRequest("messages", "must hold at most %d messages, got %d", batcher.MaxChatMessages, len(body.Messages))
+	}
+	g := genParams{maxTokens: body.MaxCompletionTokens, maxParam: "max_completion_tokens",
+		temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed, n: body.N}
+	if g.maxTokens == nil {
+		g.maxTokens, g.maxParam = body.MaxTokens, "max_tokens"
+	}
+	params, e := g.toCore()
+	if e != nil {
+		return nil, o, e
+	}
+	msgs := make([]batcher.Message, len(body.Messages))
+	for i, m := range body.Messages {
+		text, e := m.Content.join("messages[" + strconv.Itoa(i) + "].content")
+		if e != nil {
+			return nil, o, e
+		}
+		msgs[i] = batcher.Message{Role: m.Role, Content: text}
+	}
+	return &batcher.Request{
+		ID:       h.newID("chatcmpl-"),
+		Route:    body.Model,
+		Priority: o.priority,
+		Input:    batcher.Input{Op: batcher.OpChat, Messages: msgs},
+		Params:   params,
+		Timeout:  o.timeout,
+		Metadata: body.Metadata,
+	}, o, nil
+}
+
+// join returns the content's text: the string, or its text parts joined
+// by newlines. Other parts (images, audio) are refused by name.
+func (c *content) join(param string) (string, *Error) {
+	if c.parts == nil {
+		return c.text, nil
+	}
+	var sb strings.Builder
+	for j, p := range c.parts {
+		if p.Type != "text" {
+			return "", badRequest(param+"["+strconv.Itoa(j)+"].type", "only text parts are served, got %q", truncate(p.Type))
+		}
+		if j > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(p.Text)
+	}
+	return sb.String(), nil
+}
+
+// tierName is the service_tier a response reports: the one asked for,
+// or the one the priority header implies.
+func tierName(asked string, o callOptions) string {
+	if asked != "" && asked != "auto" {
+		return asked
+	}
+	switch o.priority {
+	case batcher.PriorityUrgent, batcher.PriorityHigh:
+		return "priority"
+	case batcher.PriorityLow, batcher.PriorityDeferrable:
+		return "flex"
+	}
+	return "default"
+}
+
+// setResultHeaders tells the caller how its request was batched.
+func setResultHeaders(w http.ResponseWriter, id string, res *batcher.Result) {
+	h := w.Header()
+	h.Set("X-Request-Id", id)
+	h.Set("X-Batcher-Batch-Size", strconv.Itoa(res.BatchSize))
+	h.Set("X-Batcher-Attempts", strconv.Itoa(res.Attempts))
+	if res.Deduplicated {
+		h.Set("X-Batcher-Deduplicated", "true")
+	}
+}

@@ -1,0 +1,132 @@
+package openaiapi
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+// completions serves POST /v1/completions. A prompt array is split into
+// requests that batch with other callers', answered as choices in order.
+func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
+	var body completionRequest
+	if e := DecodeJSON(w, r, &body, h.cfg.maxBody, h.cfg.maxDepth); e != nil {
+		WriteError(w, e)
+		return
+	}
+	id, reqs, e := h.completionRequests(r, &body)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	res, err := h.run(r.Context(), reqs, body.Prompt.array)
+	if err != nil {
+		WriteError(w, ErrorFrom(err, "prompt"))
+		return
+	}
+	if len(res) == 1 {
+		setResultHeaders(w, id, &res[0])
+	} else {
+		w.Header().Set("X-Request-Id", id)
+	}
+	resp := completion{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: body.Model}
+	var total batcher.Usage
+	for i := range res {
+		total.PromptTokens += res[i].Usage.PromptTokens
+		total.CompletionTokens += res[i].Usage.CompletionTokens
+	}
+	if !body.Stream {
+		resp.Choices = make([]completionChoice, len(res))
+		for i := range res {
+			text := res[i].Text
+			if body.Echo {
+				text = reqs[i].Input.Prompt + text
+			}
+			resp.Choices[i] = completionChoice{Index: i, Text: text, FinishReason: finishReason(res[i].FinishReason)}
+		}
+		resp.Usage = usageOf(total)
+		writeJSON(w, &resp)
+		return
+	}
+	sse := startSSE(w)
+	for i := range res {
+		text := res[i].Text
+		if body.Echo {
+			text = reqs[i].Input.Prompt + text
+		}
+		resp.Choices = []completionChoice{{Index: i, Text: text}}
+		sse.event(&resp)
+		resp.Choices = []completionChoice{{Index: i, FinishReason: finishReason(res[i].FinishReason)}}
+		sse.event(&resp)
+	}
+	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
+		resp.Choices = []completionChoice{}
+		resp.Usage = usageOf(total)
+		sse.event(&resp)
+	}
+	sse.done()
+}
+
+// completionRequests translates a completions body into one core request
+// per prompt.
+func (h *Handler) completionRequests(r *http.Request, body *completionRequest) (string, []*batcher.Request, *Error) {
+	o, e := h.options(r, body.ServiceTier)
+	if e != nil {
+		return "", nil, e
+	}
+	if body.Model == "" {
+		return "", nil, badRequest("model", "must be set")
+	}
+	if e := h.checkInputs("prompt", &body.Prompt); e != nil {
+		return "", nil, e
+	}
+	if body.Suffix != nil && *body.Suffix != "" {
+		return "", nil, badRequest("suffix", "is not served: Batcher completes prompts only")
+	}
+	g := genParams{maxTokens: body.MaxTokens, maxParam: "max_tokens",
+		temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed, n: body.N}
+	params, e := g.toCore()
+	if e != nil {
+		return "", nil, e
+	}
+	reqs := make([]*batcher.Request, len(body.Prompt.texts))
+	id := h.newID("cmpl-")
+	for i, p := range body.Prompt.texts {
+		reqs[i] = &batcher.Request{
+			ID:       itemID(id, i, len(reqs)),
+			Route:    body.Model,
+			Priority: o.priority,
+			Input:    batcher.Input{Op: batcher.OpCompletion, Prompt: p},
+			Params:   params,
+			Timeout:  o.timeout,
+			Metadata: body.Metadata,
+		}
+	}
+	return id, reqs, nil
+}
+
+// checkInputs checks an input that may be an array: set, not empty, within
+// the item limit, and text rather than token ids.
+func (h *Handler) checkInputs(name string, in *inputList) *Error {
+	switch {
+	case !in.set:
+		return badRequest(name, "must be set: a string or an array of strings")
+	case in.tokens:
+		return badRequest(name, "token-id inputs are not served: Batcher's backends take text, so send strings")
+	case len(in.texts) == 0:
+		return badRequest(name, "must hold at least one item")
+	case len(in.texts) > h.cfg.maxInputs:
+		return badRequest(name, "must hold at most %d items, got %d", h.cfg.maxInputs, len(in.texts))
+	}
+	return nil
+}
+
+// itemID names item i of n: the call's id, suffixed when there are several.
+func itemID(id string, i, n int) string {
+	if n == 1 {
+		return id
+	}
+	return id + "-" + strconv.Itoa(i)
+}

@@ -1,0 +1,38 @@
+// Package openaiapi is Batcher's OpenAI-compatible HTTP front door: any
+// OpenAI SDK pointed at it gets batching, budgets, priorities, retries,
+// fallbacks and dedup without a change to its calls.
+//
+// It serves POST /v1/chat/completions (with stream: true as Server-Sent
+// Events ending in [DONE]; until the core streams tokens, the whole answer
+// comes in one content chunk), POST /v1/completions, POST /v1/embeddings,
+// GET /v1/models (the configured routes), POST /v1/files (JSONL, purpose
+// batch) with GET and DELETE /v1/files/{id} and GET /v1/files/{id}/content. The batch
+// API (/v1/batches) is mounted with WithBatches.
+//
+// Guarantees:
+//   - every call goes through the core as one batcher.Request per input: an
+//     embeddings input array or a completions prompt array is split into
+//     requests that batch with other callers' and is reassembled in order;
+//     when one item fails, the others are cancelled and the error names the
+//     item (param "input[3]");
+//   - priority comes from service_tier (priority HIGH, default and auto
+//     NORMAL, flex LOW) or the X-Batcher-Priority header; the deadline from
+//     X-Stainless-Timeout (the SDKs' own) or X-Batcher-Timeout, the shorter
+//     winning, else WithDefaultTimeout, else the core's queue timeout;
+//   - errors come in OpenAI's shape and statuses: 400 naming the param for
+//     bad input (malformed JSON names its line, column and byte), 401 for a
+//     missing or wrong token, 404 for an unknown model, file or URL, 413 past
+//     the body limit, 429 with Retry-After for a full queue or an exhausted
+//     budget, 503 once the core's admission has closed, and upstream
+//     failures by class (429, 400, 502, 504), never passed through;
+//   - unknown JSON fields are ignored, as OpenAI ignores them; fields whose
+//     value would change the answer's meaning and that Batcher cannot serve
+//     (n > 1, token-id inputs, non-text content parts, suffix) are refused
+//     by name;
+//   - bearer tokens are compared in constant time and never logged;
+//   - with a tracer provider, every call is an otelhttp server span that
+//     continues the caller's traceparent and parents the core's request
+//     span, which links to the batch span that reaches the provider.
+//
+// The package imports the core, never gRPC or the generated code.
+package openaiapi

@@ -1,0 +1,153 @@
+package openaiapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+var fuzzSeeds = []string{
+	`{"model":"chat","messages":[{"role":"user","content":"hi"}],"temperature":0.5,"stop":["a","b"],"n":1}`,
+	`{"model":"chat","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"}]}],"stream":true,"stream_options":{"include_usage":true}}`,
+	`{"model":"chat","messages":[{"role":"assistant","content":null}],"max_tokens":9999999999,"service_tier":"flex","metadata":{"k":"v"}}`,
+	`{"model":"comp","prompt":["a","b"],"max_tokens":5,"echo":true,"stop":"x"}`,
+	`{"model":"comp","prompt":[[1,2],[3]],"suffix":"s"}`,
+	`{"model":"embed","input":"x","encoding_format":"base64","dimensions":2}`,
+	`{"model":"embed","input":[1,2,3]}`,
+	`{"model":"embed","input":["a",{"b":1}]}`,
+	`{"model":1}`, `[]`, `null`, `{"temperature":1e400}`, `{"a":` + "[[[[[[[[[[" + `}`,
+	"{\"model\":\"chat\",\n\"messages\":[}", `{"top_p":-1e39}`, `"\u0000"`, ``,
+}
+
+// FuzzDecode: the request decoders and their translation into core
+// requests never panic, answer every failure with a 400 (or 413), and turn
+// what they accept into requests within the limits.
+func FuzzDecode(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		for op := range 3 {
+			f.Add(uint8(op), []byte(s), "")
+		}
+	}
+	f.Add(uint8(0), []byte(fuzzSeeds[0]), "urgent")
+	f.Add(uint8(0), []byte(fuzzSeeds[0]), "1e9")
+	cfg, err := newConfig([]Option{WithMaxInputs(16), WithMaxJSONDepth(8)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := &Handler{cfg: cfg}
+	f.Fuzz(func(t *testing.T, op uint8, body []byte, header string) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/x", bytes.NewReader(body))
+		r.Header.Set(PriorityHeader, header)
+		r.Header.Set(TimeoutHeader, header)
+		check := func(e *Error) {
+			if e != nil && e.Status != http.StatusBadRequest {
+				t.Fatalf("status %d for bad input: %v", e.Status, e)
+			}
+		}
+		switch op % 3 {
+		case 0:
+			var b chatRequest
+			e := decode(body, &b, cfg.maxDepth)
+			check(e)
+			if e == nil {
+				req, _, e := h.chatRequest(r, &b)
+				check(e)
+				if e == nil && (len(req.Input.Messages) == 0 || len(req.Input.Messages) > 256) {
+					t.Fatalf("%d messages accepted", len(req.Input.Messages))
+				}
+			}
+		case 1:
+			var b completionRequest
+			e := decode(body, &b, cfg.maxDepth)
+			check(e)
+			if e == nil {
+				_, reqs, e := h.completionRequests(r, &b)
+				check(e)
+				if e == nil && (len(reqs) == 0 || len(reqs) > cfg.maxInputs || b.Prompt.tokens) {
+					t.Fatalf("%d prompts accepted (tokens %v)", len(reqs), b.Prompt.tokens)
+				}
+			}
+		case 2:
+			var b embeddingRequest
+			e := decode(body, &b, cfg.maxDepth)
+			check(e)
+			if e == nil {
+				_, reqs, e := h.embeddingRequests(r, &b)
+				check(e)
+				if e == nil && (len(reqs) == 0 || len(reqs) > cfg.maxInputs || b.Input.tokens) {
+					t.Fatalf("%d inputs accepted (tokens %v)", len(reqs), b.Input.tokens)
+				}
+			}
+		}
+	})
+}
+
+// FuzzCheckDepth: the depth scan never rejects JSON that nests within the
+// limit, and never panics on anything.
+func FuzzCheckDepth(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"a":"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[","b":"\"[[[[[[[[[["}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e := checkDepth(body, 8)
+		if e == nil || !json.Valid(body) {
+			return
+		}
+		if d := depthOf(t, body); d <= 8 {
+			t.Fatalf("depth %d rejected: %v", d, e)
+		}
+	})
+}
+
+// depthOf measures valid JSON's nesting with the decoder's tokens.
+func depthOf(t *testing.T, body []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	depth, most := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return most
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+			most = max(most, depth)
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
+}
+
+// FuzzCheckJSONL: the upload check never panics, and accepts exactly the
+// files whose every non-blank line is a JSON object.
+func FuzzCheckJSONL(f *testing.F) {
+	f.Add([]byte("{\"a\":1}\n{\"b\":[2]}\n"))
+	f.Add([]byte("{\"a\":1}\r\n\n  \n{}"))
+	f.Add([]byte("[1]\n"))
+	f.Add([]byte("{\"a\":\n1}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		err := checkJSONL(bytes.NewReader(data), 64)
+		want := true
+		lines := 0
+		for _, l := range bytes.Split(data, []byte{'\n'}) {
+			l = bytes.TrimSpace(l)
+			if len(l) == 0 {
+				continue
+			}
+			lines++
+			var m map[string]any
+			if l[0] != '{' || json.Unmarshal(l, &m) != nil || checkDepth(l, 64) != nil {
+				want = false
+			}
+		}
+		if lines == 0 {
+			want = false
+		}
+		if (err == nil) != want {
+			t.Fatalf("checkJSONL(%q) = %v, want ok %v", data, err, want)
+		}
+	})
+}
