@@ -1,0 +1,312 @@
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from batcher_client._gen.google.rpc import status_pb2 as _status_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DEDUP_OFF: Dedup
+DEDUP_ON: Dedup
+DEDUP_UNSPECIFIED: Dedup
+DESCRIPTOR: _descriptor.FileDescriptor
+FINISH_REASON_CONTENT_FILTER: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+FINISH_REASON_STOP: FinishReason
+FINISH_REASON_UNSPECIFIED: FinishReason
+PRIORITY_DEFERRABLE: Priority
+PRIORITY_HIGH: Priority
+PRIORITY_LOW: Priority
+PRIORITY_NORMAL: Priority
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_URGENT: Priority
+VERBOSITY_ALL: Verbosity
+VERBOSITY_COMPLETIONS: Verbosity
+VERBOSITY_UNSPECIFIED: Verbosity
+
+class Batched(_message.Message):
+    __slots__ = ["batch_id", "batch_size"]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    batch_size: int
+    def __init__(self, batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class Cancel(_message.Message):
+    __slots__ = ["id"]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ChatInput(_message.Message):
+    __slots__ = ["messages"]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ["content", "role"]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    content: str
+    role: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class Completion(_message.Message):
+    __slots__ = ["attempts", "backend", "batch_id", "batch_size", "deduplicated", "embedding", "error", "finish_reason", "id", "metadata", "text", "timings", "usage"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    attempts: int
+    backend: str
+    batch_id: str
+    batch_size: int
+    deduplicated: bool
+    embedding: Embedding
+    error: _status_pb2.Status
+    finish_reason: FinishReason
+    id: str
+    metadata: _containers.ScalarMap[str, str]
+    text: str
+    timings: Timings
+    usage: Usage
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., attempts: _Optional[int] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., backend: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deduplicated: bool = ...) -> None: ...
+
+class CompletionInput(_message.Message):
+    __slots__ = ["prompt"]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    prompt: str
+    def __init__(self, prompt: _Optional[str] = ...) -> None: ...
+
+class Dispatched(_message.Message):
+    __slots__ = ["attempt", "backend", "batch_id"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    backend: str
+    batch_id: str
+    def __init__(self, batch_id: _Optional[str] = ..., attempt: _Optional[int] = ..., backend: _Optional[str] = ...) -> None: ...
+
+class Embedding(_message.Message):
+    __slots__ = ["values"]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class EmbeddingInput(_message.Message):
+    __slots__ = ["text"]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ["batched", "dispatched", "id", "queued", "retrying", "time"]
+    BATCHED_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    RETRYING_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    batched: Batched
+    dispatched: Dispatched
+    id: str
+    queued: Queued
+    retrying: Retrying
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., batched: _Optional[_Union[Batched, _Mapping]] = ..., dispatched: _Optional[_Union[Dispatched, _Mapping]] = ..., retrying: _Optional[_Union[Retrying, _Mapping]] = ...) -> None: ...
+
+class Flush(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class GenerationParams(_message.Message):
+    __slots__ = ["max_tokens", "seed", "stop", "temperature", "top_p"]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    seed: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    temperature: float
+    top_p: float
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class Queued(_message.Message):
+    __slots__ = ["lane"]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    lane: str
+    def __init__(self, lane: _Optional[str] = ...) -> None: ...
+
+class Rejection(_message.Message):
+    __slots__ = ["error", "id"]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    error: _status_pb2.Status
+    id: str
+    def __init__(self, id: _Optional[str] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
+
+class Request(_message.Message):
+    __slots__ = ["chat", "completion", "dedup", "embedding", "id", "metadata", "model", "params", "priority", "timeout", "traceparent", "tracestate"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CHAT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
+    chat: ChatInput
+    completion: CompletionInput
+    dedup: Dedup
+    embedding: EmbeddingInput
+    id: str
+    metadata: _containers.ScalarMap[str, str]
+    model: str
+    params: GenerationParams
+    priority: Priority
+    timeout: _duration_pb2.Duration
+    traceparent: str
+    tracestate: str
+    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., chat: _Optional[_Union[ChatInput, _Mapping]] = ..., completion: _Optional[_Union[CompletionInput, _Mapping]] = ..., embedding: _Optional[_Union[EmbeddingInput, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., dedup: _Optional[_Union[Dedup, str]] = ...) -> None: ...
+
+class Retrying(_message.Message):
+    __slots__ = ["attempt", "delay", "message", "reason"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    delay: _duration_pb2.Duration
+    message: str
+    reason: str
+    def __init__(self, attempt: _Optional[int] = ..., delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class StreamOptions(_message.Message):
+    __slots__ = ["summary_interval", "verbosity"]
+    SUMMARY_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    VERBOSITY_FIELD_NUMBER: _ClassVar[int]
+    summary_interval: _duration_pb2.Duration
+    verbosity: Verbosity
+    def __init__(self, verbosity: _Optional[_Union[Verbosity, str]] = ..., summary_interval: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class StreamSummary(_message.Message):
+    __slots__ = ["completed", "failed", "final", "in_flight", "rejected", "submitted", "throughput", "time"]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    completed: int
+    failed: int
+    final: bool
+    in_flight: int
+    rejected: int
+    submitted: int
+    throughput: float
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., submitted: _Optional[int] = ..., in_flight: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., rejected: _Optional[int] = ..., throughput: _Optional[float] = ..., final: bool = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ["request"]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    request: Request
+    def __init__(self, request: _Optional[_Union[Request, _Mapping]] = ...) -> None: ...
+
+class SubmitResponse(_message.Message):
+    __slots__ = ["completion"]
+    COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    completion: Completion
+    def __init__(self, completion: _Optional[_Union[Completion, _Mapping]] = ...) -> None: ...
+
+class SubmitStreamRequest(_message.Message):
+    __slots__ = ["cancel", "flush", "options", "request"]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    cancel: Cancel
+    flush: Flush
+    options: StreamOptions
+    request: Request
+    def __init__(self, options: _Optional[_Union[StreamOptions, _Mapping]] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., flush: _Optional[_Union[Flush, _Mapping]] = ...) -> None: ...
+
+class SubmitStreamResponse(_message.Message):
+    __slots__ = ["completion", "event", "rejection", "summary"]
+    COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    REJECTION_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    completion: Completion
+    event: Event
+    rejection: Rejection
+    summary: StreamSummary
+    def __init__(self, event: _Optional[_Union[Event, _Mapping]] = ..., completion: _Optional[_Union[Completion, _Mapping]] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., summary: _Optional[_Union[StreamSummary, _Mapping]] = ...) -> None: ...
+
+class Timings(_message.Message):
+    __slots__ = ["batch_wait", "queued", "total", "upstream"]
+    BATCH_WAIT_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    batch_wait: _duration_pb2.Duration
+    queued: _duration_pb2.Duration
+    total: _duration_pb2.Duration
+    upstream: _duration_pb2.Duration
+    def __init__(self, batch_wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., queued: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., upstream: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ["completion_tokens", "prompt_tokens", "total_tokens"]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    completion_tokens: int
+    prompt_tokens: int
+    total_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Dedup(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Verbosity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
