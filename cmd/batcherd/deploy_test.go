@@ -430,6 +430,12 @@ func TestKubernetesManifests(t *testing.T) {
 	if headless != 1 {
 		t.Errorf("want one headless Service (clusterIP: None) for client-side balancing, got %d", headless)
 	}
+	// Clients balancing over the headless Service re-resolve when a
+	// connection gets a GOAWAY: without a maximum age they never see a
+	// replica added after they connected.
+	if cfg.Security.Limits.Keepalive.MaxConnectionAge <= 0 {
+		t.Error("security.limits.keepalive.max_connection_age must be set, so that DNS-balancing clients find new replicas")
+	}
 
 	// The PodDisruptionBudget guards exactly the Deployment's pods.
 	for _, o := range byKind(t, objs, "PodDisruptionBudget") {
