@@ -57,7 +57,8 @@ type Call struct {
 	evMu   sync.Mutex
 	state  atomic.Uint32
 	result Result
-	done   chan struct{}
+	done   chan struct{} // closed on the result; or, when token, sent on once
+	token  bool          // Do's call: done is Do's pooled channel
 }
 
 // Request returns the call's request.
@@ -130,7 +131,11 @@ func (c *Call) finish(r Result, now time.Time) bool {
 		run.end()
 	}
 	c.b.callEnded()
-	close(c.done)
+	if c.token {
+		c.done <- struct{}{} // never blocks: capacity 1, sent once
+	} else {
+		close(c.done)
+	}
 	if c.group != nil {
 		c.b.dedup.leave(c, &c.result, now)
 	}
