@@ -272,7 +272,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		hot.Store(l)
 	}
 	if req.Sink != nil {
-		c.emit(&Event{Kind: EventQueued, Time: now, Lane: l.name})
+		c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
 	}
 	if dedupable(req) && b.dedup.join(c, key) {
 		rc.targets[c.target].be.stats.dedupHits.Add(1)
