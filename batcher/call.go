@@ -32,11 +32,13 @@ type Call struct {
 	admitted time.Time
 	deadline time.Time
 	due      time.Time // when its lane must send it, from its priority's delay
-	tokens   int       // estimated prompt tokens plus max_tokens
+	tokens   int          // estimated prompt tokens plus max_tokens
+	tenant   *tenantState // nil: no tenant
 	span     trace.Span
 
 	heapIdx int         // index in the lane's deadline heap; -1 when not queued
-	qidx    uint8       // the lane fifo its current entry is in
+	qidx    uint8       // the lane level its current entry is in
+	tag     float64     // its virtual finish time in that level (fair queuing)
 	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
 
 	// Owned by the lane while queued, by the runner while dispatched.
@@ -128,6 +130,9 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	}
 	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
 		run.end()
+	}
+	if c.tenant != nil {
+		c.tenant.ended(r.Err)
 	}
 	c.b.callEnded()
 	close(c.done)
