@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 func treq(tenant, id string) *Request {
@@ -299,4 +301,37 @@ func tenantStats(b *Batcher, name string) TenantStats {
 		}
 	}
 	return TenantStats{}
+}
+
+func TestMetricsTenantLabelBounded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	be := &fakeBackend{}
+	b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1}, WithMeterProvider(mp))
+	if err := b.SetTenants([]TenantPolicy{{Name: "a", Quotas: TenantQuotas{RPM: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, tn := range []string{"a", "x1", "x2"} { // x1 and x2 are not configured
+		if _, err := b.Do(ctx, treq(tn, tn)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Submit(ctx, treq("a", "over")); !errors.Is(err, ErrQuotaExceeded) {
+		t.Fatalf("over quota: %v", err)
+	}
+	ms := collect(t, reader)
+	admitted := points(t, ms["batcher.tenant.requests.admitted"])
+	if admitted["batcher.tenant=a"] != 1 || admitted["batcher.tenant=_other"] != 2 || len(admitted) != 2 {
+		t.Fatalf("admitted %v", admitted)
+	}
+	if got := points(t, ms["batcher.tenant.requests.completed"])["batcher.outcome=ok,batcher.tenant=_other"]; got != 2 {
+		t.Fatalf("completed for _other: %v", got)
+	}
+	if got := points(t, ms["batcher.tenant.quota.rejected"])["batcher.quota=rpm,batcher.tenant=a"]; got != 1 {
+		t.Fatalf("rejected rpm for a: %v", got)
+	}
+	if got := points(t, ms["batcher.tenant.requests.pending"])["batcher.tenant=a"]; got != 0 {
+		t.Fatalf("pending for a: %v", got)
+	}
 }
