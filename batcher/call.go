@@ -31,7 +31,7 @@ type Call struct {
 	lane     atomic.Pointer[lane]
 	admitted time.Time
 	deadline time.Time
-	due      time.Time // when its lane must send it, from its priority's delay
+	due      time.Time    // when its lane must send it, from its priority's delay
 	tokens   int          // estimated prompt tokens plus max_tokens
 	tenant   *tenantState // nil: no tenant
 	span     trace.Span
