@@ -82,7 +82,7 @@ func (d attemptTimeout) Dispatch(ctx context.Context, b *Batch, out []Response) 
 		rc.expireAfter(timeout)
 		err := d.next.Dispatch(ctx, b, out)
 		if rc.stopExpiry() && err != nil {
-			err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + timeout.Round(time.Millisecond).String(), Err: err}
+			err = attemptTimedOut(timeout, err)
 		}
 		return err
 	}
@@ -90,9 +90,15 @@ func (d attemptTimeout) Dispatch(ctx context.Context, b *Batch, out []Response) 
 	defer cancel()
 	err := d.next.Dispatch(actx, b, out)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
-		err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + timeout.Round(time.Millisecond).String(), Err: err}
+		err = attemptTimedOut(timeout, err)
 	}
 	return err
+}
+
+// attemptTimedOut is the error of an attempt that outlived its timeout. Its
+// message is the cause alone: the server prefixes "upstream timed out".
+func attemptTimedOut(timeout time.Duration, err error) error {
+	return &UpstreamError{Class: ClassTimeout, Message: "no answer within the attempt timeout of " + timeout.Round(time.Millisecond).String(), Err: err}
 }
 
 // metricsBackend counts calls and the requests they carry.

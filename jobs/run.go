@@ -541,6 +541,12 @@ func (r *run) poll(ctx context.Context) {
 	}
 	if j.State == StateCancelling && r.ending == endNone {
 		r.ending, r.needEnd = endCancel, true
+		// Cancelling stops the spending: requests in flight end now
+		// (cancelled, unless their answer is already in), not when
+		// their upstream calls return.
+		for _, f := range r.calls {
+			f.call.Cancel()
+		}
 	}
 	if r.ending != endNone {
 		r.needEnd = true // another process may have returned claims meanwhile
