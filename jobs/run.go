@@ -304,7 +304,8 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 	f.model = model
 	req.Route = model
 	if spec.MaxRetries != nil || spec.RetryDelay > 0 {
-		o := &batcher.RetryOverride{MaxRetries: batcher.DefaultMaxRetries, InitialBackoff: spec.RetryDelay}
+		// A spec with only retry_delay keeps the backend's retry count.
+		o := &batcher.RetryOverride{MaxRetries: batcher.PolicyMaxRetries, InitialBackoff: spec.RetryDelay}
 		if spec.MaxRetries != nil {
 			o.MaxRetries = *spec.MaxRetries
 		}
