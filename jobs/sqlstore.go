@@ -480,7 +480,7 @@ func (s *sqlStore) Claim(ctx context.Context, jobID, owner string, n int, lease 
 			ON CONFLICT (job_id, owner) DO UPDATE SET until = excluded.until`), jobID, owner, until); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, s.q(`WITH picked AS (SELECT seq FROM tasks WHERE job_id = ? AND state = 0 AND seq >= ? ORDER BY seq LIMIT ?`+s.d.skipLocked+`)
+		rows, err := tx.QueryContext(ctx, s.q(`WITH picked AS (SELECT seq FROM tasks WHERE job_id = ? AND done_seq = 0 AND state = 0 AND seq >= ? ORDER BY seq LIMIT ?`+s.d.skipLocked+`)
 			UPDATE tasks SET state = 1, lease_owner = ?, attempts = attempts + 1
 			FROM picked WHERE tasks.job_id = ? AND tasks.seq = picked.seq
 			RETURNING tasks.seq, item, grp, run, custom_id, line, request, attempts`), jobID, from, n, owner, jobID)
@@ -598,7 +598,7 @@ func (s *sqlStore) EndPending(ctx context.Context, jobID string, state ItemState
 		if _, err := s.number(ctx, tx, jobID, 0); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, s.q(`SELECT seq, grp FROM tasks WHERE job_id = ? AND state IN (0, 6) ORDER BY seq LIMIT ?`+s.d.skipLocked), jobID, n)
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT seq, grp FROM tasks WHERE job_id = ? AND done_seq = 0 AND state IN (0, 6) ORDER BY seq LIMIT ?`+s.d.skipLocked), jobID, n)
 		if err != nil {
 			return err
 		}
