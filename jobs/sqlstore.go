@@ -468,18 +468,16 @@ func (s *sqlStore) Claim(ctx context.Context, jobID, owner string, n int, lease 
 	var out []Task
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
-		if _, err := s.number(ctx, tx, jobID, 0); err != nil {
-			return err
-		}
+		// The claim takes the job's row only at its end, for the counts:
+		// its tasks are picked with SKIP LOCKED, so claims run beside a
+		// group commit (which holds the job's row throughout, for the
+		// order of done numbers) instead of waiting for it, and no lock
+		// order is broken (the tasks a claim takes are pending ones, which
+		// no transaction holding the job's row waits for).
+		//
 		// The chunk is picked once, in a CTE: as an IN subquery,
 		// PostgreSQL may run it again per row, and with SKIP LOCKED each run
 		// picks other tasks.
-		// The owner's lease on the job, renewed by every claim; its
-		// tasks carry only the owner's name.
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO leases (job_id, owner, until) VALUES (?, ?, ?)
-			ON CONFLICT (job_id, owner) DO UPDATE SET until = excluded.until`), jobID, owner, until); err != nil {
-			return err
-		}
 		rows, err := tx.QueryContext(ctx, s.q(`WITH picked AS (SELECT seq FROM tasks WHERE job_id = ? AND done_seq = 0 AND state = 0 AND seq >= ? ORDER BY seq LIMIT ?`+s.d.skipLocked+`)
 			UPDATE tasks SET state = 1, lease_owner = ?, attempts = attempts + 1
 			FROM picked WHERE tasks.job_id = ? AND tasks.seq = picked.seq
@@ -504,7 +502,14 @@ func (s *sqlStore) Claim(ctx context.Context, jobID, owner string, n int, lease 
 		if len(out) == 0 {
 			return nil
 		}
-		return s.apply(ctx, tx, jobID, &d)
+		if err := s.apply(ctx, tx, jobID, &d); err != nil {
+			return err
+		}
+		// The owner's lease on the job, renewed by every claim; its
+		// tasks carry only the owner's name.
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO leases (job_id, owner, until) VALUES (?, ?, ?)
+			ON CONFLICT (job_id, owner) DO UPDATE SET until = excluded.until`), jobID, owner, until)
+		return err
 	})
 	sortTasks(out)
 	switch {
@@ -529,9 +534,10 @@ func sortTasks(ts []Task) {
 // number reserves n done numbers of the job and returns the one before the
 // first. On PostgreSQL it locks the job's row until the transaction ends,
 // so that done numbers follow commit order across replicas. Every write
-// transaction on a job's tasks calls it first: one lock order (the job,
-// then its tasks) keeps transactions from deadlocking. Should PostgreSQL
-// still report one, write runs the transaction again.
+// transaction that ends or returns a job's tasks calls it first: one lock
+// order (the job, then its tasks) keeps transactions from deadlocking. A
+// claim takes it last (see Claim). Should PostgreSQL still report a
+// deadlock, write runs the transaction again.
 func (s *sqlStore) number(ctx context.Context, tx *sql.Tx, jobID string, n int) (int64, error) {
 	var end int64
 	err := tx.QueryRowContext(ctx, s.q(`UPDATE jobs SET done_seq = done_seq + ? WHERE id = ? RETURNING done_seq`), n, jobID).Scan(&end)
