@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -541,5 +542,52 @@ func TestRetryDelayAloneKeepsTheBackendsRetries(t *testing.T) {
 	}
 	if n := g.items.Load(); n != 10 {
 		t.Fatalf("the backend saw %d items, want 10 (one retry each, the backend's count)", n)
+	}
+}
+
+// On a shared (PostgreSQL) store, a manager removes the jobs a dead creator
+// left VALIDATING, and leaves those a live creator still holds.
+func TestAbandonedJobsDroppedOnSharedStore(t *testing.T) {
+	store := openPostgres(t)
+	e := newEnv(t, nil) // for its core
+	dir := t.TempDir()
+	creator, err := jobs.New(jobs.Config{Store: store, Core: e.core, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := creator.Begin(t.Context(), jobs.Spec{Model: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A creator that died an hour ago left this one, holding nothing.
+	dead := &jobs.Job{ID: "job_dead_creator_" + strconv.FormatInt(time.Now().UnixNano(), 36), State: jobs.StateValidating,
+		CreatedAt: time.Now().Add(-time.Hour), Spec: jobs.Spec{Model: "chat"}}
+	if err := store.CreateJob(t.Context(), dead); err != nil {
+		t.Fatal(err)
+	}
+	m, err := jobs.New(jobs.Config{Store: store, Core: e.core, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = m.Shutdown(ctx)
+	})
+	if _, err := store.GetJob(t.Context(), dead.ID); !errors.Is(err, jobs.ErrNotFound) {
+		t.Fatalf("the dead creator's job: GetJob = %v, want ErrNotFound", err)
+	}
+	if err := live.Add(t.Context(), "", chatItem("still coming")); err != nil {
+		t.Fatal(err)
+	}
+	j, err := live.Finish(t.Context())
+	if err != nil {
+		t.Fatalf("the live creator's job: Finish = %v", err)
+	}
+	if j.State != jobs.StateQueued {
+		t.Fatalf("the live creator's job is %s, want QUEUED", j.State)
 	}
 }

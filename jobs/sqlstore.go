@@ -323,7 +323,11 @@ func (s *sqlStore) Transition(ctx context.Context, id string, from []State, to S
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		if n, err = res.RowsAffected(); err != nil || n == 0 || !to.Terminal() {
+			return err
+		}
+		// An ended job needs no lease: its holders' rows go.
+		_, err = tx.ExecContext(ctx, s.q(`DELETE FROM leases WHERE job_id = ?`), id)
 		return err
 	})
 	if err == nil && n > 0 && to == StateQueued && s.d.analyze != "" {
@@ -677,6 +681,34 @@ func (s *sqlStore) Extend(ctx context.Context, owner string, lease time.Duration
 		_, err := tx.ExecContext(ctx, s.q(`UPDATE leases SET until = ? WHERE owner = ?`), until, owner)
 		return err
 	})
+}
+
+func (s *sqlStore) Hold(ctx context.Context, jobID, owner string, lease time.Duration) error {
+	until := time.Now().Add(lease).UnixMilli()
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO leases (job_id, owner, until) VALUES (?, ?, ?)
+			ON CONFLICT (job_id, owner) DO UPDATE SET until = excluded.until`), jobID, owner, until)
+		return err
+	})
+}
+
+func (s *sqlStore) Abandoned(ctx context.Context, before time.Time, n int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id FROM jobs WHERE state = ? AND created_at < ?
+		AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.job_id = jobs.id) ORDER BY created_at LIMIT ?`),
+		int(StateValidating), before.UnixNano(), n)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 func (s *sqlStore) Release(ctx context.Context, owner string, now time.Time) (int, error) {
