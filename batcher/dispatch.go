@@ -286,11 +286,9 @@ func (r *batchRun) run() {
 	start := time.Now()
 	var last time.Time
 	for _, c := range live {
-		if c.batchedAt.IsZero() {
-			c.batchedAt = r.formed
-		}
-		if c.dispatchedAt.IsZero() {
-			c.dispatchedAt = start
+		if !c.dispatched {
+			c.dispatched = true
+			c.batchWait, c.queuedFor = r.formed.Sub(c.admitted), start.Sub(c.admitted)
 		}
 		c.attempts++
 		if c.deadline.After(last) {
@@ -299,7 +297,7 @@ func (r *batchRun) run() {
 		c.dispatchEvent(r, start)
 		if c.req.Sink != nil {
 			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
-			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
+			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: int(c.attempts), Backend: be.name})
 		}
 	}
 	r.batch.deadline = last
@@ -377,11 +375,11 @@ func (r *batchRun) run() {
 		res := Result{
 			BatchID:   r.batch.ID,
 			BatchSize: n,
-			Attempts:  c.attempts,
+			Attempts:  int(c.attempts),
 			Backend:   be.name,
 			Timings: Timings{
-				BatchWait: c.batchedAt.Sub(c.admitted),
-				Queued:    c.dispatchedAt.Sub(c.admitted),
+				BatchWait: c.batchWait,
+				Queued:    c.queuedFor,
 				Upstream:  c.upstream,
 			},
 		}

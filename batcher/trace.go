@@ -157,7 +157,7 @@ func (c *Call) dispatchEvent(r *batchRun, at time.Time) {
 		return
 	}
 	c.span.AddEvent("batcher.dispatch", trace.WithTimestamp(at), trace.WithAttributes(
-		attrAttempt.Int(c.attempts), attrBatchID.String(r.batch.ID), attrBackend.String(r.be.name)))
+		attrAttempt.Int(int(c.attempts)), attrBatchID.String(r.batch.ID), attrBackend.String(r.be.name)))
 }
 
 // retryEvent adds a "batcher.retry" event to a request's span: the attempt
@@ -167,5 +167,5 @@ func (c *Call) retryEvent(at time.Time, class ErrorClass, delay time.Duration) {
 		return
 	}
 	c.span.AddEvent("batcher.retry", trace.WithTimestamp(at), trace.WithAttributes(
-		attrAttempt.Int(c.attempts), attrRetryClass.String(class.String()), attrRetryDelay.Int64(delay.Milliseconds())))
+		attrAttempt.Int(int(c.attempts)), attrRetryClass.String(class.String()), attrRetryDelay.Int64(delay.Milliseconds())))
 }
