@@ -132,10 +132,12 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	c.result = r
 	c.b.metrics.finished(c, &c.result)
 	if c.span != nil {
-		if r.Err != nil {
-			c.span.SetStatus(codes.Error, r.Err.Error())
+		if c.span.IsRecording() { // a span the sampler dropped takes nothing
+			if r.Err != nil {
+				c.span.SetStatus(codes.Error, r.Err.Error())
+			}
+			setResultAttrs(c.span, &r)
 		}
-		setResultAttrs(c.span, &r)
 		c.span.End(trace.WithTimestamp(now))
 	}
 	if sink != nil {

@@ -314,10 +314,12 @@ func (r *batchRun) run() {
 	end := time.Now()
 	elapsed := end.Sub(start)
 	if r.span != nil {
-		if err != nil {
-			r.span.RecordError(err)
+		if r.span.IsRecording() {
+			if err != nil {
+				r.span.RecordError(err)
+			}
+			setBatchResultAttrs(r.span, out)
 		}
-		setBatchResultAttrs(r.span, out)
 		r.span.End(trace.WithTimestamp(end))
 	}
 
@@ -630,11 +632,14 @@ func (r *batchRun) startSpan(ctx context.Context, calls []*Call) context.Context
 			attrRoute.String(r.batch.Route),
 			attrBackend.String(r.be.name),
 		))
-	span.SetAttributes(r.genAIBatchAttrs(calls[0].req)...)
 	r.span = span
+	if !span.IsRecording() {
+		return ctx // the sampler dropped it: no attributes, no links back
+	}
+	span.SetAttributes(r.genAIBatchAttrs(calls[0].req)...)
 	bsc := span.SpanContext()
 	for _, c := range calls {
-		if c.span != nil {
+		if c.span != nil && c.span.IsRecording() {
 			c.span.AddLink(trace.Link{SpanContext: bsc, Attributes: []attribute.KeyValue{attrBatchID.String(r.batch.ID)}})
 			c.span.SetAttributes(attrBatchID.String(r.batch.ID), attrBatchSize.Int(len(calls)))
 		}
