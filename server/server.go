@@ -76,7 +76,25 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
+// WithTenantFunc names the tenant of each request from its RPC's context
+// (batcherd reads the identity its authentication interceptor put there,
+// security.TenantFrom); the core weighs and limits requests by it
+// (batcher.Request.Tenant). Default none: requests carry no tenant; nil is
+// ignored.
+func WithTenantFunc(f func(context.Context) string) Option {
+	return func(c *config) { c.tenantOf = f }
+}
+
+// tenantOf names the tenant of a request made in ctx, or "".
+func (s *Server) tenantOf(ctx context.Context) string {
+	if f := s.cfg.tenantOf; f != nil {
+		return f(ctx)
+	}
+	return ""
+}
+
 type config struct {
+	tenantOf       func(context.Context) string
 	window         int
 	maxStreams     int
 	maxPending     int

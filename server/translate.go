@@ -1,14 +1,12 @@
 package server
 
 import (
-	"context"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
-	"github.com/batcherhq/batcher/security"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,16 +17,6 @@ const (
 	MinSummaryInterval = 100 * time.Millisecond
 	MaxSummaryInterval = time.Hour
 )
-
-// tenantOf returns the name of the tenant that authentication put in ctx
-// (security.TenantFrom), or "" when none did. The core weighs and limits
-// requests by it.
-func tenantOf(ctx context.Context) string {
-	if t := security.TenantFrom(ctx); t != nil {
-		return t.Name
-	}
-	return ""
-}
 
 // toCore translates pr into dst. It checks what the core cannot see once the
 // message is translated (unknown enum values, malformed durations, an

@@ -92,7 +92,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitConfig
 	}
-	srv := server.New(core, append(built.Server, server.WithLogger(log))...)
+	srv := server.New(core, append(built.Server, server.WithLogger(log), server.WithTenantFunc(tenantName))...)
 	gs := server.NewGRPCServer(tracing, append(sec.GRPCServerOptions(), obs.grpcOptions()...)...)
 	srv.Register(gs)
 	stopJobs, jobManager, err := startJobs(ctx, cfg, core, gs, log)
