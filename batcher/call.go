@@ -36,13 +36,15 @@ type Call struct {
 	tenant   *tenantState // nil: no tenant
 	span     trace.Span
 
-	heapIdx int         // index in the lane's deadline heap; -1 when not queued
-	qidx    uint8       // the lane level its current entry is in
-	tag     float64     // its virtual finish time in that level (fair queuing)
-	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
+	heapIdx int     // index in the lane's deadline heap; -1 when not queued
+	tag     float64 // its virtual finish time in that level (fair queuing)
+	qidx    uint8   // the lane level its current entry is in
+	// target is the route target it is queued for; owned as the fields
+	// below (here, beside qidx, it packs into the word queued is in).
+	target uint8
+	queued atomic.Bool // in a lane's queue: finish must have it forgotten
 
 	// Owned by the lane while queued, by the runner while dispatched.
-	target         uint8     // the route target it is queued for
 	batchedAt      time.Time // first batch formed
 	dispatchedAt   time.Time // first upstream call
 	upstream       time.Duration
