@@ -336,9 +336,9 @@ func (l *lane) step() (exit bool) {
 		// waiting for their own triggers, so that one caller's flushes do
 		// not cut other callers' batches short.
 		l.onlyFlushed = false
-		if fl := l.queues[qFlushed].flows; !send && len(fl) > 0 && fl[0].q.len() > 0 {
+		if fh := l.queues[qFlushed].head(); !send && fh != nil {
 			send, l.onlyFlushed = true, true
-			head = fl[0].q.peek()
+			head = fh
 			headP = head.req.Priority
 		}
 		if !send && l.n >= bc.MinBatchSize && l.partials.Load() == 0 {
@@ -514,7 +514,7 @@ func (l *lane) markFlushed(c *Call, fw *flushWait) {
 	fw.left.Add(1)
 	if c.qidx != qFlushed {
 		c.qidx = qFlushed
-		l.queues[qFlushed].flowFor(l, nil).q.push(c) // its old entry goes stale; one flow, in flush order
+		l.queues[qFlushed].push(l, c) // its old entry goes stale
 	}
 }
 
@@ -648,12 +648,7 @@ func (l *lane) best(now time.Time) (*Call, Priority) {
 	var best *Call
 	var bestRank time.Duration
 	for q := range l.queues {
-		var c *Call
-		for _, f := range l.queues[q].flows {
-			if f.q.len() > 0 && (c == nil || before(f.q.peek(), c)) {
-				c = f.q.peek()
-			}
-		}
+		c := l.queues[q].head()
 		if c == nil {
 			continue
 		}
@@ -790,7 +785,7 @@ func (l *lane) cut(now time.Time) {
 		}
 	}
 	for _, c := range r.calls {
-		if lv := &l.queues[c.qidx]; c.qidx != qFlushed && c.tag > lv.vtime {
+		if lv := &l.queues[c.qidx]; c.tag > lv.vtime {
 			lv.vtime = c.tag // the level's virtual time: the last finish served
 		}
 		heap.Remove(&l.heap, c.heapIdx)
@@ -812,7 +807,10 @@ func (l *lane) cut(now time.Time) {
 // the level's virtual time if later, plus its estimated tokens over its
 // tenant's weight; the smallest goes first, and the level's virtual time
 // is the finish time of the last call cut). Without tenants a level holds
-// one flow, a plain fifo. The flushed level keeps one flow in flush order.
+// one flow, a plain fifo. Flushed calls form a level of their own, fair
+// between tenants in the same way, so that a tenant's flushes (every
+// stream flushes its requests when it half-closes) do not put its flood
+// ahead of the others.
 //
 // Flows are per tenant rather than shuffle-sharded (Kubernetes APF): the
 // tenants are configured, so their number is bounded and small, and a
@@ -855,6 +853,18 @@ func (lv *level) flowFor(l *lane, t *tenantState) *flow {
 	f.t = t
 	lv.flows = append(lv.flows, f)
 	return f
+}
+
+// head returns the level's first call, or nil; stale heads must have been
+// trimmed.
+func (lv *level) head() *Call {
+	var c *Call
+	for _, f := range lv.flows {
+		if f.q.len() > 0 && (c == nil || before(f.q.peek(), c)) {
+			c = f.q.peek()
+		}
+	}
+	return c
 }
 
 // push queues c in its tenant's flow with its virtual finish time.

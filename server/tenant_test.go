@@ -1,0 +1,67 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// tenantFromMetadata stands in for the authentication layer: the tenant is
+// the "x-test-tenant" metadata.
+func tenantFromMetadata(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-test-tenant"); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func TestTenantQuotaOverGRPC(t *testing.T) {
+	e := newEnv(t, newFake(), withServer(WithTenantFunc(tenantFromMetadata)))
+	if err := e.core.SetTenants([]batcher.TenantPolicy{{Name: "team-a", Quotas: batcher.TenantQuotas{RPM: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := metadata.AppendToOutgoingContext(testCtx(t), "x-test-tenant", "team-a")
+	if _, err := e.client.Submit(ctx, &batcherv1.SubmitRequest{Request: chatReq("1", "hi")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.client.Submit(ctx, &batcherv1.SubmitRequest{Request: chatReq("2", "hi")})
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || st.Message() != `tenant "team-a": quota rpm 1 exceeded` {
+		t.Fatalf("second Submit: %v", err)
+	}
+	var retry *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			retry = r
+		}
+	}
+	if retry == nil || retry.GetRetryDelay().AsDuration() <= 0 || retry.GetRetryDelay().AsDuration() > time.Minute {
+		t.Fatalf("RetryInfo %v, want a delay within the minute", retry)
+	}
+	// On a stream the same quota answers with a rejection.
+	s := e.openStream(t, ctx)
+	s.send(reqMsg(chatReq("3", "hi")))
+	rej := s.until(func(m *batcherv1.SubmitStreamResponse) bool { return m.GetRejection() != nil }).GetRejection()
+	if rej.GetId() != "3" || codes.Code(rej.GetError().GetCode()) != codes.ResourceExhausted {
+		t.Fatalf("stream rejection %v", rej)
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.drain(); err != nil {
+		t.Fatal(err)
+	}
+	// Another tenant is not held back.
+	other := metadata.AppendToOutgoingContext(testCtx(t), "x-test-tenant", "team-b")
+	if _, err := e.client.Submit(other, &batcherv1.SubmitRequest{Request: chatReq("4", "hi")}); err != nil {
+		t.Fatal(err)
+	}
+}
