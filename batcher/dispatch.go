@@ -298,8 +298,8 @@ func (r *batchRun) run() {
 		}
 		c.dispatchEvent(r, start)
 		if c.req.Sink != nil {
-			c.emit(&Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
-			c.emit(&Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
+			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
+			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
 		}
 	}
 	r.batch.deadline = last

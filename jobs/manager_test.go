@@ -151,7 +151,7 @@ func (e *env) create(t *testing.T, spec jobs.Spec, n int, lines ...string) *jobs
 // and every state it reported.
 func (e *env) wait(t *testing.T, id string) (jobs.Progress, []jobs.State) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var last jobs.Progress
 	var states []jobs.State
