@@ -140,7 +140,11 @@ func (b *Batcher) resolveTargets(rc *routeConfig) error {
 		if model == "" {
 			model = rc.Name
 		}
-		rc.targets = append(rc.targets, target{be: be, model: model})
+		shared := AllParams
+		if ps, ok := be.cfg.Backend.(ParamSharer); ok {
+			shared = ps.SharedParams(rc.Name, model, rc.Op) & AllParams
+		}
+		rc.targets = append(rc.targets, target{be: be, model: model, shared: shared})
 	}
 	return nil
 }
@@ -252,7 +256,8 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (call *Call, err err
 	if req.Sink != nil {
 		c.emit(&Event{Kind: EventQueued, Time: now, Lane: l.name})
 	}
-	if dedupable(req) && b.dedup.join(c, key) {
+	// Identical means every parameter equal, also those the lane ignores.
+	if dedupable(req) && b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {
 		rc.targets[c.target].be.stats.dedupHits.Add(1)
 		return c, nil
 	}
