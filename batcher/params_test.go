@@ -35,7 +35,6 @@ func (f *sharingBackend) Dispatch(ctx context.Context, b *Batch, out []Response)
 	return f.fakeBackend.Dispatch(ctx, b, out)
 }
 
-
 // variedParams are six requests that differ in every generation parameter;
 // the first three have seed 1, the others seed 2.
 func variedParams() []*Request {
