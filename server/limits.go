@@ -187,15 +187,20 @@ func (st *stream) takeBudget() bool {
 }
 
 // dropBudget gives back one of st's server-wide tokens, if it holds any.
-func (st *stream) dropBudget() {
-	for {
+func (st *stream) dropBudget() { st.dropBudgetN(1) }
+
+// dropBudgetN gives back n of st's server-wide tokens, or as many as it
+// holds.
+func (st *stream) dropBudgetN(n int64) {
+	for n > 0 {
 		h := st.held.Load()
 		if h <= 0 {
 			return
 		}
-		if st.held.CompareAndSwap(h, h-1) {
-			st.s.budget.release(1)
-			if h-1 < streamFloor { // below the floor: the receiver may read
+		k := min(h, n)
+		if st.held.CompareAndSwap(h, h-k) {
+			st.s.budget.release(k)
+			if h-k < streamFloor { // below the floor: the receiver may read
 				select {
 				case st.budgetWake <- struct{}{}:
 				default:

@@ -134,16 +134,20 @@ func (st *stream) run() error {
 			return status.FromContextError(st.ctx.Err()).Err()
 		}
 		msgs, end, final, endErr := st.take(shutting)
+		answered := 0
 		for i, m := range msgs {
 			if err := st.gs.Send(m); err != nil {
 				return err
 			}
 			switch m.Kind.(type) {
 			case *batcherv1.SubmitStreamResponse_Completion, *batcherv1.SubmitStreamResponse_Rejection:
-				st.release()
+				answered++
 			}
 			msgs[i] = nil
 		}
+		// One release for the lot: the receiver, and the streams waiting
+		// on the server-wide budget, wake once per take, not per message.
+		st.releaseN(answered)
 		st.giveBack(msgs)
 		if !end {
 			continue
@@ -229,12 +233,21 @@ func (st *stream) close() {
 }
 
 // release gives back a window token and its server-wide budget token.
-func (st *stream) release() {
-	select {
-	case <-st.window:
-		st.dropBudget()
-	default:
+func (st *stream) release() { st.releaseN(1) }
+
+// releaseN gives back n window tokens and their server-wide budget tokens.
+func (st *stream) releaseN(n int) {
+	k := 0
+take:
+	for k < n {
+		select {
+		case <-st.window:
+			k++
+		default:
+			break take
+		}
 	}
+	st.dropBudgetN(int64(k))
 }
 
 // push queues a message for the sender. The caller holds mu.
@@ -509,9 +522,10 @@ func (st *stream) OnEvent(ev *batcher.Event) {
 		st.wake()
 		return
 	}
-	m := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Completion{
-		Completion: completion(ev.Request, ev.Result),
-	}}
+	sc := new(streamCompletion)
+	sc.k.Completion = sc.c.fill(ev.Request, ev.Result)
+	sc.r.Kind = &sc.k
+	m := &sc.r
 	st.mu.Lock()
 	if it := st.items[ev.Request.ID]; it != nil && &it.req == ev.Request {
 		delete(st.items, ev.Request.ID)
@@ -524,6 +538,13 @@ func (st *stream) OnEvent(ev *batcher.Event) {
 	st.pushLocked(m)
 	st.mu.Unlock()
 	st.wake()
+}
+
+// streamCompletion is a stream's Completion message in one allocation.
+type streamCompletion struct {
+	r batcherv1.SubmitStreamResponse
+	k batcherv1.SubmitStreamResponse_Completion
+	c completionMsg
 }
 
 // itemContext returns the context a request is submitted with: the stream's,

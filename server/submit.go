@@ -27,7 +27,15 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 		s.logUnexpected(ctx, st.Code(), req.ID, err)
 		return nil, st.Err()
 	}
-	return &batcherv1.SubmitResponse{Completion: completion(req, &res)}, nil
+	m := new(submitReply)
+	m.r.Completion = m.c.fill(req, &res)
+	return &m.r, nil
+}
+
+// submitReply is a SubmitResponse and its Completion in one allocation.
+type submitReply struct {
+	r batcherv1.SubmitResponse
+	c completionMsg
 }
 
 // logUnexpected logs the cause of a failure whose status hides it.
