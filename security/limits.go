@@ -23,16 +23,6 @@ const (
 	DefaultKeepaliveMinTime = 30 * time.Second
 	DefaultKeepaliveTime    = 2 * time.Hour
 	DefaultKeepaliveTimeout = 20 * time.Second
-	// DefaultStreamWindowBytes is each stream's HTTP/2 receive window,
-	// fixed: what a client may push on one stream that the server has not
-	// read. gRPC's minimum, so that streams that stop being read hold at
-	// most this each; grpc-go's dynamic window (BDP estimation) would grow
-	// it up to 16 MiB a stream.
-	DefaultStreamWindowBytes = 64 << 10
-	// DefaultConnWindowBytes is each connection's HTTP/2 receive window.
-	// grpc-go returns connection window as frames arrive, read or not, so
-	// it bounds bytes in flight on the wire, not memory.
-	DefaultConnWindowBytes = 4 << 20
 	// MinWindowBytes is gRPC's smallest window; it ignores smaller ones.
 	MinWindowBytes = 65535
 )
@@ -69,11 +59,13 @@ type Limits struct {
 	// connected. The RPCs open on it go on to their end: there is no grace
 	// deadline that would cut a long stream. 0: never.
 	MaxConnectionAge time.Duration
-	// StreamWindowBytes and ConnWindowBytes fix the HTTP/2 receive windows
-	// of each stream and each connection (no dynamic growth): at least
-	// MinWindowBytes. Memory held for streams the server does not read is
-	// at most StreamWindowBytes each, at the price of upload throughput on
-	// links whose latency times bandwidth exceeds it.
+	// StreamWindowBytes and ConnWindowBytes, when set (at least
+	// MinWindowBytes), fix the HTTP/2 receive windows of each stream and
+	// each connection. 0: grpc-go's dynamic windows, which start at 64 KiB
+	// and grow with the measured bandwidth-delay product up to 16 MiB. A
+	// fixed stream window bounds what a caller may push on a stream the
+	// server does not read, at the price of upload throughput on links
+	// whose latency times bandwidth exceeds it.
 	StreamWindowBytes int
 	ConnWindowBytes   int
 }
@@ -93,8 +85,6 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	def(&l.MaxRecvMsgBytes, DefaultMaxRecvMsgBytes)
 	def(&l.MaxSendMsgBytes, DefaultMaxSendMsgBytes)
-	def(&l.StreamWindowBytes, DefaultStreamWindowBytes)
-	def(&l.ConnWindowBytes, DefaultConnWindowBytes)
 	defD(&l.HandshakeTimeout, DefaultHandshakeTimeout)
 	defD(&l.KeepaliveMinTime, DefaultKeepaliveMinTime)
 	defD(&l.KeepaliveTime, DefaultKeepaliveTime)
@@ -117,7 +107,7 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 	if l.MaxConcurrentStreams > 0 {
 		streams = uint32(min(l.MaxConcurrentStreams, math.MaxUint32))
 	}
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             l.KeepaliveMinTime,
 			PermitWithoutStream: l.KeepalivePermitWithoutStream,
@@ -131,12 +121,18 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 			Timeout: l.KeepaliveTimeout,
 		}),
 		grpc.MaxConcurrentStreams(streams),
-		grpc.StaticStreamWindowSize(int32(min(max(l.StreamWindowBytes, MinWindowBytes), math.MaxInt32))),
-		grpc.StaticConnWindowSize(int32(min(max(l.ConnWindowBytes, MinWindowBytes), math.MaxInt32))),
+
 		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
 		grpc.MaxSendMsgSize(l.MaxSendMsgBytes),
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 	}
+	if l.StreamWindowBytes > 0 {
+		opts = append(opts, grpc.StaticStreamWindowSize(int32(min(max(l.StreamWindowBytes, MinWindowBytes), math.MaxInt32))))
+	}
+	if l.ConnWindowBytes > 0 {
+		opts = append(opts, grpc.StaticConnWindowSize(int32(min(max(l.ConnWindowBytes, MinWindowBytes), math.MaxInt32))))
+	}
+	return opts
 }
 
 // listener bounds lis's open connections.

@@ -64,10 +64,11 @@ type Limits struct {
 	MaxSendMsgBytes      int       `yaml:"max_send_msg_bytes"`
 	HandshakeTimeout     Duration  `yaml:"handshake_timeout"`
 	Keepalive            Keepalive `yaml:"keepalive"`
-	// StreamWindowBytes and ConnWindowBytes are the fixed HTTP/2 receive
-	// windows of each stream and each connection (security.Limits); at
-	// least 65535. A stream the server has stopped reading holds at most
-	// stream_window_bytes of its caller's messages.
+	// StreamWindowBytes and ConnWindowBytes, when set (at least 65535),
+	// fix the HTTP/2 receive windows of each stream and each connection
+	// (security.Limits); 0: grpc-go's dynamic windows. A fixed stream
+	// window bounds what a stream the server has stopped reading holds of
+	// its caller's messages.
 	StreamWindowBytes int `yaml:"stream_window_bytes"`
 	ConnWindowBytes   int `yaml:"conn_window_bytes"`
 }
@@ -95,8 +96,6 @@ func DefaultSecurity() Security {
 		ReloadInterval: Duration(security.DefaultReloadInterval),
 		Limits: Limits{
 			MaxConnections:       security.DefaultMaxConnections,
-			StreamWindowBytes:    security.DefaultStreamWindowBytes,
-			ConnWindowBytes:      security.DefaultConnWindowBytes,
 			MaxConcurrentStreams: security.DefaultMaxConcurrentStreams,
 			MaxRecvMsgBytes:      security.DefaultMaxRecvMsgBytes,
 			MaxSendMsgBytes:      security.DefaultMaxSendMsgBytes,
@@ -210,8 +209,8 @@ func (s *Security) validate(listen string, e *errs) {
 		{"stream_window_bytes", l.StreamWindowBytes},
 		{"conn_window_bytes", l.ConnWindowBytes},
 	} {
-		if v.n < security.MinWindowBytes || v.n > math.MaxInt32 {
-			e.add("security.limits."+v.path, "must be %d (gRPC's minimum) to %d, got %d", security.MinWindowBytes, math.MaxInt32, v.n)
+		if v.n != 0 && (v.n < security.MinWindowBytes || v.n > math.MaxInt32) {
+			e.add("security.limits."+v.path, "must be 0 (dynamic) or %d (gRPC's minimum) to %d, got %d", security.MinWindowBytes, math.MaxInt32, v.n)
 		}
 	}
 	for _, d := range []struct {
