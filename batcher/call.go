@@ -31,12 +31,14 @@ type Call struct {
 	lane     atomic.Pointer[lane]
 	admitted time.Time
 	deadline time.Time
-	due      time.Time // when its lane must send it, from its priority's delay
-	tokens   int       // estimated prompt tokens plus max_tokens
+	due      time.Time    // when its lane must send it, from its priority's delay
+	tokens   int          // estimated prompt tokens plus max_tokens
+	tenant   *tenantState // nil: no tenant
 	span     trace.Span
 
 	heapIdx int         // index in the lane's deadline heap; -1 when not queued
-	qidx    uint8       // the lane fifo its current entry is in
+	qidx    uint8       // the lane level its current entry is in
+	tag     float64     // its virtual finish time in that level (fair queuing)
 	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
 
 	// Owned by the lane while queued, by the runner while dispatched.
@@ -144,6 +146,9 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	}
 	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
 		run.end()
+	}
+	if c.tenant != nil {
+		c.tenant.ended(r.Err)
 	}
 	c.b.callEnded()
 	if c.token {

@@ -428,6 +428,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 		st.reject(ctx, id, bad)
 		return
 	}
+	it.req.Tenant = st.s.cfg.tenantOf(ctx)
 	if id == "" {
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return
