@@ -170,7 +170,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		// A job still VALIDATING was being created when the process died:
 		// its caller got no answer, so it is dropped.
-		orphans, err := m.cfg.Store.ListJobs(ctx, StateValidating, "", 1000)
+		orphans, err := m.cfg.Store.ListJobs(ctx, "", StateValidating, "", 1000)
 		if err != nil {
 			return fmt.Errorf("jobs: looking for jobs left half-created: %w", err)
 		}
@@ -294,7 +294,7 @@ func (m *Manager) loop() {
 // schedule starts runs for the jobs that need one here.
 func (m *Manager) schedule(ctx context.Context) {
 	for _, st := range []State{StateCancelling, StateFinalizing, StateRunning, StateQueued} {
-		js, err := m.cfg.Store.ListJobs(ctx, st, "", 100)
+		js, err := m.cfg.Store.ListJobs(ctx, "", st, "", 100)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.cfg.Logger.Error("jobs: looking for work", "err", err)
@@ -347,7 +347,7 @@ func (m *Manager) sweep(ctx context.Context) {
 		return
 	}
 	for _, st := range []State{StateCompleted, StateFailed, StateCancelled, StateExpired} {
-		js, err := m.cfg.Store.ListJobs(ctx, st, "", 1000)
+		js, err := m.cfg.Store.ListJobs(ctx, "", st, "", 1000)
 		if err != nil {
 			return
 		}
@@ -367,19 +367,25 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// Get returns a job.
+// Get returns a job. Every method that names a job answers ErrNotFound,
+// as for an unknown id, when ctx's tenant (WithTenant) is not the job's.
 func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
-	return m.cfg.Store.GetJob(ctx, id)
+	j, err := m.cfg.Store.GetJob(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return visible(ctx, j)
 }
 
-// List returns a page of jobs, newest first.
+// List returns a page of jobs, newest first: ctx's tenant's only.
 func (m *Manager) List(ctx context.Context, state State, after string, limit int) ([]*Job, error) {
-	return m.cfg.Store.ListJobs(ctx, state, after, limit)
+	t, _ := tenantOf(ctx)
+	return m.cfg.Store.ListJobs(ctx, t.Name, state, after, limit)
 }
 
 // Progress returns a job's progress.
 func (m *Manager) Progress(ctx context.Context, id string) (Progress, *Job, error) {
-	j, err := m.cfg.Store.GetJob(ctx, id)
+	j, err := m.Get(ctx, id)
 	if err != nil {
 		return Progress{}, nil, err
 	}
@@ -419,6 +425,9 @@ func (m *Manager) Watch(ctx context.Context, id string, interval time.Duration, 
 // Cancel asks a job to end: queued tasks end cancelled, those in flight may
 // finish, and the job ends CANCELLED.
 func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return nil, err
+	}
 	err := m.cfg.Store.Transition(ctx, id, []State{StateValidating, StateQueued, StateRunning}, StateCancelling, "")
 	if err != nil && !errors.Is(err, ErrConflict) {
 		return nil, err
@@ -437,7 +446,7 @@ func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
 // Delete removes a job's rows and files, cancelling it first if it runs
 // here.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	if _, err := m.cfg.Store.GetJob(ctx, id); err != nil {
+	if _, err := m.Get(ctx, id); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -467,6 +476,11 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 // Results returns up to n ended tasks of a job after seq after, in item
 // order, only those in state when it is terminal.
 func (m *Manager) Results(ctx context.Context, id string, after int64, state ItemState, n int) ([]Task, error) {
+	if _, ok := tenantOf(ctx); ok {
+		if _, err := m.Get(ctx, id); err != nil {
+			return nil, err
+		}
+	}
 	return m.cfg.Store.Results(ctx, id, after, state, n)
 }
 

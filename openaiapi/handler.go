@@ -264,6 +264,11 @@ func parseTimeout(v string) (time.Duration, error) {
 // several is true). When ctx ends first (the caller went away), every call
 // is cancelled.
 func (h *Handler) run(ctx context.Context, reqs []*batcher.Request, several bool) ([]batcher.Result, error) {
+	for _, req := range reqs {
+		if err := admit(ctx, req); err != nil {
+			return nil, err // the same for every item: no index
+		}
+	}
 	if len(reqs) == 1 && !several {
 		res, err := h.core.Do(ctx, reqs[0])
 		return []batcher.Result{res}, err

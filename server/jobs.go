@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +19,7 @@ import (
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/jobs"
+	"github.com/batcherhq/batcher/security"
 )
 
 // JobService serves batcher.v1.JobService over a *jobs.Manager. It only
@@ -47,6 +49,8 @@ func (s *JobService) jobsStatus(err error) error {
 		return status.Error(codes.NotFound, msg)
 	case errors.Is(err, jobs.ErrInvalid), errors.Is(err, jobs.ErrEmpty):
 		return status.Error(codes.InvalidArgument, msg)
+	case errors.Is(err, jobs.ErrQuota):
+		return quotaStatus(err, msg)
 	case errors.Is(err, jobs.ErrTooManyItems):
 		return status.Error(codes.ResourceExhausted, msg)
 	case errors.Is(err, jobs.ErrConflict):
@@ -62,8 +66,45 @@ func (s *JobService) jobsStatus(err error) error {
 	return status.Error(codes.Internal, "internal error")
 }
 
+// JobsQuotaRetryDelay is the RetryInfo delay sent when a tenant is at its
+// jobs quota: a job takes a while to end, so retrying at once is pointless.
+const JobsQuotaRetryDelay = 30 * time.Second
+
+// quotaStatus is RESOURCE_EXHAUSTED naming the quota in a QuotaFailure.
+// The jobs quota frees as the tenant's jobs end, so it carries a
+// RetryInfo; a job over the items_per_job quota would be refused again,
+// so it carries none.
+func quotaStatus(err error, msg string) error {
+	quota := "jobs"
+	if errors.Is(err, jobs.ErrTooManyItems) {
+		quota = "items_per_job"
+	}
+	st := status.New(codes.ResourceExhausted, msg)
+	if d, derr := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+		{Subject: "tenant", Description: quota + " quota: " + msg}}}); derr == nil {
+		st = d
+	}
+	if quota == "jobs" {
+		st = withRetry(st, JobsQuotaRetryDelay)
+	}
+	return st.Err()
+}
+
+// JobsContext scopes ctx's calls of a jobs.Manager to the caller's tenant
+// (security.TenantFrom), with its jobs and items_per_job quotas. Without a
+// tenants file the caller is the anonymous tenant, and the calls are
+// unscoped: they see every job, as batcherd did before tenants. The HTTP
+// batch API uses it too.
+func JobsContext(ctx context.Context) context.Context {
+	t := security.TenantFrom(ctx)
+	if t == nil || t.Name == security.AnonymousName {
+		return ctx
+	}
+	return jobs.WithTenant(ctx, jobs.Tenant{Name: t.Name, MaxJobs: t.Quotas.Jobs, MaxItems: int64(t.Quotas.ItemsPerJob)})
+}
+
 func (s *JobService) CreateJob(stream grpc.ClientStreamingServer[batcherv1.CreateJobRequest, batcherv1.CreateJobResponse]) error {
-	ctx := stream.Context()
+	ctx := JobsContext(stream.Context())
 	first, err := stream.Recv()
 	if errors.Is(err, io.EOF) {
 		return status.Error(codes.InvalidArgument, "spec: the first message must be a JobSpec")
@@ -272,6 +313,7 @@ func (s *JobService) job(j *jobs.Job, p *jobs.Progress) *batcherv1.Job {
 }
 
 func (s *JobService) GetJob(ctx context.Context, req *batcherv1.GetJobRequest) (*batcherv1.GetJobResponse, error) {
+	ctx = JobsContext(ctx)
 	p, j, err := s.m.Progress(ctx, req.GetId())
 	if err != nil {
 		return nil, s.jobsStatus(err)
@@ -286,6 +328,7 @@ const (
 )
 
 func (s *JobService) ListJobs(ctx context.Context, req *batcherv1.ListJobsRequest) (*batcherv1.ListJobsResponse, error) {
+	ctx = JobsContext(ctx)
 	size := int(req.GetPageSize())
 	switch {
 	case size == 0:
@@ -315,6 +358,7 @@ func (s *JobService) ListJobs(ctx context.Context, req *batcherv1.ListJobsReques
 }
 
 func (s *JobService) CancelJob(ctx context.Context, req *batcherv1.CancelJobRequest) (*batcherv1.CancelJobResponse, error) {
+	ctx = JobsContext(ctx)
 	j, err := s.m.Cancel(ctx, req.GetId())
 	if err != nil {
 		return nil, s.jobsStatus(err)
@@ -323,6 +367,7 @@ func (s *JobService) CancelJob(ctx context.Context, req *batcherv1.CancelJobRequ
 }
 
 func (s *JobService) DeleteJob(ctx context.Context, req *batcherv1.DeleteJobRequest) (*batcherv1.DeleteJobResponse, error) {
+	ctx = JobsContext(ctx)
 	if err := s.m.Delete(ctx, req.GetId()); err != nil {
 		return nil, s.jobsStatus(err)
 	}
@@ -330,7 +375,7 @@ func (s *JobService) DeleteJob(ctx context.Context, req *batcherv1.DeleteJobRequ
 }
 
 func (s *JobService) WatchJob(req *batcherv1.WatchJobRequest, stream grpc.ServerStreamingServer[batcherv1.WatchJobResponse]) error {
-	err := s.m.Watch(stream.Context(), req.GetId(), time.Second, func(p jobs.Progress) error {
+	err := s.m.Watch(JobsContext(stream.Context()), req.GetId(), time.Second, func(p jobs.Progress) error {
 		return stream.Send(&batcherv1.WatchJobResponse{Progress: progressToProto(&p)})
 	})
 	if err != nil {
@@ -354,7 +399,7 @@ var outcomes = map[batcherv1.ItemOutcome]jobs.ItemState{
 const resultsPage = 500
 
 func (s *JobService) ListJobResults(req *batcherv1.ListJobResultsRequest, stream grpc.ServerStreamingServer[batcherv1.ListJobResultsResponse]) error {
-	ctx := stream.Context()
+	ctx := JobsContext(stream.Context())
 	state, ok := outcomes[req.GetOutcome()]
 	if !ok {
 		return invalidArgument("outcome", "unknown value "+strconv.Itoa(int(req.GetOutcome()))).Err()

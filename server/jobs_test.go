@@ -27,7 +27,7 @@ type jobsEnv struct {
 	jobs batcherv1.JobServiceClient
 }
 
-func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64) *jobsEnv {
+func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64, opts ...grpc.ServerOption) *jobsEnv {
 	t.Helper()
 	e := newEnv(t, be, withCore())
 	dir := t.TempDir()
@@ -44,7 +44,7 @@ func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64) *jobsEnv {
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	NewJobService(m, quietLog).Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
