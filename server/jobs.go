@@ -19,15 +19,15 @@ import (
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/jobs"
-	"github.com/batcherhq/batcher/security"
 )
 
 // JobService serves batcher.v1.JobService over a *jobs.Manager. It only
 // translates: the manager owns the jobs.
 type JobService struct {
 	batcherv1.UnimplementedJobServiceServer
-	m   *jobs.Manager
-	log *slog.Logger
+	m     *jobs.Manager
+	log   *slog.Logger
+	scope func(context.Context) context.Context
 }
 
 // NewJobService returns the JobService of m.
@@ -35,7 +35,17 @@ func NewJobService(m *jobs.Manager, log *slog.Logger) *JobService {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &JobService{m: m, log: log}
+	return &JobService{m: m, log: log, scope: func(ctx context.Context) context.Context { return ctx }}
+}
+
+// WithScope sets how a call's context is scoped before it reaches the
+// manager: batcherd passes the caller's tenant, from the authentication
+// interceptor, as jobs.WithTenant, so that each tenant sees only its jobs
+// and is held to its quotas. Without it every call is unscoped (one
+// tenant). It returns s; call it before Register.
+func (s *JobService) WithScope(scope func(context.Context) context.Context) *JobService {
+	s.scope = scope
+	return s
 }
 
 // Register registers the service on gs.
@@ -90,21 +100,8 @@ func quotaStatus(err error, msg string) error {
 	return st.Err()
 }
 
-// JobsContext scopes ctx's calls of a jobs.Manager to the caller's tenant
-// (security.TenantFrom), with its jobs and items_per_job quotas. Without a
-// tenants file the caller is the anonymous tenant, and the calls are
-// unscoped: they see every job, as batcherd did before tenants. The HTTP
-// batch API uses it too.
-func JobsContext(ctx context.Context) context.Context {
-	t := security.TenantFrom(ctx)
-	if t == nil || t.Name == security.AnonymousName {
-		return ctx
-	}
-	return jobs.WithTenant(ctx, jobs.Tenant{Name: t.Name, MaxJobs: t.Quotas.Jobs, MaxItems: int64(t.Quotas.ItemsPerJob)})
-}
-
 func (s *JobService) CreateJob(stream grpc.ClientStreamingServer[batcherv1.CreateJobRequest, batcherv1.CreateJobResponse]) error {
-	ctx := JobsContext(stream.Context())
+	ctx := s.scope(stream.Context())
 	first, err := stream.Recv()
 	if errors.Is(err, io.EOF) {
 		return status.Error(codes.InvalidArgument, "spec: the first message must be a JobSpec")
@@ -313,7 +310,7 @@ func (s *JobService) job(j *jobs.Job, p *jobs.Progress) *batcherv1.Job {
 }
 
 func (s *JobService) GetJob(ctx context.Context, req *batcherv1.GetJobRequest) (*batcherv1.GetJobResponse, error) {
-	ctx = JobsContext(ctx)
+	ctx = s.scope(ctx)
 	p, j, err := s.m.Progress(ctx, req.GetId())
 	if err != nil {
 		return nil, s.jobsStatus(err)
@@ -328,7 +325,7 @@ const (
 )
 
 func (s *JobService) ListJobs(ctx context.Context, req *batcherv1.ListJobsRequest) (*batcherv1.ListJobsResponse, error) {
-	ctx = JobsContext(ctx)
+	ctx = s.scope(ctx)
 	size := int(req.GetPageSize())
 	switch {
 	case size == 0:
@@ -358,7 +355,7 @@ func (s *JobService) ListJobs(ctx context.Context, req *batcherv1.ListJobsReques
 }
 
 func (s *JobService) CancelJob(ctx context.Context, req *batcherv1.CancelJobRequest) (*batcherv1.CancelJobResponse, error) {
-	ctx = JobsContext(ctx)
+	ctx = s.scope(ctx)
 	j, err := s.m.Cancel(ctx, req.GetId())
 	if err != nil {
 		return nil, s.jobsStatus(err)
@@ -367,7 +364,7 @@ func (s *JobService) CancelJob(ctx context.Context, req *batcherv1.CancelJobRequ
 }
 
 func (s *JobService) DeleteJob(ctx context.Context, req *batcherv1.DeleteJobRequest) (*batcherv1.DeleteJobResponse, error) {
-	ctx = JobsContext(ctx)
+	ctx = s.scope(ctx)
 	if err := s.m.Delete(ctx, req.GetId()); err != nil {
 		return nil, s.jobsStatus(err)
 	}
@@ -375,7 +372,7 @@ func (s *JobService) DeleteJob(ctx context.Context, req *batcherv1.DeleteJobRequ
 }
 
 func (s *JobService) WatchJob(req *batcherv1.WatchJobRequest, stream grpc.ServerStreamingServer[batcherv1.WatchJobResponse]) error {
-	err := s.m.Watch(JobsContext(stream.Context()), req.GetId(), time.Second, func(p jobs.Progress) error {
+	err := s.m.Watch(s.scope(stream.Context()), req.GetId(), time.Second, func(p jobs.Progress) error {
 		return stream.Send(&batcherv1.WatchJobResponse{Progress: progressToProto(&p)})
 	})
 	if err != nil {
@@ -399,7 +396,7 @@ var outcomes = map[batcherv1.ItemOutcome]jobs.ItemState{
 const resultsPage = 500
 
 func (s *JobService) ListJobResults(req *batcherv1.ListJobResultsRequest, stream grpc.ServerStreamingServer[batcherv1.ListJobResultsResponse]) error {
-	ctx := JobsContext(stream.Context())
+	ctx := s.scope(stream.Context())
 	state, ok := outcomes[req.GetOutcome()]
 	if !ok {
 		return invalidArgument("outcome", "unknown value "+strconv.Itoa(int(req.GetOutcome()))).Err()

@@ -5,41 +5,23 @@ import (
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
-	"github.com/batcherhq/batcher/security"
+	"github.com/batcherhq/batcher/jobs"
 )
 
-// asTenant stands in for the authentication interceptor: the tenant named
-// by the x-test-tenant metadata, with quotas of 1 job and 3 items a job.
-func asTenant() []grpc.ServerOption {
-	tenant := func(ctx context.Context) context.Context {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get("x-test-tenant"); len(v) > 0 {
-			return security.WithTenant(ctx, &security.Tenant{Name: v[0], Quotas: security.Quotas{Jobs: 1, ItemsPerJob: 3}})
-		}
-		return ctx
+// byMetadata stands in for batcherd's scope: the tenant named by the
+// x-test-tenant metadata, with quotas of 1 job and 3 items a job.
+func byMetadata(ctx context.Context) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-test-tenant"); len(v) > 0 {
+		return jobs.WithTenant(ctx, jobs.Tenant{Name: v[0], MaxJobs: 1, MaxItems: 3})
 	}
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			return h(tenant(ctx), req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			return h(srv, &ctxStream{ServerStream: ss, ctx: tenant(ss.Context())})
-		}),
-	}
+	return ctx
 }
-
-type ctxStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *ctxStream) Context() context.Context { return s.ctx }
 
 func as(ctx context.Context, tenant string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "x-test-tenant", tenant)
@@ -49,7 +31,7 @@ func as(ctx context.Context, tenant string) context.Context {
 // unknown id, for every call on a's job, and lists none of a's jobs.
 func TestJobServiceTenantIsolation(t *testing.T) {
 	be := heldFake()
-	e := newJobsEnv(t, be, 0, asTenant()...)
+	e := newJobsEnv(t, be, 0, byMetadata)
 	ctxA, ctxB := as(t.Context(), "team-a"), as(t.Context(), "team-b")
 	create := func(ctx context.Context, n int) (*batcherv1.CreateJobResponse, error) {
 		st, err := e.jobs.CreateJob(ctx)

@@ -27,7 +27,7 @@ type jobsEnv struct {
 	jobs batcherv1.JobServiceClient
 }
 
-func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64, opts ...grpc.ServerOption) *jobsEnv {
+func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64, scope ...func(context.Context) context.Context) *jobsEnv {
 	t.Helper()
 	e := newEnv(t, be, withCore())
 	dir := t.TempDir()
@@ -44,8 +44,12 @@ func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64, opts ...grpc.Serv
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(opts...)
-	NewJobService(m, quietLog).Register(gs)
+	gs := grpc.NewServer()
+	js := NewJobService(m, quietLog)
+	if len(scope) > 0 {
+		js.WithScope(scope[0])
+	}
+	js.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),

@@ -186,7 +186,7 @@ func (a *batchAPI) create(w http.ResponseWriter, r *http.Request) {
 	for k, v := range req.Metadata {
 		meta[k] = v
 	}
-	ctx := server.JobsContext(r.Context())
+	ctx := jobsScope(r.Context())
 	c, err := a.m.Begin(ctx, jobs.Spec{Metadata: meta, CompletionWindow: window})
 	if err != nil {
 		openaiapi.WriteError(w, jobError(err, ""))
@@ -262,7 +262,7 @@ func (a *batchAPI) notFound(w http.ResponseWriter, id string) {
 }
 
 func (a *batchAPI) get(w http.ResponseWriter, r *http.Request, id string) {
-	j, err := a.m.Get(server.JobsContext(r.Context()), id)
+	j, err := a.m.Get(jobsScope(r.Context()), id)
 	if errors.Is(err, jobs.ErrNotFound) {
 		a.notFound(w, id)
 		return
@@ -275,7 +275,7 @@ func (a *batchAPI) get(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (a *batchAPI) cancel(w http.ResponseWriter, r *http.Request, id string) {
-	j, err := a.m.Cancel(server.JobsContext(r.Context()), id)
+	j, err := a.m.Cancel(jobsScope(r.Context()), id)
 	if errors.Is(err, jobs.ErrNotFound) {
 		a.notFound(w, id)
 		return
@@ -298,7 +298,7 @@ func (a *batchAPI) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	js, err := a.m.List(server.JobsContext(r.Context()), jobs.StateUnspecified, q.Get("after"), limit+1)
+	js, err := a.m.List(jobsScope(r.Context()), jobs.StateUnspecified, q.Get("after"), limit+1)
 	if errors.Is(err, jobs.ErrInvalid) {
 		openaiapi.WriteError(w, badParam("after", "after %q names no batch", q.Get("after")))
 		return

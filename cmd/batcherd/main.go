@@ -85,7 +85,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitConfig
 	}
 	srv := server.New(core, append(built.Server, server.WithLogger(log))...)
-	gs := server.NewGRPCServer(tracing, append(sec.GRPCServerOptions(), obs.grpcOptions()...)...)
+	gs := server.NewGRPCServer(tracing, append(sec.grpcOptions(), obs.grpcOptions()...)...)
 	srv.Register(gs)
 	stopJobs, jobManager, err := startJobs(ctx, cfg, core, gs, log)
 	obs.setJobs(jobManager)
@@ -102,13 +102,13 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitFailed
 	}
-	if err := obs.startAdmin(core, srv, gs); err != nil {
+	if err := obs.startAdmin(core, srv, gs, sec.Security); err != nil {
 		log.Error("admin", "err", err)
 		_ = lis.Close()
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitFailed
 	}
-	front, err := startHTTP(cfg, core, tracing, lookupEnv, log, batchesMount(jobManager, cfg.Jobs.DataDir))
+	front, err := startHTTP(cfg, core, sec.Security, tracing, lookupEnv, log, batchesMount(jobManager, cfg.Jobs.DataDir))
 	if err != nil {
 		log.Error("http", "err", err)
 		_ = lis.Close()
