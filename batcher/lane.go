@@ -18,7 +18,8 @@ import (
 // batch-relevant parameters. Embedding lanes ignore generation parameters.
 type laneKey struct {
 	route     string
-	target    uint8 // index in the route's targets: 0 its backend, then fallbacks
+	rc        *routeConfig // the route's settings: SetRoutes' new settings get new lanes
+	target    uint8        // index in the route's targets: 0 its backend, then fallbacks
 	maxTokens int32
 	temp      float32
 	topP      float32
@@ -34,7 +35,7 @@ const (
 )
 
 func keyOf(r *Request, rc *routeConfig, target uint8) laneKey {
-	k := laneKey{route: rc.Name, target: target}
+	k := laneKey{route: rc.Name, rc: rc, target: target}
 	if rc.Op == OpEmbedding {
 		return k
 	}

@@ -179,7 +179,7 @@ func (c *Creator) check(req *ItemRequest) string {
 		if mdl == "" {
 			return "model: must be set (in the item, the job's spec or its run group)"
 		}
-		op, ok := c.m.routes[mdl]
+		op, ok := c.m.route(mdl)
 		if !ok {
 			return fmt.Sprintf("model: unknown model %q", cut(mdl))
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -125,8 +126,9 @@ func (c *Config) resolve() error {
 // groups and writes the output files. Several managers (processes) may share
 // a PostgreSQL store and run one job together.
 type Manager struct {
-	cfg    Config
-	routes map[string]batcher.Operation
+	cfg Config
+	// routes are the core's, by name; replaced whole by RoutesChanged.
+	routes atomic.Pointer[map[string]batcher.Operation]
 
 	mu       sync.Mutex
 	runs     map[string]*run
@@ -145,13 +147,29 @@ func New(cfg Config) (*Manager, error) {
 	if err := cfg.resolve(); err != nil {
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, routes: map[string]batcher.Operation{}, runs: map[string]*run{},
+	m := &Manager{cfg: cfg, runs: map[string]*run{},
 		changed: map[string]chan struct{}{}, trackers: map[string]*rateTracker{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{})}
-	for _, r := range cfg.Core.Routes() {
-		m.routes[r.Name] = r.Op
-	}
+	m.RoutesChanged()
 	return m, nil
+}
+
+// RoutesChanged reads the core's routes again: call it after changing them
+// (batcher.Batcher.SetRoutes), so that new jobs and items are checked
+// against the routes in force. Items of jobs already created that name a
+// removed route fail as the core refuses them.
+func (m *Manager) RoutesChanged() {
+	routes := map[string]batcher.Operation{}
+	for _, r := range m.cfg.Core.Routes() {
+		routes[r.Name] = r.Op
+	}
+	m.routes.Store(&routes)
+}
+
+// route returns the operation of the named route, and whether it exists.
+func (m *Manager) route(name string) (batcher.Operation, bool) {
+	op, ok := (*m.routes.Load())[name]
+	return op, ok
 }
 
 // Start resumes the jobs the store holds and starts looking for work. With
@@ -496,7 +514,7 @@ func (m *Manager) validateSpec(s *Spec) error {
 		return bad("spec.metadata", "at most 32 entries")
 	}
 	if s.Model != "" {
-		if _, ok := m.routes[s.Model]; !ok {
+		if _, ok := m.route(s.Model); !ok {
 			return bad("spec.model", "unknown model %q", cut(s.Model))
 		}
 	}
@@ -540,7 +558,7 @@ func (m *Manager) validateSpec(s *Spec) error {
 			return bad(field+".runs", "1 to %d, got %d", MaxGroupRuns, g.Runs)
 		}
 		for _, mdl := range []string{g.Model, g.NextModel} {
-			if _, ok := m.routes[mdl]; mdl != "" && !ok {
+			if _, ok := m.route(mdl); mdl != "" && !ok {
 				return bad(field, "unknown model %q", cut(mdl))
 			}
 		}
@@ -549,7 +567,7 @@ func (m *Manager) validateSpec(s *Spec) error {
 		}
 	}
 	if jd := s.Judge; jd != nil {
-		if _, ok := m.routes[jd.Model]; !ok {
+		if _, ok := m.route(jd.Model); !ok {
 			return bad("spec.judge.model", "unknown model %q", cut(jd.Model))
 		}
 		if _, err := template.New("judge").Parse(jd.PromptTemplate); err != nil || jd.PromptTemplate == "" {

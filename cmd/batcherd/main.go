@@ -116,6 +116,8 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitFailed
 	}
 	lis = sec.Listener(lis)
+	reloader := &configReloader{args: args, lookupEnv: lookupEnv, core: core, jobs: jobManager, log: log, running: cfg}
+	sec.OnSIGHUP(reloader.reload)
 	log.Info("listening", "addr", lis.Addr().String(), "tracing", tp != nil)
 	logLayout(log, cfg, built)
 

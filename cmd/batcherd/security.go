@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"google.golang.org/grpc"
@@ -27,7 +28,14 @@ type daemonSecurity struct {
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
+	// onHUP, when set, runs on SIGHUP after the security files reload:
+	// the configuration's reload (reload.go).
+	onHUP atomic.Pointer[func()]
 }
+
+// OnSIGHUP sets f to run on every SIGHUP, in the signal's goroutine, after
+// the TLS, tenants and JWKS files have reloaded.
+func (d *daemonSecurity) OnSIGHUP(f func()) { d.onHUP.Store(&f) }
 
 // startSecurity loads the TLS, tenants and JWKS files the configuration
 // names, starts watching them, and reloads them all on SIGHUP. Every
@@ -50,8 +58,11 @@ func startSecurity(cfg *config.Config, log *slog.Logger) (*daemonSecurity, error
 		for {
 			select {
 			case <-hup:
-				log.Info("SIGHUP: reloading the TLS, tenants and JWKS files")
+				log.Info("SIGHUP: reloading the TLS, tenants and JWKS files, and the configuration")
 				_ = sec.Reload() // logs what it refused
+				if f := d.onHUP.Load(); f != nil {
+					(*f)()
+				}
 			case <-d.stop:
 				return
 			}
