@@ -97,3 +97,49 @@ func wait(c *Call) Result {
 	<-c.Done()
 	return c.Result()
 }
+
+// TestDedupKeepsTenantsApart: identical requests in flight together share
+// one upstream call within a tenant, never across tenants.
+func TestDedupKeepsTenantsApart(t *testing.T) {
+	release := make(chan struct{})
+	calls := make(chan int, 16)
+	held := BackendFunc(func(ctx context.Context, bt *Batch, out []Response) error {
+		calls <- len(bt.Requests)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	})
+	b, err := New(
+		WithBackend(BackendConfig{Name: "be", Backend: held, MaxConcurrency: 16}),
+		WithRoute(Route{Name: "e", Op: OpEmbedding, Backend: "be", Batch: BatchConfig{MaxBatchSize: 1, Window: time.Millisecond}}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Shutdown(context.Background()) }()
+	var cs []*Call
+	for _, tenant := range []string{"a", "a", "b"} {
+		c, err := b.Submit(t.Context(), &Request{Route: "e", Tenant: tenant, Input: Input{Op: OpEmbedding, Text: "same"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	<-calls
+	<-calls // a's and b's: two upstream calls
+	close(release)
+	for _, c := range cs {
+		wait(c)
+	}
+	if !cs[1].Result().Deduplicated || cs[2].Result().Deduplicated {
+		t.Fatalf("deduplicated: a's second %v (want true), b's %v (want false)", cs[1].Result().Deduplicated, cs[2].Result().Deduplicated)
+	}
+	select {
+	case n := <-calls:
+		t.Fatalf("a third upstream call (%d requests)", n)
+	default:
+	}
+}

@@ -162,3 +162,12 @@ func logSecurity(log *slog.Logger, cfg *config.Config, sec *security.Security) {
 		"keepalive_min_time", l.Keepalive.MinTime.String()))
 	log.Info("security", attrs...)
 }
+
+// tenantName names the tenant the authentication middleware put in ctx, or
+// "" when none did.
+func tenantName(ctx context.Context) string {
+	if t := security.TenantFrom(ctx); t != nil {
+		return t.Name
+	}
+	return ""
+}
