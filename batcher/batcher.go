@@ -17,8 +17,11 @@ import (
 // Batcher groups requests into batches and dispatches them. It is safe for
 // concurrent use.
 type Batcher struct {
-	cfg         *config
-	routes      map[string]*routeConfig
+	cfg *config
+	// routes is replaced whole by SetRoutes (copy on write, under
+	// routesMu); a Call keeps the routeConfig it was admitted with.
+	routes      atomic.Pointer[map[string]*routeConfig]
+	routesMu    sync.Mutex
 	backends    map[string]*backendState
 	backendList []*backendState // in configuration order
 	tracer      trace.Tracer    // nil: no spans
@@ -70,7 +73,6 @@ func New(opts ...Option) (*Batcher, error) {
 	}
 	b := &Batcher{
 		cfg:      cfg,
-		routes:   make(map[string]*routeConfig),
 		backends: make(map[string]*backendState),
 		lanes:    make(map[laneKey]*lane),
 		runs:     make(map[*batchRun]struct{}),
@@ -98,25 +100,9 @@ func New(opts ...Option) (*Batcher, error) {
 		b.backends[bc.Name] = be
 		b.backendList = append(b.backendList, be)
 	}
-	for _, r := range cfg.routes {
-		rc, err := resolveRoute(r)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if _, dup := b.routes[rc.Name]; dup {
-			errs = append(errs, fmt.Errorf("route %q: defined twice", rc.Name))
-			continue
-		}
-		if err := b.resolveTargets(&rc); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		b.routes[rc.Name] = &rc
-	}
-	if len(errs) == 0 && len(b.routes) == 0 {
-		errs = append(errs, errors.New("routes: at least one route is needed"))
-	}
+	routes, rerrs := b.resolveRoutes(cfg.routes)
+	errs = append(errs, rerrs...)
+	b.routes.Store(&routes)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -127,6 +113,57 @@ func New(opts ...Option) (*Batcher, error) {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return b, nil
+}
+
+// resolveRoutes checks and resolves routes against the backends.
+func (b *Batcher) resolveRoutes(rs []Route) (map[string]*routeConfig, []error) {
+	var errs []error
+	routes := make(map[string]*routeConfig, len(rs))
+	for _, r := range rs {
+		rc, err := resolveRoute(r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := routes[rc.Name]; dup {
+			errs = append(errs, fmt.Errorf("route %q: defined twice", rc.Name))
+			continue
+		}
+		if err := b.resolveTargets(&rc); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		routes[rc.Name] = &rc
+	}
+	if len(errs) == 0 && len(routes) == 0 {
+		errs = append(errs, errors.New("routes: at least one route is needed"))
+	}
+	return routes, errs
+}
+
+// SetRoutes replaces the routes while the Batcher runs: a route added is
+// served at once, a route removed refuses new requests as an unknown
+// model, and a route changed serves new requests with its new settings in
+// lanes of its own. Requests admitted before keep the route they were
+// admitted with, whatever happens to it, and finish on its old settings.
+// The routes may use only the backends given to New. A bad set (an error
+// naming the route and field, joined) is refused whole and the old routes
+// stay. After Shutdown began it returns ErrClosed.
+func (b *Batcher) SetRoutes(routes ...Route) error {
+	b.routesMu.Lock()
+	defer b.routesMu.Unlock()
+	if b.closing.Load() {
+		return ErrClosed
+	}
+	next, errs := b.resolveRoutes(routes)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if b.metrics != nil {
+		b.metrics.addRoutes(next) // before the routes can be used
+	}
+	b.routes.Store(&next)
+	return nil
 }
 
 // resolveTargets points a route at its backend and fallbacks.
@@ -167,8 +204,9 @@ type RouteInfo struct {
 
 // Routes lists the configured routes.
 func (b *Batcher) Routes() []RouteInfo {
-	out := make([]RouteInfo, 0, len(b.routes))
-	for _, rc := range b.routes {
+	routes := *b.routes.Load()
+	out := make([]RouteInfo, 0, len(routes))
+	for _, rc := range routes {
 		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend})
 	}
 	return out
@@ -203,7 +241,7 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 // capacity 1 instead, which the result is sent on once and which Do, the
 // only receiver, takes back for the next call.
 func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{}) (*Call, error) {
-	rc := b.routes[req.Route]
+	rc := (*b.routes.Load())[req.Route]
 	if rc == nil {
 		if req.Route == "" {
 			return nil, invalid("model", "must be set")

@@ -11,8 +11,12 @@ import (
 // dedupKey identifies identical requests: same route target, same
 // parameters (all of them, also those a fan-out lane ignores), same input.
 type dedupKey struct {
-	lane  laneKey
-	input string
+	lane laneKey
+	// tenant keeps tenants apart: a request never shares another
+	// tenant's upstream call, whose result and timing would tell it what
+	// the other asked.
+	tenant string
+	input  string
 }
 
 // dedupGroup is one upstream request shared by identical requests: the
@@ -69,7 +73,7 @@ func inputKey(in *Input) string {
 // own deadline is watched by a timer armed here, under mu, so that it is in
 // place before anyone else can see the follower.
 func (t *dedupTable) join(c *Call, key laneKey) bool {
-	k := dedupKey{lane: key, input: inputKey(&c.req.Input)}
+	k := dedupKey{lane: key, tenant: c.req.Tenant, input: inputKey(&c.req.Input)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if g := t.groups[k]; g != nil && g.leader.pending() {

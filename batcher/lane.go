@@ -20,7 +20,8 @@ import (
 // lanes ignore generation parameters; a fan-out backend's lanes too.
 type laneKey struct {
 	route     string
-	target    uint8 // index in the route's targets: 0 its backend, then fallbacks
+	rc        *routeConfig // the route's settings: SetRoutes' new settings get new lanes
+	target    uint8        // index in the route's targets: 0 its backend, then fallbacks
 	maxTokens int32
 	temp      float32
 	topP      float32
@@ -41,7 +42,7 @@ func keyOf(r *Request, rc *routeConfig, target uint8) laneKey {
 
 // keyWith is r's lane key on target counting the parameters in shared.
 func keyWith(r *Request, rc *routeConfig, target uint8, shared ParamSet) laneKey {
-	k := laneKey{route: rc.Name, target: target}
+	k := laneKey{route: rc.Name, rc: rc, target: target}
 	if rc.Op == OpEmbedding {
 		return k
 	}

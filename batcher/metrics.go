@@ -3,6 +3,8 @@ package batcher
 import (
 	"context"
 	"errors"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,9 +152,67 @@ type metrics struct {
 	budgetReq metric.Int64Counter
 	budgetTok metric.Int64Counter
 
-	routes map[string]*routeMetrics
-	pairs  map[routeBackend]*pairMetrics
+	// routes and pairs are replaced whole (copy on write) when SetRoutes
+	// adds routes, under addMu; entries are never removed, so that a
+	// removed route's counts do not vanish.
+	routes atomic.Pointer[map[string]*routeMetrics]
+	pairs  atomic.Pointer[map[routeBackend]*pairMetrics]
+	addMu  sync.Mutex
 	reg    metric.Registration
+}
+
+func (m *metrics) route(name string) *routeMetrics { return (*m.routes.Load())[name] }
+
+// addRoutes makes the attribute sets of the routes and route-backend
+// pairs of rcs that have none yet.
+func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
+	m.addMu.Lock()
+	defer m.addMu.Unlock()
+	routes := maps.Clone(*m.routes.Load())
+	pairs := maps.Clone(*m.pairs.Load())
+	for _, rc := range rcs {
+		if routes[rc.Name] == nil {
+			rm := &routeMetrics{}
+			for p := range numPriorities {
+				route, prio := keyRoute.String(rc.Name), keyPriority.String(Priority(p).String())
+				rm.byPrio[p] = metric.WithAttributeSet(attribute.NewSet(route, prio))
+				rm.byPrioRec[p] = recOpt(route, prio)
+				for o := range numOutcomes {
+					set := attribute.NewSet(route, prio, keyOutcome.String(outcomeNames[o]))
+					rm.done[p][o] = metric.WithAttributeSet(set)
+					rm.doneRec[p][o] = []metric.RecordOption{metric.WithAttributeSet(set)}
+				}
+			}
+			routes[rc.Name] = rm
+		}
+		for _, t := range rc.targets {
+			k := routeBackend{rc.Name, t.be.name}
+			if pairs[k] != nil {
+				continue
+			}
+			op, prov, model := keyGenAIOp.String(genAIOperation(rc.Op)), keyGenAIProvider.String(providerName(t.be)), keyGenAIReqModel.String(t.model)
+			be := keyBackend.String(t.be.name)
+			pm := &pairMetrics{
+				batch:         recOpt(keyRoute.String(rc.Name), be),
+				batchRoute:    recOpt(keyRoute.String(rc.Name)),
+				input:         recOpt(op, prov, model, keyGenAITokenType.String("input"), be),
+				output:        recOpt(op, prov, model, keyGenAITokenType.String("output"), be),
+				budgetBackend: addOpt(be),
+				maxBatch:      float64(rc.Batch.MaxBatchSize),
+			}
+			for o := range numOutcomes {
+				pm.calls[o] = addOpt(be, keyOutcome.String(outcomeNames[o]))
+				if o == outcomeOK {
+					pm.op[o] = recOpt(op, prov, model, be)
+				} else {
+					pm.op[o] = recOpt(op, prov, model, be, keyErrType.String(outcomeNames[o]))
+				}
+			}
+			pairs[k] = pm
+		}
+	}
+	m.routes.Store(&routes)
+	m.pairs.Store(&pairs)
 }
 
 // routeMetrics holds one route's attribute sets.
@@ -228,7 +288,9 @@ func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
 		return nil, nil
 	}
 	mt := mp.Meter(meterName)
-	m := &metrics{routes: map[string]*routeMetrics{}, pairs: map[routeBackend]*pairMetrics{}}
+	m := &metrics{}
+	m.routes.Store(&map[string]*routeMetrics{})
+	m.pairs.Store(&map[routeBackend]*pairMetrics{})
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := mt.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -260,45 +322,7 @@ func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
 		return nil, err
 	}
 
-	for _, rc := range b.routes {
-		rm := &routeMetrics{}
-		for p := range numPriorities {
-			route, prio := keyRoute.String(rc.Name), keyPriority.String(Priority(p).String())
-			rm.byPrio[p] = metric.WithAttributeSet(attribute.NewSet(route, prio))
-			rm.byPrioRec[p] = recOpt(route, prio)
-			for o := range numOutcomes {
-				set := attribute.NewSet(route, prio, keyOutcome.String(outcomeNames[o]))
-				rm.done[p][o] = metric.WithAttributeSet(set)
-				rm.doneRec[p][o] = []metric.RecordOption{metric.WithAttributeSet(set)}
-			}
-		}
-		m.routes[rc.Name] = rm
-		for _, t := range rc.targets {
-			k := routeBackend{rc.Name, t.be.name}
-			if m.pairs[k] != nil {
-				continue
-			}
-			op, prov, model := keyGenAIOp.String(genAIOperation(rc.Op)), keyGenAIProvider.String(providerName(t.be)), keyGenAIReqModel.String(t.model)
-			be := keyBackend.String(t.be.name)
-			pm := &pairMetrics{
-				batch:         recOpt(keyRoute.String(rc.Name), be),
-				batchRoute:    recOpt(keyRoute.String(rc.Name)),
-				input:         recOpt(op, prov, model, keyGenAITokenType.String("input"), be),
-				output:        recOpt(op, prov, model, keyGenAITokenType.String("output"), be),
-				budgetBackend: addOpt(be),
-				maxBatch:      float64(rc.Batch.MaxBatchSize),
-			}
-			for o := range numOutcomes {
-				pm.calls[o] = addOpt(be, keyOutcome.String(outcomeNames[o]))
-				if o == outcomeOK {
-					pm.op[o] = recOpt(op, prov, model, be)
-				} else {
-					pm.op[o] = recOpt(op, prov, model, be, keyErrType.String(outcomeNames[o]))
-				}
-			}
-			m.pairs[k] = pm
-		}
-	}
+	m.addRoutes(*b.routes.Load())
 	if err := m.observe(mt, b); err != nil {
 		return nil, err
 	}
@@ -311,13 +335,13 @@ func (m *metrics) submitted(req *Request, c **Call, err *error) {
 		return
 	}
 	if *err == nil && *c != nil {
-		if rm := m.routes[req.Route]; rm != nil && int(req.Priority) < numPriorities {
+		if rm := m.route(req.Route); rm != nil && int(req.Priority) < numPriorities {
 			rm.admitted[req.Priority].Add(1)
 		}
 		return
 	}
 	route := req.Route
-	if m.routes[route] == nil {
+	if m.route(route) == nil {
 		route = "unknown" // never a caller's string: it would be unbounded
 	}
 	m.rejected.Add(context.Background(), 1, metric.WithAttributes(
@@ -336,7 +360,7 @@ func (m *metrics) finished(c *Call, r *Result) {
 	if m == nil {
 		return
 	}
-	rm := m.routes[c.rc.Name]
+	rm := m.route(c.rc.Name)
 	p := c.req.Priority
 	o := outcomeOf(r.Err)
 	ctx := context.Background()
@@ -354,7 +378,7 @@ func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err e
 		return
 	}
 	n := len(out)
-	pm := m.pairs[routeBackend{r.batch.Route, r.be.name}]
+	pm := (*m.pairs.Load())[routeBackend{r.batch.Route, r.be.name}]
 	if pm == nil {
 		return
 	}
@@ -468,7 +492,7 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 		}
 		// Every configured route, backend and priority is observed, zeros
 		// too, so that a series does not vanish when its lanes go idle.
-		for _, rc := range b.routes {
+		for _, rc := range *b.routes.Load() {
 			for _, t := range rc.targets {
 				k := rb{rc.Name, t.be.name}
 				attrs := []attribute.KeyValue{keyRoute.String(rc.Name), keyBackend.String(t.be.name)}
@@ -481,7 +505,7 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 				}
 			}
 		}
-		for _, rm := range m.routes {
+		for _, rm := range *m.routes.Load() {
 			for p := range numPriorities {
 				o.ObserveInt64(admitted, rm.admitted[p].Load(), rm.byPrio[p])
 				for oc := range numOutcomes {

@@ -32,7 +32,7 @@ func BenchmarkMetricsRecording(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer func() { _ = bt.Shutdown(context.Background()) }()
-			rc := bt.routes["m"]
+			rc := (*bt.routes.Load())["m"]
 			req := &Request{Route: "m", Priority: PriorityHigh}
 			c := &Call{req: req, b: bt, rc: rc}
 			res := &Result{Backend: "be", Usage: Usage{PromptTokens: 10, CompletionTokens: 20},

@@ -30,7 +30,7 @@ func (b *Batcher) startRequestSpan(ctx context.Context, r *Request) trace.Span {
 			attrRoute.String(r.Route),
 			attrPriority.String(r.Priority.String()),
 		))
-	if rc := b.routes[r.Route]; rc != nil && span.IsRecording() {
+	if rc := (*b.routes.Load())[r.Route]; rc != nil && span.IsRecording() {
 		span.SetAttributes(genAIRequestAttrs(rc, &r.Params, r.Params.MaxTokens)...)
 	}
 	return span

@@ -49,6 +49,10 @@ type Creator struct {
 	items   int64
 	invalid int64
 	buf     []Task
+	// maxItems bounds the inputs: the manager's MaxItems, or the
+	// tenant's quota when lower (tenantMax).
+	maxItems  int64
+	tenantMax bool
 }
 
 // createChunk is how many tasks a Creator buffers before writing them.
@@ -64,8 +68,9 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
 	if err := m.validateSpec(&spec); err != nil {
 		return nil, err
 	}
-	j := &Job{ID: newID("job_"), Spec: spec, State: StateValidating, CreatedAt: time.Now()}
-	if err := m.cfg.Store.CreateJob(ctx, j); err != nil {
+	t, _ := tenantOf(ctx)
+	j := &Job{ID: newID("job_"), Tenant: t.Name, Spec: spec, State: StateValidating, CreatedAt: time.Now()}
+	if err := m.cfg.Store.CreateJob(ctx, j, t.MaxJobs); err != nil {
 		return nil, err
 	}
 	// Held while it is created, so that no process takes it for one
@@ -75,7 +80,11 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
 		c.Abort()
 		return nil, err
 	}
-	return &Creator{m: m, job: j, lay: layoutOf(&spec)}, nil
+	c := &Creator{m: m, job: j, lay: layoutOf(&spec), maxItems: m.cfg.MaxItems}
+	if t.MaxItems > 0 && t.MaxItems < c.maxItems {
+		c.maxItems, c.tenantMax = t.MaxItems, true
+	}
+	return c, nil
 }
 
 // Job returns the job being created.
@@ -137,8 +146,11 @@ func (c *Creator) AddInvalid(ctx context.Context, customID, msg string) error {
 }
 
 func (c *Creator) next() error {
-	if c.items >= c.m.cfg.MaxItems {
-		return fmt.Errorf("%w: more than %d items (the server's limit)", ErrTooManyItems, c.m.cfg.MaxItems)
+	if c.items >= c.maxItems {
+		if c.tenantMax {
+			return fmt.Errorf("%w: %w: more than %d items (tenant %q's items_per_job quota)", ErrTooManyItems, ErrQuota, c.maxItems, c.job.Tenant)
+		}
+		return fmt.Errorf("%w: more than %d items (the server's limit)", ErrTooManyItems, c.maxItems)
 	}
 	c.items++
 	return nil
@@ -174,7 +186,7 @@ func (c *Creator) check(req *ItemRequest) string {
 		if mdl == "" {
 			return "model: must be set (in the item, the job's spec or its run group)"
 		}
-		op, ok := c.m.routes[mdl]
+		op, ok := c.m.route(mdl)
 		if !ok {
 			return fmt.Sprintf("model: unknown model %q", cut(mdl))
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -137,8 +138,9 @@ func (c *Config) resolve() error {
 // groups and writes the output files. Several managers (processes) may share
 // a PostgreSQL store and run one job together.
 type Manager struct {
-	cfg    Config
-	routes map[string]batcher.Operation
+	cfg Config
+	// routes are the core's, by name; replaced whole by RoutesChanged.
+	routes atomic.Pointer[map[string]batcher.Operation]
 
 	mu       sync.Mutex
 	runs     map[string]*run
@@ -157,13 +159,29 @@ func New(cfg Config) (*Manager, error) {
 	if err := cfg.resolve(); err != nil {
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, routes: map[string]batcher.Operation{}, runs: map[string]*run{},
+	m := &Manager{cfg: cfg, runs: map[string]*run{},
 		changed: map[string]chan struct{}{}, trackers: map[string]*rateTracker{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{})}
-	for _, r := range cfg.Core.Routes() {
-		m.routes[r.Name] = r.Op
-	}
+	m.RoutesChanged()
 	return m, nil
+}
+
+// RoutesChanged reads the core's routes again: call it after changing them
+// (batcher.Batcher.SetRoutes), so that new jobs and items are checked
+// against the routes in force. Items of jobs already created that name a
+// removed route fail as the core refuses them.
+func (m *Manager) RoutesChanged() {
+	routes := map[string]batcher.Operation{}
+	for _, r := range m.cfg.Core.Routes() {
+		routes[r.Name] = r.Op
+	}
+	m.routes.Store(&routes)
+}
+
+// route returns the operation of the named route, and whether it exists.
+func (m *Manager) route(name string) (batcher.Operation, bool) {
+	op, ok := (*m.routes.Load())[name]
+	return op, ok
 }
 
 // Start resumes the jobs the store holds and starts looking for work. With
@@ -182,7 +200,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		// A job still VALIDATING was being created when the process died:
 		// its caller got no answer, so it is dropped.
-		orphans, err := m.cfg.Store.ListJobs(ctx, StateValidating, "", 1000)
+		orphans, err := m.cfg.Store.ListJobs(ctx, "", StateValidating, "", 1000)
 		if err != nil {
 			return fmt.Errorf("jobs: looking for jobs left half-created: %w", err)
 		}
@@ -325,7 +343,7 @@ func (m *Manager) loop() {
 // schedule starts runs for the jobs that need one here.
 func (m *Manager) schedule(ctx context.Context) {
 	for _, st := range []State{StateCancelling, StateFinalizing, StateRunning, StateQueued} {
-		js, err := m.cfg.Store.ListJobs(ctx, st, "", 100)
+		js, err := m.cfg.Store.ListJobs(ctx, "", st, "", 100)
 		if err != nil {
 			if ctx.Err() == nil {
 				m.cfg.Logger.Error("jobs: looking for work", "err", err)
@@ -383,7 +401,7 @@ func (m *Manager) sweep(ctx context.Context) {
 		return
 	}
 	for _, st := range []State{StateCompleted, StateFailed, StateCancelled, StateExpired} {
-		js, err := m.cfg.Store.ListJobs(ctx, st, "", 1000)
+		js, err := m.cfg.Store.ListJobs(ctx, "", st, "", 1000)
 		if err != nil {
 			return
 		}
@@ -403,19 +421,25 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// Get returns a job.
+// Get returns a job. Every method that names a job answers ErrNotFound,
+// as for an unknown id, when ctx's tenant (WithTenant) is not the job's.
 func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
-	return m.cfg.Store.GetJob(ctx, id)
+	j, err := m.cfg.Store.GetJob(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return visible(ctx, j)
 }
 
-// List returns a page of jobs, newest first.
+// List returns a page of jobs, newest first: ctx's tenant's only.
 func (m *Manager) List(ctx context.Context, state State, after string, limit int) ([]*Job, error) {
-	return m.cfg.Store.ListJobs(ctx, state, after, limit)
+	t, _ := tenantOf(ctx)
+	return m.cfg.Store.ListJobs(ctx, t.Name, state, after, limit)
 }
 
 // Progress returns a job's progress.
 func (m *Manager) Progress(ctx context.Context, id string) (Progress, *Job, error) {
-	j, err := m.cfg.Store.GetJob(ctx, id)
+	j, err := m.Get(ctx, id)
 	if err != nil {
 		return Progress{}, nil, err
 	}
@@ -455,6 +479,9 @@ func (m *Manager) Watch(ctx context.Context, id string, interval time.Duration, 
 // Cancel asks a job to end: queued tasks end cancelled, those in flight may
 // finish, and the job ends CANCELLED.
 func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
+	if _, err := m.Get(ctx, id); err != nil {
+		return nil, err
+	}
 	err := m.cfg.Store.Transition(ctx, id, []State{StateValidating, StateQueued, StateRunning}, StateCancelling, "")
 	if err != nil && !errors.Is(err, ErrConflict) {
 		return nil, err
@@ -473,7 +500,7 @@ func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
 // Delete removes a job's rows and files, cancelling it first if it runs
 // here.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	if _, err := m.cfg.Store.GetJob(ctx, id); err != nil {
+	if _, err := m.Get(ctx, id); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -503,6 +530,11 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 // Results returns up to n ended tasks of a job after seq after, in item
 // order, only those in state when it is terminal.
 func (m *Manager) Results(ctx context.Context, id string, after int64, state ItemState, n int) ([]Task, error) {
+	if _, ok := tenantOf(ctx); ok {
+		if _, err := m.Get(ctx, id); err != nil {
+			return nil, err
+		}
+	}
 	return m.cfg.Store.Results(ctx, id, after, state, n)
 }
 
@@ -518,7 +550,7 @@ func (m *Manager) validateSpec(s *Spec) error {
 		return bad("spec.metadata", "at most 32 entries")
 	}
 	if s.Model != "" {
-		if _, ok := m.routes[s.Model]; !ok {
+		if _, ok := m.route(s.Model); !ok {
 			return bad("spec.model", "unknown model %q", cut(s.Model))
 		}
 	}
@@ -562,7 +594,7 @@ func (m *Manager) validateSpec(s *Spec) error {
 			return bad(field+".runs", "1 to %d, got %d", MaxGroupRuns, g.Runs)
 		}
 		for _, mdl := range []string{g.Model, g.NextModel} {
-			if _, ok := m.routes[mdl]; mdl != "" && !ok {
+			if _, ok := m.route(mdl); mdl != "" && !ok {
 				return bad(field, "unknown model %q", cut(mdl))
 			}
 		}
@@ -571,7 +603,7 @@ func (m *Manager) validateSpec(s *Spec) error {
 		}
 	}
 	if jd := s.Judge; jd != nil {
-		if _, ok := m.routes[jd.Model]; !ok {
+		if _, ok := m.route(jd.Model); !ok {
 			return bad("spec.judge.model", "unknown model %q", cut(jd.Model))
 		}
 		if _, err := template.New("judge").Parse(jd.PromptTemplate); err != nil || jd.PromptTemplate == "" {

@@ -562,7 +562,7 @@ func TestAbandonedJobsDroppedOnSharedStore(t *testing.T) {
 	// A creator that died an hour ago left this one, holding nothing.
 	dead := &jobs.Job{ID: "job_dead_creator_" + strconv.FormatInt(time.Now().UnixNano(), 36), State: jobs.StateValidating,
 		CreatedAt: time.Now().Add(-time.Hour), Spec: jobs.Spec{Model: "chat"}}
-	if err := store.CreateJob(t.Context(), dead); err != nil {
+	if err := store.CreateJob(t.Context(), dead, 0); err != nil {
 		t.Fatal(err)
 	}
 	m, err := jobs.New(jobs.Config{Store: store, Core: e.core, DataDir: dir})

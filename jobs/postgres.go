@@ -38,6 +38,7 @@ func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
 		completeRows: completeRowsUnnest,
 		retryable:    pgRetryable,
 		analyze:      "ANALYZE tasks",
+		tenantLock:   "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
 	}}, nil
 }
 

@@ -352,7 +352,7 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 		}
 		f.judge = prompt
 		req.Params = spec.Judge.Params
-		if r.m.routes[model] == batcher.OpCompletion {
+		if op, _ := r.m.route(model); op == batcher.OpCompletion {
 			req.Input = batcher.Input{Op: batcher.OpCompletion, Prompt: prompt}
 		} else {
 			req.Input = batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: prompt}}}

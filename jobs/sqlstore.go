@@ -100,6 +100,11 @@ type dialect struct {
 	// loaded table as if it were empty (a bitmap scan and a sort of every
 	// pending task, instead of an index scan that stops at the chunk).
 	analyze string
+	// tenantLock, when set, is a statement taking a transaction lock on
+	// its one argument (a tenant's key), so that counting a tenant's jobs
+	// and inserting one is atomic between processes. SQLite needs none:
+	// its writes are serialized.
+	tenantLock string
 	// retryable reports an error after which a transaction may simply run
 	// again (a deadlock victim).
 	retryable func(error) bool
@@ -173,14 +178,29 @@ func (s *sqlStore) tryWrite(ctx context.Context, f func(tx *sql.Tx) error) error
 
 func (s *sqlStore) Close() error { return s.db.Close() }
 
-func (s *sqlStore) CreateJob(ctx context.Context, j *Job) error {
+func (s *sqlStore) CreateJob(ctx context.Context, j *Job, maxActive int) error {
 	spec, err := json.Marshal(&j.Spec)
 	if err != nil {
 		return fmt.Errorf("jobs: encoding the spec: %w", err)
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO jobs (id, spec, state, created_at) VALUES (?, ?, ?, ?)`),
-			j.ID, string(spec), int(j.State), j.CreatedAt.UnixNano())
+		if maxActive > 0 {
+			if s.d.tenantLock != "" {
+				if _, err := tx.ExecContext(ctx, s.q(s.d.tenantLock), "batcher.jobs.tenant:"+j.Tenant); err != nil {
+					return err
+				}
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM jobs WHERE tenant = ? AND state NOT IN (?, ?, ?, ?)`),
+				j.Tenant, int(StateCompleted), int(StateFailed), int(StateCancelled), int(StateExpired)).Scan(&n); err != nil {
+				return err
+			}
+			if n >= maxActive {
+				return fmt.Errorf("%w: jobs: tenant %q has %d jobs not ended, its quota", ErrQuota, j.Tenant, n)
+			}
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO jobs (id, tenant, spec, state, created_at) VALUES (?, ?, ?, ?, ?)`),
+			j.ID, j.Tenant, string(spec), int(j.State), j.CreatedAt.UnixNano())
 		return err
 	})
 }
@@ -344,7 +364,7 @@ func (s *sqlStore) Transition(ctx context.Context, id string, from []State, to S
 	return ErrConflict
 }
 
-const jobColumns = `id, spec, state, total, pending, running, succeeded, failed, cancelled, expired, invalid,
+const jobColumns = `id, tenant, spec, state, total, pending, running, succeeded, failed, cancelled, expired, invalid,
 	tokens_in, tokens_out, created_at, started_at, ended_at, error`
 
 func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
@@ -355,7 +375,7 @@ func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
 		created, started, ended int64
 	)
 	c := &j.Counts
-	if err := row.Scan(&j.ID, &spec, &state, &c.Total, &c.Pending, &c.Running, &c.Succeeded, &c.Failed, &c.Cancelled, &c.Expired,
+	if err := row.Scan(&j.ID, &j.Tenant, &spec, &state, &c.Total, &c.Pending, &c.Running, &c.Succeeded, &c.Failed, &c.Cancelled, &c.Expired,
 		&j.Invalid, &j.TokensIn, &j.TokensOut, &created, &started, &ended, &j.Error); err != nil {
 		return nil, err
 	}
@@ -399,17 +419,22 @@ func (s *sqlStore) GetJob(ctx context.Context, id string) (*Job, error) {
 	return j, rows.Err()
 }
 
-func (s *sqlStore) ListJobs(ctx context.Context, state State, after string, limit int) ([]*Job, error) {
+func (s *sqlStore) ListJobs(ctx context.Context, tenant string, state State, after string, limit int) ([]*Job, error) {
 	var b strings.Builder
 	var args []any
 	b.WriteString(`SELECT ` + jobColumns + ` FROM jobs WHERE 1 = 1`)
+	if tenant != "" {
+		b.WriteString(` AND tenant = ?`)
+		args = append(args, tenant)
+	}
 	if state != StateUnspecified {
 		b.WriteString(` AND state = ?`)
 		args = append(args, int(state))
 	}
 	if after != "" {
 		var created int64
-		err := s.db.QueryRowContext(ctx, s.q(`SELECT created_at FROM jobs WHERE id = ?`), after).Scan(&created)
+		err := s.db.QueryRowContext(ctx, s.q(`SELECT created_at FROM jobs WHERE id = ? AND (tenant = ? OR ? = '')`),
+			after, tenant, tenant).Scan(&created)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("%w: page token names no job", ErrInvalid)
 		}

@@ -20,6 +20,10 @@ var (
 	ErrInvalid = errors.New("jobs: invalid")
 	// ErrClosed: the manager is shutting down.
 	ErrClosed = errors.New("jobs: closed")
+	// ErrQuota: the job's tenant is at its quota of jobs not ended, or the
+	// job has more items than the tenant's quota allows. The error's text
+	// names the quota.
+	ErrQuota = errors.New("jobs: quota exceeded")
 )
 
 // Store keeps jobs and their tasks. Every implementation passes the
@@ -30,9 +34,12 @@ var (
 // Counts per state, per group and tokens are kept on the job as tasks move,
 // in the same transaction, so that reading progress never scans tasks.
 type Store interface {
-	// CreateJob inserts j in StateValidating with no tasks. j.ID must be
-	// new.
-	CreateJob(ctx context.Context, j *Job) error
+	// CreateJob inserts j in StateValidating with no tasks, owned by
+	// j.Tenant. j.ID must be new. With maxActive > 0 it refuses, with an
+	// error wrapping ErrQuota, a job whose tenant already has maxActive
+	// jobs not ended; the count and the insert are one transaction, also
+	// between processes sharing the store.
+	CreateJob(ctx context.Context, j *Job, maxActive int) error
 	// AddTasks inserts a chunk of j's tasks, counting them by state. Tasks
 	// may arrive in several chunks, in Seq order.
 	AddTasks(ctx context.Context, jobID string, tasks []Task) error
@@ -42,9 +49,11 @@ type Store interface {
 	Transition(ctx context.Context, id string, from []State, to State, errMsg string) error
 	// GetJob returns the job, or ErrNotFound.
 	GetJob(ctx context.Context, id string) (*Job, error)
-	// ListJobs returns up to limit jobs, newest first, after the job with
-	// id after (empty: from the newest), in state (StateUnspecified: any).
-	ListJobs(ctx context.Context, state State, after string, limit int) ([]*Job, error)
+	// ListJobs returns up to limit jobs of tenant (empty: of every
+	// tenant), newest first, after the job with id after (empty: from the
+	// newest), in state (StateUnspecified: any). An after that names no
+	// job of tenant is an error wrapping ErrInvalid.
+	ListJobs(ctx context.Context, tenant string, state State, after string, limit int) ([]*Job, error)
 	// DeleteJob removes the job and its tasks.
 	DeleteJob(ctx context.Context, id string) error
 

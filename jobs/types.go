@@ -157,7 +157,11 @@ const (
 
 // Job is a job as stored.
 type Job struct {
-	ID        string
+	ID string
+	// Tenant owns the job: only calls made as that tenant see it. Empty:
+	// no tenant (batcherd without a tenants file), seen by unscoped calls
+	// only.
+	Tenant    string
 	Spec      Spec
 	State     State
 	Counts    Counts

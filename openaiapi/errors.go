@@ -116,6 +116,9 @@ func ErrorFrom(err error, input string) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	if f := forbidden(err); f != nil {
+		return f
+	}
 	var ie *itemError
 	if errors.As(err, &ie) {
 		out := *ErrorFrom(ie.err, input+"["+strconv.Itoa(ie.index)+"]")

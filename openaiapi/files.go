@@ -31,6 +31,26 @@ type File struct {
 	Filename  string `json:"filename"`
 	Purpose   string `json:"purpose"`
 	Status    string `json:"status"` // always "processed"
+	// Tenant owns the file; "" is no tenant. It is stored beside the
+	// description, never shown: see VisibleTo.
+	Tenant string `json:"-"`
+}
+
+// VisibleTo reports whether a caller of tenant (from TenantOf; "" is
+// unscoped, batcherd without tenants) may see f. Another tenant's file is
+// answered as if it did not exist.
+func (f *File) VisibleTo(tenant string) bool { return tenant == "" || f.Tenant == tenant }
+
+// storedFile is a file's description as stored: the File and its owner.
+type storedFile struct {
+	File
+	Owner string `json:"tenant,omitempty"`
+}
+
+func (s *FileStore) writeMeta(f *File) error {
+	meta, _ := json.Marshal(&storedFile{File: *f, Owner: f.Tenant}) // a plain struct: never fails
+	_, err := s.write(f.ID+".json", bytes.NewReader(meta))
+	return err
 }
 
 // FileStore keeps uploaded files in a directory: each file's content as
@@ -61,15 +81,15 @@ func OpenFileStore(dir string) (*FileStore, error) {
 var fileIDPattern = regexp.MustCompile(`^file-[0-9a-f]{24}$`)
 
 // Create stores r's content (at most limit bytes; past it ErrFileTooLarge)
-// under a new id.
-func (s *FileStore) Create(purpose, filename string, r io.Reader, limit int64) (File, error) {
+// under a new id, owned by tenant ("": no tenant).
+func (s *FileStore) Create(tenant, purpose, filename string, r io.Reader, limit int64) (File, error) {
 	var raw [12]byte
 	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
 	if filename = filepath.Base(filename); filename == "." || filename == string(filepath.Separator) {
 		filename = "upload.jsonl" // none given
 	}
 	f := File{ID: "file-" + hex.EncodeToString(raw[:]), Object: "file", CreatedAt: s.now().Unix(),
-		Filename: filename, Purpose: purpose, Status: "processed"}
+		Filename: filename, Purpose: purpose, Status: "processed", Tenant: tenant}
 	n, err := s.write(f.ID, io.LimitReader(r, limit+1))
 	if err != nil {
 		return File{}, err
@@ -79,8 +99,7 @@ func (s *FileStore) Create(purpose, filename string, r io.Reader, limit int64) (
 		return File{}, fmt.Errorf("%w: more than %d bytes", ErrFileTooLarge, limit)
 	}
 	f.Bytes = n
-	meta, _ := json.Marshal(&f) // a plain struct: never fails
-	if _, err := s.write(f.ID+".json", bytes.NewReader(meta)); err != nil {
+	if err := s.writeMeta(&f); err != nil {
 		_ = os.Remove(s.path(f.ID))
 		return File{}, err
 	}
@@ -111,21 +130,22 @@ func (s *FileStore) path(name string) string { return filepath.Join(s.dir, name)
 
 // Stat returns the file's description, or ErrFileNotFound.
 func (s *FileStore) Stat(id string) (File, error) {
-	var f File
+	var sf storedFile
 	if !fileIDPattern.MatchString(id) {
-		return f, ErrFileNotFound
+		return sf.File, ErrFileNotFound
 	}
 	data, err := os.ReadFile(s.path(id + ".json"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return f, ErrFileNotFound
+		return sf.File, ErrFileNotFound
 	}
 	if err != nil {
-		return f, fmt.Errorf("file store: %w", err)
+		return sf.File, fmt.Errorf("file store: %w", err)
 	}
-	if err := json.Unmarshal(data, &f); err != nil {
-		return f, fmt.Errorf("file store: %s: %w", id, err)
+	if err := json.Unmarshal(data, &sf); err != nil {
+		return sf.File, fmt.Errorf("file store: %s: %w", id, err)
 	}
-	return f, nil
+	sf.File.Tenant = sf.Owner
+	return sf.File, nil
 }
 
 // Open returns the file's description and its content; close it.
@@ -199,8 +219,9 @@ func checkJSONL(r io.Reader, maxDepth int) error {
 // Adopt registers the file at path under id (which must look like a file
 // id), hard-linking it into the store or, across file systems, copying it.
 // The batch API uses it to serve a job's output files under ids derived
-// from the job's. Adopting an id again replaces its description only.
-func (s *FileStore) Adopt(id, purpose, filename, path string) (File, error) {
+// from the job's, owned by the job's tenant. Adopting an id again replaces
+// its description only.
+func (s *FileStore) Adopt(tenant, id, purpose, filename, path string) (File, error) {
 	if !fileIDPattern.MatchString(id) {
 		return File{}, fmt.Errorf("file store: %q is not a file id", id)
 	}
@@ -220,9 +241,8 @@ func (s *FileStore) Adopt(id, purpose, filename, path string) (File, error) {
 		}
 	}
 	f := File{ID: id, Object: "file", Bytes: st.Size(), CreatedAt: s.now().Unix(), Filename: filepath.Base(filename),
-		Purpose: purpose, Status: "processed"}
-	meta, _ := json.Marshal(&f) // a plain struct: never fails
-	if _, err := s.write(id+".json", bytes.NewReader(meta)); err != nil {
+		Purpose: purpose, Status: "processed", Tenant: tenant}
+	if err := s.writeMeta(&f); err != nil {
 		return File{}, err
 	}
 	return f, nil

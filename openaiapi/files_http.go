@@ -75,7 +75,7 @@ func (h *Handler) uploadFile(w http.ResponseWriter, r *http.Request) {
 			if purpose != "" && purpose != FilePurposeBatch {
 				break // refused below, without storing the file
 			}
-			f, err := store.Create(FilePurposeBatch, part.FileName(), part, h.cfg.maxFile)
+			f, err := store.Create(TenantOf(r.Context()), FilePurposeBatch, part.FileName(), part, h.cfg.maxFile)
 			if err != nil {
 				WriteError(w, bodyError(err, h.cfg.maxFile))
 				return
@@ -130,9 +130,13 @@ func bodyError(err error, limit int64) *Error {
 }
 
 // deleteFile serves DELETE /v1/files/{id}.
-func (h *Handler) deleteFile(w http.ResponseWriter, _ *http.Request, id string) {
+func (h *Handler) deleteFile(w http.ResponseWriter, r *http.Request, id string) {
 	if h.cfg.files == nil {
 		WriteError(w, errNoFileStore)
+		return
+	}
+	if _, err := h.stat(r, id); err != nil {
+		WriteError(w, h.fileError(err, id))
 		return
 	}
 	if err := h.cfg.files.Delete(id); err != nil {
@@ -149,12 +153,12 @@ type fileDeleted struct {
 }
 
 // getFile serves GET /v1/files/{id}.
-func (h *Handler) getFile(w http.ResponseWriter, _ *http.Request, id string) {
+func (h *Handler) getFile(w http.ResponseWriter, r *http.Request, id string) {
 	if h.cfg.files == nil {
 		WriteError(w, errNoFileStore)
 		return
 	}
-	f, err := h.cfg.files.Stat(id)
+	f, err := h.stat(r, id)
 	if err != nil {
 		WriteError(w, h.fileError(err, id))
 		return
@@ -168,7 +172,11 @@ func (h *Handler) fileContent(w http.ResponseWriter, r *http.Request, id string)
 		WriteError(w, errNoFileStore)
 		return
 	}
-	_, c, err := h.cfg.files.Open(id)
+	f, c, err := h.cfg.files.Open(id)
+	if err == nil && !f.VisibleTo(TenantOf(r.Context())) {
+		_ = c.Close()
+		err = ErrFileNotFound
+	}
 	if err != nil {
 		WriteError(w, h.fileError(err, id))
 		return
@@ -176,6 +184,16 @@ func (h *Handler) fileContent(w http.ResponseWriter, r *http.Request, id string)
 	defer func() { _ = c.Close() }() // read only
 	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(w, r, "", time.Time{}, c)
+}
+
+// stat returns the file's description when the caller's tenant may see
+// it, and ErrFileNotFound, as for an unknown id, when it may not.
+func (h *Handler) stat(r *http.Request, id string) (File, error) {
+	f, err := h.cfg.files.Stat(id)
+	if err == nil && !f.VisibleTo(TenantOf(r.Context())) {
+		return File{}, ErrFileNotFound
+	}
+	return f, err
 }
 
 func (h *Handler) fileError(err error, id string) *Error {

@@ -112,11 +112,11 @@ func TestFileStoreForJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := fs.Create("batch_output", "out.jsonl", strings.NewReader("{}\n"), 10)
+	f, err := fs.Create("", "batch_output", "out.jsonl", strings.NewReader("{}\n"), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fs.Create("batch_output", "big.jsonl", strings.NewReader(strings.Repeat("x", 11)), 10); err == nil {
+	if _, err := fs.Create("", "batch_output", "big.jsonl", strings.NewReader(strings.Repeat("x", 11)), 10); err == nil {
 		t.Error("11 bytes past a 10-byte limit: no error")
 	}
 	e := newEnv(t, newFake(), func(c *envConfig) { c.noFiles = true }, withHandler(openaiapi.WithFileStore(fs)))
@@ -146,7 +146,7 @@ func TestFileStoreAdopt(t *testing.T) {
 	}
 	const id = "file-0123456789abcdef01234567"
 	for range 2 {
-		f, err := s.Adopt(id, "batch_output", "out.jsonl", src)
+		f, err := s.Adopt("", id, "batch_output", "out.jsonl", src)
 		if err != nil || f.ID != id || f.Bytes != 8 || f.Purpose != "batch_output" {
 			t.Fatalf("adopt: %+v, %v", f, err)
 		}
@@ -160,10 +160,10 @@ func TestFileStoreAdopt(t *testing.T) {
 	if string(got) != "{\"a\":1}\n" {
 		t.Errorf("content %q", got)
 	}
-	if _, err := s.Adopt("../x", "batch_output", "x", src); err == nil {
+	if _, err := s.Adopt("", "../x", "batch_output", "x", src); err == nil {
 		t.Error("adopting under a bad id succeeded")
 	}
-	if _, err := s.Adopt("file-aaaaaaaaaaaaaaaaaaaaaaaa", "batch_output", "x", dir+"/missing"); err == nil {
+	if _, err := s.Adopt("", "file-aaaaaaaaaaaaaaaaaaaaaaaa", "batch_output", "x", dir+"/missing"); err == nil {
 		t.Error("adopting a missing file succeeded")
 	}
 }

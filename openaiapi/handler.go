@@ -264,6 +264,11 @@ func parseTimeout(v string) (time.Duration, error) {
 // several is true). When ctx ends first (the caller went away), every call
 // is cancelled.
 func (h *Handler) run(ctx context.Context, reqs []*batcher.Request, several bool) ([]batcher.Result, error) {
+	for _, req := range reqs {
+		if err := admit(ctx, req); err != nil {
+			return nil, err // the same for every item: no index
+		}
+	}
 	if f := h.cfg.tenantOf; f != nil {
 		if t := f(ctx); t != "" {
 			for _, r := range reqs {

@@ -7,11 +7,13 @@ import (
 )
 
 // listModels serves GET /v1/models: the configured routes, by name.
-func (h *Handler) listModels(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) listModels(w http.ResponseWriter, r *http.Request) {
 	routes := h.core.Routes()
-	out := modelList{Object: "list", Data: make([]model, len(routes))}
-	for i, rt := range routes {
-		out.Data[i] = h.model(rt.Name)
+	out := modelList{Object: "list", Data: make([]model, 0, len(routes))}
+	for _, rt := range routes {
+		if modelVisible(r.Context(), rt.Name) {
+			out.Data = append(out.Data, h.model(rt.Name))
+		}
 	}
 	slices.SortFunc(out.Data, func(a, b model) int { return strings.Compare(a.ID, b.ID) })
 	writeJSON(w, &out)
@@ -21,7 +23,7 @@ func (h *Handler) listModels(w http.ResponseWriter, _ *http.Request) {
 func (h *Handler) getModel(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
 	for _, rt := range h.core.Routes() {
-		if rt.Name == id {
+		if rt.Name == id && modelVisible(r.Context(), id) {
 			m := h.model(id)
 			writeJSON(w, &m)
 			return

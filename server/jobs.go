@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,8 +25,9 @@ import (
 // translates: the manager owns the jobs.
 type JobService struct {
 	batcherv1.UnimplementedJobServiceServer
-	m   *jobs.Manager
-	log *slog.Logger
+	m     *jobs.Manager
+	log   *slog.Logger
+	scope func(context.Context) context.Context
 }
 
 // NewJobService returns the JobService of m.
@@ -33,7 +35,17 @@ func NewJobService(m *jobs.Manager, log *slog.Logger) *JobService {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &JobService{m: m, log: log}
+	return &JobService{m: m, log: log, scope: func(ctx context.Context) context.Context { return ctx }}
+}
+
+// WithScope sets how a call's context is scoped before it reaches the
+// manager: batcherd passes the caller's tenant, from the authentication
+// interceptor, as jobs.WithTenant, so that each tenant sees only its jobs
+// and is held to its quotas. Without it every call is unscoped (one
+// tenant). It returns s; call it before Register.
+func (s *JobService) WithScope(scope func(context.Context) context.Context) *JobService {
+	s.scope = scope
+	return s
 }
 
 // Register registers the service on gs.
@@ -47,6 +59,8 @@ func (s *JobService) jobsStatus(err error) error {
 		return status.Error(codes.NotFound, msg)
 	case errors.Is(err, jobs.ErrInvalid), errors.Is(err, jobs.ErrEmpty):
 		return status.Error(codes.InvalidArgument, msg)
+	case errors.Is(err, jobs.ErrQuota):
+		return quotaStatus(err, msg)
 	case errors.Is(err, jobs.ErrTooManyItems):
 		return status.Error(codes.ResourceExhausted, msg)
 	case errors.Is(err, jobs.ErrConflict):
@@ -62,8 +76,32 @@ func (s *JobService) jobsStatus(err error) error {
 	return status.Error(codes.Internal, "internal error")
 }
 
+// JobsQuotaRetryDelay is the RetryInfo delay sent when a tenant is at its
+// jobs quota: a job takes a while to end, so retrying at once is pointless.
+const JobsQuotaRetryDelay = 30 * time.Second
+
+// quotaStatus is RESOURCE_EXHAUSTED naming the quota in a QuotaFailure.
+// The jobs quota frees as the tenant's jobs end, so it carries a
+// RetryInfo; a job over the items_per_job quota would be refused again,
+// so it carries none.
+func quotaStatus(err error, msg string) error {
+	quota := "jobs"
+	if errors.Is(err, jobs.ErrTooManyItems) {
+		quota = "items_per_job"
+	}
+	st := status.New(codes.ResourceExhausted, msg)
+	if d, derr := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+		{Subject: "tenant", Description: quota + " quota: " + msg}}}); derr == nil {
+		st = d
+	}
+	if quota == "jobs" {
+		st = withRetry(st, JobsQuotaRetryDelay)
+	}
+	return st.Err()
+}
+
 func (s *JobService) CreateJob(stream grpc.ClientStreamingServer[batcherv1.CreateJobRequest, batcherv1.CreateJobResponse]) error {
-	ctx := stream.Context()
+	ctx := s.scope(stream.Context())
 	first, err := stream.Recv()
 	if errors.Is(err, io.EOF) {
 		return status.Error(codes.InvalidArgument, "spec: the first message must be a JobSpec")
@@ -272,6 +310,7 @@ func (s *JobService) job(j *jobs.Job, p *jobs.Progress) *batcherv1.Job {
 }
 
 func (s *JobService) GetJob(ctx context.Context, req *batcherv1.GetJobRequest) (*batcherv1.GetJobResponse, error) {
+	ctx = s.scope(ctx)
 	p, j, err := s.m.Progress(ctx, req.GetId())
 	if err != nil {
 		return nil, s.jobsStatus(err)
@@ -286,6 +325,7 @@ const (
 )
 
 func (s *JobService) ListJobs(ctx context.Context, req *batcherv1.ListJobsRequest) (*batcherv1.ListJobsResponse, error) {
+	ctx = s.scope(ctx)
 	size := int(req.GetPageSize())
 	switch {
 	case size == 0:
@@ -315,6 +355,7 @@ func (s *JobService) ListJobs(ctx context.Context, req *batcherv1.ListJobsReques
 }
 
 func (s *JobService) CancelJob(ctx context.Context, req *batcherv1.CancelJobRequest) (*batcherv1.CancelJobResponse, error) {
+	ctx = s.scope(ctx)
 	j, err := s.m.Cancel(ctx, req.GetId())
 	if err != nil {
 		return nil, s.jobsStatus(err)
@@ -323,6 +364,7 @@ func (s *JobService) CancelJob(ctx context.Context, req *batcherv1.CancelJobRequ
 }
 
 func (s *JobService) DeleteJob(ctx context.Context, req *batcherv1.DeleteJobRequest) (*batcherv1.DeleteJobResponse, error) {
+	ctx = s.scope(ctx)
 	if err := s.m.Delete(ctx, req.GetId()); err != nil {
 		return nil, s.jobsStatus(err)
 	}
@@ -330,7 +372,7 @@ func (s *JobService) DeleteJob(ctx context.Context, req *batcherv1.DeleteJobRequ
 }
 
 func (s *JobService) WatchJob(req *batcherv1.WatchJobRequest, stream grpc.ServerStreamingServer[batcherv1.WatchJobResponse]) error {
-	err := s.m.Watch(stream.Context(), req.GetId(), time.Second, func(p jobs.Progress) error {
+	err := s.m.Watch(s.scope(stream.Context()), req.GetId(), time.Second, func(p jobs.Progress) error {
 		return stream.Send(&batcherv1.WatchJobResponse{Progress: progressToProto(&p)})
 	})
 	if err != nil {
@@ -354,7 +396,7 @@ var outcomes = map[batcherv1.ItemOutcome]jobs.ItemState{
 const resultsPage = 500
 
 func (s *JobService) ListJobResults(req *batcherv1.ListJobResultsRequest, stream grpc.ServerStreamingServer[batcherv1.ListJobResultsResponse]) error {
-	ctx := stream.Context()
+	ctx := s.scope(stream.Context())
 	state, ok := outcomes[req.GetOutcome()]
 	if !ok {
 		return invalidArgument("outcome", "unknown value "+strconv.Itoa(int(req.GetOutcome()))).Err()

@@ -27,7 +27,7 @@ type jobsEnv struct {
 	jobs batcherv1.JobServiceClient
 }
 
-func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64) *jobsEnv {
+func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64, scope ...func(context.Context) context.Context) *jobsEnv {
 	t.Helper()
 	e := newEnv(t, be, withCore())
 	dir := t.TempDir()
@@ -45,7 +45,11 @@ func newJobsEnv(t *testing.T, be *fakeBackend, maxItems int64) *jobsEnv {
 	}
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
-	NewJobService(m, quietLog).Register(gs)
+	js := NewJobService(m, quietLog)
+	if len(scope) > 0 {
+		js.WithScope(scope[0])
+	}
+	js.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),

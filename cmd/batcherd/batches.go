@@ -19,6 +19,7 @@ import (
 
 	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/openaiapi"
+	"github.com/batcherhq/batcher/server"
 )
 
 // The OpenAI Batch API, mapped onto the durable jobs.
@@ -163,6 +164,10 @@ func (a *batchAPI) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info, f, err := a.files.Open(req.InputFileID)
+	if err == nil && !info.VisibleTo(openaiapi.TenantOf(r.Context())) {
+		_ = f.Close()
+		err = openaiapi.ErrFileNotFound
+	}
 	if errors.Is(err, openaiapi.ErrFileNotFound) {
 		openaiapi.WriteError(w, &openaiapi.Error{Status: http.StatusNotFound, Type: openaiapi.TypeInvalidRequest, Param: "input_file_id",
 			Message: fmt.Sprintf("no file with id %q", req.InputFileID)})
@@ -181,7 +186,7 @@ func (a *batchAPI) create(w http.ResponseWriter, r *http.Request) {
 	for k, v := range req.Metadata {
 		meta[k] = v
 	}
-	ctx := r.Context()
+	ctx := jobsScope(r.Context())
 	c, err := a.m.Begin(ctx, jobs.Spec{Metadata: meta, CompletionWindow: window})
 	if err != nil {
 		openaiapi.WriteError(w, jobError(err, ""))
@@ -231,10 +236,17 @@ func feed(ctx context.Context, c *jobs.Creator, f io.Reader, endpoint string) *o
 	}
 }
 
-// jobError maps a job manager's error: bad input is a 400 naming param,
-// a closing manager a 503, anything else a 500.
+// jobError maps a job manager's error: a tenant's quota is a 429 naming
+// it (with Retry-After for the jobs quota, which frees as jobs end), bad
+// input a 400 naming param, a closing manager a 503, anything else a 500.
 func jobError(err error, param string) *openaiapi.Error {
 	switch {
+	case errors.Is(err, jobs.ErrQuota) && errors.Is(err, jobs.ErrTooManyItems):
+		return &openaiapi.Error{Status: http.StatusTooManyRequests, Type: openaiapi.TypeRateLimit, Code: "items_per_job_quota",
+			Param: param, Message: strings.TrimPrefix(err.Error(), "jobs: ")}
+	case errors.Is(err, jobs.ErrQuota):
+		return &openaiapi.Error{Status: http.StatusTooManyRequests, Type: openaiapi.TypeRateLimit, Code: "jobs_quota",
+			Message: strings.TrimPrefix(err.Error(), "jobs: "), RetryAfter: server.JobsQuotaRetryDelay}
 	case errors.Is(err, jobs.ErrInvalid), errors.Is(err, jobs.ErrEmpty), errors.Is(err, jobs.ErrTooManyItems):
 		return badParam(param, "%v", err)
 	case errors.Is(err, jobs.ErrClosed):
@@ -250,7 +262,7 @@ func (a *batchAPI) notFound(w http.ResponseWriter, id string) {
 }
 
 func (a *batchAPI) get(w http.ResponseWriter, r *http.Request, id string) {
-	j, err := a.m.Get(r.Context(), id)
+	j, err := a.m.Get(jobsScope(r.Context()), id)
 	if errors.Is(err, jobs.ErrNotFound) {
 		a.notFound(w, id)
 		return
@@ -263,7 +275,7 @@ func (a *batchAPI) get(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (a *batchAPI) cancel(w http.ResponseWriter, r *http.Request, id string) {
-	j, err := a.m.Cancel(r.Context(), id)
+	j, err := a.m.Cancel(jobsScope(r.Context()), id)
 	if errors.Is(err, jobs.ErrNotFound) {
 		a.notFound(w, id)
 		return
@@ -286,7 +298,11 @@ func (a *batchAPI) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	js, err := a.m.List(r.Context(), jobs.StateUnspecified, q.Get("after"), limit+1)
+	js, err := a.m.List(jobsScope(r.Context()), jobs.StateUnspecified, q.Get("after"), limit+1)
+	if errors.Is(err, jobs.ErrInvalid) {
+		openaiapi.WriteError(w, badParam("after", "after %q names no batch", q.Get("after")))
+		return
+	}
 	if err != nil {
 		openaiapi.WriteError(w, err)
 		return
@@ -323,7 +339,7 @@ func (a *batchAPI) outputFile(j *jobs.Job, name string) *string {
 	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
 		return nil
 	}
-	if _, err := a.files.Adopt(id, "batch_output", j.ID+"_"+name, path); err != nil {
+	if _, err := a.files.Adopt(j.Tenant, id, "batch_output", j.ID+"_"+name, path); err != nil {
 		return nil
 	}
 	return &id

@@ -14,6 +14,7 @@ import (
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
 	"github.com/batcherhq/batcher/openaiapi"
+	"github.com/batcherhq/batcher/security"
 )
 
 // httpReadHeaderTimeout bounds reading a request's headers (slowloris);
@@ -45,7 +46,7 @@ type httpFront struct {
 // without a data_dir): the seam where the batch API mounts, with
 // openaiapi.WithBatches and a handler that reads input files from and
 // writes output files to that store.
-func startHTTP(cfg *config.Config, core *batcher.Batcher, tp trace.TracerProvider, lookupEnv func(string) (string, bool),
+func startHTTP(cfg *config.Config, core *batcher.Batcher, sec *security.Security, tp trace.TracerProvider, lookupEnv func(string) (string, bool),
 	log *slog.Logger, mount func(files *openaiapi.FileStore) []openaiapi.Option) (*httpFront, error) {
 	front, err := cfg.BuildHTTP(lookupEnv, tp)
 	if err != nil || front == nil {
@@ -68,20 +69,26 @@ func startHTTP(cfg *config.Config, core *batcher.Batcher, tp trace.TracerProvide
 	if f.lis, err = net.Listen("tcp", front.Listen); err != nil {
 		return nil, fmt.Errorf("http listen %s: %w", front.Listen, err)
 	}
-	if !front.Authenticated {
+	if !front.Authenticated && !sec.AuthOn() {
 		if tcp, ok := f.lis.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
 			_ = f.lis.Close()
 			return nil, fmt.Errorf("http.listen %s: bound to %s, which is not loopback: without tokens the front door serves loopback only", front.Listen, f.lis.Addr())
 		}
 	}
+	f.lis = sec.Listener(f.lis)
 	f.srv = &http.Server{
-		Handler:           f.Handler,
+		// The same authentication as gRPC: 401 without a valid credential;
+		// the handler answers 403 for a route or priority the tenant may
+		// not use. Without a tenants file every caller is anonymous and the
+		// front door's own tokens, if any, apply.
+		Handler:           sec.HTTPMiddleware(f.Handler),
 		ReadHeaderTimeout: httpReadHeaderTimeout,
 		IdleTimeout:       httpIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("http listening", "addr", f.lis.Addr().String(), "api", "openai", "auth", front.Authenticated, "files_dir", front.FilesDir)
-	go func() { f.served <- f.srv.Serve(f.lis) }()
+	log.Info("http listening", "addr", f.lis.Addr().String(), "api", "openai", "auth", front.Authenticated || sec.AuthOn(),
+		"tls", sec.TLSOn(), "files_dir", front.FilesDir)
+	go func() { f.served <- serveHTTP(sec, f.srv, f.lis) }()
 	return f, nil
 }
 

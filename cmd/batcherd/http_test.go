@@ -159,7 +159,7 @@ func TestRunHTTPTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := writeConfig(t, "http: {tokens_file: "+tokens+"}\n")
-	_, stop, exit, logs := startInProcess(t, "--config", cfg, "--listen=127.0.0.1:0", "--http-listen=0.0.0.0:0")
+	_, stop, exit, logs := startInProcess(t, "--config", cfg, "--listen=127.0.0.1:0", "--http-listen=0.0.0.0:0", "--insecure")
 	addr := strings.Replace(httpAddr(t, logs), "[::]", "127.0.0.1", 1)
 	wrong, right := sdkClient(addr, "wrong"), sdkClient(addr, token)
 	if _, err := wrong.Models.List(t.Context()); err == nil || !strings.Contains(err.Error(), "401") {

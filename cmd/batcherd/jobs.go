@@ -69,7 +69,7 @@ func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, g
 		_ = store.Close()
 		return nil, nil, err
 	}
-	server.NewJobService(m, log).Register(gs)
+	server.NewJobService(m, log).WithScope(jobsScope).Register(gs)
 	log.Info("jobs", "data_dir", jc.DataDir, "store", kind)
 	return func(ctx context.Context) {
 		if err := m.Shutdown(ctx); err != nil {

@@ -93,7 +93,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitConfig
 	}
 	srv := server.New(core, append(built.Server, server.WithLogger(log), server.WithTenantFunc(tenantName))...)
-	gs := server.NewGRPCServer(tracing, append(sec.GRPCServerOptions(), obs.grpcOptions()...)...)
+	gs := server.NewGRPCServer(tracing, append(sec.grpcOptions(), obs.grpcOptions()...)...)
 	srv.Register(gs)
 	stopJobs, jobManager, err := startJobs(ctx, cfg, core, gs, log)
 	obs.setJobs(jobManager)
@@ -110,13 +110,13 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitFailed
 	}
-	if err := obs.startAdmin(core, srv, gs); err != nil {
+	if err := obs.startAdmin(core, srv, gs, sec.Security); err != nil {
 		log.Error("admin", "err", err)
 		_ = lis.Close()
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitFailed
 	}
-	front, err := startHTTP(cfg, core, tracing, lookupEnv, log, batchesMount(jobManager, cfg.Jobs.DataDir))
+	front, err := startHTTP(cfg, core, sec.Security, tracing, lookupEnv, log, batchesMount(jobManager, cfg.Jobs.DataDir))
 	if err != nil {
 		log.Error("http", "err", err)
 		_ = lis.Close()
@@ -124,6 +124,8 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitFailed
 	}
 	lis = sec.Listener(lis)
+	reloader := &configReloader{args: args, lookupEnv: lookupEnv, core: core, jobs: jobManager, log: log, running: cfg}
+	sec.OnSIGHUP(reloader.reload)
 	log.Info("listening", "addr", lis.Addr().String(), "tracing", tp != nil)
 	logLayout(log, cfg, built)
 

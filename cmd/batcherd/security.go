@@ -3,13 +3,21 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
+	"google.golang.org/grpc"
+
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/security"
 )
 
@@ -20,7 +28,14 @@ type daemonSecurity struct {
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
+	// onHUP, when set, runs on SIGHUP after the security files reload:
+	// the configuration's reload (reload.go).
+	onHUP atomic.Pointer[func()]
 }
+
+// OnSIGHUP sets f to run on every SIGHUP, in the signal's goroutine, after
+// the TLS, tenants and JWKS files have reloaded.
+func (d *daemonSecurity) OnSIGHUP(f func()) { d.onHUP.Store(&f) }
 
 // startSecurity loads the TLS, tenants and JWKS files the configuration
 // names, starts watching them, and reloads them all on SIGHUP. Every
@@ -43,8 +58,11 @@ func startSecurity(cfg *config.Config, log *slog.Logger) (*daemonSecurity, error
 		for {
 			select {
 			case <-hup:
-				log.Info("SIGHUP: reloading the TLS, tenants and JWKS files")
+				log.Info("SIGHUP: reloading the TLS, tenants and JWKS files, and the configuration")
 				_ = sec.Reload() // logs what it refused
+				if f := d.onHUP.Load(); f != nil {
+					(*f)()
+				}
 			case <-d.stop:
 				return
 			}
@@ -52,6 +70,60 @@ func startSecurity(cfg *config.Config, log *slog.Logger) (*daemonSecurity, error
 	}()
 	logSecurity(log, cfg, sec)
 	return d, nil
+}
+
+// grpcOptions are the gRPC server's security options: TLS, limits,
+// authentication and the edge checks, then the admin right on the
+// AdminService (WatchStats), which an anonymous caller (no tenants file)
+// has.
+func (d *daemonSecurity) grpcOptions() []grpc.ServerOption {
+	unary, stream := security.AdminOnly(func(method string) bool {
+		return strings.HasPrefix(method, "/"+batcherv1.AdminService_ServiceDesc.ServiceName+"/")
+	})
+	return append(d.GRPCServerOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+}
+
+// adminHandler guards the admin listener's handler h. With authentication
+// on, every path but /healthz (for probes) needs a credential (401
+// without) of a tenant with the admin right (403 without), /metrics
+// included: its series carry every tenant's figures, and Prometheus
+// scrapes with a bearer token (authorization.credentials_file) or a
+// client certificate mapped to an admin tenant. Without authentication,
+// h as it was.
+func adminHandler(sec *security.Security, h http.Handler) http.Handler {
+	if !sec.AuthOn() {
+		return h
+	}
+	guarded := sec.HTTPMiddleware(security.RequireAdmin(h))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	})
+}
+
+// serveHTTP serves srv on lis with the process's TLS, when on.
+func serveHTTP(sec *security.Security, srv *http.Server, lis net.Listener) error {
+	if tc := sec.TLSConfig("h2", "http/1.1"); tc != nil {
+		srv.TLSConfig = tc
+		return srv.ServeTLS(lis, "", "") // the certificate comes from tc
+	}
+	return srv.Serve(lis)
+}
+
+// jobsScope scopes ctx's calls of the jobs manager (gRPC JobService and
+// the HTTP batch API) to the caller's tenant, from the authentication
+// middleware, with its jobs and items_per_job quotas. Without a tenants
+// file the caller is the anonymous tenant and the calls are unscoped:
+// they see every job, as batcherd did before tenants.
+func jobsScope(ctx context.Context) context.Context {
+	t := security.TenantFrom(ctx)
+	if t == nil || t.Name == security.AnonymousName {
+		return ctx
+	}
+	return jobs.WithTenant(ctx, jobs.Tenant{Name: t.Name, MaxJobs: t.Quotas.Jobs, MaxItems: int64(t.Quotas.ItemsPerJob)})
 }
 
 // Close stops the SIGHUP handler and the watcher. Idempotent.

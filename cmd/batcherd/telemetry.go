@@ -18,6 +18,7 @@ import (
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
 	"github.com/batcherhq/batcher/jobs"
+	"github.com/batcherhq/batcher/security"
 	"github.com/batcherhq/batcher/server"
 	"github.com/batcherhq/batcher/telemetry"
 	"github.com/batcherhq/batcher/telemetry/admin"
@@ -101,7 +102,7 @@ func (o *observability) grpcOptions() []grpc.ServerOption {
 
 // startAdmin starts the live sampler, registers the AdminService on gs and
 // opens the admin listener, when one is configured.
-func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs *grpc.Server) error {
+func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs *grpc.Server, sec *security.Security) error {
 	src := telemetry.Sources{
 		Lanes:    core.Lanes,
 		Backends: core.Stats,
@@ -125,14 +126,16 @@ func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs
 		return fmt.Errorf("admin listener %s: %w", o.cfg.AdminListen, err)
 	}
 	o.admin = admin.New(admin.Config{Sampler: o.sampler, Metrics: o.tel.Metrics, Pprof: o.cfg.Pprof})
-	o.http = &http.Server{Handler: o.admin, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(o.log.Handler(), slog.LevelWarn)}
+	o.http = &http.Server{Handler: adminHandler(sec, o.admin), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(o.log.Handler(), slog.LevelWarn)}
 	o.http.RegisterOnShutdown(o.admin.Close)
 	o.served = make(chan error, 1)
-	go func() { o.served <- o.http.Serve(lis) }()
-	attrs := []any{"addr", lis.Addr().String(), "pprof", o.cfg.Pprof, "metrics_otlp", o.tel.OTLPMetrics, "traces_otlp", o.tel.OTLPTraces}
+	lis = sec.Listener(lis)
+	go func() { o.served <- serveHTTP(sec, o.http, lis) }()
+	attrs := []any{"addr", lis.Addr().String(), "pprof", o.cfg.Pprof, "metrics_otlp", o.tel.OTLPMetrics, "traces_otlp", o.tel.OTLPTraces,
+		"tls", sec.TLSOn(), "auth", sec.AuthOn()}
 	o.log.Info("admin listening", attrs...)
-	if !o.cfg.AdminLoopback() {
-		o.log.Warn("the admin listener is not on loopback: metrics, the status page and pprof (when enabled) are open to the network", "addr", lis.Addr().String())
+	if !o.cfg.AdminLoopback() && !(sec.TLSOn() && sec.AuthOn()) {
+		o.log.Warn("the admin listener is not on loopback and lacks TLS or authentication (--insecure): metrics, the status page and pprof (when enabled) are open to the network", "addr", lis.Addr().String())
 	}
 	return nil
 }

@@ -26,45 +26,69 @@ from batcher_client._gen.google.rpc import status_pb2  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def batcherd(tmp_path_factory):
-    """Builds cmd/batcherd, starts it on a free port, and yields host:port
-    once it listens and its health service says SERVING."""
+def batcherd_exe(tmp_path_factory):
+    """Builds cmd/batcherd once for the session and returns its path."""
     exe = tmp_path_factory.mktemp("bin") / "batcherd"
     go = os.environ.get("GO", "go")
     subprocess.run([go, "build", "-o", str(exe), "./cmd/batcherd"], cwd=ROOT, check=True)
-    proc = subprocess.Popen([str(exe), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"],
-                            stderr=subprocess.PIPE, text=True)
-    addr = None
-    for line in proc.stderr:  # JSON log lines; the first says where it listens
+    return exe
+
+
+class Daemon:
+    """A running batcherd: its gRPC address, and stop() to end it with
+    SIGTERM and check that it exited 0."""
+
+    def __init__(self, exe, *args):
+        self.proc = subprocess.Popen([str(exe), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+                                      "--http-listen", "127.0.0.1:0", *args], stderr=subprocess.PIPE, text=True)
+        self.addr = None
+        self.log = []
+        for line in self.proc.stderr:  # JSON log lines; "listening" says where
+            self.log.append(line)
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("msg") == "listening":
+                self.addr = rec["addr"]
+                break
+        if self.addr is None:
+            self.proc.kill()
+            raise RuntimeError(f"batcherd exited ({self.proc.wait()}) before it listened:\n{''.join(self.log)}")
+        self.drain = threading.Thread(target=lambda: [self.log.append(x) for x in self.proc.stderr], daemon=True)
+        self.drain.start()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
         try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("msg") == "listening":
-            addr = rec["addr"]
-            break
-    if addr is None:
-        proc.kill()
-        raise RuntimeError(f"batcherd exited ({proc.wait()}) before it listened")
-    drain = threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True)
-    drain.start()
-    with grpc.insecure_channel(addr) as ch:
-        # grpc.health.v1.Health/Check with raw bytes (Debian packages no
-        # grpcio-health-checking): an empty request; SERVING is field 1 = 1.
-        check = ch.unary_unary("/grpc.health.v1.Health/Check",
-                               request_serializer=lambda _: b"",
-                               response_deserializer=lambda b: b)
-        assert check(None, timeout=30, wait_for_ready=True) == b"\x08\x01", "batcherd is not SERVING"
-    yield addr
-    proc.send_signal(signal.SIGTERM)
-    try:
-        assert proc.wait(timeout=30) == 0, "batcherd did not exit cleanly"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        drain.join(timeout=10)
-        proc.stderr.close()
+            assert self.proc.wait(timeout=30) == 0, "batcherd did not exit cleanly"
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.drain.join(timeout=10)
+            self.proc.stderr.close()
+
+
+def wait_serving(channel):
+    """Waits until grpc.health.v1.Health/Check answers SERVING, with raw
+    bytes (Debian packages no grpcio-health-checking): an empty request;
+    SERVING is field 1 = 1. Health checks need no credentials."""
+    check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                request_serializer=lambda _: b"",
+                                response_deserializer=lambda b: b)
+    assert check(None, timeout=30, wait_for_ready=True) == b"\x08\x01", "batcherd is not SERVING"
+
+
+@pytest.fixture(scope="session")
+def batcherd(batcherd_exe):
+    """Starts batcherd on a free port, and yields host:port once it
+    listens and its health service says SERVING."""
+    d = Daemon(batcherd_exe)
+    with grpc.insecure_channel(d.addr) as ch:
+        wait_serving(ch)
+    yield d.addr
+    d.stop()
 
 
 def retry_info(seconds: float) -> bytes:

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batcherhq/batcher/openaiapi"
+	"github.com/batcherhq/batcher/security"
 )
 
 // DefaultHTTPListen is the OpenAI-compatible HTTP front door's address.
@@ -76,8 +77,11 @@ func (c *Config) FilesDir() string {
 // authenticated reports whether tokens are configured.
 func (h *HTTP) authenticated() bool { return h.TokensEnv != "" || h.TokensFile != "" }
 
-// validate checks the front door's settings; see HTTP.
-func (h *HTTP) validate(e *errs) {
+// validate checks the front door's settings; see HTTP. The front door
+// shares the gRPC listener's TLS and tenants (sec): an address other than
+// loopback needs TLS and authentication (the tenants, a required client
+// CA, or the front door's own tokens), or security.insecure.
+func (h *HTTP) validate(sec *Security, e *errs) {
 	if h.Listen != HTTPOff {
 		host, port, err := net.SplitHostPort(h.Listen)
 		switch {
@@ -85,9 +89,16 @@ func (h *HTTP) validate(e *errs) {
 			e.add("http.listen", "must be host:port or %q, got %q", HTTPOff, h.Listen)
 		case !validPort(port):
 			e.add("http.listen", "port must be 0 to 65535, got %q", port)
-		case !h.authenticated() && !loopbackHost(host):
-			e.add("http.listen", "%q is not a loopback address: set http.tokens_env or http.tokens_file to serve the network, or listen on 127.0.0.1", h.Listen)
+		case !h.authenticated() && !sec.authOn() && !loopbackHost(host):
+			e.add("http.listen", "%q is not a loopback address: set security.tenants_file (--tenants), http.tokens_env or http.tokens_file to serve the network, or listen on 127.0.0.1", h.Listen)
+		default:
+			if err := security.CheckBind("http.listen", h.Listen, sec.TLS.CertFile != "", true, sec.Insecure); err != nil {
+				*e = append(*e, err)
+			}
 		}
+	}
+	if h.authenticated() && sec.TenantsFile != "" {
+		e.add("http.tokens_env", "http.tokens_env and http.tokens_file cannot be used with security.tenants_file: give the front door's callers tokens in the tenants file")
 	}
 	if h.TokensEnv != "" && !envNameRE.MatchString(h.TokensEnv) {
 		e.add("http.tokens_env", "must be an environment variable name such as BATCHER_HTTP_TOKENS, got %q", h.TokensEnv)

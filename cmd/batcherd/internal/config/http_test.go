@@ -55,7 +55,9 @@ func TestHTTPValidate(t *testing.T) {
 		{"http: {listen: \"off\"}", ""},
 		{"http: {listen: \"localhost:0\"}", ""},
 		{"http: {listen: \"[::1]:8081\"}", ""},
-		{"http: {listen: \"0.0.0.0:8081\", tokens_file: /run/secrets/tokens}", ""},
+		{"http: {listen: \"0.0.0.0:8081\", tokens_file: /run/secrets/tokens}", "http.listen: 0.0.0.0:8081 is not a loopback address and the listener has no TLS"},
+		{"{security: {insecure: true}, http: {listen: \"0.0.0.0:8081\", tokens_file: /run/secrets/tokens}}", ""},
+		{"{security: {tenants_file: /t.yaml}, http: {tokens_file: /run/secrets/tokens}}", "cannot be used with security.tenants_file"},
 		{"http: {listen: \"0.0.0.0:8081\"}", `http.listen: "0.0.0.0:8081" is not a loopback address`},
 		{"http: {listen: \":8081\"}", `http.listen: ":8081" is not a loopback address`},
 		{"http: {listen: \"example.com:8081\"}", "is not a loopback address"},
@@ -87,7 +89,7 @@ func TestHTTPTokens(t *testing.T) {
 	if err := os.WriteFile(empty, []byte("# none yet\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	yaml := "http: {listen: \"0.0.0.0:0\", tokens_env: TOKS, tokens_file: " + file + "}\n"
+	yaml := "security: {insecure: true}\nhttp: {listen: \"0.0.0.0:0\", tokens_env: TOKS, tokens_file: " + file + "}\n"
 	c, err := config.Load([]string{"--config", writeFile(t, yaml)}, env("TOKS", "tok-a, tok-b,"), io.Discard)
 	if err != nil {
 		t.Fatal(err)

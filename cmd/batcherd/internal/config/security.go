@@ -241,10 +241,13 @@ func (s *Security) validate(listen string, e *errs) {
 // TLS and authentication, unless insecure is set. Every listener's
 // validation calls it with its own path ("http.listen", "admin.listen").
 func (s *Security) CheckListener(path, addr string) error {
-	t := &s.TLS
-	tlsOn := t.CertFile != ""
-	authOn := s.TenantsFile != "" || (t.ClientCAFile != "" && t.ClientAuth == "require")
-	return security.CheckBind(path, addr, tlsOn, authOn, s.Insecure)
+	return security.CheckBind(path, addr, s.TLS.CertFile != "", s.authOn(), s.Insecure)
+}
+
+// authOn reports whether callers must authenticate: a tenants file, or a
+// client certificate that every handshake requires.
+func (s *Security) authOn() bool {
+	return s.TenantsFile != "" || (s.TLS.ClientCAFile != "" && s.TLS.ClientAuth == "require")
 }
 
 // Options returns the security package's configuration.

@@ -81,12 +81,17 @@ func telemetryDefaultString(c *Config, path string) string {
 	return ""
 }
 
-func (t *Telemetry) validate(e *errs) {
+// validate checks the telemetry settings. The admin listener shares the
+// gRPC listener's TLS and tenants (sec): an address other than loopback
+// needs both, or security.insecure.
+func (t *Telemetry) validate(sec *Security, e *errs) {
 	if t.AdminListen != "" {
 		if _, port, err := net.SplitHostPort(t.AdminListen); err != nil {
 			e.add("telemetry.admin_listen", "must be host:port or empty, got %q", t.AdminListen)
 		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			e.add("telemetry.admin_listen", "port must be 0 to 65535, got %q", port)
+		} else if err := sec.CheckListener("telemetry.admin_listen", t.AdminListen); err != nil {
+			*e = append(*e, err)
 		}
 	}
 	if _, _, err := t.AccessLevel(); err != nil {

@@ -20,12 +20,14 @@ func TestTelemetrySettings(t *testing.T) {
 		wantErr []string
 	}{
 		{name: "defaults", want: config.Telemetry{AdminListen: "127.0.0.1:9464", AccessLog: "info", StatsInterval: config.Duration(config.DefaultStatsInterval)}},
-		{name: "flags", args: []string{"--admin-listen=0.0.0.0:9000", "--pprof=true", "--access-log=off", "--stats-interval=250ms"},
+		{name: "flags", args: []string{"--admin-listen=0.0.0.0:9000", "--insecure", "--pprof=true", "--access-log=off", "--stats-interval=250ms"},
 			want: config.Telemetry{AdminListen: "0.0.0.0:9000", Pprof: true, AccessLog: "off", StatsInterval: config.Duration(250e6)}},
 		{name: "env", env: map[string]string{"BATCHER_ADMIN_LISTEN": "", "BATCHER_ACCESS_LOG": "debug"},
 			want: config.Telemetry{AccessLog: "debug", StatsInterval: config.Duration(config.DefaultStatsInterval)}},
 		{name: "bad", args: []string{"--admin-listen=nowhere", "--access-log=loud", "--stats-interval=1ms", "--pprof=maybe"},
 			wantErr: []string{`telemetry.pprof (--pprof): want true or false, got "maybe"`}},
+		{name: "network without TLS", args: []string{"--admin-listen=0.0.0.0:9000"},
+			wantErr: []string{`telemetry.admin_listen: 0.0.0.0:9000 is not a loopback address`, "--insecure"}},
 		{name: "bad values", args: []string{"--admin-listen=nowhere", "--access-log=loud", "--stats-interval=1ms"},
 			wantErr: []string{`telemetry.admin_listen: must be host:port or empty, got "nowhere"`,
 				`telemetry.access_log: must be debug, info, warn, error or off, got "loud"`,

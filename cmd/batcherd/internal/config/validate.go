@@ -55,8 +55,8 @@ func (c *Config) Validate() error {
 		e.add("drain_timeout", "must be positive, got %v", c.DrainTimeout)
 	}
 	c.Security.validate(c.Listen, &e)
-	c.HTTP.validate(&e)
-	c.Telemetry.validate(&e)
+	c.HTTP.validate(&c.Security, &e)
+	c.Telemetry.validate(&c.Security, &e)
 	c.validateComponents(&e)
 
 	backends := map[string]int{}
