@@ -36,6 +36,11 @@ type Batcher struct {
 	dedup dedupTable
 	admit *admission
 
+	// tenants is the configured tenants (SetTenants), nil while off.
+	tenants     atomic.Pointer[tenantTable]
+	tenantsMu   sync.Mutex   // serializes SetTenants
+	otherTenant *tenantState // every unconfigured tenant's requests
+
 	runPool   sync.Pool // of *batchRun
 	tokenPool sync.Pool // of chan struct{} (capacity 1): Do's done channels
 
@@ -76,6 +81,8 @@ func New(opts ...Option) (*Batcher, error) {
 		admit:    newAdmission(cfg.queueCapacity, cfg.queueReserve),
 		stopped:  make(chan struct{}),
 	}
+	b.otherTenant = &tenantState{name: OtherTenant}
+	b.otherTenant.lim.Store(&tenantLimits{weight: 1})
 	var errs []error
 	for _, bc := range cfg.backends {
 		bc, err := resolveBackend(bc)
@@ -172,8 +179,9 @@ func (b *Batcher) Pending() int { return int(b.pending.Load()) }
 
 // Submit admits req and returns its Call, or fails at once: a
 // *ValidationError (ErrInvalid) for bad input, ErrQueueFull when the queue is
-// full, ErrClosed after Shutdown began, or ErrCanceled / ErrDeadline when ctx
-// is already done.
+// full, a *QuotaError (ErrQuotaExceeded) when the request's tenant is over
+// a quota, ErrClosed after Shutdown began, or ErrCanceled / ErrDeadline when
+// ctx is already done.
 //
 // The request's deadline is the earliest of ctx's deadline, req.Timeout and
 // the queue timeout. ctx's span, if any, parents the request's span. Submit
@@ -230,11 +238,23 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if tg < 0 {
 		return nil, fmt.Errorf("%w: circuit open on every backend of model %q", ErrNoBackend, rc.Name)
 	}
+	tokens := estimateTokens(req, rc)
+	// The tenant's quotas before the shared queue: a tenant over its own
+	// limits takes no place there (and evicts nobody).
+	var hold tenantHold
+	ts := b.tenantOf(req)
+	if ts != nil {
+		var err error
+		if hold, err = ts.admit(now, tokens); err != nil {
+			return nil, err
+		}
+	}
 	if n := b.pending.Add(1); n > b.admit.limitFor(req.Priority) {
 		// URGENT work finding the queue full takes the place of the newest
 		// queued DEFERRABLE or LOW request, which ends with ErrEvicted.
 		if req.Priority != PriorityUrgent || n <= b.admit.capacity || !b.admit.evict() {
 			b.pending.Add(-1)
+			hold.undo(now)
 			return nil, ErrQueueFull
 		}
 	}
@@ -242,11 +262,12 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		req:      req,
 		b:        b,
 		rc:       rc,
+		tenant:   ts,
 		target:   uint8(tg),
 		admitted: now,
 		deadline: deadline,
 		due:      now.Add(rc.delays[req.Priority]),
-		tokens:   estimateTokens(req, rc),
+		tokens:   tokens,
 		heapIdx:  -1,
 		done:     token,
 		token:    token != nil,
@@ -264,12 +285,16 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		var err error
 		if l, err = b.laneFor(key, rc); err != nil {
 			b.pending.Add(-1) // not admitted
+			hold.undo(now)
 			if c.span != nil {
 				c.span.End()
 			}
 			return nil, err
 		}
 		hot.Store(l)
+	}
+	if ts != nil {
+		ts.admitted.Add(1)
 	}
 	if req.Sink != nil {
 		c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})

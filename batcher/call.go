@@ -35,12 +35,14 @@ type Call struct {
 	lane     atomic.Pointer[lane]
 	admitted time.Time
 	deadline time.Time
-	due      time.Time // when its lane must send it, from its priority's delay
-	tokens   int       // estimated prompt tokens plus max_tokens
+	due      time.Time    // when its lane must send it, from its priority's delay
+	tokens   int          // estimated prompt tokens plus max_tokens
+	tenant   *tenantState // nil: no tenant
 	span     trace.Span
 
-	heapIdx int   // index in the lane's deadline heap; -1 when not queued
-	qidx    uint8 // the lane fifo its current entry is in
+	heapIdx int     // index in the lane's deadline heap; -1 when not queued
+	tag     float64 // its virtual finish time in its lane level (fair queuing)
+	qidx    uint8   // the lane level its current entry is in
 	// Owned by the lane while queued, by the runner while dispatched, as
 	// are the fields from batchWait to unknownRetries.
 	target     uint8       // the route target it is queued for
@@ -152,6 +154,9 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	}
 	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
 		run.end()
+	}
+	if c.tenant != nil {
+		c.tenant.ended(r.Err)
 	}
 	c.b.callEnded()
 	if c.token {

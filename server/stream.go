@@ -33,14 +33,15 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 	}
 	defer s.exitStream()
 	st := &stream{
-		s:       s,
-		gs:      gs,
-		ctx:     gs.Context(),
-		window:  make(chan struct{}, s.cfg.window),
-		nudge:   make(chan struct{}, 1),
-		ready:   make(chan struct{}),
-		stopped: make(chan struct{}),
-		items:   make(map[string]*item),
+		s:          s,
+		gs:         gs,
+		ctx:        gs.Context(),
+		window:     make(chan struct{}, s.cfg.window),
+		nudge:      make(chan struct{}, 1),
+		ready:      make(chan struct{}),
+		stopped:    make(chan struct{}),
+		budgetWake: make(chan struct{}, 1),
+		items:      make(map[string]*item),
 		// The first message may change it.
 		interval: s.cfg.interval,
 	}
@@ -77,7 +78,8 @@ type stream struct {
 	interval  time.Duration
 	allEvents atomic.Bool // progress events wanted (read by OnEvent)
 
-	held atomic.Int64 // server-wide budget tokens held, one per window token (limits.go)
+	held       atomic.Int64  // server-wide budget tokens held, one per window token (limits.go)
+	budgetWake chan struct{} // capacity 1: the receiver's turn for a budget token (limits.go)
 	// gone mirrors closed for the receiver's budget check, which runs per
 	// message and so takes no lock: set by close before it drops the budget.
 	gone atomic.Bool
@@ -430,6 +432,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 		st.reject(ctx, id, bad)
 		return
 	}
+	it.req.Tenant = st.s.cfg.tenantOf(ctx)
 	if id == "" {
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return

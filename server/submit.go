@@ -19,6 +19,7 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 	if st := toCore(in.GetRequest(), req); st != nil {
 		return nil, st.Err()
 	}
+	req.Tenant = s.cfg.tenantOf(ctx)
 	if req.ID == "" {
 		req.ID = s.newID()
 	}
