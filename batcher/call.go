@@ -26,8 +26,9 @@ const (
 // from pending to done writes result and signals done (closes it, or sends
 // Do its token); nobody else touches either.
 //
-// The fields are ordered so that the small ones share words: a Call is 384
-// bytes, one allocation size class below the 448 of the plain order.
+// The fields are ordered so that the small ones share words, and the
+// first batch and dispatch are kept as durations: 64 bytes less than the
+// plain order (400 bytes with the tenant fields, a 416-byte allocation).
 type Call struct {
 	req      *Request
 	b        *Batcher
