@@ -57,13 +57,15 @@ test: tools-gen ## Vet, check generated code is fresh, run every test with -race
 	cd bench && $(GO) vet ./...
 	$(MAKE) --no-print-directory test-python test-java
 
-# Tests that need PostgreSQL skip without it (and fail instead with
-# BATCHER_REQUIRE_SERVICES=1, as in CI); say so up front, since go test
+# Tests that need PostgreSQL or Redis skip without them (and fail instead
+# with BATCHER_REQUIRE_SERVICES=1, as in CI); say so up front, since go test
 # prints skips only with -v.
 .PHONY: check-services
 check-services:
 	@if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then echo "PostgreSQL on 127.0.0.1:5432: the PostgreSQL job-store tests run"; \
 	else echo "SKIPPING the PostgreSQL job-store tests: nothing answers on 127.0.0.1:5432"; fi
+	@if (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then echo "Redis on 127.0.0.1:6379: the fleet tests run"; \
+	else echo "SKIPPING the fleet tests (shared budgets over Redis): nothing answers on 127.0.0.1:6379"; fi
 
 # The Python and Java client tests run when Debian's toolchains are present
 # (clients/tools.sh install python java) and say that they skip otherwise;
