@@ -202,10 +202,6 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	info := map[string]string{}
-	for k, v := range cfg.info {
-		info[k] = v
-	}
 	f := &Fleet{
 		cfg:  cfg,
 		rdb:  rdb,
@@ -215,13 +211,35 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Fleet, error) {
 	}
 	f.n.Store(1)
 	f.joined = time.Now()
-	info["joined"] = f.joined.UTC().Format(time.RFC3339)
-	b, _ := json.Marshal(info)
-	f.infoJSON = string(b)
+	f.SetInfo(cfg.info)
 	if f.m, err = newMetrics(cfg.mp, f); err != nil {
 		return nil, fmt.Errorf("fleet metrics: %w", err)
 	}
 	return f, nil
+}
+
+// SetInfo replaces what this replica says of itself to the others (its
+// addresses, once it listens); the time it joined is added.
+func (f *Fleet) SetInfo(kv map[string]string) {
+	info := map[string]string{"joined": f.joined.UTC().Format(time.RFC3339)}
+	for k, v := range kv {
+		info[k] = v
+	}
+	b, _ := json.Marshal(info)
+	f.mu.Lock()
+	f.infoJSON = string(b)
+	f.mu.Unlock()
+}
+
+// RedisLogsTo sends go-redis's own log lines (a failed dial, a bad
+// connection) to l at debug level: the fleet says at warn what matters,
+// once. It sets go-redis's logger for the whole process.
+func RedisLogsTo(l *slog.Logger) { redis.SetLogger(redisLog{l}) }
+
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
 
 // ID returns this replica's id.
@@ -299,9 +317,10 @@ func (f *Fleet) beat(ctx context.Context) {
 	ttl := f.cfg.ttl.Milliseconds()
 	f.mu.Lock()
 	budgets := append([]*budget(nil), f.budgets...)
+	info := f.infoJSON
 	f.mu.Unlock()
 	pipe := f.rdb.Pipeline()
-	hb := heartbeatScript.Eval(ctx, pipe, []string{f.keys.members, f.keys.info}, f.cfg.id, ttl, f.infoJSON)
+	hb := heartbeatScript.Eval(ctx, pipe, []string{f.keys.members, f.keys.info}, f.cfg.id, ttl, info)
 	peeks := make([]*redis.Cmd, len(budgets))
 	for i, b := range budgets {
 		if mine := b.myLeases(); len(mine) > 0 {

@@ -57,6 +57,7 @@ func (c *Config) Validate() error {
 	c.Security.validate(c.Listen, &e)
 	c.HTTP.validate(&e)
 	c.Telemetry.validate(&e)
+	c.Fleet.validate(&e)
 	c.validateComponents(&e)
 
 	backends := map[string]int{}
