@@ -117,6 +117,11 @@ fuzz: ## Run every fuzz test for FUZZTIME each (default 20s).
 			echo "== $$p $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-20s} $$p || exit 1; \
 		done; done
 
+.PHONY: fleet-soak
+fleet-soak: ## Three batcherd on one llmsim at 600 RPM through Redis for 3 minutes (BENCHMARKS.md's fleet figures).
+	BATCHER_FLEET_SOAK=$${SOAK:-3m} BATCHER_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 20m -run 'TestFleetEndToEnd$$' -v ./cmd/batcherd/ | grep -E 'fleet_e2e|^(---|ok|FAIL)'
+	$(GO) test -count=1 -run '^$$' -bench 'BenchmarkFleetBooking' -benchtime 2000x ./fleet/
+
 .PHONY: bench
 bench: ## Run the benchmarks (6 runs each) and summarize them with benchstat.
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./batcher/... ./server/... ./client/... ./backend/... | tee bench-service.txt

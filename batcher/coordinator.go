@@ -198,8 +198,16 @@ func (s *backendState) follow(pm *permit, t Ticket) {
 	}
 	s.mu.Lock()
 	now := time.Now()
-	grew := s.rpm.follow(now, t.RemainingRequests, pm.spentAt[0])
-	grew = s.tpm.follow(now, t.RemainingTokens, pm.spentAt[1]) || grew
+	// A fleet in debt repays it at the whole rate; this replica refills at
+	// its share of it, so it takes its share of the debt.
+	debt := func(rem float64) float64 {
+		if rem < 0 {
+			return rem * s.share
+		}
+		return rem
+	}
+	grew := s.rpm.follow(now, debt(t.RemainingRequests), pm.spentAt[0])
+	grew = s.tpm.follow(now, debt(t.RemainingTokens), pm.spentAt[1]) || grew
 	slots := max(1, t.Slots)
 	grew = grew || slots > s.fleetSlots
 	s.fleetSlots = slots
