@@ -250,6 +250,81 @@ func members(t *testing.T, addr, prefix string) int {
 	return int(n)
 }
 
+// adminAddr returns the admin listener's address from a daemon's logs.
+func adminAddr(t *testing.T, d *daemon) string {
+	t.Helper()
+	for _, line := range strings.Split(d.logs.String(), "\n") {
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "admin listening" {
+			return rec.Addr
+		}
+	}
+	t.Fatalf("no admin listener logged:\n%s", d.logs)
+	return ""
+}
+
+// roundTrips sums a replica's batcher_fleet_round_trips by operation, from
+// its /metrics.
+func roundTrips(t *testing.T, admin string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	out := map[string]float64{}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if !strings.HasPrefix(line, "batcher_fleet_round_trips") {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, `batcher_fleet_op="`)
+		if !ok {
+			continue
+		}
+		op, rest, _ := strings.Cut(rest, `"`)
+		fields := strings.Fields(rest)
+		var v float64
+		_, _ = fmt.Sscan(fields[len(fields)-1], &v)
+		out[op] += v
+	}
+	return out
+}
+
+// statusFleet reads the fleet from a replica's status page API.
+func statusFleet(t *testing.T, admin string) *struct {
+	Self     string
+	Redis    bool
+	Replicas []struct{ ID string }
+	Budgets  []struct {
+		Backend string
+		Leases  map[string]int
+	}
+} {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/api/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var snap struct {
+		Fleet *struct {
+			Self     string
+			Redis    bool
+			Replicas []struct{ ID string }
+			Budgets  []struct {
+				Backend string
+				Leases  map[string]int
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+		t.Fatal(err)
+	}
+	return snap.Fleet
+}
+
 // poll waits for cond with a generous deadline: the state it looks at is
 // in Redis or another process, with no event to wait on.
 func poll(t *testing.T, what string, cond func() bool) time.Duration {
@@ -300,10 +375,31 @@ func TestFleetEndToEnd(t *testing.T) {
 	// Warm up (the queues fill, llmsim's initial burst is not ours to
 	// spend), then measure.
 	hold(3 * time.Second)
+	admins := []string{adminAddr(t, ds[0]), adminAddr(t, ds[1]), adminAddr(t, ds[2])}
+	tripsAt := func() (n float64) {
+		for _, a := range admins {
+			for op, v := range roundTrips(t, a) {
+				if op != "heartbeat" {
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	trips0 := tripsAt()
 	from := time.Now()
 	hold(steady)
 	to := time.Now()
+	trips := tripsAt() - trips0
 	calls := up.between(from, to)
+	rtPerBatch := trips / float64(len(calls))
+	t.Logf("Redis round trips a batch (bookings and releases, heartbeats aside): %.2f", rtPerBatch)
+	if rtPerBatch < 1.5 || rtPerBatch > 3 {
+		t.Errorf("%.2f Redis round trips a batch; two are the design (a booking and a release)", rtPerBatch)
+	}
+	if f := statusFleet(t, admins[0]); f == nil || len(f.Replicas) != 3 || !f.Redis || len(f.Budgets) != 1 || f.Budgets[0].Backend != "llmsim" {
+		t.Errorf("the status page's fleet: %+v", f)
+	}
 	reqs, toks := worstWindow(calls, window)
 	perWindow := int(float64(fleetRPM) * window.Minutes())
 	used := float64(len(calls)) / (to.Sub(from).Minutes() * fleetRPM)
