@@ -31,12 +31,14 @@ type Call struct {
 	lane     atomic.Pointer[lane]
 	admitted time.Time
 	deadline time.Time
-	due      time.Time // when its lane must send it, from its priority's delay
-	tokens   int       // estimated prompt tokens plus max_tokens
+	due      time.Time    // when its lane must send it, from its priority's delay
+	tokens   int          // estimated prompt tokens plus max_tokens
+	tenant   *tenantState // nil: no tenant
 	span     trace.Span
 
 	heapIdx int         // index in the lane's deadline heap; -1 when not queued
-	qidx    uint8       // the lane fifo its current entry is in
+	qidx    uint8       // the lane level its current entry is in
+	tag     float64     // its virtual finish time in that level (fair queuing)
 	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
 
 	// Owned by the lane while queued, by the runner while dispatched.
@@ -57,7 +59,8 @@ type Call struct {
 	evMu   sync.Mutex
 	state  atomic.Uint32
 	result Result
-	done   chan struct{}
+	done   chan struct{} // closed on the result; or, when token, sent on once
+	token  bool          // Do's call: done is Do's pooled channel
 }
 
 // Request returns the call's request.
@@ -81,8 +84,14 @@ func (c *Call) Cancel() {
 // pending reports whether the call has no terminal result yet.
 func (c *Call) pending() bool { return c.state.Load() == callPending }
 
+// eventPool holds the Events handed to sinks: an Event is not valid after
+// OnEvent returns (EventSink's contract), so it goes back at once. Most
+// sinks drop most events (a stream that wants completions only), and an
+// allocation each would be their largest cost.
+var eventPool = sync.Pool{New: func() any { return new(Event) }}
+
 // emit sends a progress event, unless the call already ended.
-func (c *Call) emit(ev *Event) {
+func (c *Call) emit(ev Event) {
 	sink := c.req.Sink
 	if sink == nil {
 		return
@@ -90,9 +99,18 @@ func (c *Call) emit(ev *Event) {
 	ev.Request = c.req
 	c.evMu.Lock()
 	if c.pending() {
-		sink.OnEvent(ev)
+		sendEvent(sink, &ev)
 	}
 	c.evMu.Unlock()
+}
+
+// sendEvent hands a pooled copy of ev to sink.
+func sendEvent(sink EventSink, ev *Event) {
+	e := eventPool.Get().(*Event)
+	*e = *ev
+	sink.OnEvent(e)
+	*e = Event{}
+	eventPool.Put(e)
 }
 
 // finish gives the call its terminal result, once; later calls are no-ops.
@@ -117,7 +135,7 @@ func (c *Call) finish(r Result, now time.Time) bool {
 		c.span.End(trace.WithTimestamp(now))
 	}
 	if sink != nil {
-		sink.OnEvent(&Event{Kind: EventDone, Time: now, Request: c.req, Result: &c.result})
+		sendEvent(sink, &Event{Kind: EventDone, Time: now, Request: c.req, Result: &c.result})
 	}
 	// The books first, so that whoever Done wakes sees them settled.
 	if c.queued.Load() {
@@ -129,8 +147,15 @@ func (c *Call) finish(r Result, now time.Time) bool {
 	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
 		run.end()
 	}
+	if c.tenant != nil {
+		c.tenant.ended(r.Err)
+	}
 	c.b.callEnded()
-	close(c.done)
+	if c.token {
+		c.done <- struct{}{} // never blocks: capacity 1, sent once
+	} else {
+		close(c.done)
+	}
 	if c.group != nil {
 		c.b.dedup.leave(c, &c.result, now)
 	}

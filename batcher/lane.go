@@ -83,8 +83,8 @@ func (k laneKey) name(op Operation, backend string) string {
 	return sb.String()
 }
 
-// Queue indexes in lane.queues: flushed calls first, then one fifo per
-// urgency level.
+// Queue indexes in lane.queues: flushed calls first, then one level per
+// urgency.
 const (
 	qFlushed  = 0
 	numQueues = numPriorities + 1
@@ -159,7 +159,8 @@ type lane struct {
 
 	// Owner-only.
 	spare       []msg                  // the inbox's other half
-	queues      [numQueues]fifo        // flushed, then by urgency level; may hold stale entries
+	queues      [numQueues]level       // flushed, then by urgency; may hold stale entries
+	spareFlows  []*flow                // flows to reuse
 	heap        deadlineHeap           // every queued call, earliest deadline first
 	n           int                    // queued calls (the heap's length)
 	tokens      int                    // their estimated tokens
@@ -335,9 +336,9 @@ func (l *lane) step() (exit bool) {
 		// waiting for their own triggers, so that one caller's flushes do
 		// not cut other callers' batches short.
 		l.onlyFlushed = false
-		if !send && l.queues[qFlushed].len() > 0 {
+		if fl := l.queues[qFlushed].flows; !send && len(fl) > 0 && fl[0].q.len() > 0 {
 			send, l.onlyFlushed = true, true
-			head = l.queues[qFlushed].peek()
+			head = fl[0].q.peek()
 			headP = head.req.Priority
 		}
 		if !send && l.n >= bc.MinBatchSize && l.partials.Load() == 0 {
@@ -461,7 +462,7 @@ func (l *lane) handle(m *msg) {
 		}
 		p := c.req.Priority
 		c.qidx = uint8(p.level() + 1)
-		l.queues[c.qidx].push(c)
+		l.queues[c.qidx].push(l, c)
 		heap.Push(&l.heap, c)
 		l.n++
 		l.tokens += c.tokens
@@ -513,7 +514,7 @@ func (l *lane) markFlushed(c *Call, fw *flushWait) {
 	fw.left.Add(1)
 	if c.qidx != qFlushed {
 		c.qidx = qFlushed
-		l.queues[qFlushed].push(c) // its old entry goes stale
+		l.queues[qFlushed].flowFor(l, nil).q.push(c) // its old entry goes stale; one flow, in flush order
 	}
 }
 
@@ -599,16 +600,28 @@ func (l *lane) failover(match func(*Call) bool, err error) {
 	}
 }
 
-// live reports whether the entry at the head of queue q is current: its
-// call is still queued here, in that queue.
+// live reports whether the entry at the head of a flow of level q is
+// current: its call is still queued here, at that level.
 func live(c *Call, q int) bool { return c.heapIdx >= 0 && int(c.qidx) == q }
 
-// trim drops stale entries from the head of each fifo.
+// trim drops stale entries from the head of each flow, and the flows that
+// are left empty (all but one per level).
 func (l *lane) trim() {
 	for p := range l.queues {
-		q := &l.queues[p]
-		for q.len() > 0 && !live(q.peek(), p) {
-			q.pop()
+		lv := &l.queues[p]
+		for i := 0; i < len(lv.flows); {
+			f := lv.flows[i]
+			for f.q.len() > 0 && !live(f.q.peek(), p) {
+				f.q.pop()
+			}
+			if f.q.len() == 0 && len(lv.flows) > 1 {
+				lv.remove(l, i)
+				continue
+			}
+			i++
+		}
+		if len(lv.flows) == 1 && lv.flows[0].q.len() == 0 {
+			lv.vtime, lv.flows[0].finish = 0, 0 // nothing queued: start afresh
 		}
 	}
 }
@@ -622,17 +635,28 @@ func (l *lane) rank(c *Call, q int, now time.Time) time.Duration {
 	return time.Duration(q-1)*l.b.cfg.agingStep - now.Sub(c.admitted)
 }
 
-// best trims the fifos and returns the queued call that goes first and its
+// before reports whether a goes before b at the same level: the smaller
+// virtual finish time, then the earlier admission.
+func before(a, b *Call) bool {
+	return a.tag < b.tag || (a.tag == b.tag && a.admitted.Before(b.admitted))
+}
+
+// best trims the flows and returns the queued call that goes first and its
 // priority. The lane must hold at least one call.
 func (l *lane) best(now time.Time) (*Call, Priority) {
 	l.trim()
 	var best *Call
 	var bestRank time.Duration
 	for q := range l.queues {
-		if l.queues[q].len() == 0 {
+		var c *Call
+		for _, f := range l.queues[q].flows {
+			if f.q.len() > 0 && (c == nil || before(f.q.peek(), c)) {
+				c = f.q.peek()
+			}
+		}
+		if c == nil {
 			continue
 		}
-		c := l.queues[q].peek()
 		if r := l.rank(c, q, now); best == nil || r < bestRank || (r == bestRank && c.admitted.Before(best.admitted)) {
 			best, bestRank = c, r
 		}
@@ -645,44 +669,61 @@ func (l *lane) best(now time.Time) (*Call, Priority) {
 func (l *lane) earliestDue() time.Time {
 	var due time.Time
 	for q := 1; q < numQueues; q++ {
-		if l.queues[q].len() == 0 {
-			continue
-		}
-		if d := l.queues[q].peek().due; due.IsZero() || d.Before(due) {
-			due = d
+		for _, f := range l.queues[q].flows {
+			if f.q.len() == 0 {
+				continue
+			}
+			if d := f.q.peek().due; due.IsZero() || d.Before(due) {
+				due = d
+			}
 		}
 	}
 	return due
 }
 
-// order visits queued calls best rank first, while visit says yes. It
-// returns how many entries it passed in each fifo (stale ones included), so
-// that a cut can pop exactly those.
-func (l *lane) order(now time.Time, visit func(c *Call) bool) (passed [numQueues]int) {
+// order visits queued calls best first, while visit says yes: across
+// levels best rank first, inside a level by weighted fair queuing (the
+// smallest virtual finish time first). It leaves in each flow's passed how
+// many entries it passed (stale ones included), so that a cut can pop
+// exactly those.
+func (l *lane) order(now time.Time, visit func(c *Call) bool) {
+	for q := range l.queues {
+		for _, f := range l.queues[q].flows {
+			f.passed = 0
+		}
+	}
 	for {
 		var best *Call
-		var bestQ int
+		var bestF *flow
 		var bestRank time.Duration
 		for q := range l.queues {
 			if l.onlyFlushed && q != qFlushed {
 				break
 			}
-			fq := &l.queues[q]
-			for passed[q] < fq.len() && !live(fq.at(passed[q]), q) {
-				passed[q]++ // stale: skip
+			var head *Call
+			var headF *flow
+			for _, f := range l.queues[q].flows {
+				for f.passed < f.q.len() && !live(f.q.at(f.passed), q) {
+					f.passed++ // stale: skip
+				}
+				if f.passed == f.q.len() {
+					continue
+				}
+				if c := f.q.at(f.passed); head == nil || before(c, head) {
+					head, headF = c, f
+				}
 			}
-			if passed[q] == fq.len() {
+			if head == nil {
 				continue
 			}
-			c := fq.at(passed[q])
-			if r := l.rank(c, q, now); best == nil || r < bestRank || (r == bestRank && c.admitted.Before(best.admitted)) {
-				best, bestQ, bestRank = c, q, r
+			if r := l.rank(head, q, now); best == nil || r < bestRank || (r == bestRank && head.admitted.Before(best.admitted)) {
+				best, bestF, bestRank = head, headF, r
 			}
 		}
 		if best == nil || !visit(best) {
-			return passed
+			return
 		}
-		passed[bestQ]++
+		bestF.passed++
 	}
 }
 
@@ -733,7 +774,7 @@ func (l *lane) cut(now time.Time) {
 	}
 	r := l.newRun(pm, now)
 	var got cost
-	passed := l.order(now, func(c *Call) bool {
+	l.order(now, func(c *Call) bool {
 		if !l.fits(len(r.calls), got, c, caps) {
 			return false
 		}
@@ -741,12 +782,17 @@ func (l *lane) cut(now time.Time) {
 		got = cost{requests: l.be.calls(l.route.Name, l.route.Op, len(r.calls)), tokens: got.tokens + c.tokens}
 		return true
 	})
-	for q, k := range passed {
-		for range k {
-			l.queues[q].pop()
+	for q := range l.queues {
+		for _, f := range l.queues[q].flows {
+			for range f.passed {
+				f.q.pop()
+			}
 		}
 	}
 	for _, c := range r.calls {
+		if lv := &l.queues[c.qidx]; c.qidx != qFlushed && c.tag > lv.vtime {
+			lv.vtime = c.tag // the level's virtual time: the last finish served
+		}
 		heap.Remove(&l.heap, c.heapIdx)
 		l.dequeued(c, r)
 	}
@@ -758,6 +804,76 @@ func (l *lane) cut(now time.Time) {
 	l.b.track(r)
 	l.be.startWorkers(l.b)
 	l.be.work <- r // never blocks: there is room for every permit out
+}
+
+// level is one urgency level of a lane's queue: one flow (fifo) per
+// tenant with calls queued there, served by weighted fair queuing
+// (self-clocked: a call's virtual finish time is its flow's last one, or
+// the level's virtual time if later, plus its estimated tokens over its
+// tenant's weight; the smallest goes first, and the level's virtual time
+// is the finish time of the last call cut). Without tenants a level holds
+// one flow, a plain fifo. The flushed level keeps one flow in flush order.
+//
+// Flows are per tenant rather than shuffle-sharded (Kubernetes APF): the
+// tenants are configured, so their number is bounded and small, and a
+// flow of one's own isolates exactly, where shuffle sharding isolates with
+// a probability. Owner-only.
+type level struct {
+	flows []*flow
+	vtime float64
+}
+
+// flow is one tenant's fifo at one level.
+type flow struct {
+	t      *tenantState // the flow's tenant; nil: none
+	q      fifo
+	finish float64 // the virtual finish time of its last call queued
+	passed int     // order's scratch: entries passed
+}
+
+// flowFor returns t's flow, making it if needed. A level whose one flow
+// is empty gives it to t.
+func (lv *level) flowFor(l *lane, t *tenantState) *flow {
+	for _, f := range lv.flows {
+		if f.t == t {
+			return f
+		}
+	}
+	if len(lv.flows) == 1 && lv.flows[0].q.len() == 0 {
+		f := lv.flows[0]
+		f.t, f.finish = t, 0
+		return f
+	}
+	var f *flow
+	if n := len(l.spareFlows); n > 0 {
+		f = l.spareFlows[n-1]
+		l.spareFlows[n-1] = nil
+		l.spareFlows = l.spareFlows[:n-1]
+	} else {
+		f = &flow{}
+	}
+	f.t = t
+	lv.flows = append(lv.flows, f)
+	return f
+}
+
+// push queues c in its tenant's flow with its virtual finish time.
+func (lv *level) push(l *lane, c *Call) {
+	f := lv.flowFor(l, c.tenant)
+	f.finish = max(f.finish, lv.vtime) + float64(c.tokens)/c.tenant.weight()
+	c.tag = f.finish
+	f.q.push(c)
+}
+
+// remove drops the empty flow i, keeping it for reuse.
+func (lv *level) remove(l *lane, i int) {
+	f := lv.flows[i]
+	last := len(lv.flows) - 1
+	lv.flows[i] = lv.flows[last]
+	lv.flows[last] = nil
+	lv.flows = lv.flows[:last]
+	*f = flow{q: fifo{items: f.q.items[:0]}}
+	l.spareFlows = append(l.spareFlows, f)
 }
 
 // fifo is a queue of calls backed by a slice that is reused once drained.

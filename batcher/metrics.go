@@ -36,6 +36,8 @@ const (
 	keyBudget   = attribute.Key("batcher.budget")
 	keyState    = attribute.Key("batcher.breaker.state")
 	keyErrType  = attribute.Key("error.type")
+	keyTenant   = attribute.Key("batcher.tenant")
+	keyQuota    = attribute.Key("batcher.quota")
 
 	keyGenAIOp        = attribute.Key("gen_ai.operation.name")
 	keyGenAIProvider  = attribute.Key("gen_ai.provider.name")
@@ -431,6 +433,13 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 	tpm := fgauge("batcher.backend.tpm.limit", "{token}/min", "The backend's current (adaptive, AIMD) tokens-per-minute rate; absent without a TPM budget.")
 	rpmMax := ogauge("batcher.backend.rpm.max", "{request}/min", "The backend's configured RPM; absent without an RPM budget.")
 	tpmMax := ogauge("batcher.backend.tpm.max", "{token}/min", "The backend's configured TPM; absent without a TPM budget.")
+	// Per tenant: observed from the tenants' counters, and only while
+	// tenants are set. The label is a configured tenant's name or
+	// OtherTenant, so the series stay bounded by the configuration.
+	tAdmitted := ocounter("batcher.tenant.requests.admitted", "{request}", "Requests admitted, by tenant.")
+	tCompleted := ocounter("batcher.tenant.requests.completed", "{request}", "Requests ended, by tenant and outcome.")
+	tRejected := ocounter("batcher.tenant.quota.rejected", "{request}", "Requests refused by a tenant quota, by tenant and quota (rpm, tpm, queue_share, in_flight).")
+	tPending := ogauge("batcher.tenant.requests.pending", "{request}", "Admitted requests without a result, by tenant.")
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -483,6 +492,21 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 			}
 		}
 		o.ObserveInt64(pending, int64(b.Pending()))
+		if tt := b.tenants.Load(); tt != nil {
+			for _, ts := range tt.list {
+				tn := keyTenant.String(ts.name)
+				o.ObserveInt64(tAdmitted, ts.admitted.Load(), metric.WithAttributes(tn))
+				o.ObserveInt64(tPending, ts.pending.Load(), metric.WithAttributes(tn))
+				for oc := range ts.completed {
+					if n := ts.completed[oc].Load(); n > 0 || oc == outcomeOK {
+						o.ObserveInt64(tCompleted, n, metric.WithAttributes(tn, keyOutcome.String(outcomeNames[oc])))
+					}
+				}
+				for q := range ts.rejected {
+					o.ObserveInt64(tRejected, ts.rejected[q].Load(), metric.WithAttributes(tn, keyQuota.String(quotaNames[q])))
+				}
+			}
+		}
 		o.ObserveInt64(capacity, capN)
 		for _, st := range b.Stats() {
 			bo := backendOpt[st.Name]
@@ -522,7 +546,8 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 		}
 		return nil
 	}, admitted, completed, depth, lanes, laneFlight, pending, capacity, upReqs, saved, limited, retries, fallbacks, dedup, waits,
-		budgetFails, transitions, breaker, inFlight, concLimit, concMax, rpm, tpm, rpmMax, tpmMax)
+		budgetFails, transitions, breaker, inFlight, concLimit, concMax, rpm, tpm, rpmMax, tpmMax,
+		tAdmitted, tCompleted, tRejected, tPending)
 	m.reg = reg
 	return err
 }

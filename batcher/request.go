@@ -136,6 +136,9 @@ type Request struct {
 	// Retry, when set, overrides the backend's retry policy for this
 	// request (a batch job's own max_retries and retry_delay).
 	Retry *RetryOverride
+	// Tenant names the caller's tenant, for weighted fair queuing and
+	// quotas (see SetTenants). Empty: no tenant.
+	Tenant string
 }
 
 // RetryOverride overrides parts of a backend's RetryPolicy for one request.

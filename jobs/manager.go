@@ -32,6 +32,10 @@ const (
 	DefaultCommitInterval     = 25 * time.Millisecond
 	DefaultCommitSize         = 1024
 	DefaultPollInterval       = time.Second
+	// DefaultQueueTarget is half the core's default aging step: a job's
+	// requests that wait longer than an aging step in the core's queue
+	// outrank fresh URGENT work there, so a job keeps its backlog below.
+	DefaultQueueTarget = batcher.DefaultAgingStep / 2
 	// MaxGroupRuns bounds a group's runs, MaxGroups a job's groups.
 	MaxGroupRuns = 100
 	MaxGroups    = 32
@@ -62,6 +66,13 @@ type Config struct {
 	// ConcurrentRequests is a job's bound when its spec sets none.
 	// Default DefaultConcurrentRequests.
 	ConcurrentRequests int
+	// QueueTarget is how long a job's requests may wait in the core's
+	// queue before the job admits fewer: each job sizes its requests in
+	// flight to what the backends serve within it (AIMD on the queue wait,
+	// between ConcurrentRequests and minWindow). Set it to half the core's
+	// aging step, so that a job's backlog never ages past fresh URGENT
+	// work. Default DefaultQueueTarget.
+	QueueTarget time.Duration
 	// TTL is how long an ended job is kept; negative: forever. Default
 	// DefaultTTL.
 	TTL time.Duration
@@ -106,6 +117,7 @@ func (c *Config) resolve() error {
 	defD(&c.TTL, DefaultTTL)
 	defD(&c.CommitInterval, DefaultCommitInterval)
 	defD(&c.PollInterval, DefaultPollInterval)
+	defD(&c.QueueTarget, DefaultQueueTarget)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -150,7 +150,7 @@ func (e *env) create(t *testing.T, spec jobs.Spec, n int, lines ...string) *jobs
 // and every state it reported.
 func (e *env) wait(t *testing.T, id string) (jobs.Progress, []jobs.State) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var last jobs.Progress
 	var states []jobs.State
@@ -451,14 +451,15 @@ func TestCancel(t *testing.T) {
 	if _, err := e.m.Cancel(ctx, j.ID); err != nil {
 		t.Fatal(err)
 	}
-	close(e.gate.open) // in-flight items may finish
+	// The gate stays shut: the items in flight end cancelled too, without
+	// waiting for their upstream calls.
 	p, states := e.wait(t, j.ID)
 	if p.State != jobs.StateCancelled || !contains(states, jobs.StateCancelling) && states[0] != jobs.StateCancelled {
 		t.Fatalf("states %v", states)
 	}
 	c := p.Counts
-	if c.Cancelled < 80 || c.Succeeded+c.Cancelled != 100 || c.Succeeded > 10 {
-		t.Fatalf("counts %+v, want ≤10 in flight finished and the rest cancelled", c)
+	if c.Cancelled != 100 || c.Succeeded != 0 {
+		t.Fatalf("counts %+v, want all 100 cancelled, those in flight included", c)
 	}
 	errs := readLines(t, filepath.Join(jobs.JobDir(e.dir, j.ID), jobs.ErrorsFile))
 	if int64(len(errs)) != c.Cancelled || errs[0].Error.Code != jobs.CodeCancelled {

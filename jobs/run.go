@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,18 @@ type run struct {
 	stopping bool
 	over     bool // the job ended, was deleted or failed: return
 	tmpl     *template.Template
+
+	// win is the job's window of requests in flight, sized to what the
+	// backends serve within the queue target: it doubles per round while
+	// no request waits past the target (slow start), then grows by one per
+	// round and halves, at most once per target, when one does.
+	win     float64
+	grown   bool // a wait past the target has been seen: no slow start
+	lastCut time.Time
 }
+
+// minWindow is the least a job keeps in flight: a batch's worth.
+const minWindow = 8
 
 type inflight struct {
 	call  *batcher.Call
@@ -70,7 +82,7 @@ type finished struct {
 func newRun(m *Manager, j *Job) *run {
 	r := &run{m: m, id: j.ID, job: j, lay: layoutOf(&j.Spec), results: make(chan finished, 1024),
 		pokeCh: make(chan struct{}, 1), abortCh: make(chan struct{}), done: make(chan struct{}),
-		calls: map[int64]*inflight{}}
+		calls: map[int64]*inflight{}, win: minWindow}
 	if jd := j.Spec.Judge; jd != nil {
 		r.tmpl, _ = template.New("judge").Option("missingkey=zero").Parse(jd.PromptTemplate) // validated at creation
 	}
@@ -179,7 +191,28 @@ func (r *run) loop() {
 
 // limit is how many of the job's tasks may be in flight now.
 func (r *run) limit() int {
-	return min(cmp.Or(r.job.Spec.ConcurrentRequests, r.m.cfg.ConcurrentRequests), r.m.share())
+	return min(r.bound(), r.m.share(), int(math.Ceil(r.win)))
+}
+
+// bound is the job's configured bound of tasks in flight.
+func (r *run) bound() int {
+	return cmp.Or(r.job.Spec.ConcurrentRequests, r.m.cfg.ConcurrentRequests)
+}
+
+// observe adapts the window to a request's wait in the core's queue.
+func (r *run) observe(queued time.Duration, now time.Time) {
+	target := r.m.cfg.QueueTarget
+	switch {
+	case queued > target:
+		if now.Sub(r.lastCut) >= target {
+			r.win, r.grown, r.lastCut = max(minWindow, r.win/2), true, now
+		}
+	case !r.grown:
+		r.win++
+	default:
+		r.win += 1 / r.win
+	}
+	r.win = min(r.win, float64(max(r.bound(), minWindow)))
 }
 
 // fill tops the job's tasks in flight up to its limit: first those claimed
@@ -398,6 +431,9 @@ func (r *run) handle(ctx context.Context, fin finished) {
 			}
 		}
 	}
+	if q := fin.res.Timings.Queued; q > 0 {
+		r.observe(q, time.Now())
+	}
 	r.pending = append(r.pending, r.outcome(f, fin.res))
 	if len(r.pending) >= min(r.m.cfg.CommitSize, max(r.limit()/2, 1)) {
 		r.commit(ctx, false)
@@ -541,6 +577,12 @@ func (r *run) poll(ctx context.Context) {
 	}
 	if j.State == StateCancelling && r.ending == endNone {
 		r.ending, r.needEnd = endCancel, true
+		// Cancelling stops the spending: requests in flight end now
+		// (cancelled, unless their answer is already in), not when
+		// their upstream calls return.
+		for _, f := range r.calls {
+			f.call.Cancel()
+		}
 	}
 	if r.ending != endNone {
 		r.needEnd = true // another process may have returned claims meanwhile

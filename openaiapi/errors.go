@@ -106,7 +106,7 @@ func WriteError(w http.ResponseWriter, err error) {
 // stays as it is. From the core: bad input is 400 naming the field as the
 // OpenAI request spells it (op says which request: "messages", "prompt" or
 // "input" for the input); an unknown model 404; a full queue or an
-// exhausted budget 429 with Retry-After; shutdown and a missing backend
+// exhausted budget or a tenant's quota 429 with Retry-After; shutdown and a missing backend
 // 503; the request's deadline 504; the caller's cancellation 499. An
 // upstream failure is translated by its class, never passed through: its
 // message is UpstreamError.Message, which the Backend contract keeps free
@@ -136,6 +136,13 @@ func ErrorFrom(err error, input string) *Error {
 	switch {
 	case errors.Is(err, batcher.ErrInvalid):
 		return badRequest("", "invalid request")
+	case errors.Is(err, batcher.ErrQuotaExceeded):
+		msg, after := "tenant quota exceeded", time.Duration(0)
+		var qe *batcher.QuotaError
+		if errors.As(err, &qe) {
+			msg, after = qe.Error(), qe.RetryAfter
+		}
+		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "quota_exceeded", Message: msg, RetryAfter: after}
 	case errors.Is(err, batcher.ErrQueueFull):
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "queue_full",
 			Message: "the server's queue is full: retry after " + QueueFullRetryAfter.String(), RetryAfter: QueueFullRetryAfter}

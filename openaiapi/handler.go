@@ -264,6 +264,13 @@ func parseTimeout(v string) (time.Duration, error) {
 // several is true). When ctx ends first (the caller went away), every call
 // is cancelled.
 func (h *Handler) run(ctx context.Context, reqs []*batcher.Request, several bool) ([]batcher.Result, error) {
+	if f := h.cfg.tenantOf; f != nil {
+		if t := f(ctx); t != "" {
+			for _, r := range reqs {
+				r.Tenant = t
+			}
+		}
+	}
 	if len(reqs) == 1 && !several {
 		res, err := h.core.Do(ctx, reqs[0])
 		return []batcher.Result{res}, err

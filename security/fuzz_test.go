@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/batcherhq/batcher/batcher"
 )
 
 func FuzzParseTenants(f *testing.F) {
@@ -14,6 +16,8 @@ func FuzzParseTenants(f *testing.F) {
 	f.Add("tenants:\n  - {name: a, spiffe_ids: ['spiffe://x/y'], weight: -1}\n")
 	f.Add("tenants: [{name: a, quotas: {queue_share: .5}}]\n---\n")
 	f.Add("&a [*a]")
+	f.Add("tenants:\n  - {name: a, jwt_subjects: [s], quotas: {rpm: 10, tpm: 2000000000, in_flight: -1}}\n")
+	f.Add("tenants:\n  - {name: a, jwt_subjects: [s], quotas: {queue_share: .nan, jobs: 3, items_per_job: 10}}\n")
 	f.Fuzz(func(t *testing.T, data string) {
 		ts, err := ParseTenants([]byte(data))
 		if err != nil {
@@ -21,9 +25,22 @@ func FuzzParseTenants(f *testing.F) {
 		}
 		for _, n := range ts.Names() {
 			tn := ts.Tenant(n)
+			q := tn.Quotas
 			if !nameRE.MatchString(n) || tn.Weight < 1 || tn.Weight > MaxWeight {
 				t.Fatalf("accepted a bad tenant %+v", tn)
 			}
+			for _, v := range []int{q.RPM, q.TPM, q.InFlight, q.Jobs, q.ItemsPerJob} {
+				if v < 0 || v > MaxQuota {
+					t.Fatalf("accepted bad quotas %+v", q)
+				}
+			}
+			if !(q.QueueShare >= 0 && q.QueueShare <= 1) {
+				t.Fatalf("accepted queue_share %v", q.QueueShare)
+			}
+		}
+		// What the file accepts, the core accepts.
+		if err := checkPolicies(ts.Policies()); err != nil {
+			t.Fatalf("the core refuses accepted tenants: %v", err)
 		}
 	})
 }
@@ -86,4 +103,17 @@ func FuzzJWKS(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc string) {
 		_, _ = parseJWKS([]byte(doc))
 	})
+}
+
+// checkPolicies runs the core's validation of tenant policies on a
+// throwaway Batcher.
+func checkPolicies(ps []batcher.TenantPolicy) error {
+	b, err := batcher.New(
+		batcher.WithBackend(batcher.BackendConfig{Name: "be", Backend: batcher.BackendFunc(func(context.Context, *batcher.Batch, []batcher.Response) error { return nil })}),
+		batcher.WithRoute(batcher.Route{Name: "m", Op: batcher.OpCompletion, Backend: "be"}))
+	if err != nil {
+		return err
+	}
+	defer b.Shutdown(context.Background()) //nolint:errcheck // nothing was admitted
+	return b.SetTenants(ps)
 }

@@ -48,8 +48,9 @@ type Security struct {
 	tls  *TLS // nil: plaintext
 	auth *Authenticator
 
-	mu      sync.Mutex // serializes reloads of the tenants file; guards tenants
-	tenants watched
+	mu        sync.Mutex // serializes reloads of the tenants file; guards tenants and onTenants
+	tenants   watched
+	onTenants func(*Tenants) error
 
 	stop chan struct{}
 	done chan struct{}
@@ -178,12 +179,32 @@ func (s *Security) reloadTenants(force bool) (bool, error) {
 		return false, nil
 	}
 	ts, err := s.loadTenants()
+	if err == nil && s.onTenants != nil {
+		if err = s.onTenants(ts); err != nil {
+			err = fmt.Errorf("tenants file %s: %w", s.cfg.TenantsFile, err)
+		}
+	}
 	s.tenants.done(stamps, err)
 	if err != nil {
 		return false, err
 	}
 	s.auth.SetTenants(ts)
 	return true, nil
+}
+
+// OnTenants calls f with the tenants in force now, and again with every
+// tenants file a reload takes, before the authenticator sees it: an error
+// from f refuses that file whole, as a bad file is refused, and the old
+// tenants stay. Without a tenants file f is never called. batcherd hands
+// the tenants' weights and quotas to the core this way.
+func (s *Security) OnTenants(f func(*Tenants) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onTenants = f
+	if ts := s.auth.Tenants(); ts != nil {
+		return f(ts)
+	}
+	return nil
 }
 
 func (s *Security) loadTenants() (*Tenants, error) {

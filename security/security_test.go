@@ -667,6 +667,12 @@ func TestParseTenantsErrors(t *testing.T) {
 		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    priority_mode: drop", "tenants[0].priority_mode"},
 		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    weight: 5000", "tenants[0].weight: must be 1 to 1000"},
 		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    quotas: {rpm: -1, queue_share: 2}", "tenants[0].quotas.rpm"},
+		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    quotas: {tpm: 2000000000}", "tenants[0].quotas.tpm: must be 0 (no quota) to 1000000000, got 2000000000"},
+		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    quotas: {queue_share: 1.5}", "tenants[0].quotas.queue_share: must be 0 (no quota) to 1, got 1.5"},
+		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    quotas: {queue_share: .nan}", "tenants[0].quotas.queue_share"},
+		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    quotas: {in_flight: -3}", "tenants[0].quotas.in_flight: must be 0 (no quota) to 1000000000, got -3"},
+		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    quotas: {jobs: -1}", "tenants[0].quotas.jobs"},
+		{"tenants:\n  - name: a\n    jwt_subjects: [s]\n    quotas: {items_per_job: -1}", "tenants[0].quotas.items_per_job"},
 		{"tenants:\n  - name: a\n    tokens: [" + HashToken(secret) + ", " + HashToken(secret) + "]", "listed twice"},
 	} {
 		_, err := ParseTenants([]byte(tc.yaml))

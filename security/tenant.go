@@ -33,14 +33,24 @@ type Tenant struct {
 	Quotas Quotas
 }
 
-// Quotas are a tenant's limits; 0 is none.
+// Quotas are a tenant's limits; 0 is none. The core enforces RPM, TPM,
+// QueueShare and InFlight (Tenants.Policies hands them to it); Jobs and
+// ItemsPerJob are the jobs service's.
 type Quotas struct {
-	RPM         int     `yaml:"rpm"`
-	TPM         int     `yaml:"tpm"`
-	QueueShare  float64 `yaml:"queue_share"` // 0 to 1 of the queue capacity
-	InFlight    int     `yaml:"in_flight"`
-	Jobs        int     `yaml:"jobs"`
-	ItemsPerJob int     `yaml:"items_per_job"`
+	// RPM and TPM: requests and estimated tokens (prompt plus max_tokens)
+	// admitted per minute; a bucket of one minute's allowance.
+	RPM int `yaml:"rpm"`
+	TPM int `yaml:"tpm"`
+	// QueueShare: the share (0 to 1) of the core's queue capacity that the
+	// tenant's requests without a result may hold.
+	QueueShare float64 `yaml:"queue_share"`
+	// InFlight: the tenant's requests without a result at once (LiteLLM's
+	// parallel requests).
+	InFlight int `yaml:"in_flight"`
+	// Jobs: the tenant's batch jobs not yet ended.
+	Jobs int `yaml:"jobs"`
+	// ItemsPerJob: the most items one of the tenant's jobs may hold.
+	ItemsPerJob int `yaml:"items_per_job"`
 }
 
 // PriorityMode says what happens to a request above its tenant's

@@ -31,6 +31,9 @@ const (
 	MinTokenBytes = 22
 	// MaxTokenBytes bounds a presented bearer token or JWT.
 	MaxTokenBytes = 8 << 10
+	// MaxQuota bounds each counted quota (rpm, tpm, in_flight, jobs,
+	// items_per_job).
+	MaxQuota = 1_000_000_000
 )
 
 // HashToken returns the form in which the tenants file stores a bearer
@@ -60,6 +63,18 @@ func (ts *Tenants) Names() []string {
 		names[i] = t.Name
 	}
 	return names
+}
+
+// Policies returns the tenants' weights and the quotas the core enforces
+// (rpm, tpm, queue_share, in_flight), for batcher.Batcher.SetTenants.
+func (ts *Tenants) Policies() []batcher.TenantPolicy {
+	ps := make([]batcher.TenantPolicy, len(ts.list))
+	for i, t := range ts.list {
+		q := t.Quotas
+		ps[i] = batcher.TenantPolicy{Name: t.Name, Weight: t.Weight, Quotas: batcher.TenantQuotas{
+			RPM: q.RPM, TPM: q.TPM, QueueShare: q.QueueShare, InFlight: q.InFlight}}
+	}
+	return ps
 }
 
 // Tenant returns the tenant of that name, or nil.
@@ -230,12 +245,12 @@ func ParseTenants(data []byte) (*Tenants, error) {
 			name string
 			n    int
 		}{{"rpm", q.RPM}, {"tpm", q.TPM}, {"in_flight", q.InFlight}, {"jobs", q.Jobs}, {"items_per_job", q.ItemsPerJob}} {
-			if v.n < 0 {
-				add(path+".quotas."+v.name, "must not be negative, got %d", v.n)
+			if v.n < 0 || v.n > MaxQuota {
+				add(path+".quotas."+v.name, "must be 0 (no quota) to %d, got %d", MaxQuota, v.n)
 			}
 		}
-		if q.QueueShare < 0 || q.QueueShare > 1 {
-			add(path+".quotas.queue_share", "must be 0 to 1, got %v", q.QueueShare)
+		if !(q.QueueShare >= 0 && q.QueueShare <= 1) { // NaN too
+			add(path+".quotas.queue_share", "must be 0 (no quota) to 1, got %v", q.QueueShare)
 		}
 		if len(s.Tokens)+len(s.JWTSubjects)+len(s.SPIFFEIDs)+len(s.CertSubjects) == 0 {
 			add(path, "has no credential: give tokens, jwt_subjects, spiffe_ids or cert_subjects")

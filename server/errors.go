@@ -25,7 +25,9 @@ const maxUpstreamMessage = 256
 //
 // Bad input becomes INVALID_ARGUMENT naming the field (relative to the
 // Request message, under "request."); a full queue RESOURCE_EXHAUSTED with a
-// RetryInfo; an exhausted rate budget RESOURCE_EXHAUSTED; shutdown and a
+// RetryInfo; a tenant's quota RESOURCE_EXHAUSTED naming the quota, with a
+// RetryInfo when a retry can pass; an exhausted rate budget
+// RESOURCE_EXHAUSTED; shutdown and a
 // missing backend UNAVAILABLE; deadlines and
 // cancellation their own codes. An upstream failure is translated by its
 // class, never passed through: its message is UpstreamError.Message, which
@@ -44,6 +46,18 @@ func toStatus(err error) *status.Status {
 	switch {
 	case errors.Is(err, batcher.ErrInvalid):
 		return status.New(codes.InvalidArgument, "invalid request")
+	case errors.Is(err, batcher.ErrQuotaExceeded):
+		// The message names the caller's own tenant and the quota, for
+		// example `tenant "team-a": quota tpm 20000 exceeded`.
+		var qe *batcher.QuotaError
+		if errors.As(err, &qe) {
+			st := status.New(codes.ResourceExhausted, qe.Error())
+			if qe.RetryAfter > 0 {
+				st = withRetry(st, qe.RetryAfter)
+			}
+			return st
+		}
+		return status.New(codes.ResourceExhausted, "tenant quota exceeded")
 	case errors.Is(err, batcher.ErrTooManyLanes):
 		return withRetry(status.New(codes.ResourceExhausted, "too many distinct parameter sets in use: the server's lane limit is reached; retry after "+QueueFullRetryDelay.String()), QueueFullRetryDelay)
 	case errors.Is(err, batcher.ErrQueueFull):

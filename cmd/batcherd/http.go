@@ -52,7 +52,7 @@ func startHTTP(cfg *config.Config, core *batcher.Batcher, tp trace.TracerProvide
 		return nil, err
 	}
 	f := &httpFront{served: make(chan error, 1)}
-	opts := append(front.Options, openaiapi.WithLogger(log))
+	opts := append(front.Options, openaiapi.WithLogger(log), openaiapi.WithTenantFunc(tenantName))
 	if front.FilesDir != "" {
 		if f.Files, err = openaiapi.OpenFileStore(front.FilesDir); err != nil {
 			return nil, fmt.Errorf("data_dir: %w", err)

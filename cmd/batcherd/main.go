@@ -16,6 +16,7 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
+	"github.com/batcherhq/batcher/security"
 	"github.com/batcherhq/batcher/server"
 	"github.com/batcherhq/batcher/telemetry"
 )
@@ -97,7 +98,14 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		log.Error("bad configuration", "err", err)
 		return exitConfig
 	}
-	srv := server.New(core, append(built.Server, server.WithLogger(log))...)
+	// The tenants' weights and quotas go to the core now and with every
+	// tenants file a reload takes; one the core refuses is refused whole.
+	if err := sec.OnTenants(func(ts *security.Tenants) error { return core.SetTenants(ts.Policies()) }); err != nil {
+		log.Error("bad configuration", "err", err)
+		_ = core.Shutdown(context.Background()) // nothing admitted yet
+		return exitConfig
+	}
+	srv := server.New(core, append(built.Server, server.WithLogger(log), server.WithTenantFunc(tenantName))...)
 	gs := server.NewGRPCServer(tracing, append(sec.GRPCServerOptions(), obs.grpcOptions()...)...)
 	srv.Register(gs)
 	stopJobs, jobManager, err := startJobs(ctx, cfg, core, gs, log)

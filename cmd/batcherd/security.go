@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/url"
 	"os"
@@ -88,4 +89,13 @@ func logSecurity(log *slog.Logger, cfg *config.Config, sec *security.Security) {
 		"max_recv_msg_bytes", l.MaxRecvMsgBytes, "max_send_msg_bytes", l.MaxSendMsgBytes,
 		"keepalive_min_time", l.Keepalive.MinTime.String()))
 	log.Info("security", attrs...)
+}
+
+// tenantName names the tenant the authentication middleware put in ctx, or
+// "" when none did.
+func tenantName(ctx context.Context) string {
+	if t := security.TenantFrom(ctx); t != nil {
+		return t.Name
+	}
+	return ""
 }

@@ -1,0 +1,359 @@
+package batcher
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Tenants: weights for fair queuing and quotas.
+//
+// A request names its tenant in Request.Tenant. Until SetTenants is called
+// the core ignores the name: no quotas, one flow per priority, exactly the
+// path without tenants. Once tenants are set, a request whose Tenant names
+// none of them is served as the one tenant OtherTenant (weight 1, no
+// quotas), so that the per-tenant state and the metrics' tenant label stay
+// bounded by the configuration; a request with an empty Tenant (work the
+// process makes itself) has no tenant.
+
+// OtherTenant is the tenant label of requests whose tenant is not
+// configured. It cannot be a configured tenant's name.
+const OtherTenant = "_other"
+
+// MaxTenantWeight bounds TenantPolicy.Weight.
+const MaxTenantWeight = 1000
+
+// QuotaRetryDelay is the RetryAfter of a QuotaError for the in_flight and
+// queue_share quotas, which free as the tenant's requests end.
+const QuotaRetryDelay = time.Second
+
+// ErrQuotaExceeded: the request's tenant is over one of its quotas. The
+// error is a *QuotaError naming the tenant and the quota.
+var ErrQuotaExceeded = errors.New("batcher: tenant quota exceeded")
+
+// The quota names, as QuotaError.Quota and the tenants file spell them.
+const (
+	QuotaRPM        = "rpm"
+	QuotaTPM        = "tpm"
+	QuotaQueueShare = "queue_share"
+	QuotaInFlight   = "in_flight"
+)
+
+var quotaNames = [...]string{QuotaRPM, QuotaTPM, QuotaQueueShare, QuotaInFlight}
+
+const (
+	quotaRPM = iota
+	quotaTPM
+	quotaQueueShare
+	quotaInFlight
+	numQuotas
+)
+
+// QuotaError says which quota of which tenant refused a request. It wraps
+// ErrQuotaExceeded.
+type QuotaError struct {
+	Tenant string
+	Quota  string // QuotaRPM, QuotaTPM, QuotaQueueShare or QuotaInFlight
+	// Limit is the quota as configured: requests or tokens per minute,
+	// requests for in_flight and queue_share (the share's count of the
+	// queue capacity).
+	Limit int64
+	// RetryAfter is when a retry may pass; 0 when no retry can (a request
+	// larger than its tenant's whole TPM).
+	RetryAfter time.Duration
+	// Need is the request's estimated tokens when a TPM quota can never
+	// admit it; 0 otherwise.
+	Need int
+}
+
+func (e *QuotaError) Error() string {
+	msg := fmt.Sprintf("tenant %q: quota %s %d exceeded", e.Tenant, e.Quota, e.Limit)
+	if e.Need > 0 {
+		msg += fmt.Sprintf(": the request's estimated %d tokens are more than the whole quota", e.Need)
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is(err, ErrQuotaExceeded) hold.
+func (e *QuotaError) Unwrap() error { return ErrQuotaExceeded }
+
+// TenantQuotas are a tenant's limits in the core; 0 is none.
+type TenantQuotas struct {
+	// RPM and TPM: requests and estimated tokens (prompt plus max_tokens)
+	// admitted per minute. Each is a token bucket that holds one minute's
+	// allowance and refills continuously.
+	RPM int
+	TPM int
+	// QueueShare: the share (0 to 1) of the queue capacity that the
+	// tenant's requests without a result may hold.
+	QueueShare float64
+	// InFlight: how many of the tenant's requests may be without a result
+	// at once (queued, in flight upstream or waiting to retry).
+	InFlight int
+}
+
+// TenantPolicy is one tenant as the core sees it.
+type TenantPolicy struct {
+	// Name is the tenant's name, as requests give it in Request.Tenant.
+	Name string
+	// Weight is the tenant's share in weighted fair queuing against the
+	// other tenants queued at the same priority in the same lane. 1 to
+	// MaxTenantWeight; 0 means 1.
+	Weight int
+	Quotas TenantQuotas
+}
+
+// tenantLimits is one tenant's resolved policy. Immutable; SetTenants
+// swaps it whole. The limiters are shared between the versions of one
+// tenant, so that a reload keeps what the buckets hold.
+type tenantLimits struct {
+	weight   float64
+	rpm, tpm *rate.Limiter // nil: no quota
+	rpmN     int64
+	tpmN     int64
+	queueMax int64 // 0: none
+	share    float64
+	inFlight int64 // 0: none
+}
+
+// tenantState is one tenant's live state in the core. Requests hold a
+// pointer to it from admission to their end; SetTenants keeps a tenant's
+// state across reloads and only swaps its limits.
+type tenantState struct {
+	name string
+	lim  atomic.Pointer[tenantLimits]
+
+	pending   atomic.Int64 // admitted requests without a result
+	admitted  atomic.Int64
+	completed [numOutcomes]atomic.Int64
+	rejected  [numQuotas]atomic.Int64
+}
+
+// tenantTable is the configured tenants. Immutable; SetTenants swaps it.
+type tenantTable struct {
+	byName map[string]*tenantState
+	list   []*tenantState // configuration order, then OtherTenant
+	other  *tenantState
+}
+
+// SetTenants sets the tenants whose requests the core weighs and limits,
+// replacing the previous set whole: a tenant that stays keeps its buckets
+// and counts, and its requests already admitted finish as they are. A bad
+// policy fails the whole set with an error naming the field, and the old
+// set stays. A nil or empty set turns tenants off: Request.Tenant is
+// ignored again.
+func (b *Batcher) SetTenants(ps []TenantPolicy) error {
+	var errs []error
+	seen := make(map[string]bool, len(ps))
+	for i, p := range ps {
+		path := fmt.Sprintf("tenants[%d]", i)
+		switch {
+		case p.Name == "":
+			errs = append(errs, fmt.Errorf("%s.name: must be set", path))
+		case p.Name == OtherTenant:
+			errs = append(errs, fmt.Errorf("%s.name: %q is reserved", path, p.Name))
+		case seen[p.Name]:
+			errs = append(errs, fmt.Errorf("%s.name: %q names two tenants", path, p.Name))
+		}
+		seen[p.Name] = true
+		if p.Weight < 0 || p.Weight > MaxTenantWeight {
+			errs = append(errs, fmt.Errorf("%s.weight: must be 1 to %d, got %d", path, MaxTenantWeight, p.Weight))
+		}
+		q := p.Quotas
+		for _, v := range []struct {
+			name string
+			n    int
+		}{{QuotaRPM, q.RPM}, {QuotaTPM, q.TPM}, {QuotaInFlight, q.InFlight}} {
+			if v.n < 0 {
+				errs = append(errs, fmt.Errorf("%s.quotas.%s: must not be negative, got %d", path, v.name, v.n))
+			}
+		}
+		if !(q.QueueShare >= 0 && q.QueueShare <= 1) { // NaN too
+			errs = append(errs, fmt.Errorf("%s.quotas.queue_share: must be 0 to 1, got %v", path, q.QueueShare))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	b.tenantsMu.Lock()
+	defer b.tenantsMu.Unlock()
+	if len(ps) == 0 {
+		b.tenants.Store(nil)
+		return nil
+	}
+	old := b.tenants.Load()
+	t := &tenantTable{byName: make(map[string]*tenantState, len(ps))}
+	for _, p := range ps {
+		var ts *tenantState
+		if old != nil {
+			ts = old.byName[p.Name]
+		}
+		if ts == nil {
+			ts = &tenantState{name: p.Name}
+		}
+		ts.lim.Store(resolveLimits(p, ts.lim.Load(), b.cfg.queueCapacity))
+		t.byName[p.Name] = ts
+		t.list = append(t.list, ts)
+	}
+	t.other = b.otherTenant
+	t.list = append(t.list, t.other)
+	b.tenants.Store(t)
+	return nil
+}
+
+// resolveLimits turns p into limits, reusing prev's buckets.
+func resolveLimits(p TenantPolicy, prev *tenantLimits, capacity int) *tenantLimits {
+	l := &tenantLimits{weight: float64(max(p.Weight, 1))}
+	q := p.Quotas
+	bucket := func(perMin int, old *rate.Limiter) *rate.Limiter {
+		if perMin == 0 {
+			return nil
+		}
+		r := rate.Limit(float64(perMin) / 60)
+		if old == nil {
+			return rate.NewLimiter(r, perMin) // starts full: a minute's allowance
+		}
+		now := time.Now()
+		old.SetLimitAt(now, r)
+		old.SetBurstAt(now, perMin)
+		return old
+	}
+	var oldRPM, oldTPM *rate.Limiter
+	if prev != nil {
+		oldRPM, oldTPM = prev.rpm, prev.tpm
+	}
+	l.rpm, l.rpmN = bucket(q.RPM, oldRPM), int64(q.RPM)
+	l.tpm, l.tpmN = bucket(q.TPM, oldTPM), int64(q.TPM)
+	if q.QueueShare > 0 {
+		l.share = q.QueueShare
+		l.queueMax = max(int64(math.Floor(q.QueueShare*float64(capacity))), 1)
+	}
+	l.inFlight = int64(q.InFlight)
+	return l
+}
+
+// tenantOf returns the state of req's tenant, or nil when tenants are off
+// or the request names none.
+func (b *Batcher) tenantOf(req *Request) *tenantState {
+	t := b.tenants.Load()
+	if t == nil || req.Tenant == "" {
+		return nil
+	}
+	if ts := t.byName[req.Tenant]; ts != nil {
+		return ts
+	}
+	return t.other
+}
+
+// tenantHold is what one admission took from its tenant's quotas, to give
+// back when the admission fails further on.
+type tenantHold struct {
+	ts       *tenantState
+	rpm, tpm *rate.Reservation
+}
+
+// admit takes one request of tokens estimated tokens from ts's quotas at
+// now, or fails with a *QuotaError. The counting quotas go first: they
+// cost nothing to give back.
+func (ts *tenantState) admit(now time.Time, tokens int) (tenantHold, error) {
+	lim := ts.lim.Load()
+	h := tenantHold{ts: ts}
+	n := ts.pending.Add(1)
+	refuse := func(q int, limit int64, after time.Duration, need int) error {
+		h.undo(now)
+		ts.rejected[q].Add(1)
+		return &QuotaError{Tenant: ts.name, Quota: quotaNames[q], Limit: limit, RetryAfter: after, Need: need}
+	}
+	if lim.inFlight > 0 && n > lim.inFlight {
+		return tenantHold{}, refuse(quotaInFlight, lim.inFlight, QuotaRetryDelay, 0)
+	}
+	if lim.queueMax > 0 && n > lim.queueMax {
+		return tenantHold{}, refuse(quotaQueueShare, lim.queueMax, QuotaRetryDelay, 0)
+	}
+	if lim.rpm != nil {
+		h.rpm = lim.rpm.ReserveN(now, 1)
+		if d := h.rpm.DelayFrom(now); !h.rpm.OK() || d > 0 {
+			return tenantHold{}, refuse(quotaRPM, lim.rpmN, d, 0)
+		}
+	}
+	if lim.tpm != nil {
+		h.tpm = lim.tpm.ReserveN(now, tokens)
+		if !h.tpm.OK() {
+			return tenantHold{}, refuse(quotaTPM, lim.tpmN, 0, tokens)
+		}
+		if d := h.tpm.DelayFrom(now); d > 0 {
+			return tenantHold{}, refuse(quotaTPM, lim.tpmN, d, 0)
+		}
+	}
+	return h, nil
+}
+
+// undo gives back what admit took.
+func (h *tenantHold) undo(now time.Time) {
+	if h.ts == nil {
+		return
+	}
+	h.ts.pending.Add(-1)
+	if h.rpm != nil {
+		h.rpm.CancelAt(now)
+	}
+	if h.tpm != nil {
+		h.tpm.CancelAt(now)
+	}
+	*h = tenantHold{}
+}
+
+// ended books the end of one of ts's requests with err.
+func (ts *tenantState) ended(err error) {
+	ts.pending.Add(-1)
+	ts.completed[outcomeOf(err)].Add(1)
+}
+
+// weight returns the tenant's fair-queuing weight; a nil tenant weighs 1.
+func (ts *tenantState) weight() float64 {
+	if ts == nil {
+		return 1
+	}
+	return ts.lim.Load().weight
+}
+
+// TenantStats is a snapshot of one tenant's counts.
+type TenantStats struct {
+	Name     string
+	Pending  int64 // admitted requests without a result
+	Admitted int64
+	// Completed counts ended requests by outcome ("ok", or why not).
+	Completed map[string]int64
+	// Rejected counts refusals by quota name.
+	Rejected map[string]int64
+}
+
+// Tenants returns a snapshot of every configured tenant and of
+// OtherTenant, in configuration order; nil while tenants are off.
+func (b *Batcher) Tenants() []TenantStats {
+	t := b.tenants.Load()
+	if t == nil {
+		return nil
+	}
+	out := make([]TenantStats, 0, len(t.list))
+	for _, ts := range t.list {
+		st := TenantStats{Name: ts.name, Pending: ts.pending.Load(), Admitted: ts.admitted.Load(),
+			Completed: map[string]int64{}, Rejected: map[string]int64{}}
+		for o := range ts.completed {
+			if n := ts.completed[o].Load(); n > 0 {
+				st.Completed[outcomeNames[o]] = n
+			}
+		}
+		for q := range ts.rejected {
+			if n := ts.rejected[q].Load(); n > 0 {
+				st.Rejected[quotaNames[q]] = n
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
