@@ -21,11 +21,19 @@
 //     next booking: within one round trip.
 //   - Membership: each replica heartbeats with a TTL, so each knows N.
 //
+// Each backend's own budget (the core's buckets and concurrency) holds 1/N
+// of every limit; each booking then sets it to what the fleet has left and
+// to the slots the other replicas leave, so that a busy replica borrows
+// what idle ones do not use, while the replicas' own grants rarely run
+// ahead of the fleet's (which would cost waits and lease polls).
+//
 // Guarantees. No request fails because Redis is down: a command that fails
 // (or takes longer than the timeout, 300 ms by default) puts the replica
-// into local mode, where every backend keeps 1/N of each budget (N as last
-// known) and batches go without asking Redis; a metric and a log line say
-// so. The heartbeat keeps trying, and the replica rejoins when Redis
+// into local mode, where every backend holds its 1/N of each budget (N as
+// last known) and no more, and batches go without asking Redis; a metric
+// (batcher.fleet.redis.up, batcher.fleet.local_modes) and a log line say
+// so. A replica that starts while Redis is away knows no N and holds the
+// whole budget until it reaches Redis once. The heartbeat keeps trying, and the replica rejoins when Redis
 // answers. Overshoot while Redis is away is bounded by the fleet's bursts
 // plus what was in flight when it went.
 //
