@@ -191,8 +191,27 @@ func (m *Manager) Start(ctx context.Context) error {
 				return fmt.Errorf("jobs: removing the half-created job %s: %w", j.ID, err)
 			}
 		}
+	} else if err := m.dropAbandoned(ctx); err != nil {
+		return err
 	}
 	go m.loop()
+	return nil
+}
+
+// dropAbandoned removes the jobs left VALIDATING by a creator that died:
+// those no process holds (Store.Hold) and created over a lease ago. On a
+// shared store the creator may be another process, alive: its lease tells.
+func (m *Manager) dropAbandoned(ctx context.Context) error {
+	ids, err := m.cfg.Store.Abandoned(ctx, time.Now().Add(-m.cfg.Lease), 1000)
+	if err != nil {
+		return fmt.Errorf("jobs: looking for jobs left half-created: %w", err)
+	}
+	for _, id := range ids {
+		if err := m.cfg.Store.DeleteJob(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("jobs: removing the half-created job %s: %w", id, err)
+		}
+		m.cfg.Logger.Info("jobs: removed a job its creator left half-created", "job", id)
+	}
 	return nil
 }
 
@@ -355,6 +374,11 @@ func (m *Manager) removeRun(id string) {
 }
 
 func (m *Manager) sweep(ctx context.Context) {
+	if !m.cfg.Exclusive {
+		if err := m.dropAbandoned(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Error("jobs: sweeping", "err", err)
+		}
+	}
 	if m.cfg.TTL < 0 {
 		return
 	}

@@ -265,7 +265,9 @@ func (s *Server) enterStream() error {
 
 // newID returns an id for a Submit request that came without one.
 func (s *Server) newID() string {
-	return s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
+	var buf [48]byte
+	b := append(buf[:0], s.idPrefix...)
+	return string(strconv.AppendUint(b, s.idSeq.Add(1), 36)) // one allocation
 }
 
 // NewGRPCServer returns a grpc.Server with the service's interceptors:
