@@ -57,13 +57,15 @@ test: tools-gen ## Vet, check generated code is fresh, run every test with -race
 	cd bench && $(GO) vet ./...
 	$(MAKE) --no-print-directory test-python test-java
 
-# Tests that need PostgreSQL skip without it (and fail instead with
-# BATCHER_REQUIRE_SERVICES=1, as in CI); say so up front, since go test
+# Tests that need PostgreSQL or Redis skip without them (and fail instead
+# with BATCHER_REQUIRE_SERVICES=1, as in CI); say so up front, since go test
 # prints skips only with -v.
 .PHONY: check-services
 check-services:
 	@if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then echo "PostgreSQL on 127.0.0.1:5432: the PostgreSQL job-store tests run"; \
 	else echo "SKIPPING the PostgreSQL job-store tests: nothing answers on 127.0.0.1:5432"; fi
+	@if (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then echo "Redis on 127.0.0.1:6379: the fleet tests run"; \
+	else echo "SKIPPING the fleet tests (shared budgets over Redis): nothing answers on 127.0.0.1:6379"; fi
 
 # The Python and Java client tests run when Debian's toolchains are present
 # (clients/tools.sh install python java) and say that they skip otherwise;
@@ -114,6 +116,11 @@ fuzz: ## Run every fuzz test for FUZZTIME each (default 20s).
 		for f in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
 			echo "== $$p $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-20s} $$p || exit 1; \
 		done; done
+
+.PHONY: fleet-soak
+fleet-soak: ## Three batcherd on one llmsim at 600 RPM through Redis for 3 minutes (BENCHMARKS.md's fleet figures).
+	BATCHER_FLEET_SOAK=$${SOAK:-3m} BATCHER_REQUIRE_SERVICES=1 $(GO) test -count=1 -timeout 20m -run 'TestFleetEndToEnd$$' -v ./cmd/batcherd/ | grep -E 'fleet_e2e|^(---|ok|FAIL)'
+	$(GO) test -count=1 -run '^$$' -bench 'BenchmarkFleetBooking' -benchtime 2000x ./fleet/
 
 .PHONY: bench
 bench: ## Run the benchmarks (6 runs each) and summarize them with benchstat.

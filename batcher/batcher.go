@@ -97,6 +97,9 @@ func New(opts ...Option) (*Batcher, error) {
 			continue
 		}
 		be := newBackendState(bc, cfg.agingStep, cfg.logger)
+		if cfg.coordinator != nil {
+			be.shared = cfg.coordinator.Budget(bc.Name, be)
+		}
 		b.backends[bc.Name] = be
 		b.backendList = append(b.backendList, be)
 	}

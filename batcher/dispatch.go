@@ -276,6 +276,13 @@ func (r *batchRun) run() {
 		be.giveBack(r.pm)
 		return
 	}
+	var ticket Ticket
+	if be.shared != nil {
+		var ok bool
+		if ticket, ok = r.acquire(); !ok {
+			return
+		}
+	}
 	r.batch.Requests = r.reqs
 	var ctx context.Context = r.ctx
 	if b.tracer != nil {
@@ -392,6 +399,61 @@ func (r *batchRun) run() {
 			res.Text, res.Embedding, res.FinishReason, res.Usage = resp.Text, resp.Embedding, resp.FinishReason, resp.Usage
 		}
 		c.finish(res, end)
+	}
+	if ticket.Release != nil {
+		o := Outcome{Requests: used.requests, Tokens: used.tokens, Called: true, RateLimited: rateLimited, Succeeded: err == nil && !rateLimited}
+		if rateLimited {
+			o.RateLimit = limited
+			if limited != nil {
+				o.RetryAfter = limited.RetryAfter
+			}
+		} else {
+			o.RateLimit = r.batch.RateLimit
+		}
+		if be.breakerOpen() {
+			o.OpenFor = be.cfg.Breaker.Cooldown
+		}
+		ticket.Release(o)
+	}
+}
+
+// acquire books the batch in the fleet's budget (coordinator.go) and
+// follows what the fleet has left. It reports false when the batch is not
+// to go: its calls ended while it waited, or the fleet holds the backend
+// open (its calls move to a fallback, or fail).
+func (r *batchRun) acquire() (Ticket, bool) {
+	be := r.be
+	r.watch.start(r.live, time.Now()) // deadlines keep firing while it waits
+	t, err := be.shared.Acquire(r.ctx, be.demand(r.pm))
+	if err == nil {
+		be.follow(r.pm, t)
+		return t, true
+	}
+	r.watch.stop()
+	if errors.Is(err, ErrNoBackend) {
+		r.failOver(err)
+	}
+	r.flushed()
+	be.giveBack(r.pm)
+	return t, false
+}
+
+// failOver moves the run's live calls to their routes' next targets, or
+// ends them with err.
+func (r *batchRun) failOver(err error) {
+	now := time.Now()
+	for _, c := range r.live {
+		next := int(c.target) + 1
+		if next < len(c.rc.targets) && now.Before(c.deadline) && c.run.CompareAndSwap(r, nil) {
+			c.target = uint8(next)
+			c.retries, c.unknownRetries = 0, 0
+			r.be.stats.fallbacks.Add(1)
+			r.be.log.fellBack(c, c.rc.Name, c.target, err)
+			r.b.enqueue(c)
+			r.end()
+			continue
+		}
+		c.finish(Result{Err: err, Backend: r.be.name}, now)
 	}
 }
 

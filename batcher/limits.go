@@ -97,6 +97,7 @@ type backendState struct {
 	retry  *retryBudget
 	log    *backendLog    // nil: no logger
 	work   chan *batchRun // to the dispatch workers; capacity MaxConcurrency
+	shared SharedBudget   // the fleet's budget (coordinator.go); nil: this replica's alone
 
 	// notClosed mirrors the breaker's state changes, for the hot path.
 	notClosed atomic.Bool
@@ -106,11 +107,16 @@ type backendState struct {
 	workersOnce sync.Once
 	// inFlightA mirrors inFlight, for Stats and Lanes without mu.
 	inFlightA atomic.Int32
+	// heldOpenUntil (Unix nanoseconds) is when the fleet stops holding the
+	// backend open for another replica's breaker; 0: never held.
+	heldOpenUntil atomic.Int64
 
 	mu          sync.Mutex
-	inFlight    int // permits out
-	borrowed    int // protected slots lent to background work, out now
-	limit       int // adaptive concurrency limit
+	inFlight    int     // permits out
+	borrowed    int     // protected slots lent to background work, out now
+	limit       int     // adaptive concurrency limit
+	fleetSlots  int     // the slots the fleet leaves this replica; 0: no cap
+	share       float64 // of the configured budgets this replica holds alone (LocalBudget.Share)
 	rpm, tpm    bucket
 	pausedUntil time.Time
 	successes   int // successful calls since the last change
@@ -126,6 +132,7 @@ func newBackendState(bc BackendConfig, aging time.Duration, logger *slog.Logger)
 		aging: aging,
 		stats: &backendStats{},
 		limit: bc.MaxConcurrency,
+		share: 1,
 		retry: newRetryBudget(bc.Retry),
 		work:  make(chan *batchRun, bc.MaxConcurrency),
 		log:   newBackendLog(logger, bc.Name),
@@ -160,6 +167,15 @@ func (s *backendState) calls(route string, op Operation, n int) int {
 // asks it only when the breaker is not closed (it moves from open to
 // half-open when asked after the cooldown).
 func (s *backendState) open() bool {
+	if s.breakerOpen() {
+		return true
+	}
+	u := s.heldOpenUntil.Load()
+	return u != 0 && time.Now().UnixNano() < u
+}
+
+// breakerOpen reports whether this replica's own breaker refuses calls.
+func (s *backendState) breakerOpen() bool {
 	return s.notClosed.Load() && s.brk.State() == gobreaker.StateOpen
 }
 
@@ -170,7 +186,18 @@ var (
 
 // protectedSlots is how many of the concurrency limit URGENT and HIGH work
 // may always have.
-func (s *backendState) protectedSlots() int { return int(float64(s.limit) * s.cfg.ProtectedShare) }
+func (s *backendState) protectedSlots() int {
+	return int(float64(s.limitLocked()) * s.cfg.ProtectedShare)
+}
+
+// limitLocked is the concurrency limit now: the adaptive limit, within the
+// slots the fleet leaves this replica.
+func (s *backendState) limitLocked() int {
+	if s.fleetSlots > 0 && s.fleetSlots < s.limit {
+		return s.fleetSlots
+	}
+	return s.limit
+}
 
 // ask registers (or updates) l's wait for a permit and runs the grant
 // function. It returns the permit when l got one at once; otherwise l waits
@@ -260,10 +287,11 @@ func (s *backendState) protectedWaitingLocked() bool {
 // that share refills first.
 func (s *backendState) checkLocked(w waiter, now time.Time, protectedWaiting bool) (ok bool, wait time.Duration, by string, shareOnly bool) {
 	hold := w.p.background() && (protectedWaiting || s.cfg.StrictProtectedShare)
-	if s.inFlight >= s.limit {
+	limit := s.limitLocked()
+	if s.inFlight >= limit {
 		return false, 0, budgetConcurrency, false
 	}
-	if hold && s.inFlight >= s.limit-s.protectedSlots() {
+	if hold && s.inFlight >= limit-s.protectedSlots() {
 		return false, 0, budgetConcurrency, true
 	}
 	if now.Before(s.pausedUntil) {
@@ -353,7 +381,7 @@ func (s *backendState) takeLocked(w waiter, now time.Time, protectedWaiting bool
 		return nil, err
 	}
 	pm := &permit{cost: w.cost, done: done, protected: !w.p.background()}
-	if w.p.background() && s.inFlight >= s.limit-s.protectedSlots() {
+	if w.p.background() && s.inFlight >= s.limitLocked()-s.protectedSlots() {
 		pm.borrowed = true
 		s.borrowed++
 	}
@@ -548,14 +576,45 @@ type bucket struct {
 	learnBurst bool          // the burst was not configured: follow the upstream's limit header
 	credit     float64
 	spent      uint64 // tokens taken so far, to tell what was spent after a grant
+	// share is the part of the budget this replica holds alone (1 but while
+	// a fleet's store is unreachable); the limiter holds share of the rate
+	// and of baseBurst, the burst configured or learned.
+	share     float64
+	baseBurst int
 }
 
 func newBucket(perMinute, burst int, burstSet bool) bucket {
-	b := bucket{perMinute: perMinute, learnBurst: !burstSet}
+	b := bucket{perMinute: perMinute, learnBurst: !burstSet, share: 1, baseBurst: burst}
 	if perMinute > 0 {
 		b.lim = rate.NewLimiter(rate.Limit(float64(perMinute)/60), burst)
 	}
 	return b
+}
+
+// shareOf returns f of n, at least 1.
+func shareOf(n int, f float64) int { return max(1, int(math.Round(float64(n)*f))) }
+
+// setShare scales the bucket to f of the budget.
+func (b *bucket) setShare(now time.Time, f float64) {
+	old := b.share
+	b.share = f
+	if b.lim == nil || old == f {
+		return
+	}
+	b.lim.SetLimitAt(now, b.lim.Limit()*rate.Limit(f/old))
+	b.lim.SetBurstAt(now, shareOf(b.baseBurst, f))
+	b.tokensAt(now) // caps the credit
+}
+
+// rate returns the whole budget (not this replica's share), for the fleet.
+func (b *bucket) rate() Rate {
+	if b.lim == nil {
+		return Rate{}
+	}
+	if b.perMinute > 0 {
+		return Rate{PerMinute: float64(b.perMinute), Burst: b.baseBurst, Adaptive: true}
+	}
+	return Rate{PerMinute: float64(b.lim.Limit()) * 60 / b.share, Burst: b.baseBurst}
 }
 
 // tokensAt returns what the bucket holds at now, credit included.
@@ -661,32 +720,28 @@ func (b *bucket) observe(now time.Time, limit, remaining int64, reset time.Durat
 		if reset > 0 && limit > remaining {
 			r = float64(limit-remaining) / reset.Seconds()
 		}
-		r = min(max(r, float64(limit)/3600), float64(limit))
+		r = min(max(r, float64(limit)/3600), float64(limit)) * b.share
 		if b.lim == nil {
-			b.lim = rate.NewLimiter(rate.Limit(r), int(limit))
+			b.lim = rate.NewLimiter(rate.Limit(r), shareOf(int(limit), b.share))
+			b.baseBurst = int(limit)
 			o.grew = true
 		} else {
 			b.lim.SetLimitAt(now, rate.Limit(r))
 		}
 	}
-	if b.learnBurst && limit > 0 && int(limit) != b.lim.Burst() {
-		if int(limit) > b.lim.Burst() {
+	if b.learnBurst && limit > 0 && int(limit) != b.baseBurst {
+		if int(limit) > b.baseBurst {
 			o.grew = true
 		}
-		b.lim.SetBurstAt(now, int(limit))
+		b.baseBurst = int(limit)
+		b.lim.SetBurstAt(now, shareOf(b.baseBurst, b.share))
 	}
 	since := float64(b.spent - min(spentAt, b.spent))
 	target := float64(remaining) - since
 	have := b.tokensAt(now)
 	switch {
 	case have > target+0.5:
-		// Drain to what is left: a reservation taken and never given back.
-		n := math.Ceil(have - max(target, 0))
-		c := min(b.credit, n)
-		b.credit -= c
-		for rest, burst := int(n-c), b.lim.Burst(); rest > 0; rest -= burst {
-			b.lim.ReserveN(now, min(rest, burst))
-		}
+		b.drainLocked(now, have, target)
 	case target > have+0.5 && o.grew:
 		// The bucket was just learned, or found larger than assumed: take
 		// what the upstream says is left. Otherwise the bucket only ever
@@ -699,12 +754,43 @@ func (b *bucket) observe(now time.Time, limit, remaining int64, reset time.Durat
 	return o
 }
 
+// drainLocked takes the bucket down from have to target (at least 0): a
+// reservation taken and never given back.
+func (b *bucket) drainLocked(now time.Time, have, target float64) {
+	n := math.Ceil(have - max(target, 0))
+	c := min(b.credit, n)
+	b.credit -= c
+	for rest, burst := int(n-c), b.lim.Burst(); rest > 0; rest -= burst {
+		b.lim.ReserveN(now, min(rest, burst))
+	}
+}
+
+// follow sets the bucket to what the fleet's has left (remaining, read
+// when the permit whose spend counter was spentAt was booked), less what
+// this replica granted since, within its burst. It reports whether the
+// bucket grew.
+func (b *bucket) follow(now time.Time, remaining float64, spentAt uint64) bool {
+	if b.lim == nil || math.IsInf(remaining, 0) || math.IsNaN(remaining) {
+		return false
+	}
+	target := remaining - float64(b.spent-min(spentAt, b.spent))
+	have := b.tokensAt(now)
+	switch {
+	case have > target+0.5:
+		b.drainLocked(now, have, target)
+	case target > have+0.5:
+		b.credit += target - have
+		return b.tokensAt(now) > have+0.5 // capped at the burst
+	}
+	return false
+}
+
 // lower halves a configured rate within its floor.
 func (b *bucket) lower(now time.Time) {
 	if b.lim == nil || b.perMinute == 0 {
 		return
 	}
-	floor := rate.Limit(float64(b.perMinute) / 60 * adaptFloor)
+	floor := rate.Limit(float64(b.perMinute) / 60 * adaptFloor * b.share)
 	b.lim.SetLimitAt(now, max(b.lim.Limit()/2, floor))
 }
 
@@ -713,7 +799,7 @@ func (b *bucket) raise(now time.Time) {
 	if b.lim == nil || b.perMinute == 0 {
 		return
 	}
-	ceil := rate.Limit(float64(b.perMinute) / 60)
+	ceil := rate.Limit(float64(b.perMinute) / 60 * b.share)
 	if b.lim.Limit() < ceil {
 		b.lim.SetLimitAt(now, min(b.lim.Limit()+ceil*adaptStep, ceil))
 	}

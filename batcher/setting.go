@@ -207,6 +207,7 @@ type config struct {
 	tracerProvider  trace.TracerProvider
 	meterProvider   metric.MeterProvider
 	logger          *slog.Logger
+	coordinator     Coordinator
 }
 
 // routeConfig is a Route with every default resolved.

@@ -116,7 +116,7 @@ func (b *Batcher) Stats() []BackendStats {
 		}
 		st.Pauses = s.pauses.Load()
 		be.mu.Lock()
-		st.InFlight, st.Limit, st.Borrowed = be.inFlight, be.limit, be.borrowed
+		st.InFlight, st.Limit, st.Borrowed = be.inFlight, be.limitLocked(), be.borrowed
 		st.RPM, st.TPM = be.rpm.perMinuteRate(), be.tpm.perMinuteRate()
 		if be.rpm.lim != nil {
 			st.RPMBurst = be.rpm.lim.Burst()

@@ -164,5 +164,27 @@ func ToSnapshot(s *telemetry.Snapshot) *batcherv1.StatsSnapshot {
 		}
 		out.Jobs = append(out.Jobs, js)
 	}
+	if f := s.Fleet; f != nil {
+		fs := &batcherv1.FleetStats{Self: f.Self, RedisReachable: f.Redis}
+		for _, r := range f.Replicas {
+			fs.Replicas = append(fs.Replicas, &batcherv1.FleetReplica{Id: r.ID, Self: r.Self, Info: r.Info})
+		}
+		for _, b := range f.Budgets {
+			fb := &batcherv1.FleetBudget{Backend: b.Backend, RateFactor: b.Factor,
+				RpmLeft: b.RPMLeft, TpmLeft: b.TPMLeft, RpmUsed: b.RPMUsed, TpmUsed: b.TPMUsed,
+				Leases: make(map[string]int32, len(b.Leases))}
+			if !b.PausedUntil.IsZero() {
+				fb.PausedUntil = timestamppb.New(b.PausedUntil)
+			}
+			if !b.OpenUntil.IsZero() {
+				fb.OpenUntil = timestamppb.New(b.OpenUntil)
+			}
+			for id, n := range b.Leases {
+				fb.Leases[id] = int32(n)
+			}
+			fs.Budgets = append(fs.Budgets, fb)
+		}
+		out.Fleet = fs
+	}
 	return out
 }

@@ -32,6 +32,43 @@ type Snapshot struct {
 	Streams  Streams
 	Jobs     []Job
 	Requests Requests
+	// Fleet is the fleet this replica shares its budgets with; nil when it
+	// runs alone.
+	Fleet *Fleet `json:",omitempty"`
+}
+
+// Fleet is the replicas that share the backends' budgets through Redis,
+// as this replica last saw them.
+type Fleet struct {
+	Self string
+	// Redis answered the last heartbeat; false: each backend runs on its
+	// local share (1/N of each budget).
+	Redis    bool
+	Replicas []Replica
+	Budgets  []FleetBudget
+}
+
+// Replica is one replica of the fleet.
+type Replica struct {
+	ID   string
+	Self bool
+	Info map[string]string
+}
+
+// FleetBudget is one backend's shared budget.
+type FleetBudget struct {
+	Backend string
+	// Factor is the fleet's factor on configured rates (1: as configured).
+	Factor float64
+	// PausedUntil (a Retry-After) and OpenUntil (a replica's breaker);
+	// zero: neither.
+	PausedUntil, OpenUntil time.Time
+	// RPMLeft and TPMLeft are what the shared buckets hold now (negative:
+	// booked ahead; 0 without a budget); RPMUsed and TPMUsed what the fleet
+	// booked per minute lately.
+	RPMLeft, TPMLeft, RPMUsed, TPMUsed float64
+	// Leases held now, by replica id.
+	Leases map[string]int
 }
 
 // Lane is one lane's queue.
@@ -110,6 +147,9 @@ type Sources struct {
 	// live views read the same aggregation and cost the hot path no
 	// second reader.
 	Metrics prometheus.Gatherer
+	// Fleet returns the fleet's view; nil (the source, or its answer) when
+	// the service runs alone.
+	Fleet func() *Fleet
 }
 
 // Sampler takes a Snapshot every interval and keeps the last ones.
@@ -274,6 +314,9 @@ func (s *Sampler) Sample(now time.Time) Snapshot {
 	}
 	if s.src.Jobs != nil {
 		snap.Jobs = s.src.Jobs()
+	}
+	if s.src.Fleet != nil {
+		snap.Fleet = s.src.Fleet()
 	}
 	raw := rawSample{t: now, budgetReqs: map[string]int64{}, budgetToks: map[string]int64{},
 		jobDone: map[string]int64{}, jobTokens: map[string]int64{}}

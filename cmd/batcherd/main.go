@@ -80,7 +80,20 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 			log.Error("closing backends", "err", err)
 		}
 	}()
-	core, err := batcher.New(append(built.Core, append(obs.coreOptions(), batcher.WithLogger(log))...)...)
+	coreOpts := append(built.Core, append(obs.coreOptions(), batcher.WithLogger(log))...)
+	fl, err := openFleet(cfg.Fleet, obs.tel.MeterProvider, log) // fleet.go; nil: alone
+	if err != nil {
+		log.Error("bad configuration", "err", err)
+		return exitConfig
+	}
+	if fl != nil {
+		// Deferred after the backends' close: it runs before it, once the
+		// core has drained.
+		defer closeFleet(fl, log)
+		coreOpts = append(coreOpts, batcher.WithCoordinator(fl))
+		obs.fleet = fleetSource(fl)
+	}
+	core, err := batcher.New(coreOpts...)
 	if err != nil {
 		log.Error("bad configuration", "err", err)
 		return exitConfig
@@ -126,6 +139,11 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 	lis = sec.Listener(lis)
 	reloader := &configReloader{args: args, lookupEnv: lookupEnv, core: core, jobs: jobManager, log: log, running: cfg}
 	sec.OnSIGHUP(reloader.reload)
+	if fl != nil {
+		fl.SetInfo(map[string]string{"grpc": lis.Addr().String()})
+		fl.Start(ctx)
+		log.Info("joined the fleet", "replica", fl.ID(), "replicas", fl.Replicas(), "redis", !fl.Local())
+	}
 	log.Info("listening", "addr", lis.Addr().String(), "tracing", tp != nil)
 	logLayout(log, cfg, built)
 

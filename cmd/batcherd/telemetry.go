@@ -40,6 +40,7 @@ type observability struct {
 	served  chan error
 	closing chan struct{} // closed when the service begins to stop: WatchStats ends
 	jobs    func() []telemetry.Job
+	fleet   func() *telemetry.Fleet // nil: alone
 }
 
 // setJobs makes m's jobs part of the telemetry (gauges, status page,
@@ -110,6 +111,7 @@ func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs
 		Streams:  srv.StreamStats,
 		Jobs:     o.jobs,
 		Metrics:  o.tel.Gatherer,
+		Fleet:    o.fleet,
 	}
 	if _, err := telemetry.RegisterLive(o.tel.MeterProvider, src); err != nil {
 		return fmt.Errorf("live metrics: %w", err)

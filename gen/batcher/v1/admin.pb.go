@@ -124,8 +124,11 @@ type StatsSnapshot struct {
 	Backends []*BackendStats        `protobuf:"bytes,3,rep,name=backends,proto3" json:"backends,omitempty"`
 	Streams  *StreamStats           `protobuf:"bytes,4,opt,name=streams,proto3" json:"streams,omitempty"`
 	// Jobs, with their progress. Empty until the service runs jobs.
-	Jobs          []*JobStats   `protobuf:"bytes,5,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	Requests      *RequestStats `protobuf:"bytes,6,opt,name=requests,proto3" json:"requests,omitempty"`
+	Jobs     []*JobStats   `protobuf:"bytes,5,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Requests *RequestStats `protobuf:"bytes,6,opt,name=requests,proto3" json:"requests,omitempty"`
+	// The fleet this replica shares its budgets with; unset when it runs
+	// alone.
+	Fleet         *FleetStats `protobuf:"bytes,7,opt,name=fleet,proto3" json:"fleet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +205,267 @@ func (x *StatsSnapshot) GetRequests() *RequestStats {
 	return nil
 }
 
+func (x *StatsSnapshot) GetFleet() *FleetStats {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
+// FleetStats is the fleet of replicas that share the backends' budgets
+// through Redis, as this replica saw it at its last heartbeat.
+type FleetStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// This replica's id.
+	Self string `protobuf:"bytes,1,opt,name=self,proto3" json:"self,omitempty"`
+	// Redis answered the last heartbeat. False: each backend runs on its
+	// local share (1/N of each budget) until it answers again.
+	RedisReachable bool            `protobuf:"varint,2,opt,name=redis_reachable,json=redisReachable,proto3" json:"redis_reachable,omitempty"`
+	Replicas       []*FleetReplica `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Budgets        []*FleetBudget  `protobuf:"bytes,4,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *FleetStats) Reset() {
+	*x = FleetStats{}
+	mi := &file_batcher_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetStats) ProtoMessage() {}
+
+func (x *FleetStats) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetStats.ProtoReflect.Descriptor instead.
+func (*FleetStats) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *FleetStats) GetSelf() string {
+	if x != nil {
+		return x.Self
+	}
+	return ""
+}
+
+func (x *FleetStats) GetRedisReachable() bool {
+	if x != nil {
+		return x.RedisReachable
+	}
+	return false
+}
+
+func (x *FleetStats) GetReplicas() []*FleetReplica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *FleetStats) GetBudgets() []*FleetBudget {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+// FleetReplica is one replica of the fleet.
+type FleetReplica struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// This replica.
+	Self bool `protobuf:"varint,2,opt,name=self,proto3" json:"self,omitempty"`
+	// What it says of itself: its addresses, when it joined.
+	Info          map[string]string `protobuf:"bytes,3,rep,name=info,proto3" json:"info,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetReplica) Reset() {
+	*x = FleetReplica{}
+	mi := &file_batcher_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetReplica) ProtoMessage() {}
+
+func (x *FleetReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetReplica.ProtoReflect.Descriptor instead.
+func (*FleetReplica) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FleetReplica) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FleetReplica) GetSelf() bool {
+	if x != nil {
+		return x.Self
+	}
+	return false
+}
+
+func (x *FleetReplica) GetInfo() map[string]string {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+// FleetBudget is one backend's shared budget.
+type FleetBudget struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Backend string                 `protobuf:"bytes,1,opt,name=backend,proto3" json:"backend,omitempty"`
+	// The fleet's factor on configured rates: 1 as configured, halved on a
+	// 429, climbing back after successes.
+	RateFactor float64 `protobuf:"fixed64,2,opt,name=rate_factor,json=rateFactor,proto3" json:"rate_factor,omitempty"`
+	// A 429's Retry-After pauses the fleet until then; another replica's
+	// open breaker holds the backend open until then. Unset: neither.
+	PausedUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=paused_until,json=pausedUntil,proto3" json:"paused_until,omitempty"`
+	OpenUntil   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=open_until,json=openUntil,proto3" json:"open_until,omitempty"`
+	// What the shared buckets hold now (negative: booked ahead); 0 without a
+	// budget.
+	RpmLeft float64 `protobuf:"fixed64,5,opt,name=rpm_left,json=rpmLeft,proto3" json:"rpm_left,omitempty"`
+	TpmLeft float64 `protobuf:"fixed64,6,opt,name=tpm_left,json=tpmLeft,proto3" json:"tpm_left,omitempty"`
+	// Requests and tokens the whole fleet booked, per minute, over the last
+	// heartbeat interval.
+	RpmUsed float64 `protobuf:"fixed64,7,opt,name=rpm_used,json=rpmUsed,proto3" json:"rpm_used,omitempty"`
+	TpmUsed float64 `protobuf:"fixed64,8,opt,name=tpm_used,json=tpmUsed,proto3" json:"tpm_used,omitempty"`
+	// Concurrency leases held now, by replica id.
+	Leases        map[string]int32 `protobuf:"bytes,9,rep,name=leases,proto3" json:"leases,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetBudget) Reset() {
+	*x = FleetBudget{}
+	mi := &file_batcher_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetBudget) ProtoMessage() {}
+
+func (x *FleetBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetBudget.ProtoReflect.Descriptor instead.
+func (*FleetBudget) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FleetBudget) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *FleetBudget) GetRateFactor() float64 {
+	if x != nil {
+		return x.RateFactor
+	}
+	return 0
+}
+
+func (x *FleetBudget) GetPausedUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedUntil
+	}
+	return nil
+}
+
+func (x *FleetBudget) GetOpenUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OpenUntil
+	}
+	return nil
+}
+
+func (x *FleetBudget) GetRpmLeft() float64 {
+	if x != nil {
+		return x.RpmLeft
+	}
+	return 0
+}
+
+func (x *FleetBudget) GetTpmLeft() float64 {
+	if x != nil {
+		return x.TpmLeft
+	}
+	return 0
+}
+
+func (x *FleetBudget) GetRpmUsed() float64 {
+	if x != nil {
+		return x.RpmUsed
+	}
+	return 0
+}
+
+func (x *FleetBudget) GetTpmUsed() float64 {
+	if x != nil {
+		return x.TpmUsed
+	}
+	return 0
+}
+
+func (x *FleetBudget) GetLeases() map[string]int32 {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
 // LaneStats is one lane: the requests of one route and one set of
 // batch-relevant parameters.
 type LaneStats struct {
@@ -223,7 +487,7 @@ type LaneStats struct {
 
 func (x *LaneStats) Reset() {
 	*x = LaneStats{}
-	mi := &file_batcher_v1_admin_proto_msgTypes[3]
+	mi := &file_batcher_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +499,7 @@ func (x *LaneStats) String() string {
 func (*LaneStats) ProtoMessage() {}
 
 func (x *LaneStats) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_admin_proto_msgTypes[3]
+	mi := &file_batcher_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +512,7 @@ func (x *LaneStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneStats.ProtoReflect.Descriptor instead.
 func (*LaneStats) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LaneStats) GetName() string {
@@ -347,7 +611,7 @@ type BackendStats struct {
 
 func (x *BackendStats) Reset() {
 	*x = BackendStats{}
-	mi := &file_batcher_v1_admin_proto_msgTypes[4]
+	mi := &file_batcher_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +623,7 @@ func (x *BackendStats) String() string {
 func (*BackendStats) ProtoMessage() {}
 
 func (x *BackendStats) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_admin_proto_msgTypes[4]
+	mi := &file_batcher_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +636,7 @@ func (x *BackendStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendStats.ProtoReflect.Descriptor instead.
 func (*BackendStats) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BackendStats) GetName() string {
@@ -506,7 +770,7 @@ type StreamStats struct {
 
 func (x *StreamStats) Reset() {
 	*x = StreamStats{}
-	mi := &file_batcher_v1_admin_proto_msgTypes[5]
+	mi := &file_batcher_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +782,7 @@ func (x *StreamStats) String() string {
 func (*StreamStats) ProtoMessage() {}
 
 func (x *StreamStats) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_admin_proto_msgTypes[5]
+	mi := &file_batcher_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +795,7 @@ func (x *StreamStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamStats.ProtoReflect.Descriptor instead.
 func (*StreamStats) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamStats) GetOpen() int32 {
@@ -568,7 +832,7 @@ type JobStats struct {
 
 func (x *JobStats) Reset() {
 	*x = JobStats{}
-	mi := &file_batcher_v1_admin_proto_msgTypes[6]
+	mi := &file_batcher_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +844,7 @@ func (x *JobStats) String() string {
 func (*JobStats) ProtoMessage() {}
 
 func (x *JobStats) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_admin_proto_msgTypes[6]
+	mi := &file_batcher_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +857,7 @@ func (x *JobStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStats.ProtoReflect.Descriptor instead.
 func (*JobStats) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JobStats) GetId() string {
@@ -685,7 +949,7 @@ type RequestStats struct {
 
 func (x *RequestStats) Reset() {
 	*x = RequestStats{}
-	mi := &file_batcher_v1_admin_proto_msgTypes[7]
+	mi := &file_batcher_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +961,7 @@ func (x *RequestStats) String() string {
 func (*RequestStats) ProtoMessage() {}
 
 func (x *RequestStats) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_admin_proto_msgTypes[7]
+	mi := &file_batcher_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +974,7 @@ func (x *RequestStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestStats.ProtoReflect.Descriptor instead.
 func (*RequestStats) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_batcher_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RequestStats) GetAdmitted() int64 {
@@ -785,14 +1049,43 @@ const file_batcher_v1_admin_proto_rawDesc = "" +
 	"\x11WatchStatsRequest\x125\n" +
 	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\"K\n" +
 	"\x12WatchStatsResponse\x125\n" +
-	"\bsnapshot\x18\x01 \x01(\v2\x19.batcher.v1.StatsSnapshotR\bsnapshot\"\xb5\x02\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x19.batcher.v1.StatsSnapshotR\bsnapshot\"\xe3\x02\n" +
 	"\rStatsSnapshot\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12+\n" +
 	"\x05lanes\x18\x02 \x03(\v2\x15.batcher.v1.LaneStatsR\x05lanes\x124\n" +
 	"\bbackends\x18\x03 \x03(\v2\x18.batcher.v1.BackendStatsR\bbackends\x121\n" +
 	"\astreams\x18\x04 \x01(\v2\x17.batcher.v1.StreamStatsR\astreams\x12(\n" +
 	"\x04jobs\x18\x05 \x03(\v2\x14.batcher.v1.JobStatsR\x04jobs\x124\n" +
-	"\brequests\x18\x06 \x01(\v2\x18.batcher.v1.RequestStatsR\brequests\"\xa3\x02\n" +
+	"\brequests\x18\x06 \x01(\v2\x18.batcher.v1.RequestStatsR\brequests\x12,\n" +
+	"\x05fleet\x18\a \x01(\v2\x16.batcher.v1.FleetStatsR\x05fleet\"\xb2\x01\n" +
+	"\n" +
+	"FleetStats\x12\x12\n" +
+	"\x04self\x18\x01 \x01(\tR\x04self\x12'\n" +
+	"\x0fredis_reachable\x18\x02 \x01(\bR\x0eredisReachable\x124\n" +
+	"\breplicas\x18\x03 \x03(\v2\x18.batcher.v1.FleetReplicaR\breplicas\x121\n" +
+	"\abudgets\x18\x04 \x03(\v2\x17.batcher.v1.FleetBudgetR\abudgets\"\xa3\x01\n" +
+	"\fFleetReplica\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04self\x18\x02 \x01(\bR\x04self\x126\n" +
+	"\x04info\x18\x03 \x03(\v2\".batcher.v1.FleetReplica.InfoEntryR\x04info\x1a7\n" +
+	"\tInfoEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x03\n" +
+	"\vFleetBudget\x12\x18\n" +
+	"\abackend\x18\x01 \x01(\tR\abackend\x12\x1f\n" +
+	"\vrate_factor\x18\x02 \x01(\x01R\n" +
+	"rateFactor\x12=\n" +
+	"\fpaused_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x129\n" +
+	"\n" +
+	"open_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\topenUntil\x12\x19\n" +
+	"\brpm_left\x18\x05 \x01(\x01R\arpmLeft\x12\x19\n" +
+	"\btpm_left\x18\x06 \x01(\x01R\atpmLeft\x12\x19\n" +
+	"\brpm_used\x18\a \x01(\x01R\arpmUsed\x12\x19\n" +
+	"\btpm_used\x18\b \x01(\x01R\atpmUsed\x12;\n" +
+	"\x06leases\x18\t \x03(\v2#.batcher.v1.FleetBudget.LeasesEntryR\x06leases\x1a9\n" +
+	"\vLeasesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xa3\x02\n" +
 	"\tLaneStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05route\x18\x02 \x01(\tR\x05route\x12\x18\n" +
@@ -871,39 +1164,51 @@ func file_batcher_v1_admin_proto_rawDescGZIP() []byte {
 	return file_batcher_v1_admin_proto_rawDescData
 }
 
-var file_batcher_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_batcher_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_batcher_v1_admin_proto_goTypes = []any{
 	(*WatchStatsRequest)(nil),     // 0: batcher.v1.WatchStatsRequest
 	(*WatchStatsResponse)(nil),    // 1: batcher.v1.WatchStatsResponse
 	(*StatsSnapshot)(nil),         // 2: batcher.v1.StatsSnapshot
-	(*LaneStats)(nil),             // 3: batcher.v1.LaneStats
-	(*BackendStats)(nil),          // 4: batcher.v1.BackendStats
-	(*StreamStats)(nil),           // 5: batcher.v1.StreamStats
-	(*JobStats)(nil),              // 6: batcher.v1.JobStats
-	(*RequestStats)(nil),          // 7: batcher.v1.RequestStats
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*FleetStats)(nil),            // 3: batcher.v1.FleetStats
+	(*FleetReplica)(nil),          // 4: batcher.v1.FleetReplica
+	(*FleetBudget)(nil),           // 5: batcher.v1.FleetBudget
+	(*LaneStats)(nil),             // 6: batcher.v1.LaneStats
+	(*BackendStats)(nil),          // 7: batcher.v1.BackendStats
+	(*StreamStats)(nil),           // 8: batcher.v1.StreamStats
+	(*JobStats)(nil),              // 9: batcher.v1.JobStats
+	(*RequestStats)(nil),          // 10: batcher.v1.RequestStats
+	nil,                           // 11: batcher.v1.FleetReplica.InfoEntry
+	nil,                           // 12: batcher.v1.FleetBudget.LeasesEntry
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_batcher_v1_admin_proto_depIdxs = []int32{
-	8,  // 0: batcher.v1.WatchStatsRequest.interval:type_name -> google.protobuf.Duration
+	13, // 0: batcher.v1.WatchStatsRequest.interval:type_name -> google.protobuf.Duration
 	2,  // 1: batcher.v1.WatchStatsResponse.snapshot:type_name -> batcher.v1.StatsSnapshot
-	9,  // 2: batcher.v1.StatsSnapshot.time:type_name -> google.protobuf.Timestamp
-	3,  // 3: batcher.v1.StatsSnapshot.lanes:type_name -> batcher.v1.LaneStats
-	4,  // 4: batcher.v1.StatsSnapshot.backends:type_name -> batcher.v1.BackendStats
-	5,  // 5: batcher.v1.StatsSnapshot.streams:type_name -> batcher.v1.StreamStats
-	6,  // 6: batcher.v1.StatsSnapshot.jobs:type_name -> batcher.v1.JobStats
-	7,  // 7: batcher.v1.StatsSnapshot.requests:type_name -> batcher.v1.RequestStats
-	8,  // 8: batcher.v1.JobStats.eta:type_name -> google.protobuf.Duration
-	8,  // 9: batcher.v1.RequestStats.latency_p50:type_name -> google.protobuf.Duration
-	8,  // 10: batcher.v1.RequestStats.latency_p95:type_name -> google.protobuf.Duration
-	8,  // 11: batcher.v1.RequestStats.latency_p99:type_name -> google.protobuf.Duration
-	0,  // 12: batcher.v1.AdminService.WatchStats:input_type -> batcher.v1.WatchStatsRequest
-	1,  // 13: batcher.v1.AdminService.WatchStats:output_type -> batcher.v1.WatchStatsResponse
-	13, // [13:14] is the sub-list for method output_type
-	12, // [12:13] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	14, // 2: batcher.v1.StatsSnapshot.time:type_name -> google.protobuf.Timestamp
+	6,  // 3: batcher.v1.StatsSnapshot.lanes:type_name -> batcher.v1.LaneStats
+	7,  // 4: batcher.v1.StatsSnapshot.backends:type_name -> batcher.v1.BackendStats
+	8,  // 5: batcher.v1.StatsSnapshot.streams:type_name -> batcher.v1.StreamStats
+	9,  // 6: batcher.v1.StatsSnapshot.jobs:type_name -> batcher.v1.JobStats
+	10, // 7: batcher.v1.StatsSnapshot.requests:type_name -> batcher.v1.RequestStats
+	3,  // 8: batcher.v1.StatsSnapshot.fleet:type_name -> batcher.v1.FleetStats
+	4,  // 9: batcher.v1.FleetStats.replicas:type_name -> batcher.v1.FleetReplica
+	5,  // 10: batcher.v1.FleetStats.budgets:type_name -> batcher.v1.FleetBudget
+	11, // 11: batcher.v1.FleetReplica.info:type_name -> batcher.v1.FleetReplica.InfoEntry
+	14, // 12: batcher.v1.FleetBudget.paused_until:type_name -> google.protobuf.Timestamp
+	14, // 13: batcher.v1.FleetBudget.open_until:type_name -> google.protobuf.Timestamp
+	12, // 14: batcher.v1.FleetBudget.leases:type_name -> batcher.v1.FleetBudget.LeasesEntry
+	13, // 15: batcher.v1.JobStats.eta:type_name -> google.protobuf.Duration
+	13, // 16: batcher.v1.RequestStats.latency_p50:type_name -> google.protobuf.Duration
+	13, // 17: batcher.v1.RequestStats.latency_p95:type_name -> google.protobuf.Duration
+	13, // 18: batcher.v1.RequestStats.latency_p99:type_name -> google.protobuf.Duration
+	0,  // 19: batcher.v1.AdminService.WatchStats:input_type -> batcher.v1.WatchStatsRequest
+	1,  // 20: batcher.v1.AdminService.WatchStats:output_type -> batcher.v1.WatchStatsResponse
+	20, // [20:21] is the sub-list for method output_type
+	19, // [19:20] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_batcher_v1_admin_proto_init() }
@@ -917,7 +1222,7 @@ func file_batcher_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_batcher_v1_admin_proto_rawDesc), len(file_batcher_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

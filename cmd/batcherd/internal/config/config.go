@@ -62,6 +62,8 @@ type Config struct {
 	// HTTP is the OpenAI-compatible HTTP front door (http.go).
 	HTTP     HTTP     `yaml:"http"`
 	Security Security `yaml:"security"` // security.go
+	// Fleet shares the budgets with other replicas (fleet.go).
+	Fleet Fleet `yaml:"fleet"`
 }
 
 // Log configures the slog logger.
@@ -207,6 +209,7 @@ func Default() *Config {
 		StreamWindow:    server.DefaultStreamWindow,
 		SummaryInterval: Duration(server.DefaultSummaryInterval),
 		Telemetry:       defaultTelemetry(),
+		Fleet:           defaultFleet(),
 
 		MaxStreams:         server.DefaultMaxStreams,
 		MaxPendingMessages: server.DefaultMaxPendingMessages,

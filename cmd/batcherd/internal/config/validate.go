@@ -57,6 +57,7 @@ func (c *Config) Validate() error {
 	c.Security.validate(c.Listen, &e)
 	c.HTTP.validate(&c.Security, &e)
 	c.Telemetry.validate(&c.Security, &e)
+	c.Fleet.validate(&e)
 	c.validateComponents(&e)
 
 	backends := map[string]int{}

@@ -45,6 +45,64 @@ class BackendStats(_message.Message):
     tpm_used: float
     def __init__(self, name: _Optional[str] = ..., breaker: _Optional[str] = ..., in_flight: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., rpm_limit: _Optional[float] = ..., tpm_limit: _Optional[float] = ..., rpm_max: _Optional[int] = ..., tpm_max: _Optional[int] = ..., rpm_used: _Optional[float] = ..., tpm_used: _Optional[float] = ..., calls: _Optional[int] = ..., requests: _Optional[int] = ..., rate_limited: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., dedup_hits: _Optional[int] = ...) -> None: ...
 
+class FleetBudget(_message.Message):
+    __slots__ = ["backend", "leases", "open_until", "paused_until", "rate_factor", "rpm_left", "rpm_used", "tpm_left", "tpm_used"]
+    class LeasesEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    OPEN_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    RATE_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    RPM_LEFT_FIELD_NUMBER: _ClassVar[int]
+    RPM_USED_FIELD_NUMBER: _ClassVar[int]
+    TPM_LEFT_FIELD_NUMBER: _ClassVar[int]
+    TPM_USED_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    leases: _containers.ScalarMap[str, int]
+    open_until: _timestamp_pb2.Timestamp
+    paused_until: _timestamp_pb2.Timestamp
+    rate_factor: float
+    rpm_left: float
+    rpm_used: float
+    tpm_left: float
+    tpm_used: float
+    def __init__(self, backend: _Optional[str] = ..., rate_factor: _Optional[float] = ..., paused_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., rpm_left: _Optional[float] = ..., tpm_left: _Optional[float] = ..., rpm_used: _Optional[float] = ..., tpm_used: _Optional[float] = ..., leases: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class FleetReplica(_message.Message):
+    __slots__ = ["id", "info", "self"]
+    class InfoEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    SELF_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    info: _containers.ScalarMap[str, str]
+    self: bool
+    def __init__(self, id: _Optional[str] = ..., self: bool = ..., info: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class FleetStats(_message.Message):
+    __slots__ = ["budgets", "redis_reachable", "replicas", "self"]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    REDIS_REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    SELF_FIELD_NUMBER: _ClassVar[int]
+    budgets: _containers.RepeatedCompositeFieldContainer[FleetBudget]
+    redis_reachable: bool
+    replicas: _containers.RepeatedCompositeFieldContainer[FleetReplica]
+    self: str
+    def __init__(self, self_: _Optional[str] = ..., redis_reachable: bool = ..., replicas: _Optional[_Iterable[_Union[FleetReplica, _Mapping]]] = ..., budgets: _Optional[_Iterable[_Union[FleetBudget, _Mapping]]] = ...) -> None: ...
+
 class JobStats(_message.Message):
     __slots__ = ["done", "eta", "failed", "id", "items_per_second", "name", "state", "tokens", "tokens_per_second", "total"]
     DONE_FIELD_NUMBER: _ClassVar[int]
@@ -114,20 +172,22 @@ class RequestStats(_message.Message):
     def __init__(self, admitted: _Optional[int] = ..., rejected: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ..., completed_per_second: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., latency_p50: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., latency_p95: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., latency_p99: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class StatsSnapshot(_message.Message):
-    __slots__ = ["backends", "jobs", "lanes", "requests", "streams", "time"]
+    __slots__ = ["backends", "fleet", "jobs", "lanes", "requests", "streams", "time"]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    FLEET_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     LANES_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     backends: _containers.RepeatedCompositeFieldContainer[BackendStats]
+    fleet: FleetStats
     jobs: _containers.RepeatedCompositeFieldContainer[JobStats]
     lanes: _containers.RepeatedCompositeFieldContainer[LaneStats]
     requests: RequestStats
     streams: StreamStats
     time: _timestamp_pb2.Timestamp
-    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[LaneStats, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[BackendStats, _Mapping]]] = ..., streams: _Optional[_Union[StreamStats, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[JobStats, _Mapping]]] = ..., requests: _Optional[_Union[RequestStats, _Mapping]] = ...) -> None: ...
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[LaneStats, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[BackendStats, _Mapping]]] = ..., streams: _Optional[_Union[StreamStats, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[JobStats, _Mapping]]] = ..., requests: _Optional[_Union[RequestStats, _Mapping]] = ..., fleet: _Optional[_Union[FleetStats, _Mapping]] = ...) -> None: ...
 
 class StreamStats(_message.Message):
     __slots__ = ["buffered", "open"]

@@ -30,6 +30,31 @@ public final class AdminProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_batcher_v1_StatsSnapshot_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_FleetStats_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_FleetStats_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_FleetReplica_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_FleetReplica_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_FleetReplica_InfoEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_FleetReplica_InfoEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_FleetBudget_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_FleetBudget_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_FleetBudget_LeasesEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_FleetBudget_LeasesEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_batcher_v1_LaneStats_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -69,7 +94,7 @@ public final class AdminProto {
       "st\0225\n\010interval\030\001 \001(\0132\031.google.protobuf.D" +
       "urationR\010interval\"K\n\022WatchStatsResponse\022" +
       "5\n\010snapshot\030\001 \001(\0132\031.batcher.v1.StatsSnap" +
-      "shotR\010snapshot\"\265\002\n\rStatsSnapshot\022.\n\004time" +
+      "shotR\010snapshot\"\343\002\n\rStatsSnapshot\022.\n\004time" +
       "\030\001 \001(\0132\032.google.protobuf.TimestampR\004time" +
       "\022+\n\005lanes\030\002 \003(\0132\025.batcher.v1.LaneStatsR\005" +
       "lanes\0224\n\010backends\030\003 \003(\0132\030.batcher.v1.Bac" +
@@ -77,51 +102,71 @@ public final class AdminProto {
       "atcher.v1.StreamStatsR\007streams\022(\n\004jobs\030\005" +
       " \003(\0132\024.batcher.v1.JobStatsR\004jobs\0224\n\010requ" +
       "ests\030\006 \001(\0132\030.batcher.v1.RequestStatsR\010re" +
-      "quests\"\243\002\n\tLaneStats\022\022\n\004name\030\001 \001(\tR\004name" +
-      "\022\024\n\005route\030\002 \001(\tR\005route\022\030\n\007backend\030\003 \001(\tR" +
-      "\007backend\022#\n\rqueued_urgent\030\004 \001(\005R\014queuedU" +
-      "rgent\022\037\n\013queued_high\030\005 \001(\005R\nqueuedHigh\022#" +
-      "\n\rqueued_normal\030\006 \001(\005R\014queuedNormal\022\035\n\nq" +
-      "ueued_low\030\007 \001(\005R\tqueuedLow\022+\n\021queued_def" +
-      "errable\030\010 \001(\005R\020queuedDeferrable\022\033\n\tin_fl" +
-      "ight\030\t \001(\005R\010inFlight\"\375\003\n\014BackendStats\022\022\n" +
-      "\004name\030\001 \001(\tR\004name\022\030\n\007breaker\030\002 \001(\tR\007brea" +
-      "ker\022\033\n\tin_flight\030\003 \001(\005R\010inFlight\022+\n\021conc" +
-      "urrency_limit\030\004 \001(\005R\020concurrencyLimit\022\'\n" +
-      "\017max_concurrency\030\005 \001(\005R\016maxConcurrency\022\033" +
-      "\n\trpm_limit\030\006 \001(\001R\010rpmLimit\022\033\n\ttpm_limit" +
-      "\030\007 \001(\001R\010tpmLimit\022\027\n\007rpm_max\030\010 \001(\003R\006rpmMa" +
-      "x\022\027\n\007tpm_max\030\t \001(\003R\006tpmMax\022\031\n\010rpm_used\030\n" +
-      " \001(\001R\007rpmUsed\022\031\n\010tpm_used\030\013 \001(\001R\007tpmUsed" +
-      "\022\024\n\005calls\030\014 \001(\003R\005calls\022\032\n\010requests\030\r \001(\003" +
-      "R\010requests\022!\n\014rate_limited\030\016 \001(\003R\013rateLi" +
-      "mited\022\030\n\007retries\030\017 \001(\003R\007retries\022\034\n\tfallb" +
-      "acks\030\020 \001(\003R\tfallbacks\022\035\n\ndedup_hits\030\021 \001(" +
-      "\003R\tdedupHits\"=\n\013StreamStats\022\022\n\004open\030\001 \001(" +
-      "\005R\004open\022\032\n\010buffered\030\002 \001(\005R\010buffered\"\241\002\n\010" +
-      "JobStats\022\016\n\002id\030\001 \001(\tR\002id\022\022\n\004name\030\002 \001(\tR\004" +
-      "name\022\024\n\005state\030\003 \001(\tR\005state\022\024\n\005total\030\004 \001(" +
-      "\003R\005total\022\022\n\004done\030\005 \001(\003R\004done\022\026\n\006failed\030\006" +
-      " \001(\003R\006failed\022\026\n\006tokens\030\007 \001(\003R\006tokens\022(\n\020" +
-      "items_per_second\030\010 \001(\001R\016itemsPerSecond\022*" +
-      "\n\021tokens_per_second\030\t \001(\001R\017tokensPerSeco" +
-      "nd\022+\n\003eta\030\n \001(\0132\031.google.protobuf.Durati" +
-      "onR\003eta\"\216\003\n\014RequestStats\022\032\n\010admitted\030\001 \001" +
-      "(\003R\010admitted\022\032\n\010rejected\030\002 \001(\003R\010rejected" +
-      "\022\034\n\tcompleted\030\003 \001(\003R\tcompleted\022\026\n\006failed" +
-      "\030\004 \001(\003R\006failed\0220\n\024completed_per_second\030\005" +
-      " \001(\001R\022completedPerSecond\022*\n\021tokens_per_s" +
-      "econd\030\006 \001(\001R\017tokensPerSecond\022:\n\013latency_" +
-      "p50\030\007 \001(\0132\031.google.protobuf.DurationR\nla" +
-      "tencyP50\022:\n\013latency_p95\030\010 \001(\0132\031.google.p" +
-      "rotobuf.DurationR\nlatencyP95\022:\n\013latency_" +
-      "p99\030\t \001(\0132\031.google.protobuf.DurationR\nla" +
-      "tencyP992]\n\014AdminService\022M\n\nWatchStats\022\035" +
-      ".batcher.v1.WatchStatsRequest\032\036.batcher." +
-      "v1.WatchStatsResponse0\001B_\n\030com.batcherhq" +
-      ".batcher.v1B\nAdminProtoP\001Z5github.com/ba" +
-      "tcherhq/batcher/gen/batcher/v1;batcherv1" +
-      "b\006proto3"
+      "quests\022,\n\005fleet\030\007 \001(\0132\026.batcher.v1.Fleet" +
+      "StatsR\005fleet\"\262\001\n\nFleetStats\022\022\n\004self\030\001 \001(" +
+      "\tR\004self\022\'\n\017redis_reachable\030\002 \001(\010R\016redisR" +
+      "eachable\0224\n\010replicas\030\003 \003(\0132\030.batcher.v1." +
+      "FleetReplicaR\010replicas\0221\n\007budgets\030\004 \003(\0132" +
+      "\027.batcher.v1.FleetBudgetR\007budgets\"\243\001\n\014Fl" +
+      "eetReplica\022\016\n\002id\030\001 \001(\tR\002id\022\022\n\004self\030\002 \001(\010" +
+      "R\004self\0226\n\004info\030\003 \003(\0132\".batcher.v1.FleetR" +
+      "eplica.InfoEntryR\004info\0327\n\tInfoEntry\022\020\n\003k" +
+      "ey\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\tR\005value:\0028\001\"" +
+      "\246\003\n\013FleetBudget\022\030\n\007backend\030\001 \001(\tR\007backen" +
+      "d\022\037\n\013rate_factor\030\002 \001(\001R\nrateFactor\022=\n\014pa" +
+      "used_until\030\003 \001(\0132\032.google.protobuf.Times" +
+      "tampR\013pausedUntil\0229\n\nopen_until\030\004 \001(\0132\032." +
+      "google.protobuf.TimestampR\topenUntil\022\031\n\010" +
+      "rpm_left\030\005 \001(\001R\007rpmLeft\022\031\n\010tpm_left\030\006 \001(" +
+      "\001R\007tpmLeft\022\031\n\010rpm_used\030\007 \001(\001R\007rpmUsed\022\031\n" +
+      "\010tpm_used\030\010 \001(\001R\007tpmUsed\022;\n\006leases\030\t \003(\013" +
+      "2#.batcher.v1.FleetBudget.LeasesEntryR\006l" +
+      "eases\0329\n\013LeasesEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024" +
+      "\n\005value\030\002 \001(\005R\005value:\0028\001\"\243\002\n\tLaneStats\022\022" +
+      "\n\004name\030\001 \001(\tR\004name\022\024\n\005route\030\002 \001(\tR\005route" +
+      "\022\030\n\007backend\030\003 \001(\tR\007backend\022#\n\rqueued_urg" +
+      "ent\030\004 \001(\005R\014queuedUrgent\022\037\n\013queued_high\030\005" +
+      " \001(\005R\nqueuedHigh\022#\n\rqueued_normal\030\006 \001(\005R" +
+      "\014queuedNormal\022\035\n\nqueued_low\030\007 \001(\005R\tqueue" +
+      "dLow\022+\n\021queued_deferrable\030\010 \001(\005R\020queuedD" +
+      "eferrable\022\033\n\tin_flight\030\t \001(\005R\010inFlight\"\375" +
+      "\003\n\014BackendStats\022\022\n\004name\030\001 \001(\tR\004name\022\030\n\007b" +
+      "reaker\030\002 \001(\tR\007breaker\022\033\n\tin_flight\030\003 \001(\005" +
+      "R\010inFlight\022+\n\021concurrency_limit\030\004 \001(\005R\020c" +
+      "oncurrencyLimit\022\'\n\017max_concurrency\030\005 \001(\005" +
+      "R\016maxConcurrency\022\033\n\trpm_limit\030\006 \001(\001R\010rpm" +
+      "Limit\022\033\n\ttpm_limit\030\007 \001(\001R\010tpmLimit\022\027\n\007rp" +
+      "m_max\030\010 \001(\003R\006rpmMax\022\027\n\007tpm_max\030\t \001(\003R\006tp" +
+      "mMax\022\031\n\010rpm_used\030\n \001(\001R\007rpmUsed\022\031\n\010tpm_u" +
+      "sed\030\013 \001(\001R\007tpmUsed\022\024\n\005calls\030\014 \001(\003R\005calls" +
+      "\022\032\n\010requests\030\r \001(\003R\010requests\022!\n\014rate_lim" +
+      "ited\030\016 \001(\003R\013rateLimited\022\030\n\007retries\030\017 \001(\003" +
+      "R\007retries\022\034\n\tfallbacks\030\020 \001(\003R\tfallbacks\022" +
+      "\035\n\ndedup_hits\030\021 \001(\003R\tdedupHits\"=\n\013Stream" +
+      "Stats\022\022\n\004open\030\001 \001(\005R\004open\022\032\n\010buffered\030\002 " +
+      "\001(\005R\010buffered\"\241\002\n\010JobStats\022\016\n\002id\030\001 \001(\tR\002" +
+      "id\022\022\n\004name\030\002 \001(\tR\004name\022\024\n\005state\030\003 \001(\tR\005s" +
+      "tate\022\024\n\005total\030\004 \001(\003R\005total\022\022\n\004done\030\005 \001(\003" +
+      "R\004done\022\026\n\006failed\030\006 \001(\003R\006failed\022\026\n\006tokens" +
+      "\030\007 \001(\003R\006tokens\022(\n\020items_per_second\030\010 \001(\001" +
+      "R\016itemsPerSecond\022*\n\021tokens_per_second\030\t " +
+      "\001(\001R\017tokensPerSecond\022+\n\003eta\030\n \001(\0132\031.goog" +
+      "le.protobuf.DurationR\003eta\"\216\003\n\014RequestSta" +
+      "ts\022\032\n\010admitted\030\001 \001(\003R\010admitted\022\032\n\010reject" +
+      "ed\030\002 \001(\003R\010rejected\022\034\n\tcompleted\030\003 \001(\003R\tc" +
+      "ompleted\022\026\n\006failed\030\004 \001(\003R\006failed\0220\n\024comp" +
+      "leted_per_second\030\005 \001(\001R\022completedPerSeco" +
+      "nd\022*\n\021tokens_per_second\030\006 \001(\001R\017tokensPer" +
+      "Second\022:\n\013latency_p50\030\007 \001(\0132\031.google.pro" +
+      "tobuf.DurationR\nlatencyP50\022:\n\013latency_p9" +
+      "5\030\010 \001(\0132\031.google.protobuf.DurationR\nlate" +
+      "ncyP95\022:\n\013latency_p99\030\t \001(\0132\031.google.pro" +
+      "tobuf.DurationR\nlatencyP992]\n\014AdminServi" +
+      "ce\022M\n\nWatchStats\022\035.batcher.v1.WatchStats" +
+      "Request\032\036.batcher.v1.WatchStatsResponse0" +
+      "\001B_\n\030com.batcherhq.batcher.v1B\nAdminProt" +
+      "oP\001Z5github.com/batcherhq/batcher/gen/ba" +
+      "tcher/v1;batcherv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -146,33 +191,63 @@ public final class AdminProto {
     internal_static_batcher_v1_StatsSnapshot_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_StatsSnapshot_descriptor,
-        new java.lang.String[] { "Time", "Lanes", "Backends", "Streams", "Jobs", "Requests", });
-    internal_static_batcher_v1_LaneStats_descriptor =
+        new java.lang.String[] { "Time", "Lanes", "Backends", "Streams", "Jobs", "Requests", "Fleet", });
+    internal_static_batcher_v1_FleetStats_descriptor =
       getDescriptor().getMessageTypes().get(3);
+    internal_static_batcher_v1_FleetStats_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_FleetStats_descriptor,
+        new java.lang.String[] { "Self", "RedisReachable", "Replicas", "Budgets", });
+    internal_static_batcher_v1_FleetReplica_descriptor =
+      getDescriptor().getMessageTypes().get(4);
+    internal_static_batcher_v1_FleetReplica_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_FleetReplica_descriptor,
+        new java.lang.String[] { "Id", "Self", "Info", });
+    internal_static_batcher_v1_FleetReplica_InfoEntry_descriptor =
+      internal_static_batcher_v1_FleetReplica_descriptor.getNestedTypes().get(0);
+    internal_static_batcher_v1_FleetReplica_InfoEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_FleetReplica_InfoEntry_descriptor,
+        new java.lang.String[] { "Key", "Value", });
+    internal_static_batcher_v1_FleetBudget_descriptor =
+      getDescriptor().getMessageTypes().get(5);
+    internal_static_batcher_v1_FleetBudget_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_FleetBudget_descriptor,
+        new java.lang.String[] { "Backend", "RateFactor", "PausedUntil", "OpenUntil", "RpmLeft", "TpmLeft", "RpmUsed", "TpmUsed", "Leases", });
+    internal_static_batcher_v1_FleetBudget_LeasesEntry_descriptor =
+      internal_static_batcher_v1_FleetBudget_descriptor.getNestedTypes().get(0);
+    internal_static_batcher_v1_FleetBudget_LeasesEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_FleetBudget_LeasesEntry_descriptor,
+        new java.lang.String[] { "Key", "Value", });
+    internal_static_batcher_v1_LaneStats_descriptor =
+      getDescriptor().getMessageTypes().get(6);
     internal_static_batcher_v1_LaneStats_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_LaneStats_descriptor,
         new java.lang.String[] { "Name", "Route", "Backend", "QueuedUrgent", "QueuedHigh", "QueuedNormal", "QueuedLow", "QueuedDeferrable", "InFlight", });
     internal_static_batcher_v1_BackendStats_descriptor =
-      getDescriptor().getMessageTypes().get(4);
+      getDescriptor().getMessageTypes().get(7);
     internal_static_batcher_v1_BackendStats_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_BackendStats_descriptor,
         new java.lang.String[] { "Name", "Breaker", "InFlight", "ConcurrencyLimit", "MaxConcurrency", "RpmLimit", "TpmLimit", "RpmMax", "TpmMax", "RpmUsed", "TpmUsed", "Calls", "Requests", "RateLimited", "Retries", "Fallbacks", "DedupHits", });
     internal_static_batcher_v1_StreamStats_descriptor =
-      getDescriptor().getMessageTypes().get(5);
+      getDescriptor().getMessageTypes().get(8);
     internal_static_batcher_v1_StreamStats_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_StreamStats_descriptor,
         new java.lang.String[] { "Open", "Buffered", });
     internal_static_batcher_v1_JobStats_descriptor =
-      getDescriptor().getMessageTypes().get(6);
+      getDescriptor().getMessageTypes().get(9);
     internal_static_batcher_v1_JobStats_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_JobStats_descriptor,
         new java.lang.String[] { "Id", "Name", "State", "Total", "Done", "Failed", "Tokens", "ItemsPerSecond", "TokensPerSecond", "Eta", });
     internal_static_batcher_v1_RequestStats_descriptor =
-      getDescriptor().getMessageTypes().get(7);
+      getDescriptor().getMessageTypes().get(10);
     internal_static_batcher_v1_RequestStats_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_RequestStats_descriptor,

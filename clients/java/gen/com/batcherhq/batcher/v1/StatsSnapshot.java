@@ -271,6 +271,47 @@ private static final long serialVersionUID = 0L;
     return requests_ == null ? com.batcherhq.batcher.v1.RequestStats.getDefaultInstance() : requests_;
   }
 
+  public static final int FLEET_FIELD_NUMBER = 7;
+  private com.batcherhq.batcher.v1.FleetStats fleet_;
+  /**
+   * <pre>
+   * The fleet this replica shares its budgets with; unset when it runs
+   * alone.
+   * </pre>
+   *
+   * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+   * @return Whether the fleet field is set.
+   */
+  @java.lang.Override
+  public boolean hasFleet() {
+    return fleet_ != null;
+  }
+  /**
+   * <pre>
+   * The fleet this replica shares its budgets with; unset when it runs
+   * alone.
+   * </pre>
+   *
+   * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+   * @return The fleet.
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.FleetStats getFleet() {
+    return fleet_ == null ? com.batcherhq.batcher.v1.FleetStats.getDefaultInstance() : fleet_;
+  }
+  /**
+   * <pre>
+   * The fleet this replica shares its budgets with; unset when it runs
+   * alone.
+   * </pre>
+   *
+   * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.FleetStatsOrBuilder getFleetOrBuilder() {
+    return fleet_ == null ? com.batcherhq.batcher.v1.FleetStats.getDefaultInstance() : fleet_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -302,6 +343,9 @@ private static final long serialVersionUID = 0L;
     }
     if (requests_ != null) {
       output.writeMessage(6, getRequests());
+    }
+    if (fleet_ != null) {
+      output.writeMessage(7, getFleet());
     }
     getUnknownFields().writeTo(output);
   }
@@ -335,6 +379,10 @@ private static final long serialVersionUID = 0L;
     if (requests_ != null) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(6, getRequests());
+    }
+    if (fleet_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(7, getFleet());
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -372,6 +420,11 @@ private static final long serialVersionUID = 0L;
       if (!getRequests()
           .equals(other.getRequests())) return false;
     }
+    if (hasFleet() != other.hasFleet()) return false;
+    if (hasFleet()) {
+      if (!getFleet()
+          .equals(other.getFleet())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -406,6 +459,10 @@ private static final long serialVersionUID = 0L;
     if (hasRequests()) {
       hash = (37 * hash) + REQUESTS_FIELD_NUMBER;
       hash = (53 * hash) + getRequests().hashCode();
+    }
+    if (hasFleet()) {
+      hash = (37 * hash) + FLEET_FIELD_NUMBER;
+      hash = (53 * hash) + getFleet().hashCode();
     }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
@@ -576,6 +633,11 @@ private static final long serialVersionUID = 0L;
         requestsBuilder_.dispose();
         requestsBuilder_ = null;
       }
+      fleet_ = null;
+      if (fleetBuilder_ != null) {
+        fleetBuilder_.dispose();
+        fleetBuilder_ = null;
+      }
       return this;
     }
 
@@ -654,6 +716,11 @@ private static final long serialVersionUID = 0L;
         result.requests_ = requestsBuilder_ == null
             ? requests_
             : requestsBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.fleet_ = fleetBuilder_ == null
+            ? fleet_
+            : fleetBuilder_.build();
       }
     }
 
@@ -788,6 +855,9 @@ private static final long serialVersionUID = 0L;
       if (other.hasRequests()) {
         mergeRequests(other.getRequests());
       }
+      if (other.hasFleet()) {
+        mergeFleet(other.getFleet());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -874,6 +944,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 50
+            case 58: {
+              input.readMessage(
+                  getFleetFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 58
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2038,6 +2115,170 @@ private static final long serialVersionUID = 0L;
         requests_ = null;
       }
       return requestsBuilder_;
+    }
+
+    private com.batcherhq.batcher.v1.FleetStats fleet_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.FleetStats, com.batcherhq.batcher.v1.FleetStats.Builder, com.batcherhq.batcher.v1.FleetStatsOrBuilder> fleetBuilder_;
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     * @return Whether the fleet field is set.
+     */
+    public boolean hasFleet() {
+      return ((bitField0_ & 0x00000040) != 0);
+    }
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     * @return The fleet.
+     */
+    public com.batcherhq.batcher.v1.FleetStats getFleet() {
+      if (fleetBuilder_ == null) {
+        return fleet_ == null ? com.batcherhq.batcher.v1.FleetStats.getDefaultInstance() : fleet_;
+      } else {
+        return fleetBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     */
+    public Builder setFleet(com.batcherhq.batcher.v1.FleetStats value) {
+      if (fleetBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        fleet_ = value;
+      } else {
+        fleetBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     */
+    public Builder setFleet(
+        com.batcherhq.batcher.v1.FleetStats.Builder builderForValue) {
+      if (fleetBuilder_ == null) {
+        fleet_ = builderForValue.build();
+      } else {
+        fleetBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     */
+    public Builder mergeFleet(com.batcherhq.batcher.v1.FleetStats value) {
+      if (fleetBuilder_ == null) {
+        if (((bitField0_ & 0x00000040) != 0) &&
+          fleet_ != null &&
+          fleet_ != com.batcherhq.batcher.v1.FleetStats.getDefaultInstance()) {
+          getFleetBuilder().mergeFrom(value);
+        } else {
+          fleet_ = value;
+        }
+      } else {
+        fleetBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     */
+    public Builder clearFleet() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      fleet_ = null;
+      if (fleetBuilder_ != null) {
+        fleetBuilder_.dispose();
+        fleetBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     */
+    public com.batcherhq.batcher.v1.FleetStats.Builder getFleetBuilder() {
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return getFleetFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     */
+    public com.batcherhq.batcher.v1.FleetStatsOrBuilder getFleetOrBuilder() {
+      if (fleetBuilder_ != null) {
+        return fleetBuilder_.getMessageOrBuilder();
+      } else {
+        return fleet_ == null ?
+            com.batcherhq.batcher.v1.FleetStats.getDefaultInstance() : fleet_;
+      }
+    }
+    /**
+     * <pre>
+     * The fleet this replica shares its budgets with; unset when it runs
+     * alone.
+     * </pre>
+     *
+     * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.FleetStats, com.batcherhq.batcher.v1.FleetStats.Builder, com.batcherhq.batcher.v1.FleetStatsOrBuilder> 
+        getFleetFieldBuilder() {
+      if (fleetBuilder_ == null) {
+        fleetBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.batcherhq.batcher.v1.FleetStats, com.batcherhq.batcher.v1.FleetStats.Builder, com.batcherhq.batcher.v1.FleetStatsOrBuilder>(
+                getFleet(),
+                getParentForChildren(),
+                isClean());
+        fleet_ = null;
+      }
+      return fleetBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -143,4 +143,34 @@ public interface StatsSnapshotOrBuilder extends
    * <code>.batcher.v1.RequestStats requests = 6 [json_name = "requests"];</code>
    */
   com.batcherhq.batcher.v1.RequestStatsOrBuilder getRequestsOrBuilder();
+
+  /**
+   * <pre>
+   * The fleet this replica shares its budgets with; unset when it runs
+   * alone.
+   * </pre>
+   *
+   * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+   * @return Whether the fleet field is set.
+   */
+  boolean hasFleet();
+  /**
+   * <pre>
+   * The fleet this replica shares its budgets with; unset when it runs
+   * alone.
+   * </pre>
+   *
+   * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+   * @return The fleet.
+   */
+  com.batcherhq.batcher.v1.FleetStats getFleet();
+  /**
+   * <pre>
+   * The fleet this replica shares its budgets with; unset when it runs
+   * alone.
+   * </pre>
+   *
+   * <code>.batcher.v1.FleetStats fleet = 7 [json_name = "fleet"];</code>
+   */
+  com.batcherhq.batcher.v1.FleetStatsOrBuilder getFleetOrBuilder();
 }
