@@ -41,7 +41,8 @@ type Batcher struct {
 	tenantsMu   sync.Mutex   // serializes SetTenants
 	otherTenant *tenantState // every unconfigured tenant's requests
 
-	runPool sync.Pool // of *batchRun
+	runPool   sync.Pool // of *batchRun
+	tokenPool sync.Pool // of chan struct{} (capacity 1): Do's done channels
 
 	runsMu   sync.Mutex
 	runs     map[*batchRun]struct{} // batches in flight
@@ -149,6 +150,7 @@ func (b *Batcher) resolveTargets(rc *routeConfig) error {
 		}
 		rc.targets = append(rc.targets, target{be: be, model: model})
 	}
+	rc.hot = make([]atomic.Pointer[lane], len(rc.targets))
 	return nil
 }
 
@@ -184,8 +186,19 @@ func (b *Batcher) Pending() int { return int(b.pending.Load()) }
 // The request's deadline is the earliest of ctx's deadline, req.Timeout and
 // the queue timeout. ctx's span, if any, parents the request's span. Submit
 // does not watch ctx for cancellation: call Call.Cancel, or use Do.
-func (b *Batcher) Submit(ctx context.Context, req *Request) (call *Call, err error) {
-	defer b.metrics.submitted(req, &call, &err)
+func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
+	c, err := b.submit(ctx, req, nil)
+	if b.metrics != nil {
+		b.metrics.submitted(req, &c, &err)
+	}
+	return c, err
+}
+
+// submit is Submit. With a nil token the call's done channel is closed on
+// its result, as Call.Done documents; Do passes a pooled channel of
+// capacity 1 instead, which the result is sent on once and which Do, the
+// only receiver, takes back for the next call.
+func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{}) (*Call, error) {
 	rc := b.routes[req.Route]
 	if rc == nil {
 		if req.Route == "" {
@@ -231,6 +244,7 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (call *Call, err err
 	var hold tenantHold
 	ts := b.tenantOf(req)
 	if ts != nil {
+		var err error
 		if hold, err = ts.admit(now, tokens); err != nil {
 			return nil, err
 		}
@@ -255,26 +269,35 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (call *Call, err err
 		due:      now.Add(rc.delays[req.Priority]),
 		tokens:   tokens,
 		heapIdx:  -1,
-		done:     make(chan struct{}),
+		done:     token,
+		token:    token != nil,
+	}
+	if token == nil {
+		c.done = make(chan struct{})
 	}
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
 	}
 	key := keyOf(req, rc, c.target)
-	l, err := b.laneFor(key, rc)
-	if err != nil {
-		b.pending.Add(-1) // not admitted
-		hold.undo(now)
-		if c.span != nil {
-			c.span.End()
+	hot := &rc.hot[c.target]
+	l := hot.Load()
+	if l == nil || l.key != key {
+		var err error
+		if l, err = b.laneFor(key, rc); err != nil {
+			b.pending.Add(-1) // not admitted
+			hold.undo(now)
+			if c.span != nil {
+				c.span.End()
+			}
+			return nil, err
 		}
-		return nil, err
+		hot.Store(l)
 	}
 	if ts != nil {
 		ts.admitted.Add(1)
 	}
 	if req.Sink != nil {
-		c.emit(&Event{Kind: EventQueued, Time: now, Lane: l.name})
+		c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
 	}
 	if dedupable(req) && b.dedup.join(c, key) {
 		rc.targets[c.target].be.stats.dedupHits.Add(1)
@@ -282,6 +305,7 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (call *Call, err err
 	}
 	b.admit.track(c)
 	if !l.push(c) {
+		hot.CompareAndSwap(l, nil) // closed: the next Submit looks it up
 		b.enqueue(c)
 	}
 	return c, nil
@@ -309,17 +333,33 @@ func (b *Batcher) enqueue(c *Call) {
 // Do submits req and waits for its result. When ctx ends first, the request
 // ends with ErrCanceled or ErrDeadline. The error is the result's Err.
 func (b *Batcher) Do(ctx context.Context, req *Request) (Result, error) {
-	c, err := b.Submit(ctx, req)
+	token, _ := b.tokenPool.Get().(chan struct{})
+	if token == nil {
+		token = make(chan struct{}, 1)
+	}
+	c, err := b.submit(ctx, req, token)
+	if b.metrics != nil {
+		b.metrics.submitted(req, &c, &err)
+	}
 	if err != nil {
+		b.tokenPool.Put(token)
 		return Result{Err: err}, err
 	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		c.finish(Result{Err: ctxErr(ctx)}, time.Now())
-		<-c.done
+	if done := ctx.Done(); done == nil {
+		<-token // a plain receive: cheaper than a select
+	} else {
+		select {
+		case <-token:
+		case <-done:
+			c.finish(Result{Err: ctxErr(ctx)}, time.Now())
+			<-token
+		}
 	}
-	return c.result, c.result.Err
+	// finish sent the one token and wrote the result before it; nobody
+	// else receives on token, so it is empty and free again.
+	res := c.result
+	b.tokenPool.Put(token)
+	return res, res.Err
 }
 
 // ctxErr translates ctx's error into the batcher's sentinels.

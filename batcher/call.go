@@ -61,7 +61,8 @@ type Call struct {
 	evMu   sync.Mutex
 	state  atomic.Uint32
 	result Result
-	done   chan struct{}
+	done   chan struct{} // closed on the result; or, when token, sent on once
+	token  bool          // Do's call: done is Do's pooled channel
 }
 
 // Request returns the call's request.
@@ -85,8 +86,14 @@ func (c *Call) Cancel() {
 // pending reports whether the call has no terminal result yet.
 func (c *Call) pending() bool { return c.state.Load() == callPending }
 
+// eventPool holds the Events handed to sinks: an Event is not valid after
+// OnEvent returns (EventSink's contract), so it goes back at once. Most
+// sinks drop most events (a stream that wants completions only), and an
+// allocation each would be their largest cost.
+var eventPool = sync.Pool{New: func() any { return new(Event) }}
+
 // emit sends a progress event, unless the call already ended.
-func (c *Call) emit(ev *Event) {
+func (c *Call) emit(ev Event) {
 	sink := c.req.Sink
 	if sink == nil {
 		return
@@ -94,9 +101,18 @@ func (c *Call) emit(ev *Event) {
 	ev.Request = c.req
 	c.evMu.Lock()
 	if c.pending() {
-		sink.OnEvent(ev)
+		sendEvent(sink, &ev)
 	}
 	c.evMu.Unlock()
+}
+
+// sendEvent hands a pooled copy of ev to sink.
+func sendEvent(sink EventSink, ev *Event) {
+	e := eventPool.Get().(*Event)
+	*e = *ev
+	sink.OnEvent(e)
+	*e = Event{}
+	eventPool.Put(e)
 }
 
 // finish gives the call its terminal result, once; later calls are no-ops.
@@ -121,7 +137,7 @@ func (c *Call) finish(r Result, now time.Time) bool {
 		c.span.End(trace.WithTimestamp(now))
 	}
 	if sink != nil {
-		sink.OnEvent(&Event{Kind: EventDone, Time: now, Request: c.req, Result: &c.result})
+		sendEvent(sink, &Event{Kind: EventDone, Time: now, Request: c.req, Result: &c.result})
 	}
 	// The books first, so that whoever Done wakes sees them settled.
 	if c.queued.Load() {
@@ -137,7 +153,11 @@ func (c *Call) finish(r Result, now time.Time) bool {
 		c.tenant.ended(r.Err)
 	}
 	c.b.callEnded()
-	close(c.done)
+	if c.token {
+		c.done <- struct{}{} // never blocks: capacity 1, sent once
+	} else {
+		close(c.done)
+	}
 	if c.group != nil {
 		c.b.dedup.leave(c, &c.result, now)
 	}

@@ -82,7 +82,7 @@ func (d attemptTimeout) Dispatch(ctx context.Context, b *Batch, out []Response) 
 		rc.expireAfter(timeout)
 		err := d.next.Dispatch(ctx, b, out)
 		if rc.stopExpiry() && err != nil {
-			err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + timeout.Round(time.Millisecond).String(), Err: err}
+			err = attemptTimedOut(timeout, err)
 		}
 		return err
 	}
@@ -90,9 +90,15 @@ func (d attemptTimeout) Dispatch(ctx context.Context, b *Batch, out []Response) 
 	defer cancel()
 	err := d.next.Dispatch(actx, b, out)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
-		err = &UpstreamError{Class: ClassTimeout, Message: "upstream call timed out after " + timeout.Round(time.Millisecond).String(), Err: err}
+		err = attemptTimedOut(timeout, err)
 	}
 	return err
+}
+
+// attemptTimedOut is the error of an attempt that outlived its timeout. Its
+// message is the cause alone: the server prefixes "upstream timed out".
+func attemptTimedOut(timeout time.Duration, err error) error {
+	return &UpstreamError{Class: ClassTimeout, Message: "no answer within the attempt timeout of " + timeout.Round(time.Millisecond).String(), Err: err}
 }
 
 // metricsBackend counts calls and the requests they carry.
@@ -292,8 +298,8 @@ func (r *batchRun) run() {
 		}
 		c.dispatchEvent(r, start)
 		if c.req.Sink != nil {
-			c.emit(&Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
-			c.emit(&Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
+			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
+			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
 		}
 	}
 	r.batch.deadline = last

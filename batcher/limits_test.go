@@ -625,6 +625,29 @@ func TestAttemptTimeoutIsRetried(t *testing.T) {
 	})
 }
 
+// An attempt that outlives its timeout, with no retry left, ends with a
+// ClassTimeout error whose message names the timeout once.
+func TestAttemptTimeoutErrorNamesTheTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := BackendFunc(func(ctx context.Context, b *Batch, out []Response) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		b := newTest(t, be, 1, BatchConfig{MinBatchSize: 1}, withBackend("be", func(c *BackendConfig) {
+			c.AttemptTimeout = time.Second
+			c.Retry = RetryPolicy{MaxRetries: -1}
+		}))
+		_, err := b.Do(context.Background(), req("a", PriorityNormal))
+		var ue *UpstreamError
+		if !errors.As(err, &ue) || ue.Class != ClassTimeout {
+			t.Fatalf("Do = %v, want a ClassTimeout UpstreamError", err)
+		}
+		if want := "no answer within the attempt timeout of 1s"; ue.Message != want {
+			t.Fatalf("message %q, want %q", ue.Message, want)
+		}
+	})
+}
+
 // Lanes waiting for a slot when the breaker opens must fail over at once,
 // not sit until their deadline.
 func TestBreakerOpeningMovesWaitersToFallback(t *testing.T) {

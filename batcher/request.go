@@ -141,10 +141,15 @@ type Request struct {
 	Tenant string
 }
 
+// PolicyMaxRetries in RetryOverride.MaxRetries keeps the backend policy's
+// retry count (to override only the first backoff).
+const PolicyMaxRetries = -1
+
 // RetryOverride overrides parts of a backend's RetryPolicy for one request.
 // Which errors are retryable, the retry budget and the deadline still apply.
 type RetryOverride struct {
-	// MaxRetries replaces the policy's MaxRetries; 0 means no retry.
+	// MaxRetries replaces the policy's MaxRetries; 0 means no retry, and
+	// PolicyMaxRetries (any negative value) keeps the policy's.
 	MaxRetries int
 	// InitialBackoff, when positive, replaces the policy's InitialBackoff
 	// (and raises its MaxBackoff to it if needed).
@@ -159,7 +164,9 @@ func (req *Request) retryPolicy(p *RetryPolicy) *RetryPolicy {
 		return p
 	}
 	q := *p
-	q.MaxRetries = max(o.MaxRetries, 0)
+	if o.MaxRetries >= 0 {
+		q.MaxRetries = o.MaxRetries
+	}
 	if o.InitialBackoff > 0 {
 		q.InitialBackoff = o.InitialBackoff
 		q.MaxBackoff = max(q.MaxBackoff, o.InitialBackoff)

@@ -229,7 +229,7 @@ func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) boo
 	}
 	be.stats.retries[class].Add(1)
 	c.retryEvent(now, class, delay)
-	c.emit(&Event{Kind: EventRetrying, Time: now, Attempt: c.attempts, Delay: delay, Class: class, Err: err})
+	c.emit(Event{Kind: EventRetrying, Time: now, Attempt: c.attempts, Delay: delay, Class: class, Err: err})
 	b.runsMu.Lock()
 	b.retrying[c] = time.AfterFunc(delay, func() { b.requeue(c) })
 	b.runsMu.Unlock()

@@ -18,6 +18,7 @@ func TestRetryOverride(t *testing.T) {
 		{"backend policy", nil, 4},
 		{"no retries", &RetryOverride{MaxRetries: 0}, 1},
 		{"one retry with a long first backoff", &RetryOverride{MaxRetries: 1, InitialBackoff: 30 * time.Second}, 2},
+		{"the policy's retries with a long first backoff", &RetryOverride{MaxRetries: PolicyMaxRetries, InitialBackoff: 30 * time.Second}, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

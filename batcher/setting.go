@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -213,6 +214,10 @@ type routeConfig struct {
 	Route
 	delays  [numPriorities]time.Duration
 	targets []target // the backend, then the fallbacks
+	// hot is, per target, the lane Submit used last: most requests of a
+	// route share one lane, and this spares them the lane map's lock and
+	// hash. Any goroutine may store; a lane found closed is dropped.
+	hot []atomic.Pointer[lane]
 }
 
 type target struct {

@@ -17,7 +17,7 @@ total() { # pprof's "Showing nodes accounting for X" line, in seconds
 }
 all=$(go tool pprof -top "$bin" "$prof" 2>/dev/null | awk '/Total samples/ { v=$NF; sub(/\)$/,"",v); for (i=1;i<=NF;i++) if ($i=="=") { v=$(i+1) } ; if (v ~ /ms$/) { sub(/ms$/,"",v); v/=1000 } else sub(/s$/,"",v); print v; exit }')
 declare -A focus=(
-	[admission]='batcher\.\(\*Batcher\)\.Submit$'
+	[admission]='batcher\.\(\*Batcher\)\.(Submit|submit)$'
 	[lane]='batcher\.\(\*lane\)\.(push|loop|nudge|forget)$|batcher\.\(\*Batcher\)\.laneFor$'
 	[grant]='batcher\.\(\*backendState\)\.(ask|grantLocked|release|settle|giveBack|takeLocked|checkLocked|onSuccess|onRateLimited|observeLocked|drop|acquire|extend|tryLocked)$|batcher\.\(\*lane\)\.(grant|give)$'
 	[cut]='batcher\.\(\*lane\)\.(cutLocked|planLocked|orderLocked|bestLocked|earliestDueLocked|cut|plan|best)$'
@@ -30,7 +30,7 @@ declare -A ignore=(
 	[grant]='^$'
 	[cut]='^$'
 	[dispatch]='batcher\.\(\*Call\)\.finish$|batcher\.\(\*backendState\)\.(release|giveBack|onSuccess|onRateLimited)$'
-	[delivery]='batcher\.\(\*Batcher\)\.Submit$'
+	[delivery]='batcher\.\(\*Batcher\)\.(Submit|submit)$'
 )
 printf "%-10s %10s %8s\n" stage "ns/item" share
 sum=0

@@ -68,6 +68,13 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
 	if err := m.cfg.Store.CreateJob(ctx, j); err != nil {
 		return nil, err
 	}
+	// Held while it is created, so that no process takes it for one
+	// whose creator died (Manager.dropAbandoned).
+	if err := m.cfg.Store.Hold(ctx, j.ID, m.cfg.Owner, m.cfg.Lease); err != nil {
+		c := &Creator{m: m, job: j}
+		c.Abort()
+		return nil, err
+	}
 	return &Creator{m: m, job: j, lay: layoutOf(&spec)}, nil
 }
 

@@ -32,6 +32,10 @@ const (
 	DefaultCommitInterval     = 25 * time.Millisecond
 	DefaultCommitSize         = 1024
 	DefaultPollInterval       = time.Second
+	// DefaultQueueTarget is half the core's default aging step: a job's
+	// requests that wait longer than an aging step in the core's queue
+	// outrank fresh URGENT work there, so a job keeps its backlog below.
+	DefaultQueueTarget = batcher.DefaultAgingStep / 2
 	// MaxGroupRuns bounds a group's runs, MaxGroups a job's groups.
 	MaxGroupRuns = 100
 	MaxGroups    = 32
@@ -62,6 +66,13 @@ type Config struct {
 	// ConcurrentRequests is a job's bound when its spec sets none.
 	// Default DefaultConcurrentRequests.
 	ConcurrentRequests int
+	// QueueTarget is how long a job's requests may wait in the core's
+	// queue before the job admits fewer: each job sizes its requests in
+	// flight to what the backends serve within it (AIMD on the queue wait,
+	// between ConcurrentRequests and minWindow). Set it to half the core's
+	// aging step, so that a job's backlog never ages past fresh URGENT
+	// work. Default DefaultQueueTarget.
+	QueueTarget time.Duration
 	// TTL is how long an ended job is kept; negative: forever. Default
 	// DefaultTTL.
 	TTL time.Duration
@@ -106,6 +117,7 @@ func (c *Config) resolve() error {
 	defD(&c.TTL, DefaultTTL)
 	defD(&c.CommitInterval, DefaultCommitInterval)
 	defD(&c.PollInterval, DefaultPollInterval)
+	defD(&c.QueueTarget, DefaultQueueTarget)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -179,8 +191,27 @@ func (m *Manager) Start(ctx context.Context) error {
 				return fmt.Errorf("jobs: removing the half-created job %s: %w", j.ID, err)
 			}
 		}
+	} else if err := m.dropAbandoned(ctx); err != nil {
+		return err
 	}
 	go m.loop()
+	return nil
+}
+
+// dropAbandoned removes the jobs left VALIDATING by a creator that died:
+// those no process holds (Store.Hold) and created over a lease ago. On a
+// shared store the creator may be another process, alive: its lease tells.
+func (m *Manager) dropAbandoned(ctx context.Context) error {
+	ids, err := m.cfg.Store.Abandoned(ctx, time.Now().Add(-m.cfg.Lease), 1000)
+	if err != nil {
+		return fmt.Errorf("jobs: looking for jobs left half-created: %w", err)
+	}
+	for _, id := range ids {
+		if err := m.cfg.Store.DeleteJob(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("jobs: removing the half-created job %s: %w", id, err)
+		}
+		m.cfg.Logger.Info("jobs: removed a job its creator left half-created", "job", id)
+	}
 	return nil
 }
 
@@ -343,6 +374,11 @@ func (m *Manager) removeRun(id string) {
 }
 
 func (m *Manager) sweep(ctx context.Context) {
+	if !m.cfg.Exclusive {
+		if err := m.dropAbandoned(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Logger.Error("jobs: sweeping", "err", err)
+		}
+	}
 	if m.cfg.TTL < 0 {
 		return
 	}

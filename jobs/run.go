@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,11 @@ const (
 // run runs one job in this process. One goroutine, loop, owns every field
 // below the channels: it claims tasks, submits them, collects their results
 // from the waiters, commits them in groups and appends the output files.
+//
+// A group commit runs on a goroutine of its own while the loop goes on
+// claiming and submitting: the loop hands it the batch (committing) and
+// takes it back from commitDone. At most one commit is in flight, so that
+// the files take the groups in the order the store numbered them.
 type run struct {
 	m   *Manager
 	id  string
@@ -52,7 +58,24 @@ type run struct {
 	stopping bool
 	over     bool // the job ended, was deleted or failed: return
 	tmpl     *template.Template
+
+	// win is the job's window of requests in flight, sized to what the
+	// backends serve within the queue target: it doubles per round while
+	// no request waits past the target (slow start), then grows by one per
+	// round and halves, at most once per target, when one does.
+	win     float64
+	grown   bool // a wait past the target has been seen: no slow start
+	lastCut time.Time
+
+	// committing is the batch of the commit in flight (nil: none); the
+	// commit's goroutine owns it until it reports on commitDone
+	// (capacity 1).
+	committing []Outcome
+	commitDone chan commitResult
 }
+
+// minWindow is the least a job keeps in flight: a batch's worth.
+const minWindow = 8
 
 type inflight struct {
 	call  *batcher.Call
@@ -67,10 +90,15 @@ type finished struct {
 	res batcher.Result
 }
 
+type commitResult struct {
+	outs []Outcome
+	err  error
+}
+
 func newRun(m *Manager, j *Job) *run {
 	r := &run{m: m, id: j.ID, job: j, lay: layoutOf(&j.Spec), results: make(chan finished, 1024),
 		pokeCh: make(chan struct{}, 1), abortCh: make(chan struct{}), done: make(chan struct{}),
-		calls: map[int64]*inflight{}}
+		calls: map[int64]*inflight{}, win: minWindow, commitDone: make(chan commitResult, 1)}
 	if jd := j.Spec.Judge; jd != nil {
 		r.tmpl, _ = template.New("judge").Option("missingkey=zero").Parse(jd.PromptTemplate) // validated at creation
 	}
@@ -116,6 +144,7 @@ func (r *run) loop() {
 		return
 	}
 	defer r.out.close()
+	defer r.dropCommit()
 	r.exported = r.out.pos
 	r.behind = true // the store may hold lines the files lack (invalid items, a crash)
 	var expiry <-chan time.Time
@@ -150,6 +179,11 @@ func (r *run) loop() {
 		select {
 		case f := <-r.results:
 			r.handle(ctx, f)
+		case res := <-r.commitDone:
+			r.committed(res)
+			if len(r.pending) >= r.commitSize() {
+				r.commit(ctx, false)
+			}
 		case <-tick.C:
 			r.commit(ctx, false)
 			if time.Since(lastPoll) >= r.m.cfg.PollInterval {
@@ -179,7 +213,28 @@ func (r *run) loop() {
 
 // limit is how many of the job's tasks may be in flight now.
 func (r *run) limit() int {
-	return min(cmp.Or(r.job.Spec.ConcurrentRequests, r.m.cfg.ConcurrentRequests), r.m.share())
+	return min(r.bound(), r.m.share(), int(math.Ceil(r.win)))
+}
+
+// bound is the job's configured bound of tasks in flight.
+func (r *run) bound() int {
+	return cmp.Or(r.job.Spec.ConcurrentRequests, r.m.cfg.ConcurrentRequests)
+}
+
+// observe adapts the window to a request's wait in the core's queue.
+func (r *run) observe(queued time.Duration, now time.Time) {
+	target := r.m.cfg.QueueTarget
+	switch {
+	case queued > target:
+		if now.Sub(r.lastCut) >= target {
+			r.win, r.grown, r.lastCut = max(minWindow, r.win/2), true, now
+		}
+	case !r.grown:
+		r.win++
+	default:
+		r.win += 1 / r.win
+	}
+	r.win = min(r.win, float64(max(r.bound(), minWindow)))
 }
 
 // fill tops the job's tasks in flight up to its limit: first those claimed
@@ -189,7 +244,7 @@ func (r *run) limit() int {
 // so that a crash redoes at most the job's limit of tasks.
 func (r *run) fill(ctx context.Context) {
 	limit := r.limit()
-	for len(r.backlog) > 0 && len(r.calls)+len(r.pending) < limit {
+	for len(r.backlog) > 0 && r.busy() < limit {
 		if !r.submit(ctx, &r.backlog[0], "") {
 			return
 		}
@@ -198,7 +253,7 @@ func (r *run) fill(ctx context.Context) {
 	if len(r.backlog) > 0 || r.dry {
 		return
 	}
-	busy := len(r.calls) + len(r.pending)
+	busy := r.busy()
 	n := limit - busy
 	// Claim in chunks, not one task at a time.
 	if n <= 0 || (busy > 0 && n < max(1, limit/8)) {
@@ -221,6 +276,10 @@ func (r *run) fill(ctx context.Context) {
 		}
 	}
 }
+
+// busy is how many of the job's tasks count as in flight: from their claim
+// until their result is committed.
+func (r *run) busy() int { return len(r.calls) + len(r.pending) + len(r.committing) }
 
 // submit hands a task to the core. It reports false when the core cannot
 // take it now (queue full, shutting down); a task the core rejects as
@@ -304,7 +363,8 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 	f.model = model
 	req.Route = model
 	if spec.MaxRetries != nil || spec.RetryDelay > 0 {
-		o := &batcher.RetryOverride{MaxRetries: batcher.DefaultMaxRetries, InitialBackoff: spec.RetryDelay}
+		// A spec with only retry_delay keeps the backend's retry count.
+		o := &batcher.RetryOverride{MaxRetries: batcher.PolicyMaxRetries, InitialBackoff: spec.RetryDelay}
 		if spec.MaxRetries != nil {
 			o.MaxRetries = *spec.MaxRetries
 		}
@@ -398,11 +458,17 @@ func (r *run) handle(ctx context.Context, fin finished) {
 			}
 		}
 	}
+	if q := fin.res.Timings.Queued; q > 0 {
+		r.observe(q, time.Now())
+	}
 	r.pending = append(r.pending, r.outcome(f, fin.res))
-	if len(r.pending) >= min(r.m.cfg.CommitSize, max(r.limit()/2, 1)) {
+	if len(r.pending) >= r.commitSize() {
 		r.commit(ctx, false)
 	}
 }
+
+// commitSize is how many results start a group commit before the tick.
+func (r *run) commitSize() int { return min(r.m.cfg.CommitSize, max(r.limit()/2, 1)) }
 
 // outcome turns a result into the task's end.
 func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
@@ -428,31 +494,68 @@ func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
 	return o
 }
 
-// commit records the pending results in one transaction, then appends the
-// output files (at most every 200ms unless force).
+// commit starts recording the pending results in one transaction unless a
+// commit is in flight, and appends the output files (at most every 200ms).
+// With force it waits: when it returns, every pending result is recorded
+// (or failed to be) and written to the files.
 func (r *run) commit(ctx context.Context, force bool) {
-	if len(r.pending) > 0 {
-		if _, err := r.m.cfg.Store.Complete(ctx, r.id, r.m.cfg.Owner, r.pending); err != nil {
-			r.logErr("recording results (kept for the next try)", err)
+	if r.committing != nil {
+		if !force {
 			return
 		}
-		if !r.writeDirect() {
-			r.behind = true
+		r.committed(<-r.commitDone)
+	}
+	if len(r.pending) > 0 {
+		outs := r.pending
+		r.pending = make([]Outcome, 0, cap(outs))
+		r.committing = outs
+		go func() {
+			_, err := r.m.cfg.Store.Complete(ctx, r.id, r.m.cfg.Owner, outs)
+			r.commitDone <- commitResult{outs, err}
+		}()
+		if !force {
+			return
 		}
-		clear(r.pending)
-		r.pending = r.pending[:0]
-		r.dry, r.checked = false, false
+		if !r.committed(<-r.commitDone) {
+			return
+		}
 	}
 	if force || (r.behind && time.Since(r.lastOut) >= 200*time.Millisecond) {
 		r.export(ctx)
 	}
 }
 
-// writeDirect appends the outcomes just committed to the files without
-// reading them back, when they directly follow what the files hold (no
-// other process committed in between). It reports whether it did.
-func (r *run) writeDirect() bool {
-	outs := r.pending
+// committed takes back the batch of the commit that ended: written to the
+// files or, when the commit failed, pending again. It reports whether the
+// commit succeeded.
+func (r *run) committed(res commitResult) bool {
+	r.committing = nil
+	if res.err != nil {
+		r.logErr("recording results (kept for the next try)", res.err)
+		r.pending = append(res.outs, r.pending...)
+		return false
+	}
+	if !r.writeDirect(res.outs) {
+		r.behind = true
+	}
+	r.dry, r.checked = false, false
+	return true
+}
+
+// dropCommit waits for the commit in flight, if any, when the loop returns
+// without a final commit (the job was deleted or failed): the store keeps
+// what it recorded, and the files catch up at the next run.
+func (r *run) dropCommit() {
+	if r.committing != nil {
+		<-r.commitDone
+		r.committing = nil
+	}
+}
+
+// writeDirect appends outs, just committed, to the files without reading
+// them back, when they directly follow what the files hold (no other
+// process committed in between). It reports whether it did.
+func (r *run) writeDirect(outs []Outcome) bool {
 	if r.behind || r.over || outs[0].DoneSeq != r.exported+1 {
 		return false
 	}
@@ -541,6 +644,12 @@ func (r *run) poll(ctx context.Context) {
 	}
 	if j.State == StateCancelling && r.ending == endNone {
 		r.ending, r.needEnd = endCancel, true
+		// Cancelling stops the spending: requests in flight end now
+		// (cancelled, unless their answer is already in), not when
+		// their upstream calls return.
+		for _, f := range r.calls {
+			f.call.Cancel()
+		}
 	}
 	if r.ending != endNone {
 		r.needEnd = true // another process may have returned claims meanwhile

@@ -28,6 +28,34 @@ type sqlStore struct {
 	// PostgreSQL, whose statistics lag a running job, the planner scans
 	// the primary key and filters). Guarded by mu.
 	from map[string]int64
+	// rescanned holds, per job, when a short claim last sent the next
+	// one back to the start. Guarded by mu.
+	rescanned map[string]time.Time
+}
+
+// rescanEvery bounds how often a short claim sends the job's next claim
+// back to the start: at a job's tail every claim is short, and a scan from
+// the start walks every finished task (and, on PostgreSQL, the dead index
+// entries they left behind).
+const rescanEvery = time.Second
+
+// shortClaim notes a claim that found fewer tasks than asked from the
+// hint: tasks may have gone back below it (another process's lease ended),
+// so the next claim looks from the start, unless one did within
+// rescanEvery.
+func (s *sqlStore) shortClaim(jobID string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.rescanned[jobID]) < rescanEvery {
+		return
+	}
+	if s.rescanned == nil {
+		s.rescanned = make(map[string]time.Time)
+	}
+	s.rescanned[jobID] = now
+	if _, ok := s.from[jobID]; ok {
+		s.from[jobID] = 0
+	}
 }
 
 // claimFrom returns the Seq a claim of the job may start from.
@@ -295,7 +323,11 @@ func (s *sqlStore) Transition(ctx context.Context, id string, from []State, to S
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		if n, err = res.RowsAffected(); err != nil || n == 0 || !to.Terminal() {
+			return err
+		}
+		// An ended job needs no lease: its holders' rows go.
+		_, err = tx.ExecContext(ctx, s.q(`DELETE FROM leases WHERE job_id = ?`), id)
 		return err
 	})
 	if err == nil && n > 0 && to == StateQueued && s.d.analyze != "" {
@@ -406,6 +438,10 @@ func (s *sqlStore) ListJobs(ctx context.Context, state State, after string, limi
 }
 
 func (s *sqlStore) DeleteJob(ctx context.Context, id string) error {
+	s.mu.Lock()
+	delete(s.from, id)
+	delete(s.rescanned, id)
+	s.mu.Unlock()
 	return s.write(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM jobs WHERE id = ?`), id)
 		if err != nil {
@@ -417,6 +453,9 @@ func (s *sqlStore) DeleteJob(ctx context.Context, id string) error {
 			return fmt.Errorf("%w: %q", ErrNotFound, id)
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM job_groups WHERE job_id = ?`), id); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM leases WHERE job_id = ?`), id); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, s.q(`DELETE FROM tasks WHERE job_id = ?`), id)
@@ -433,16 +472,20 @@ func (s *sqlStore) Claim(ctx context.Context, jobID, owner string, n int, lease 
 	var out []Task
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
-		if _, err := s.number(ctx, tx, jobID, 0); err != nil {
-			return err
-		}
+		// The claim takes the job's row only at its end, for the counts:
+		// its tasks are picked with SKIP LOCKED, so claims run beside a
+		// group commit (which holds the job's row throughout, for the
+		// order of done numbers) instead of waiting for it, and no lock
+		// order is broken (the tasks a claim takes are pending ones, which
+		// no transaction holding the job's row waits for).
+		//
 		// The chunk is picked once, in a CTE: as an IN subquery,
 		// PostgreSQL may run it again per row, and with SKIP LOCKED each run
 		// picks other tasks.
-		rows, err := tx.QueryContext(ctx, s.q(`WITH picked AS (SELECT seq FROM tasks WHERE job_id = ? AND state = 0 AND seq >= ? ORDER BY seq LIMIT ?`+s.d.skipLocked+`)
-			UPDATE tasks SET state = 1, lease_owner = ?, lease_until = ?, attempts = attempts + 1
+		rows, err := tx.QueryContext(ctx, s.q(`WITH picked AS (SELECT seq FROM tasks WHERE job_id = ? AND done_seq = 0 AND state = 0 AND seq >= ? ORDER BY seq LIMIT ?`+s.d.skipLocked+`)
+			UPDATE tasks SET state = 1, lease_owner = ?, attempts = attempts + 1
 			FROM picked WHERE tasks.job_id = ? AND tasks.seq = picked.seq
-			RETURNING tasks.seq, item, grp, run, custom_id, line, request, attempts`), jobID, from, n, owner, until, jobID)
+			RETURNING tasks.seq, item, grp, run, custom_id, line, request, attempts`), jobID, from, n, owner, jobID)
 		if err != nil {
 			return err
 		}
@@ -463,15 +506,20 @@ func (s *sqlStore) Claim(ctx context.Context, jobID, owner string, n int, lease 
 		if len(out) == 0 {
 			return nil
 		}
-		return s.apply(ctx, tx, jobID, &d)
+		if err := s.apply(ctx, tx, jobID, &d); err != nil {
+			return err
+		}
+		// The owner's lease on the job, renewed by every claim; its
+		// tasks carry only the owner's name.
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO leases (job_id, owner, until) VALUES (?, ?, ?)
+			ON CONFLICT (job_id, owner) DO UPDATE SET until = excluded.until`), jobID, owner, until)
+		return err
 	})
 	sortTasks(out)
 	switch {
 	case err != nil:
 	case len(out) < n && from > 0:
-		// Short: tasks may have gone back below the hint (another
-		// process's expired lease). Look from the start next time.
-		s.lowerFrom(jobID, -1)
+		s.shortClaim(jobID, time.Now())
 	case len(out) > 0:
 		s.raiseFrom(jobID, out[len(out)-1].Seq+1)
 	}
@@ -490,9 +538,10 @@ func sortTasks(ts []Task) {
 // number reserves n done numbers of the job and returns the one before the
 // first. On PostgreSQL it locks the job's row until the transaction ends,
 // so that done numbers follow commit order across replicas. Every write
-// transaction on a job's tasks calls it first: one lock order (the job,
-// then its tasks) keeps transactions from deadlocking. Should PostgreSQL
-// still report one, write runs the transaction again.
+// transaction that ends or returns a job's tasks calls it first: one lock
+// order (the job, then its tasks) keeps transactions from deadlocking. A
+// claim takes it last (see Claim). Should PostgreSQL still report a
+// deadlock, write runs the transaction again.
 func (s *sqlStore) number(ctx context.Context, tx *sql.Tx, jobID string, n int) (int64, error) {
 	var end int64
 	err := tx.QueryRowContext(ctx, s.q(`UPDATE jobs SET done_seq = done_seq + ? WHERE id = ? RETURNING done_seq`), n, jobID).Scan(&end)
@@ -559,7 +608,7 @@ func (s *sqlStore) EndPending(ctx context.Context, jobID string, state ItemState
 		if _, err := s.number(ctx, tx, jobID, 0); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, s.q(`SELECT seq, grp FROM tasks WHERE job_id = ? AND state IN (0, 6) ORDER BY seq LIMIT ?`+s.d.skipLocked), jobID, n)
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT seq, grp FROM tasks WHERE job_id = ? AND done_seq = 0 AND state IN (0, 6) ORDER BY seq LIMIT ?`+s.d.skipLocked), jobID, n)
 		if err != nil {
 			return err
 		}
@@ -625,30 +674,28 @@ func completeRowsEach(ctx context.Context, s *sqlStore, tx *sql.Tx, jobID string
 }
 
 func (s *sqlStore) Extend(ctx context.Context, owner string, lease time.Duration) error {
-	ids, err := s.runningJobs(ctx)
-	if err != nil {
+	// One row per job the owner claimed from: no task is touched, and no
+	// job's row is locked.
+	until := time.Now().Add(lease).UnixMilli()
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.q(`UPDATE leases SET until = ? WHERE owner = ?`), until, owner)
 		return err
-	}
-	for _, id := range ids {
-		until := time.Now().Add(lease).UnixMilli()
-		err := s.write(ctx, func(tx *sql.Tx) error {
-			if _, err := s.number(ctx, tx, id, 0); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, s.q(`UPDATE tasks SET lease_until = ? WHERE job_id = ? AND state = 1 AND lease_owner = ?`), until, id, owner)
-			return err
-		})
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
-// runningJobs returns the jobs with tasks running, from the counts on the
-// job rows: no scan of tasks.
-func (s *sqlStore) runningJobs(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id FROM jobs WHERE running > 0`)
+func (s *sqlStore) Hold(ctx context.Context, jobID, owner string, lease time.Duration) error {
+	until := time.Now().Add(lease).UnixMilli()
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO leases (job_id, owner, until) VALUES (?, ?, ?)
+			ON CONFLICT (job_id, owner) DO UPDATE SET until = excluded.until`), jobID, owner, until)
+		return err
+	})
+}
+
+func (s *sqlStore) Abandoned(ctx context.Context, before time.Time, n int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id FROM jobs WHERE state = ? AND created_at < ?
+		AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.job_id = jobs.id) ORDER BY created_at LIMIT ?`),
+		int(StateValidating), before.UnixNano(), n)
 	if err != nil {
 		return nil, err
 	}
@@ -665,21 +712,57 @@ func (s *sqlStore) runningJobs(ctx context.Context) ([]string, error) {
 }
 
 func (s *sqlStore) Release(ctx context.Context, owner string, now time.Time) (int, error) {
-	cond, arg := `state = 1 AND lease_until < ?`, any(now.UnixMilli())
+	// The leases to end: those that ran out, or every one of owner's.
+	query, arg := `SELECT job_id, owner FROM leases WHERE until < ?`, any(now.UnixMilli())
 	if owner != "" {
-		cond, arg = `state = 1 AND lease_owner = ?`, owner
+		query, arg = `SELECT job_id, owner FROM leases WHERE owner = ?`, owner
 	}
-	ids, err := s.runningJobs(ctx)
+	type lease struct{ job, owner string }
+	var ended []lease
+	rows, err := s.db.QueryContext(ctx, s.q(query), arg)
 	if err != nil {
 		return 0, err
 	}
+	for rows.Next() {
+		var l lease
+		if err := rows.Scan(&l.job, &l.owner); err != nil {
+			_ = rows.Close()
+			return 0, err
+		}
+		ended = append(ended, l)
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
 	released := 0
-	for _, id := range ids {
+	for _, l := range ended {
 		err := s.write(ctx, func(tx *sql.Tx) error {
-			if _, err := s.number(ctx, tx, id, 0); err != nil {
+			if _, err := s.number(ctx, tx, l.job, 0); errors.Is(err, ErrNotFound) {
+				_, err = tx.ExecContext(ctx, s.q(`DELETE FROM leases WHERE job_id = ?`), l.job)
+				return err
+			} else if err != nil {
 				return err
 			}
-			rows, err := tx.QueryContext(ctx, s.q(`UPDATE tasks SET state = 0, lease_owner = '' WHERE job_id = ? AND `+cond+` RETURNING grp`), id, arg)
+			// Under the job's lock, the lease ends unless its owner renewed
+			// it meanwhile; then its tasks go back.
+			cond, arg := `until < ?`, any(now.UnixMilli())
+			if owner != "" {
+				cond, arg = `1 = 1`, nil
+			}
+			args := []any{l.job, l.owner}
+			if arg != nil {
+				args = append(args, arg)
+			}
+			res, err := tx.ExecContext(ctx, s.q(`DELETE FROM leases WHERE job_id = ? AND owner = ? AND `+cond), args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return err
+			}
+			rows, err := tx.QueryContext(ctx, s.q(`UPDATE tasks SET state = 0, lease_owner = '' WHERE job_id = ? AND state = 1 AND lease_owner = ? RETURNING grp`),
+				l.job, l.owner)
 			if err != nil {
 				return err
 			}
@@ -699,12 +782,13 @@ func (s *sqlStore) Release(ctx context.Context, owner string, now time.Time) (in
 				return err
 			}
 			released += n
-			if n > 0 {
-				s.lowerFrom(id, -1)
+			if n == 0 {
+				return nil
 			}
-			return s.apply(ctx, tx, id, &d)
+			s.lowerFrom(l.job, -1)
+			return s.apply(ctx, tx, l.job, &d)
 		})
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil {
 			return released, err
 		}
 	}
@@ -743,7 +827,9 @@ func (s *sqlStore) Results(ctx context.Context, jobID string, after int64, state
 }
 
 func (s *sqlStore) Done(ctx context.Context, jobID string, after int64, n int) ([]Task, error) {
-	return s.queryTasks(ctx, `SELECT `+taskColumns+` FROM tasks WHERE job_id = ? AND done_seq > ? ORDER BY done_seq LIMIT ?`,
+	// "done_seq > 0" spelled out lets PostgreSQL use its partial index
+	// tasks_done in a generic plan too, where after is a parameter.
+	return s.queryTasks(ctx, `SELECT `+taskColumns+` FROM tasks WHERE job_id = ? AND done_seq > 0 AND done_seq > ? ORDER BY done_seq LIMIT ?`,
 		jobID, after, n)
 }
 

@@ -64,6 +64,14 @@ type Store interface {
 	EndPending(ctx context.Context, jobID string, state ItemState, result []byte, n int) (int, error)
 	// Extend renews the leases owner holds until now+lease.
 	Extend(ctx context.Context, owner string, lease time.Duration) error
+	// Hold gives owner a lease on the job until now+lease without claiming
+	// a task: the creator of a VALIDATING job holds it, so that other
+	// processes can tell a job being created from one whose creator died.
+	// Extend renews it; the job's end, Release or DeleteJob ends it.
+	Hold(ctx context.Context, jobID, owner string, lease time.Duration) error
+	// Abandoned returns up to n jobs still VALIDATING, created before
+	// before, that no owner holds: their creator died or left.
+	Abandoned(ctx context.Context, before time.Time, n int) ([]string, error)
 	// Release puts back to pending the running tasks whose lease ended
 	// before now, or, with owner set, every task owner holds. It returns
 	// how many went back.

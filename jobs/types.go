@@ -76,9 +76,12 @@ type Spec struct {
 	Params batcher.Params `json:"params"`
 	// Priority is PriorityLow or PriorityDeferrable (the default).
 	Priority batcher.Priority `json:"priority"`
-	// MaxRetries, when set, overrides the backend's retry count.
+	// MaxRetries, when set, overrides the backend's retry count (0: no
+	// retry); unset, the item keeps the backend's, also when RetryDelay is
+	// set.
 	MaxRetries *int `json:"max_retries,omitempty"`
-	// RetryDelay, when positive, overrides the backend's first backoff.
+	// RetryDelay, when positive, overrides the backend's first backoff
+	// (alone: with the backend's retry count).
 	RetryDelay time.Duration `json:"retry_delay,omitempty"`
 	// ConcurrentRequests bounds the job's tasks in flight; 0: the
 	// manager's default.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,26 +14,64 @@ import (
 	"github.com/batcherhq/batcher/jobs"
 )
 
-// urgentLatencies times n URGENT requests, one after another.
-func urgentLatencies(t testing.TB, core *batcher.Batcher, n int) []time.Duration {
+// urgentLatencies times n URGENT requests, one after another. For each it
+// also returns how many backend calls began between its submission and the
+// call that carried it (calls counts the calls begun).
+func urgentLatencies(t testing.TB, core *batcher.Batcher, n int, calls *callLog) (lat []time.Duration, overtaken []int) {
 	t.Helper()
-	out := make([]time.Duration, 0, n)
+	lat = make([]time.Duration, 0, n)
 	for i := range n {
+		prompt := fmt.Sprint("urgent ", i)
+		before := calls.begun()
 		start := time.Now()
 		_, err := core.Do(context.Background(), &batcher.Request{Route: "chat", Priority: batcher.PriorityUrgent,
-			Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: fmt.Sprint("urgent ", i)}}}})
+			Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: prompt}}}})
 		if err != nil {
 			t.Fatalf("urgent request: %v", err)
 		}
-		out = append(out, time.Since(start))
+		lat = append(lat, time.Since(start))
+		overtaken = append(overtaken, calls.carrier(prompt)-before-1)
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(lat)
+	return lat, overtaken
+}
+
+// callLog numbers a backend's calls and notes which call carried each
+// URGENT prompt.
+type callLog struct {
+	mu    sync.Mutex
+	n     int
+	urged map[string]int
+	next  batcher.Backend
+}
+
+func (l *callLog) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher.Response) error {
+	l.mu.Lock()
+	l.n++
+	for _, r := range b.Requests {
+		if m := r.Input.Messages; len(m) > 0 && strings.HasPrefix(m[0].Content, "urgent ") {
+			l.urged[m[0].Content] = l.n
+		}
+	}
+	l.mu.Unlock()
+	return l.next.Dispatch(ctx, b, out)
+}
+
+func (l *callLog) begun() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+func (l *callLog) carrier(prompt string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.urged[prompt]
 }
 
 func pct(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(float64(len(d))*p))] }
 
-// Online URGENT work keeps its latency while a job saturates the backend:
+// Online URGENT work is not queued behind a job that saturates the backend:
 // the job's items go at DEFERRABLE priority, and the core holds a share of
 // its capacity for URGENT and HIGH.
 func TestUrgentLatencyWhileAJobRuns(t *testing.T) {
@@ -39,9 +79,10 @@ func TestUrgentLatencyWhileAJobRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	calls := &callLog{urged: map[string]int{}, next: p}
 	core, err := batcher.New(
 		batcher.WithQueueCapacity(20_000),
-		batcher.WithBackend(batcher.BackendConfig{Name: "sim", Backend: p, MaxConcurrency: 1}),
+		batcher.WithBackend(batcher.BackendConfig{Name: "sim", Backend: calls, MaxConcurrency: 1}),
 		batcher.WithRoute(batcher.Route{Name: "chat", Op: batcher.OpChat, Backend: "sim",
 			Batch: batcher.BatchConfig{MaxBatchSize: 8, MinBatchSize: 1, Window: time.Millisecond, MaxWait: 50 * time.Millisecond}}),
 	)
@@ -63,7 +104,7 @@ func TestUrgentLatencyWhileAJobRuns(t *testing.T) {
 		_ = core.Shutdown(ctx)
 	}()
 	const samples = 40
-	idle := urgentLatencies(t, core, samples)
+	idle, _ := urgentLatencies(t, core, samples, calls)
 
 	c, err := m.Begin(t.Context(), jobs.Spec{Model: "chat"})
 	if err != nil {
@@ -78,34 +119,33 @@ func TestUrgentLatencyWhileAJobRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the job fills the backend: one slot of 8 items, so 100
-	// pending means a queue behind it. The backend is small so that the
-	// job's feeder (slow under -race on a loaded machine) can outrun it.
-	for core.Pending() < 100 {
+	// Wait until the job keeps the backend busy: its window has opened
+	// past a batch and the one slot is taken in turn by its batches.
+	base := calls.begun() // the idle samples' calls
+	for calls.begun() < base+20 {
 		if pg, _, _ := m.Progress(t.Context(), j.ID); pg.Counts.Ended() == pg.Counts.Total {
-			t.Fatalf("the job ended (%d items) before it filled the core's queue (%d pending)", pg.Counts.Total, core.Pending())
+			t.Fatalf("the job ended (%d items) before it kept the backend busy", pg.Counts.Total)
 		}
 		select {
 		case <-t.Context().Done():
-			t.Fatal("the job never filled the queue")
+			t.Fatal("the job never kept the backend busy")
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	busy := urgentLatencies(t, core, samples)
+	busy, overtaken := urgentLatencies(t, core, samples, calls)
 	pg, _, _ := m.Progress(t.Context(), j.ID)
 	t.Logf("URGENT p50/p99 idle %v/%v, while the job runs %v/%v (job: %d of %d done, %d in the core's queue)",
 		pct(idle, 0.5), pct(idle, 0.99), pct(busy, 0.5), pct(busy, 0.99), pg.Counts.Ended(), pg.Counts.Total, core.Pending())
 	if pg.Counts.Ended() == pg.Counts.Total {
 		t.Fatal("the job ended before the busy samples: make it longer")
 	}
-	// The median is the robust check on a shared test machine; the p99
-	// bound is loose (one slow scheduling slot is the p99 of 40 samples).
-	// With one slot, an URGENT request that comes just after the job took it
-	// waits one whole call: 2× idle is the worst case by construction, so
-	// the bound allows half a call of scheduling noise on top. BENCHMARKS.md
-	// has the measured figures (with a 10-slot backend).
-	if pct(busy, 0.5) > 2*pct(idle, 0.5)+25*time.Millisecond || pct(busy, 0.99) > 10*pct(idle, 0.99)+50*time.Millisecond {
-		t.Fatalf("URGENT p50/p99 %v/%v while the job runs, against %v/%v idle", pct(busy, 0.5), pct(busy, 0.99), pct(idle, 0.5), pct(idle, 0.99))
+	// What priority promises, independent of the machine's speed: an URGENT
+	// request does not queue behind the job. Between its submission and the
+	// call that carries it, at most the call in flight and one batch formed
+	// for the slot may start — not the 100-odd items queued behind them.
+	// (Latency is a benchmark's to measure: BENCHMARKS.md has the figures.)
+	if worst := slices.Max(overtaken); worst > 2 {
+		t.Fatalf("an URGENT request waited behind %d job calls (all: %v); want at most 2", worst, overtaken)
 	}
 	if _, err := m.Cancel(t.Context(), j.ID); err != nil {
 		t.Fatal(err)

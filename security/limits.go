@@ -51,6 +51,12 @@ type Limits struct {
 	// MaxConnectionIdle closes a connection without RPCs for that long;
 	// 0: never.
 	MaxConnectionIdle time.Duration
+	// MaxConnectionAge sends a connection a GOAWAY once it is that old
+	// (grpc-go adds up to 10% jitter), so that clients balancing over a
+	// headless Service re-resolve and reach replicas added since they
+	// connected. The RPCs open on it go on to their end: there is no grace
+	// deadline that would cut a long stream. 0: never.
+	MaxConnectionAge time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -82,6 +88,10 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 	if idle <= 0 {
 		idle = time.Duration(math.MaxInt64)
 	}
+	age := l.MaxConnectionAge
+	if age <= 0 {
+		age = time.Duration(math.MaxInt64)
+	}
 	streams := uint32(math.MaxUint32)
 	if l.MaxConcurrentStreams > 0 {
 		streams = uint32(min(l.MaxConcurrentStreams, math.MaxUint32))
@@ -93,6 +103,9 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: idle,
+			MaxConnectionAge:  age,
+			// Grace left at its default, infinite: a stream outlives its
+			// connection's GOAWAY.
 			Time:              l.KeepaliveTime,
 			Timeout:           l.KeepaliveTimeout,
 		}),

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"google.golang.org/grpc"
@@ -25,7 +26,8 @@ import (
 // messages fail as before.
 type decodeCodec struct {
 	encoding.CodecV2
-	bad sync.Map // proto message pointer -> its decoding error, until an interceptor takes it
+	bad  sync.Map     // proto message pointer -> its decoding error, until an interceptor takes it
+	nbad atomic.Int64 // entries in bad: take skips the map while it is 0
 }
 
 func newDecodeCodec() *decodeCodec {
@@ -39,6 +41,7 @@ func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	switch v.(type) {
 	case *batcherv1.SubmitRequest, *batcherv1.SubmitStreamRequest:
+		c.nbad.Add(1) // before the entry: take never misses it
 		c.bad.Store(v, err)
 		return nil
 	}
@@ -52,10 +55,16 @@ func (c *decodeCodec) take(m any) *status.Status {
 	default:
 		return nil
 	}
+	// Unmarshal stored the entry on this goroutine's message before the
+	// interceptor runs, so a zero count means no entry for m.
+	if c.nbad.Load() == 0 {
+		return nil
+	}
 	err, ok := c.bad.LoadAndDelete(m)
 	if !ok {
 		return nil
 	}
+	c.nbad.Add(-1)
 	return status.New(codes.InvalidArgument, "message does not decode as a "+messageName(m)+": "+err.(error).Error())
 }
 

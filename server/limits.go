@@ -51,72 +51,118 @@ func (c *config) checkLimits() []error {
 }
 
 // budget is the server-wide count of answers owed on streams.
+//
+// A stream's receiver that finds the budget spent waits in a FIFO queue;
+// each token given back wakes one waiter, not all of them: with a thousand
+// streams waiting, waking every one on every release turned each answer
+// sent into a thousand wake-ups and a convoy on mu, which slowed the
+// server's reading of everyone's requests (and so held their bytes in
+// gRPC's receive buffers longer). A stream whose own tokens fall below the
+// floor is woken through its own channel, whatever its place in the queue.
 type budget struct {
 	max  int64
 	used atomic.Int64
 
-	mu      sync.Mutex
-	waiters int
-	freed   chan struct{} // closed and replaced when tokens come back to waiters
+	mu    sync.Mutex
+	queue []chan struct{} // waiters in arrival order; each channel has capacity 1
 }
 
 func newBudget(max int) *budget {
-	return &budget{max: int64(max), freed: make(chan struct{})}
+	return &budget{max: int64(max)}
+}
+
+// tryTake takes a token when used is under max.
+func (b *budget) tryTake() bool {
+	for {
+		u := b.used.Load()
+		if u >= b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+1) {
+			return true
+		}
+	}
 }
 
 // acquire takes a token for a stream that holds held tokens: at once below
-// the floor, else once used is under max. It returns false when done ends
-// first.
-func (b *budget) acquire(held *atomic.Int64, done1, done2 <-chan struct{}) bool {
+// the floor, else once used is under max. wake is the stream's own
+// capacity-1 channel: release sends on it when its turn comes, and the
+// stream's sender when held falls below the floor. It returns false when
+// done1 or done2 ends first.
+func (b *budget) acquire(held *atomic.Int64, wake chan struct{}, done1, done2 <-chan struct{}) bool {
 	for {
 		if held.Load() < streamFloor {
 			b.used.Add(1)
 			return true
 		}
-		if u := b.used.Load(); u < b.max {
-			if b.used.CompareAndSwap(u, u+1) {
-				return true
-			}
-			continue
+		if b.tryTake() {
+			return true
 		}
 		b.mu.Lock()
 		if b.used.Load() < b.max || held.Load() < streamFloor {
 			b.mu.Unlock()
 			continue
 		}
-		b.waiters++
-		ch := b.freed
+		select { // a stale signal from an earlier wait
+		case <-wake:
+		default:
+		}
+		b.queue = append(b.queue, wake)
 		b.mu.Unlock()
+		var ok bool
 		select {
-		case <-ch:
+		case <-wake:
+			ok = true
 		case <-done1:
 		case <-done2:
 		}
-		b.mu.Lock()
-		b.waiters--
-		b.mu.Unlock()
-		select {
-		case <-done1:
+		b.leave(wake)
+		if !ok {
 			return false
-		case <-done2:
-			return false
-		default:
 		}
 	}
 }
 
-// release gives back n tokens.
+// leave takes wake out of the queue. When it is no longer there, release
+// chose it; since its owner now retries (and may take a floor token
+// instead, or none), the wake-up is passed on to the next waiter while
+// there is room, so that no token is left with nobody woken for it.
+func (b *budget) leave(wake chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, w := range b.queue {
+		if w == wake {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			return
+		}
+	}
+	if b.used.Load() < b.max {
+		b.wakeLocked(1)
+	}
+}
+
+// release gives back n tokens and wakes as many waiters.
 func (b *budget) release(n int64) {
 	if n <= 0 {
 		return
 	}
 	b.used.Add(-n)
 	b.mu.Lock()
-	if b.waiters > 0 {
-		close(b.freed)
-		b.freed = make(chan struct{})
-	}
+	b.wakeLocked(n)
 	b.mu.Unlock()
+}
+
+// wakeLocked wakes up to n waiters, first come first.
+func (b *budget) wakeLocked(n int64) {
+	for ; n > 0 && len(b.queue) > 0; n-- {
+		w := b.queue[0]
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // PendingMessages reports the answers owed on streams server-wide.
@@ -126,7 +172,7 @@ func (s *Server) PendingMessages() int64 { return s.budget.used.Load() }
 // the stream ends first. A token taken after the stream closed is given
 // back at once (close returned the others).
 func (st *stream) takeBudget() bool {
-	if !st.s.budget.acquire(&st.held, st.stopped, st.ctx.Done()) {
+	if !st.s.budget.acquire(&st.held, st.budgetWake, st.stopped, st.ctx.Done()) {
 		return false
 	}
 	st.held.Add(1)
@@ -141,14 +187,25 @@ func (st *stream) takeBudget() bool {
 }
 
 // dropBudget gives back one of st's server-wide tokens, if it holds any.
-func (st *stream) dropBudget() {
-	for {
+func (st *stream) dropBudget() { st.dropBudgetN(1) }
+
+// dropBudgetN gives back n of st's server-wide tokens, or as many as it
+// holds.
+func (st *stream) dropBudgetN(n int64) {
+	for n > 0 {
 		h := st.held.Load()
 		if h <= 0 {
 			return
 		}
-		if st.held.CompareAndSwap(h, h-1) {
-			st.s.budget.release(1)
+		k := min(h, n)
+		if st.held.CompareAndSwap(h, h-k) {
+			st.s.budget.release(k)
+			if h-k < streamFloor { // below the floor: the receiver may read
+				select {
+				case st.budgetWake <- struct{}{}:
+				default:
+				}
+			}
 			return
 		}
 	}

@@ -76,21 +76,16 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
-// WithTenantFunc names the tenant of each request from its RPC's context
-// (batcherd reads the identity its authentication interceptor put there,
-// security.TenantFrom); the core weighs and limits requests by it
-// (batcher.Request.Tenant). Default none: requests carry no tenant; nil is
-// ignored.
+// WithTenantFunc sets how a call's tenant is named: batcherd passes the
+// tenant its authentication interceptor put in the context. The core weighs
+// and limits requests by it (batcher.Request.Tenant). Default: every
+// request is the anonymous tenant ""; nil is ignored.
 func WithTenantFunc(f func(context.Context) string) Option {
-	return func(c *config) { c.tenantOf = f }
-}
-
-// tenantOf names the tenant of a request made in ctx, or "".
-func (s *Server) tenantOf(ctx context.Context) string {
-	if f := s.cfg.tenantOf; f != nil {
-		return f(ctx)
+	return func(c *config) {
+		if f != nil {
+			c.tenantOf = f
+		}
 	}
-	return ""
 }
 
 type config struct {
@@ -113,7 +108,8 @@ const attrRequestID = attribute.Key("batcher.request.id")
 // newConfig resolves opts, or returns an error naming each invalid one
 // ("stream window: must be at least 1, got 0").
 func newConfig(opts []Option) (config, error) {
-	c := config{window: DefaultStreamWindow, interval: DefaultSummaryInterval}
+	c := config{window: DefaultStreamWindow, interval: DefaultSummaryInterval,
+		tenantOf: func(context.Context) string { return "" }}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -33,14 +33,15 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 	}
 	defer s.exitStream()
 	st := &stream{
-		s:       s,
-		gs:      gs,
-		ctx:     gs.Context(),
-		window:  make(chan struct{}, s.cfg.window),
-		nudge:   make(chan struct{}, 1),
-		ready:   make(chan struct{}),
-		stopped: make(chan struct{}),
-		items:   make(map[string]*item),
+		s:          s,
+		gs:         gs,
+		ctx:        gs.Context(),
+		window:     make(chan struct{}, s.cfg.window),
+		nudge:      make(chan struct{}, 1),
+		ready:      make(chan struct{}),
+		stopped:    make(chan struct{}),
+		budgetWake: make(chan struct{}, 1),
+		items:      make(map[string]*item),
 		// The first message may change it.
 		interval: s.cfg.interval,
 	}
@@ -77,7 +78,8 @@ type stream struct {
 	interval  time.Duration
 	allEvents atomic.Bool // progress events wanted (read by OnEvent)
 
-	held atomic.Int64 // server-wide budget tokens held, one per window token (limits.go)
+	held       atomic.Int64  // server-wide budget tokens held, one per window token (limits.go)
+	budgetWake chan struct{} // capacity 1: the receiver's turn for a budget token (limits.go)
 
 	mu        sync.Mutex
 	out       []*batcherv1.SubmitStreamResponse // to send, in order
@@ -132,16 +134,20 @@ func (st *stream) run() error {
 			return status.FromContextError(st.ctx.Err()).Err()
 		}
 		msgs, end, final, endErr := st.take(shutting)
+		answered := 0
 		for i, m := range msgs {
 			if err := st.gs.Send(m); err != nil {
 				return err
 			}
 			switch m.Kind.(type) {
 			case *batcherv1.SubmitStreamResponse_Completion, *batcherv1.SubmitStreamResponse_Rejection:
-				st.release()
+				answered++
 			}
 			msgs[i] = nil
 		}
+		// One release for the lot: the receiver, and the streams waiting
+		// on the server-wide budget, wake once per take, not per message.
+		st.releaseN(answered)
 		st.giveBack(msgs)
 		if !end {
 			continue
@@ -227,12 +233,21 @@ func (st *stream) close() {
 }
 
 // release gives back a window token and its server-wide budget token.
-func (st *stream) release() {
-	select {
-	case <-st.window:
-		st.dropBudget()
-	default:
+func (st *stream) release() { st.releaseN(1) }
+
+// releaseN gives back n window tokens and their server-wide budget tokens.
+func (st *stream) releaseN(n int) {
+	k := 0
+take:
+	for k < n {
+		select {
+		case <-st.window:
+			k++
+		default:
+			break take
+		}
 	}
+	st.dropBudgetN(int64(k))
 }
 
 // push queues a message for the sender. The caller holds mu.
@@ -413,7 +428,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 		st.reject(ctx, id, bad)
 		return
 	}
-	it.req.Tenant = st.s.tenantOf(ctx)
+	it.req.Tenant = st.s.cfg.tenantOf(ctx)
 	if id == "" {
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return
@@ -508,9 +523,10 @@ func (st *stream) OnEvent(ev *batcher.Event) {
 		st.wake()
 		return
 	}
-	m := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Completion{
-		Completion: completion(ev.Request, ev.Result),
-	}}
+	sc := new(streamCompletion)
+	sc.k.Completion = sc.c.fill(ev.Request, ev.Result)
+	sc.r.Kind = &sc.k
+	m := &sc.r
 	st.mu.Lock()
 	if it := st.items[ev.Request.ID]; it != nil && &it.req == ev.Request {
 		delete(st.items, ev.Request.ID)
@@ -523,6 +539,13 @@ func (st *stream) OnEvent(ev *batcher.Event) {
 	st.pushLocked(m)
 	st.mu.Unlock()
 	st.wake()
+}
+
+// streamCompletion is a stream's Completion message in one allocation.
+type streamCompletion struct {
+	r batcherv1.SubmitStreamResponse
+	k batcherv1.SubmitStreamResponse_Completion
+	c completionMsg
 }
 
 // itemContext returns the context a request is submitted with: the stream's,

@@ -18,7 +18,7 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 	if st := toCore(in.GetRequest(), req); st != nil {
 		return nil, st.Err()
 	}
-	req.Tenant = s.tenantOf(ctx)
+	req.Tenant = s.cfg.tenantOf(ctx)
 	if req.ID == "" {
 		req.ID = s.newID()
 	}
@@ -28,7 +28,15 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 		s.logUnexpected(ctx, st.Code(), req.ID, err)
 		return nil, st.Err()
 	}
-	return &batcherv1.SubmitResponse{Completion: completion(req, &res)}, nil
+	m := new(submitReply)
+	m.r.Completion = m.c.fill(req, &res)
+	return &m.r, nil
+}
+
+// submitReply is a SubmitResponse and its Completion in one allocation.
+type submitReply struct {
+	r batcherv1.SubmitResponse
+	c completionMsg
 }
 
 // logUnexpected logs the cause of a failure whose status hides it.

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -156,20 +159,47 @@ type config struct {
 	routes map[string]bool // nil: every route
 }
 
-func resolve(c Config) (*config, error) {
+// A FieldError is a bad Config setting: the field's path in Go's words
+// (BaseURL, Headers["X-Team"], Pack.MaxItems) and why, starting with
+// "must".
+type FieldError struct {
+	Field, Reason string
+}
+
+func (e *FieldError) Error() string { return "openai: " + e.Field + ": " + e.Reason }
+
+// Validate checks c's settings as New does, without reading the API key
+// from the environment or building anything, so that a program loading a
+// config file can report every bad setting at once under its own names
+// (errors.Join of *FieldError). Whether APIKeyEnv's variable is set is
+// New's to check.
+func Validate(c Config) error {
+	_, err := resolve(c, false)
+	return err
+}
+
+// envNameRE is what a shell accepts as a variable name.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// resolve checks c and fills in its defaults; readKey also reads the API
+// key from the environment, failing when it is empty.
+func resolve(c Config, readKey bool) (*config, error) {
 	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
 	rc := &config{Config: c}
 	switch u, err := url.Parse(c.BaseURL); {
 	case c.BaseURL == "":
-		errs = append(errs, errors.New("openai: BaseURL: must be set"))
+		bad("BaseURL", "must be set, for example https://api.openai.com/v1")
 	case err != nil:
-		errs = append(errs, fmt.Errorf("openai: BaseURL: %w", err))
+		bad("BaseURL", "must be a URL: %v", errors.Unwrap(err))
 	case u.Scheme != "http" && u.Scheme != "https":
-		errs = append(errs, fmt.Errorf("openai: BaseURL: scheme must be http or https, got %q", u.Scheme))
+		bad("BaseURL", "must use scheme http or https, got %q", u.Scheme)
 	case u.Host == "":
-		errs = append(errs, errors.New("openai: BaseURL: must name a host"))
+		bad("BaseURL", "must name a host, got %q", c.BaseURL)
 	case u.User != nil:
-		errs = append(errs, errors.New("openai: BaseURL: must not carry credentials; use APIKeyEnv"))
+		bad("BaseURL", "must not carry credentials: the API key comes from the environment")
 	default:
 		u.Path = strings.TrimSuffix(u.Path, "/")
 		u.RawPath = ""
@@ -177,108 +207,85 @@ func resolve(c Config) (*config, error) {
 		rc.base = u
 	}
 	if c.APIKeyEnv != "" {
-		lookup := c.LookupEnv
-		if lookup == nil {
-			lookup = os.LookupEnv
-		}
-		rc.apiKey, _ = lookup(c.APIKeyEnv)
-		if rc.apiKey == "" {
-			errs = append(errs, fmt.Errorf("openai: APIKeyEnv: environment variable %s is empty or unset", c.APIKeyEnv))
+		if !envNameRE.MatchString(c.APIKeyEnv) {
+			bad("APIKeyEnv", "must be an environment variable name such as OPENAI_API_KEY, got %q", c.APIKeyEnv)
+		} else if readKey {
+			lookup := c.LookupEnv
+			if lookup == nil {
+				lookup = os.LookupEnv
+			}
+			rc.apiKey, _ = lookup(c.APIKeyEnv)
+			if rc.apiKey == "" {
+				errs = append(errs, fmt.Errorf("openai: APIKeyEnv: environment variable %s is empty or unset", c.APIKeyEnv))
+			}
 		}
 	}
 	if rc.APIKeyHeader == "" {
 		rc.APIKeyHeader = "Authorization"
 	}
 	if !httpguts.ValidHeaderFieldName(rc.APIKeyHeader) {
-		errs = append(errs, fmt.Errorf("openai: APIKeyHeader: bad header name %q", rc.APIKeyHeader))
+		bad("APIKeyHeader", "must be an HTTP header name, got %q", rc.APIKeyHeader)
 	}
-	for k, v := range c.Headers {
+	for _, k := range slices.Sorted(maps.Keys(c.Headers)) {
+		field := fmt.Sprintf("Headers[%q]", k)
 		switch {
 		case !httpguts.ValidHeaderFieldName(k):
-			errs = append(errs, fmt.Errorf("openai: Headers: bad header name %q", k))
-		case !httpguts.ValidHeaderFieldValue(v):
-			errs = append(errs, fmt.Errorf("openai: Headers[%s]: value must not hold control characters", k))
-		case http.CanonicalHeaderKey(k) == http.CanonicalHeaderKey(rc.APIKeyHeader) && rc.apiKey != "":
-			errs = append(errs, fmt.Errorf("openai: Headers[%s]: carries the API key; use APIKeyEnv", k))
+			bad(field, "must be an HTTP header name")
+		case !httpguts.ValidHeaderFieldValue(c.Headers[k]):
+			bad(field, "must not hold control characters")
+		case c.APIKeyEnv != "" && http.CanonicalHeaderKey(k) == http.CanonicalHeaderKey(rc.APIKeyHeader):
+			bad(field, "must not be the API key's header: the key comes from the environment variable %s", c.APIKeyEnv)
 		}
 	}
-	if strings.ContainsAny(c.Organization+c.Project, "\r\n") {
-		errs = append(errs, errors.New("openai: Organization, Project: must not hold a line break"))
+	if !httpguts.ValidHeaderFieldValue(c.Organization) {
+		bad("Organization", "must not hold control characters")
 	}
-	if rc.Timeout == 0 {
-		rc.Timeout = DefaultTimeout
+	if !httpguts.ValidHeaderFieldValue(c.Project) {
+		bad("Project", "must not hold control characters")
 	}
-	if rc.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("openai: Timeout: must be positive, got %v", c.Timeout))
-	}
-	if rc.MaxResponseBytes == 0 {
-		rc.MaxResponseBytes = DefaultMaxResponseBytes
-	}
-	if rc.MaxResponseBytes < 0 {
-		errs = append(errs, fmt.Errorf("openai: MaxResponseBytes: must be positive, got %d", c.MaxResponseBytes))
-	}
-	if rc.MaxFanOut == 0 {
-		rc.MaxFanOut = DefaultMaxFanOut
-	}
-	if rc.MaxFanOut < 0 {
-		errs = append(errs, fmt.Errorf("openai: MaxFanOut: must be positive, got %d", c.MaxFanOut))
-	}
-	if rc.MaxIdleConns == 0 {
-		rc.MaxIdleConns = DefaultMaxIdleConns
-	}
-	if rc.MaxIdleConns < 0 {
-		errs = append(errs, fmt.Errorf("openai: MaxIdleConns: must be positive, got %d", c.MaxIdleConns))
-	}
+	// 0 takes the default; below 0 is an error.
+	rc.Timeout = orDefault(rc.Timeout, DefaultTimeout, "Timeout", bad)
+	rc.MaxResponseBytes = orDefault(rc.MaxResponseBytes, DefaultMaxResponseBytes, "MaxResponseBytes", bad)
+	rc.MaxFanOut = orDefault(rc.MaxFanOut, DefaultMaxFanOut, "MaxFanOut", bad)
+	rc.MaxIdleConns = orDefault(rc.MaxIdleConns, DefaultMaxIdleConns, "MaxIdleConns", bad)
+	rc.LogInterval = orDefault(rc.LogInterval, DefaultLogInterval, "LogInterval", bad)
 	switch rc.MaxTokensField {
 	case "":
 		rc.MaxTokensField = "max_tokens"
 	case "max_tokens", "max_completion_tokens":
 	default:
-		errs = append(errs, fmt.Errorf("openai: MaxTokensField: must be max_tokens or max_completion_tokens, got %q", c.MaxTokensField))
+		bad("MaxTokensField", "must be max_tokens or max_completion_tokens, got %q", c.MaxTokensField)
 	}
 	p := &rc.Pack
 	if p.MaxItems == 0 {
 		p.MaxItems = DefaultPackMaxItems
 	}
 	if p.MaxItems < 2 || p.MaxItems > pack.MaxItems {
-		errs = append(errs, fmt.Errorf("openai: Pack.MaxItems: must be 2 to %d, got %d", pack.MaxItems, c.Pack.MaxItems))
+		bad("Pack.MaxItems", "must be 2 to %d, got %d", pack.MaxItems, c.Pack.MaxItems)
 	}
-	if p.MaxTokens == 0 {
-		p.MaxTokens = DefaultPackMaxTokens
-	}
-	if p.MaxTokens < 0 {
-		errs = append(errs, fmt.Errorf("openai: Pack.MaxTokens: must be positive, got %d", c.Pack.MaxTokens))
-	}
+	p.MaxTokens = orDefault(p.MaxTokens, DefaultPackMaxTokens, "Pack.MaxTokens", bad)
+	p.PauseFor = orDefault(p.PauseFor, DefaultPackPauseFor, "Pack.PauseFor", bad)
 	switch p.ResponseFormat {
 	case "":
 		p.ResponseFormat = DefaultResponseFormat
 	case FormatJSONSchema, FormatJSONObject, FormatNone:
 	default:
-		errs = append(errs, fmt.Errorf("openai: Pack.ResponseFormat: must be %s, %s or %s, got %q", FormatJSONSchema, FormatJSONObject, FormatNone, p.ResponseFormat))
+		bad("Pack.ResponseFormat", "must be %s, %s or %s, got %q", FormatJSONSchema, FormatJSONObject, FormatNone, p.ResponseFormat)
 	}
 	if p.PauseAfter == 0 {
 		p.PauseAfter = DefaultPackPauseAfter
 	}
-	if p.PauseFor == 0 {
-		p.PauseFor = DefaultPackPauseFor
-	}
-	if p.PauseFor < 0 {
-		errs = append(errs, fmt.Errorf("openai: Pack.PauseFor: must be positive, got %v", c.Pack.PauseFor))
-	}
 	if rc.Logger == nil {
 		rc.Logger = slog.Default()
-	}
-	if rc.LogInterval == 0 {
-		rc.LogInterval = DefaultLogInterval
-	}
-	if rc.LogInterval < 0 {
-		errs = append(errs, fmt.Errorf("openai: LogInterval: must be positive, got %v", c.LogInterval))
 	}
 	if len(p.Routes) > 0 {
 		rc.routes = make(map[string]bool, len(p.Routes))
 		for i, r := range p.Routes {
-			if r == "" {
-				errs = append(errs, fmt.Errorf("openai: Pack.Routes[%d]: must not be empty", i))
+			switch {
+			case r == "":
+				bad(fmt.Sprintf("Pack.Routes[%d]", i), "must not be empty")
+			case rc.routes[r]:
+				bad(fmt.Sprintf("Pack.Routes[%d]", i), "must not list %q twice", r)
 			}
 			rc.routes[r] = true
 		}
@@ -287,6 +294,17 @@ func resolve(c Config) (*config, error) {
 		rc.Propagator = propagation.TraceContext{}
 	}
 	return rc, errors.Join(errs...)
+}
+
+// orDefault returns v, or def when v is 0, reporting a negative v.
+func orDefault[T int | int64 | time.Duration](v, def T, field string, bad func(string, string, ...any)) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		bad(field, "must not be negative, got %v (0 takes the default, %v)", v, def)
+	}
+	return v
 }
 
 // packs reports whether route's chat batches are packed.

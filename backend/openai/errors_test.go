@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -426,7 +427,7 @@ func TestNewValidates(t *testing.T) {
 		want string
 	}{
 		{openai.Config{}, "BaseURL: must be set"},
-		{openai.Config{BaseURL: "ftp://x"}, "BaseURL: scheme"},
+		{openai.Config{BaseURL: "ftp://x"}, `BaseURL: must use scheme http or https, got "ftp"`},
 		{openai.Config{BaseURL: "http://"}, "BaseURL: must name a host"},
 		{openai.Config{BaseURL: "http://u:p@x"}, "BaseURL: must not carry credentials"},
 		{openai.Config{BaseURL: "http://x", APIKeyEnv: "EMPTY_KEY"}, "APIKeyEnv: environment variable EMPTY_KEY"},
@@ -436,14 +437,17 @@ func TestNewValidates(t *testing.T) {
 		{openai.Config{BaseURL: "http://x", MaxIdleConns: -1}, "MaxIdleConns"},
 		{openai.Config{BaseURL: "http://x", MaxTokensField: "tokens"}, "MaxTokensField"},
 		{openai.Config{BaseURL: "http://x", Headers: map[string]string{"Bad Name": "v"}}, "Headers"},
-		{openai.Config{BaseURL: "http://x", Headers: map[string]string{"X": "a\r\nb"}}, "Headers[X]"},
-		{openai.Config{BaseURL: "http://x", Headers: map[string]string{"X": "a\x01b"}}, "Headers[X]"},
+		{openai.Config{BaseURL: "http://x", Headers: map[string]string{"X": "a\r\nb"}}, `Headers["X"]: must not hold control characters`},
+		{openai.Config{BaseURL: "http://x", Headers: map[string]string{"X": "a\x01b"}}, `Headers["X"]: must not hold control characters`},
 		{openai.Config{BaseURL: "http://x", APIKeyHeader: "X Key"}, "APIKeyHeader"},
 		{openai.Config{BaseURL: "http://x", APIKeyEnv: "K", LookupEnv: func(string) (string, bool) { return "", false }}, "APIKeyEnv"},
 		{openai.Config{BaseURL: "http://x", Pack: openai.PackConfig{MaxItems: 1}}, "Pack.MaxItems"},
 		{openai.Config{BaseURL: "http://x", Pack: openai.PackConfig{MaxTokens: -5}}, "Pack.MaxTokens"},
 		{openai.Config{BaseURL: "http://x", Pack: openai.PackConfig{ResponseFormat: "xml"}}, "Pack.ResponseFormat"},
 		{openai.Config{BaseURL: "http://x", Pack: openai.PackConfig{Routes: []string{""}}}, "Pack.Routes[0]"},
+		{openai.Config{BaseURL: "http://x", Pack: openai.PackConfig{Routes: []string{"a", "a"}}}, `Pack.Routes[1]: must not list "a" twice`},
+		{openai.Config{BaseURL: "http://x", APIKeyEnv: "OPENAI KEY"}, `APIKeyEnv: must be an environment variable name such as OPENAI_API_KEY, got "OPENAI KEY"`},
+		{openai.Config{BaseURL: "http://x", Organization: "a\rb"}, "Organization: must not hold control characters"},
 	}
 	for _, tt := range tests {
 		_, err := openai.New(tt.cfg)
@@ -455,6 +459,25 @@ func TestNewValidates(t *testing.T) {
 	_, err := openai.New(openai.Config{Timeout: -1, MaxFanOut: -1})
 	if err == nil || !strings.Contains(err.Error(), "BaseURL") || !strings.Contains(err.Error(), "Timeout") || !strings.Contains(err.Error(), "MaxFanOut") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// Validate reports New's errors, as *FieldError, without the environment.
+func TestValidateIsNewWithoutTheEnvironment(t *testing.T) {
+	if err := openai.Validate(openai.Config{BaseURL: "http://x", APIKeyEnv: "BATCHER_TEST_UNSET_KEY"}); err != nil {
+		t.Fatalf("Validate read the environment: %v", err)
+	}
+	err := openai.Validate(openai.Config{BaseURL: "http://x", MaxFanOut: -1, Pack: openai.PackConfig{MaxItems: 1}})
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *openai.FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is not a *FieldError", e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	if want := []string{"MaxFanOut", "Pack.MaxItems"}; !slices.Equal(fields, want) {
+		t.Fatalf("fields %v, want %v", fields, want)
 	}
 }
 

@@ -37,7 +37,7 @@ var _ batcher.Backend = (*Backend)(nil)
 // New returns a Backend for cfg, or an error naming every bad field. It
 // reads the API key from cfg.APIKeyEnv now.
 func New(cfg Config) (*Backend, error) {
-	rc, err := resolve(cfg)
+	rc, err := resolve(cfg, true)
 	if err != nil {
 		return nil, err
 	}

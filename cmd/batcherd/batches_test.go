@@ -54,7 +54,7 @@ func TestBatchAPI(t *testing.T) {
 	cfg := writeConfig(t, `
 backends:
   - {name: fast, type: sim}
-  - {name: slow, type: sim, max_concurrency: 1, sim: {base_latency: 2s}}
+  - {name: slow, type: sim, max_concurrency: 1, sim: {base_latency: 10m}}
 routes:
   - {name: sim-chat, operation: chat, backend: fast}
   - {name: slow-chat, operation: chat, backend: slow, batching: {max_batch_size: 2}}
@@ -129,7 +129,8 @@ routes:
 		t.Errorf("output holds %d custom ids, want %d", len(seen), n)
 	}
 
-	// Cancel a batch on the slow model: it cannot have completed.
+	// Cancel a batch on the slow model (10 min a call): it cannot have
+	// completed, however slow the machine.
 	slow, err := c.Batches.New(ctx, openai.BatchNewParams{InputFileID: upload(batchInput("slow-chat", 20)),
 		Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
 	if err != nil {

@@ -120,7 +120,8 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 		t.Fatalf("only %d queries found in the dashboard", len(qs))
 	}
 
-	o := startObserved(t, "--stats-interval=100ms")
+	// With a data dir, so that the jobs panels' series exist.
+	o := startObserved(t, "--stats-interval=100ms", "--data-dir="+t.TempDir())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	wait := load(ctx, t, o.addr, 4)
 	wait()

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,17 +57,42 @@ func newUpstream(t *testing.T, latency time.Duration) *upstream {
 // buildBatcherd builds the binary into a test directory.
 func buildBatcherd(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool to build batcherd")
+	built.once.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			built.skip = "no go tool to build batcherd"
+			return
+		}
+		if built.dir, built.err = os.MkdirTemp("", "batcherd-test-"); built.err != nil {
+			return
+		}
+		bin := filepath.Join(built.dir, "batcherd")
+		// A build may queue behind other packages' tests on a loaded
+		// machine: its bound is generous, and it runs once per package.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		built.bin = bin
+	})
+	switch {
+	case built.skip != "":
+		t.Skip(built.skip)
+	case built.err != nil:
+		t.Fatal(built.err)
 	}
-	bin := filepath.Join(t.TempDir(), "batcherd")
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return built.bin
+}
+
+// built is the batcherd binary the tests share, built on first use and
+// removed by TestMain.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	skip     string
+	err      error
 }
 
 // daemon is a running batcherd binary.

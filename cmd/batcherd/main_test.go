@@ -31,7 +31,21 @@ import (
 	"github.com/batcherhq/batcher/llmsim"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(withBuiltRemoved{m})
+}
+
+// withBuiltRemoved removes the shared batcherd binary after the tests.
+type withBuiltRemoved struct{ m *testing.M }
+
+func (w withBuiltRemoved) Run() int {
+	defer func() {
+		if built.dir != "" {
+			_ = os.RemoveAll(built.dir)
+		}
+	}()
+	return w.m.Run()
+}
 
 // testTimeout bounds each test's waits, so that a bug fails the test
 // instead of hanging it.
@@ -187,17 +201,10 @@ func TestEndToEndGracefulShutdown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool to build batcherd")
-	}
+	bin := buildBatcherd(t)
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "batcherd")
-	if out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	cfgFile := filepath.Join(dir, "batcherd.yaml")
 	if err := os.WriteFile(cfgFile, []byte(e2eConfig), 0o600); err != nil {
 		t.Fatal(err)

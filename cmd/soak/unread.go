@@ -122,7 +122,10 @@ func runUnread(ctx context.Context, dir, bin string, streams, perStream int, unl
 	peak := w.end()
 	after := sample{rss: rssMiB(pid), goroutines: goroutines(debug)}
 	if path := os.Getenv("SOAK_HEAP_PROFILE"); path != "" {
-		saveHeap(debug, path)
+		saveProfile(debug, "heap", path)
+	}
+	if path := os.Getenv("SOAK_GOROUTINE_PROFILE"); path != "" {
+		saveProfile(debug, "goroutine?debug=1", path)
 	}
 	scancel()
 	wg.Wait()
@@ -151,18 +154,19 @@ func unreadReq(id string) *batcherv1.Request {
 	}}}
 }
 
-// saveHeap writes batcherd's heap profile to path (SOAK_HEAP_PROFILE), for
-// go tool pprof.
-func saveHeap(debug, path string) {
-	res, err := http.Get("http://" + debug + "/debug/pprof/heap")
+// saveProfile writes one of batcherd's profiles to path: the heap
+// (SOAK_HEAP_PROFILE, for go tool pprof) or the goroutines, as text
+// (SOAK_GOROUTINE_PROFILE).
+func saveProfile(debug, name, path string) {
+	res, err := http.Get("http://" + debug + "/debug/pprof/" + name)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "heap profile:", err)
+		fmt.Fprintln(os.Stderr, "profile:", err)
 		return
 	}
 	defer func() { _ = res.Body.Close() }()
 	f, err := os.Create(path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "heap profile:", err)
+		fmt.Fprintln(os.Stderr, "profile:", err)
 		return
 	}
 	_, _ = io.Copy(f, res.Body)

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) jobs.Store) {
 		{"JudgeWaitsForRuns", testJudgeWaitsForRuns},
 		{"Transition", testTransition},
 		{"Delete", testDelete},
+		{"Abandoned", testAbandoned},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })
 	}
@@ -542,5 +543,42 @@ func testDelete(t *testing.T, s jobs.Store) {
 	}
 	if err := s.DeleteJob(ctx, id); !errors.Is(err, jobs.ErrNotFound) {
 		t.Fatalf("second delete = %v, want ErrNotFound", err)
+	}
+}
+
+func testAbandoned(t *testing.T, s jobs.Store) {
+	ctx := t.Context()
+	held, left := newJob(t, s, 1), newJob(t, s, 1)
+	if err := s.Hold(ctx, held, "creator", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	abandoned := func(before time.Time) []string {
+		t.Helper()
+		ids, err := s.Abandoned(ctx, before, 10_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	later := time.Now().Add(time.Hour)
+	if ids := abandoned(later); !slices.Contains(ids, left) || slices.Contains(ids, held) {
+		t.Fatalf("Abandoned = %v, want %s (no holder) and not %s (held)", ids, left, held)
+	}
+	if ids := abandoned(time.Now().Add(-time.Hour)); slices.Contains(ids, left) {
+		t.Fatalf("Abandoned listed %s, created after the bound", left)
+	}
+	// The creator dies: its lease runs out and is released.
+	if _, err := s.Release(ctx, "", later); err != nil {
+		t.Fatal(err)
+	}
+	if ids := abandoned(later); !slices.Contains(ids, held) {
+		t.Fatalf("Abandoned = %v, want %s once its holder's lease ended", ids, held)
+	}
+	// A queued job is never abandoned.
+	if err := s.Transition(ctx, left, []jobs.State{jobs.StateValidating}, jobs.StateQueued, ""); err != nil {
+		t.Fatal(err)
+	}
+	if ids := abandoned(later); slices.Contains(ids, left) {
+		t.Fatalf("Abandoned listed the queued job %s", left)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -51,6 +52,9 @@ type HTTP struct {
 
 // The settings the environment and flags may set for the front door and
 // the data directory; registered with the others.
+// envNameRE is what a shell accepts as a variable name.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 var httpSettings = []setting{
 	{"http.listen", "http-listen", "BATCHER_HTTP_LISTEN", `OpenAI-compatible HTTP listen address, host:port, or "off"`, func(c *Config, v string) error { c.HTTP.Listen = v; return nil }},
 }

@@ -5,17 +5,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batcherhq/batcher/backend/openai"
-	"github.com/batcherhq/batcher/backend/openai/pack"
 )
 
 // OpenAI configures a backend of type openai (package backend/openai): an
@@ -93,100 +91,24 @@ type TLS struct {
 	KeyFile  string `yaml:"key_file"`
 }
 
-var (
-	// envNameRE is what a shell accepts as a variable name.
-	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	// tokenRE is an HTTP header name (RFC 9110 token).
-	tokenRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-)
-
-// validate checks o as openai.New would, so that errors name their YAML
-// paths, and checks what openai.New cannot see: that pack.routes name chat
-// routes served by this backend. path is "backends[i].openai". The API
-// key's presence in the environment is checked by checkEnv.
+// validate has openai.Validate check o, adding each error under its YAML
+// path (path is "backends[i].openai"), and checks what the package cannot
+// see: that pack.routes name chat routes served by this backend, and the
+// TLS section. Whether api_key_env's variable is set is checkEnv's.
 func (o *OpenAI) validate(path, backend string, c *Config, e *errs) {
-	switch u, err := url.Parse(o.BaseURL); {
-	case o.BaseURL == "":
-		e.add(path+".base_url", "must be set, for example https://api.openai.com/v1")
-	case err != nil:
-		e.add(path+".base_url", "not a URL: %v", errors.Unwrap(err))
-	case u.Scheme != "http" && u.Scheme != "https":
-		e.add(path+".base_url", "scheme must be http or https, got %q", u.Scheme)
-	case u.Host == "":
-		e.add(path+".base_url", "must name a host, got %q", o.BaseURL)
-	case u.User != nil:
-		e.add(path+".base_url", "must not carry credentials: put the key in the environment variable named by api_key_env")
-	case o.TLS != nil && u.Scheme != "https":
-		e.add(path+".tls", "only for an https base_url, got scheme %q", u.Scheme)
-	}
-	if o.APIKeyEnv != "" && !envNameRE.MatchString(o.APIKeyEnv) {
-		e.add(path+".api_key_env", "must be an environment variable name such as OPENAI_API_KEY, got %q", o.APIKeyEnv)
-	}
-	keyHeader := o.APIKeyHeader
-	if keyHeader == "" {
-		keyHeader = "Authorization"
-	} else if !tokenRE.MatchString(keyHeader) {
-		e.add(path+".api_key_header", "must be an HTTP header name, got %q", keyHeader)
-	}
-	for _, k := range sortedKeys(o.Headers) {
-		hp := fmt.Sprintf("%s.headers[%q]", path, k)
-		switch v := o.Headers[k]; {
-		case !tokenRE.MatchString(k):
-			e.add(hp, "not an HTTP header name")
-		case hasControl(v):
-			e.add(hp, "value must not hold control characters")
-		case o.APIKeyEnv != "" && http.CanonicalHeaderKey(k) == http.CanonicalHeaderKey(keyHeader):
-			e.add(hp, "is the API key's header; the key comes from api_key_env %s", o.APIKeyEnv)
+	for _, err := range unjoin(openai.Validate(o.config(nil))) {
+		var fe *openai.FieldError
+		if !errors.As(err, &fe) {
+			e.add(path, "%v", err)
+			continue
 		}
+		*e = append(*e, fmt.Errorf("%s.%s: %s", path, yamlPath(fe.Field), fe.Reason))
 	}
-	if hasControl(o.Organization) {
-		e.add(path+".organization", "must not hold control characters")
-	}
-	if hasControl(o.Project) {
-		e.add(path+".project", "must not hold control characters")
-	}
-	if o.Timeout < 0 {
-		e.add(path+".timeout", "must be positive, got %v", o.Timeout)
-	}
-	if o.MaxResponseBytes < 0 {
-		e.add(path+".max_response_bytes", "must not be negative, got %d", o.MaxResponseBytes)
-	}
-	if o.MaxFanOut < 0 {
-		e.add(path+".max_fan_out", "must not be negative, got %d", o.MaxFanOut)
-	}
-	if o.MaxIdleConns < 0 {
-		e.add(path+".max_idle_conns", "must not be negative, got %d", o.MaxIdleConns)
-	}
-	switch o.MaxTokensField {
-	case "", "max_tokens", "max_completion_tokens":
-	default:
-		e.add(path+".max_tokens_field", "must be max_tokens or max_completion_tokens, got %q", o.MaxTokensField)
-	}
-
-	p, pp := &o.Pack, path+".pack"
-	if p.MaxItems != 0 && (p.MaxItems < 2 || p.MaxItems > pack.MaxItems) {
-		e.add(pp+".max_items", "must be 2 to %d, got %d", pack.MaxItems, p.MaxItems)
-	}
-	if p.MaxTokens < 0 {
-		e.add(pp+".max_tokens", "must not be negative, got %d", p.MaxTokens)
-	}
-	if p.PauseFor < 0 {
-		e.add(pp+".pause_for", "must be positive, got %v", p.PauseFor)
-	}
-	switch p.ResponseFormat {
-	case "", openai.FormatJSONSchema, openai.FormatJSONObject, openai.FormatNone:
-	default:
-		e.add(pp+".response_format", "must be %s, %s or %s, got %q",
-			openai.FormatJSONSchema, openai.FormatJSONObject, openai.FormatNone, p.ResponseFormat)
-	}
-	for i, name := range p.Routes {
-		rp := fmt.Sprintf("%s.routes[%d]", pp, i)
-		r := c.route(name)
-		switch {
-		case name == "":
-			e.add(rp, "must not be empty")
-		case slices.Index(p.Routes, name) < i:
-			e.add(rp, "%q is listed twice", name)
+	for i, name := range o.Pack.Routes {
+		rp := fmt.Sprintf("%s.pack.routes[%d]", path, i)
+		switch r := c.route(name); {
+		case name == "" || slices.Index(o.Pack.Routes, name) < i:
+			// openai.Validate's
 		case r == nil:
 			e.add(rp, "no route named %q", name)
 		case r.Operation != "chat":
@@ -195,10 +117,42 @@ func (o *OpenAI) validate(path, backend string, c *Config, e *errs) {
 			e.add(rp, "route %q does not send to backend %q, as its backend or a fallback", name, backend)
 		}
 	}
-
-	if t := o.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
-		e.add(path+".tls", "cert_file and key_file go together: both or neither")
+	if t := o.TLS; t != nil {
+		if u, err := url.Parse(o.BaseURL); err == nil && u.Scheme != "https" && u.Scheme != "" {
+			e.add(path+".tls", "only for an https base_url, got scheme %q", u.Scheme)
+		}
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			e.add(path+".tls", "cert_file and key_file go together: both or neither")
+		}
 	}
+}
+
+// yamlPath turns openai.Config's Go field path into the YAML one:
+// Pack.MaxItems → pack.max_items, Headers["X-A"] → headers["X-A"].
+func yamlPath(goPath string) string {
+	parts := strings.Split(goPath, ".")
+	for i, p := range parts {
+		name, index, _ := strings.Cut(p, "[")
+		if index != "" {
+			index = "[" + index
+		}
+		parts[i] = snake(name) + index
+	}
+	return strings.Join(parts, ".")
+}
+
+// snake turns a Go name into snake case, keeping initialisms whole:
+// BaseURL → base_url, APIKeyEnv → api_key_env.
+func snake(name string) string {
+	var b strings.Builder
+	rs := []rune(name)
+	for i, r := range rs {
+		if i > 0 && unicode.IsUpper(r) && (unicode.IsLower(rs[i-1]) || i+1 < len(rs) && unicode.IsLower(rs[i+1])) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }
 
 // route returns the route named name, or nil.
@@ -241,7 +195,20 @@ func (c *Config) checkEnv(lookupEnv func(string) (string, bool)) error {
 
 // openaiConfig returns the openai.Config for o, reading its TLS files.
 func (o *OpenAI) openaiConfig(tp trace.TracerProvider) (openai.Config, error) {
-	c := openai.Config{
+	c := o.config(tp)
+	if o.TLS != nil {
+		tc, err := o.TLS.config()
+		if err != nil {
+			return c, err
+		}
+		c.TLS = tc
+	}
+	return c, nil
+}
+
+// config is o as openai.Config, without its TLS files.
+func (o *OpenAI) config(tp trace.TracerProvider) openai.Config {
+	return openai.Config{
 		BaseURL:          o.BaseURL,
 		APIKeyEnv:        o.APIKeyEnv,
 		APIKeyHeader:     o.APIKeyHeader,
@@ -264,14 +231,6 @@ func (o *OpenAI) openaiConfig(tp trace.TracerProvider) (openai.Config, error) {
 		},
 		TracerProvider: tp,
 	}
-	if o.TLS != nil {
-		tc, err := o.TLS.config()
-		if err != nil {
-			return c, err
-		}
-		c.TLS = tc
-	}
-	return c, nil
 }
 
 func (t *TLS) config() (*tls.Config, error) {
@@ -298,19 +257,4 @@ func (t *TLS) config() (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
-}
-
-// hasControl reports whether s holds a control character other than tab,
-// which no HTTP header value may.
-func hasControl(s string) bool {
-	return strings.ContainsFunc(s, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
-}
-
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

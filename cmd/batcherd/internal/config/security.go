@@ -75,6 +75,10 @@ type Keepalive struct {
 	Timeout             Duration `yaml:"timeout"`
 	// MaxConnectionIdle closes a connection without RPCs; 0: never.
 	MaxConnectionIdle Duration `yaml:"max_connection_idle"`
+	// MaxConnectionAge sends a GOAWAY to connections that old, so that
+	// clients balancing over DNS reconnect and find new replicas; open
+	// RPCs go on. 0: never.
+	MaxConnectionAge Duration `yaml:"max_connection_age"`
 }
 
 // DefaultSecurity returns the security settings' defaults.
@@ -206,6 +210,9 @@ func (s *Security) validate(listen string, e *errs) {
 	if l.Keepalive.MaxConnectionIdle < 0 {
 		e.add("security.limits.keepalive.max_connection_idle", "must not be negative, got %v", l.Keepalive.MaxConnectionIdle)
 	}
+	if l.Keepalive.MaxConnectionAge < 0 {
+		e.add("security.limits.keepalive.max_connection_age", "must not be negative, got %v", l.Keepalive.MaxConnectionAge)
+	}
 	if err := s.CheckListener("listen", listen); err != nil {
 		*e = append(*e, err)
 	}
@@ -237,6 +244,7 @@ func (s *Security) Options() security.Config {
 			KeepaliveTime:                s.Limits.Keepalive.Time.D(),
 			KeepaliveTimeout:             s.Limits.Keepalive.Timeout.D(),
 			MaxConnectionIdle:            s.Limits.Keepalive.MaxConnectionIdle.D(),
+			MaxConnectionAge:             s.Limits.Keepalive.MaxConnectionAge.D(),
 		},
 	}
 	if t := s.TLS; t.CertFile != "" {

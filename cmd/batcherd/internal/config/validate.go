@@ -190,6 +190,9 @@ func (b *Backend) simConfig() *sim.Config {
 
 // unjoin splits an errors.Join result into its errors.
 func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		return j.Unwrap()
 	}
