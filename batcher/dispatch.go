@@ -197,11 +197,9 @@ func (r *batchRun) recycle() {
 	r.calls, r.live, r.reqs, r.out = r.calls[:0], r.live[:0], r.reqs[:0], r.out[:0]
 	r.b, r.lane, r.be, r.pm, r.span = nil, nil, nil, nil, nil
 	r.batch = Batch{}
-	if r.ctx.used {
+	if !r.ctx.reset() {
 		// A derived context may still hold on to it: never reuse it.
 		r.ctx = newRunCtx()
-	} else {
-		r.ctx.reset()
 	}
 	b.runPool.Put(r)
 }
@@ -286,11 +284,9 @@ func (r *batchRun) run() {
 	start := time.Now()
 	var last time.Time
 	for _, c := range live {
-		if c.batchedAt.IsZero() {
-			c.batchedAt = r.formed
-		}
-		if c.dispatchedAt.IsZero() {
-			c.dispatchedAt = start
+		if !c.dispatched {
+			c.dispatched = true
+			c.batchWait, c.queuedFor = r.formed.Sub(c.admitted), start.Sub(c.admitted)
 		}
 		c.attempts++
 		if c.deadline.After(last) {
@@ -299,7 +295,7 @@ func (r *batchRun) run() {
 		c.dispatchEvent(r, start)
 		if c.req.Sink != nil {
 			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
-			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: c.attempts, Backend: be.name})
+			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: int(c.attempts), Backend: be.name})
 		}
 	}
 	r.batch.deadline = last
@@ -318,10 +314,12 @@ func (r *batchRun) run() {
 	end := time.Now()
 	elapsed := end.Sub(start)
 	if r.span != nil {
-		if err != nil {
-			r.span.RecordError(err)
+		if r.span.IsRecording() {
+			if err != nil {
+				r.span.RecordError(err)
+			}
+			setBatchResultAttrs(r.span, out)
 		}
-		setBatchResultAttrs(r.span, out)
 		r.span.End(trace.WithTimestamp(end))
 	}
 
@@ -377,11 +375,11 @@ func (r *batchRun) run() {
 		res := Result{
 			BatchID:   r.batch.ID,
 			BatchSize: n,
-			Attempts:  c.attempts,
+			Attempts:  int(c.attempts),
 			Backend:   be.name,
 			Timings: Timings{
-				BatchWait: c.batchedAt.Sub(c.admitted),
-				Queued:    c.dispatchedAt.Sub(c.admitted),
+				BatchWait: c.batchWait,
+				Queued:    c.queuedFor,
 				Upstream:  c.upstream,
 			},
 		}
@@ -421,15 +419,19 @@ func rateInfo(err error, prev *RateLimitInfo) *RateLimitInfo {
 // its Done channel only when someone asks for it, so that a backend that
 // never looks costs nothing. It implements AfterFunc, so that contexts
 // derived from it need no goroutine to follow it; it calls them
-// synchronously when cancelled. One that was ever given an AfterFunc is not
-// reused: a derived context may outlive the run.
+// synchronously when cancelled. One that was ever given an AfterFunc, or
+// asked for its Done channel, is not reused: a derived context may outlive
+// the run. (A child of a context that wraps it, such as the span's
+// context.WithValue, is followed by a goroutine of the context package
+// that calls Done, and Err once Done closes, however late: a reset would
+// make that Err nil, which the context package panics on.)
 type runCtx struct {
 	mu       sync.Mutex
 	done     chan struct{}
 	err      error
 	deadline time.Time
 	after    []*runAfter
-	used     bool        // AfterFunc was called
+	used     bool        // AfterFunc or Done was called: not reusable
 	expiry   *time.Timer // the attempt timeout; made once
 }
 
@@ -456,6 +458,10 @@ func (c *runCtx) Value(any) any { return nil }
 func (c *runCtx) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Whoever holds the channel may call Err once it closes, however late
+	// (the context package's goroutine for a child of a wrapped runCtx
+	// does): a context whose Done was handed out is never reset for reuse.
+	c.used = true
 	if c.done == nil {
 		c.done = make(chan struct{})
 		if c.err != nil {
@@ -539,11 +545,17 @@ func (c *runCtx) end(err error) {
 	}
 }
 
-func (c *runCtx) reset() {
+// reset readies the context for the next run and reports true, or reports
+// false, leaving it as it is, when someone may still hold on to it.
+func (c *runCtx) reset() bool {
 	c.expiry.Stop()
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.used {
+		return false
+	}
 	c.done, c.err, c.after, c.deadline = nil, nil, nil, time.Time{}
-	c.mu.Unlock()
+	return true
 }
 
 // deadlineWatch ends a dispatched batch's calls as their deadlines pass. Its
@@ -620,11 +632,14 @@ func (r *batchRun) startSpan(ctx context.Context, calls []*Call) context.Context
 			attrRoute.String(r.batch.Route),
 			attrBackend.String(r.be.name),
 		))
-	span.SetAttributes(r.genAIBatchAttrs(calls[0].req)...)
 	r.span = span
+	if !span.IsRecording() {
+		return ctx // the sampler dropped it: no attributes, no links back
+	}
+	span.SetAttributes(r.genAIBatchAttrs(calls[0].req)...)
 	bsc := span.SpanContext()
 	for _, c := range calls {
-		if c.span != nil {
+		if c.span != nil && c.span.IsRecording() {
 			c.span.AddLink(trace.Link{SpanContext: bsc, Attributes: []attribute.KeyValue{attrBatchID.String(r.batch.ID)}})
 			c.span.SetAttributes(attrBatchID.String(r.batch.ID), attrBatchSize.Int(len(calls)))
 		}

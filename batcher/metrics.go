@@ -365,8 +365,8 @@ func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err e
 	// until the batch formed.
 	var wait time.Duration
 	for _, c := range r.calls {
-		if c.attempts == 1 && !c.batchedAt.IsZero() {
-			wait = max(wait, c.batchedAt.Sub(c.admitted))
+		if c.attempts == 1 && c.dispatched {
+			wait = max(wait, c.batchWait)
 		}
 	}
 	m.batchWait.Record(ctx, wait.Seconds(), pm.batchRoute...)

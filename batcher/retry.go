@@ -213,10 +213,10 @@ func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) boo
 	be := r.be
 	p := c.req.retryPolicy(&be.cfg.Retry)
 	class := classify(err)
-	if !retryable(class, c.unknownRetries) || c.retries >= p.MaxRetries {
+	if !retryable(class, int(c.unknownRetries)) || int(c.retries) >= p.MaxRetries {
 		return false
 	}
-	delay := max(p.backoff(c.retries), retryAfter(err))
+	delay := max(p.backoff(int(c.retries)), retryAfter(err))
 	if !now.Add(delay).Before(c.deadline) || !be.retry.allow(now) {
 		return false
 	}
@@ -229,7 +229,7 @@ func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) boo
 	}
 	be.stats.retries[class].Add(1)
 	c.retryEvent(now, class, delay)
-	c.emit(Event{Kind: EventRetrying, Time: now, Attempt: c.attempts, Delay: delay, Class: class, Err: err})
+	c.emit(Event{Kind: EventRetrying, Time: now, Attempt: int(c.attempts), Delay: delay, Class: class, Err: err})
 	b.runsMu.Lock()
 	b.retrying[c] = time.AfterFunc(delay, func() { b.requeue(c) })
 	b.runsMu.Unlock()

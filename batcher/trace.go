@@ -30,7 +30,7 @@ func (b *Batcher) startRequestSpan(ctx context.Context, r *Request) trace.Span {
 			attrRoute.String(r.Route),
 			attrPriority.String(r.Priority.String()),
 		))
-	if rc := b.routes[r.Route]; rc != nil {
+	if rc := b.routes[r.Route]; rc != nil && span.IsRecording() {
 		span.SetAttributes(genAIRequestAttrs(rc, &r.Params, r.Params.MaxTokens)...)
 	}
 	return span
@@ -153,19 +153,19 @@ func setBatchResultAttrs(span trace.Span, out []Response) {
 // dispatchEvent adds a "batcher.dispatch" event with the attempt number to
 // a request's span.
 func (c *Call) dispatchEvent(r *batchRun, at time.Time) {
-	if c.span == nil {
+	if c.span == nil || !c.span.IsRecording() {
 		return
 	}
 	c.span.AddEvent("batcher.dispatch", trace.WithTimestamp(at), trace.WithAttributes(
-		attrAttempt.Int(c.attempts), attrBatchID.String(r.batch.ID), attrBackend.String(r.be.name)))
+		attrAttempt.Int(int(c.attempts)), attrBatchID.String(r.batch.ID), attrBackend.String(r.be.name)))
 }
 
 // retryEvent adds a "batcher.retry" event to a request's span: the attempt
 // that failed, its error class and the wait before the next.
 func (c *Call) retryEvent(at time.Time, class ErrorClass, delay time.Duration) {
-	if c.span == nil {
+	if c.span == nil || !c.span.IsRecording() {
 		return
 	}
 	c.span.AddEvent("batcher.retry", trace.WithTimestamp(at), trace.WithAttributes(
-		attrAttempt.Int(c.attempts), attrRetryClass.String(class.String()), attrRetryDelay.Int64(delay.Milliseconds())))
+		attrAttempt.Int(int(c.attempts)), attrRetryClass.String(class.String()), attrRetryDelay.Int64(delay.Milliseconds())))
 }

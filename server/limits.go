@@ -175,11 +175,10 @@ func (st *stream) takeBudget() bool {
 	if !st.s.budget.acquire(&st.held, st.budgetWake, st.stopped, st.ctx.Done()) {
 		return false
 	}
+	// The token counts in held before gone is read, and close sets gone
+	// before it takes held: one of the two gives the token back.
 	st.held.Add(1)
-	st.mu.Lock()
-	closed := st.closed
-	st.mu.Unlock()
-	if closed {
+	if st.gone.Load() {
 		st.dropBudget()
 		return false
 	}

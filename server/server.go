@@ -76,16 +76,21 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
-// WithTenantFunc sets how a call's tenant is named: batcherd passes the
-// tenant its authentication interceptor put in the context. The core weighs
-// and limits requests by it (batcher.Request.Tenant). Default: every
-// request is the anonymous tenant ""; nil is ignored.
+// WithTenantFunc names the tenant of each request from its RPC's context
+// (batcherd reads the identity its authentication interceptor put there,
+// security.TenantFrom); the core weighs and limits requests by it
+// (batcher.Request.Tenant). Default none: requests carry no tenant; nil is
+// ignored.
 func WithTenantFunc(f func(context.Context) string) Option {
-	return func(c *config) {
-		if f != nil {
-			c.tenantOf = f
-		}
+	return func(c *config) { c.tenantOf = f }
+}
+
+// tenantOf names the tenant of a request made in ctx, or "".
+func (s *Server) tenantOf(ctx context.Context) string {
+	if f := s.cfg.tenantOf; f != nil {
+		return f(ctx)
 	}
+	return ""
 }
 
 type config struct {
@@ -108,8 +113,7 @@ const attrRequestID = attribute.Key("batcher.request.id")
 // newConfig resolves opts, or returns an error naming each invalid one
 // ("stream window: must be at least 1, got 0").
 func newConfig(opts []Option) (config, error) {
-	c := config{window: DefaultStreamWindow, interval: DefaultSummaryInterval,
-		tenantOf: func(context.Context) string { return "" }}
+	c := config{window: DefaultStreamWindow, interval: DefaultSummaryInterval}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -265,7 +269,9 @@ func (s *Server) enterStream() error {
 
 // newID returns an id for a Submit request that came without one.
 func (s *Server) newID() string {
-	return s.idPrefix + strconv.FormatUint(s.idSeq.Add(1), 36)
+	var buf [48]byte
+	b := append(buf[:0], s.idPrefix...)
+	return string(strconv.AppendUint(b, s.idSeq.Add(1), 36)) // one allocation
 }
 
 // NewGRPCServer returns a grpc.Server with the service's interceptors:

@@ -80,6 +80,9 @@ type stream struct {
 
 	held       atomic.Int64  // server-wide budget tokens held, one per window token (limits.go)
 	budgetWake chan struct{} // capacity 1: the receiver's turn for a budget token (limits.go)
+	// gone mirrors closed for the receiver's budget check, which runs per
+	// message and so takes no lock: set by close before it drops the budget.
+	gone atomic.Bool
 
 	mu        sync.Mutex
 	out       []*batcherv1.SubmitStreamResponse // to send, in order
@@ -217,6 +220,7 @@ func (st *stream) summary(now time.Time, final bool) *batcherv1.SubmitStreamResp
 func (st *stream) close() {
 	st.mu.Lock()
 	st.closed = true
+	st.gone.Store(true)
 	st.out = nil
 	var calls []*batcher.Call
 	for _, it := range st.items {
@@ -428,7 +432,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 		st.reject(ctx, id, bad)
 		return
 	}
-	it.req.Tenant = st.s.cfg.tenantOf(ctx)
+	it.req.Tenant = st.s.tenantOf(ctx)
 	if id == "" {
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return

@@ -14,11 +14,12 @@ import (
 // span (from otelgrpc) parents the request's span. The request's own
 // traceparent field is ignored here.
 func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batcherv1.SubmitResponse, error) {
-	req := new(batcher.Request)
+	m := new(submitReply) // the request and its reply in one allocation
+	req := &m.req
 	if st := toCore(in.GetRequest(), req); st != nil {
 		return nil, st.Err()
 	}
-	req.Tenant = s.cfg.tenantOf(ctx)
+	req.Tenant = s.tenantOf(ctx)
 	if req.ID == "" {
 		req.ID = s.newID()
 	}
@@ -28,15 +29,17 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 		s.logUnexpected(ctx, st.Code(), req.ID, err)
 		return nil, st.Err()
 	}
-	m := new(submitReply)
 	m.r.Completion = m.c.fill(req, &res)
 	return &m.r, nil
 }
 
-// submitReply is a SubmitResponse and its Completion in one allocation.
+// submitReply is a Submit's core request, its SubmitResponse and its
+// Completion in one allocation. The core holds req until the call's end;
+// the block lives that long.
 type submitReply struct {
-	r batcherv1.SubmitResponse
-	c completionMsg
+	req batcher.Request
+	r   batcherv1.SubmitResponse
+	c   completionMsg
 }
 
 // logUnexpected logs the cause of a failure whose status hides it.
