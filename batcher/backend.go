@@ -13,7 +13,9 @@ type Batch struct {
 	Op       Operation
 	Requests []*Request
 	// MaxTokens is the batch's resolved max_tokens (the route's default when
-	// its requests left it unset).
+	// its requests left it unset). When the backend does not share
+	// max_tokens across a batch (ParamSharer), it is the route's default and
+	// each request's Params.MaxTokens (0: this default) is its own.
 	MaxTokens int32
 
 	// RateLimit may be set by the backend when the upstream reported its
@@ -41,6 +43,8 @@ type Response struct {
 //   - Every request of a batch shares its route, operation and generation
 //     parameters (max_tokens resolved, temperature, top_p, stop, seed): the
 //     lane key guarantees it, so a backend may send them as one native call.
+//     A backend that implements ParamSharer gets only the parameters it
+//     names shared; each request's Params hold its own.
 //   - Dispatch writes exactly one Response per request: out[i] answers
 //     b.Requests[i], and len(out) == len(b.Requests). A failed request has
 //     out[i].Err set; the others may still succeed (a partial failure).
@@ -51,6 +55,39 @@ type Response struct {
 //   - Dispatch is called concurrently, up to the backend's concurrency limit.
 type Backend interface {
 	Dispatch(ctx context.Context, b *Batch, out []Response) error
+}
+
+// ParamSet is a set of generation parameters, one bit each.
+type ParamSet uint8
+
+// The generation parameters that may split lanes.
+const (
+	ParamMaxTokens ParamSet = 1 << iota
+	ParamTemperature
+	ParamTopP
+	ParamSeed
+	ParamStop
+
+	// AllParams is every parameter: what a batch shares unless its backend
+	// says otherwise.
+	AllParams = ParamMaxTokens | ParamTemperature | ParamTopP | ParamSeed | ParamStop
+)
+
+// Has reports whether s holds every parameter of p.
+func (s ParamSet) Has(p ParamSet) bool { return s&p == p }
+
+// ParamSharer is implemented by backends whose upstream calls do not carry
+// a whole batch's generation parameters once: a backend that sends each
+// request of a chat batch in a call of its own (fan-out) needs none of them
+// shared. SharedParams reports which parameters every request of one batch
+// of route (its backend model, its operation) must have equal; requests
+// that differ only in the others then share a lane and a batch, and the
+// backend reads each request's own Params. It is asked once per route
+// target when the Batcher is built, and must not change its answer after.
+// A backend that does not implement it shares AllParams (embeddings share
+// none, whatever it says).
+type ParamSharer interface {
+	SharedParams(route, model string, op Operation) ParamSet
 }
 
 // BackendFunc adapts a function to Backend.

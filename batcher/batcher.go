@@ -148,7 +148,11 @@ func (b *Batcher) resolveTargets(rc *routeConfig) error {
 		if model == "" {
 			model = rc.Name
 		}
-		rc.targets = append(rc.targets, target{be: be, model: model})
+		shared := AllParams
+		if ps, ok := be.cfg.Backend.(ParamSharer); ok {
+			shared = ps.SharedParams(rc.Name, model, rc.Op) & AllParams
+		}
+		rc.targets = append(rc.targets, target{be: be, model: model, shared: shared})
 	}
 	rc.hot = make([]atomic.Pointer[lane], len(rc.targets))
 	return nil
@@ -299,7 +303,8 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if req.Sink != nil {
 		c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
 	}
-	if dedupable(req) && b.dedup.join(c, key) {
+	// Identical means every parameter equal, also those the lane ignores.
+	if dedupable(req) && b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {
 		rc.targets[c.target].be.stats.dedupHits.Add(1)
 		return c, nil
 	}

@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// dedupKey identifies identical requests: same lane, same input.
+// dedupKey identifies identical requests: same route target, same
+// parameters (all of them, also those a fan-out lane ignores), same input.
 type dedupKey struct {
 	lane  laneKey
 	input string

@@ -217,6 +217,9 @@ func (l *lane) newRun(pm *permit, now time.Time) *batchRun {
 		Op:        l.route.Op,
 		MaxTokens: l.key.maxTokens,
 	}
+	if r.batch.MaxTokens == 0 { // not shared: each request holds its own
+		r.batch.MaxTokens = l.route.DefaultMaxTokens
+	}
 	return r
 }
 

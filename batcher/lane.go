@@ -14,8 +14,10 @@ import (
 	"time"
 )
 
-// laneKey says which requests may share a batch: same route and same
-// batch-relevant parameters. Embedding lanes ignore generation parameters.
+// laneKey says which requests may share a batch: same route and target,
+// and the same generation parameters among those the target's backend
+// shares across a batch (ParamSharer; all of them by default). Embedding
+// lanes ignore generation parameters; a fan-out backend's lanes too.
 type laneKey struct {
 	route     string
 	target    uint8 // index in the route's targets: 0 its backend, then fallbacks
@@ -34,25 +36,32 @@ const (
 )
 
 func keyOf(r *Request, rc *routeConfig, target uint8) laneKey {
+	return keyWith(r, rc, target, rc.targets[target].shared)
+}
+
+// keyWith is r's lane key on target counting the parameters in shared.
+func keyWith(r *Request, rc *routeConfig, target uint8, shared ParamSet) laneKey {
 	k := laneKey{route: rc.Name, target: target}
 	if rc.Op == OpEmbedding {
 		return k
 	}
 	p := &r.Params
-	k.maxTokens = p.MaxTokens
-	if k.maxTokens == 0 {
-		k.maxTokens = rc.DefaultMaxTokens
+	if shared.Has(ParamMaxTokens) {
+		k.maxTokens = p.MaxTokens
+		if k.maxTokens == 0 {
+			k.maxTokens = rc.DefaultMaxTokens
+		}
 	}
-	if p.Temperature != nil {
+	if p.Temperature != nil && shared.Has(ParamTemperature) {
 		k.temp, k.set = *p.Temperature, k.set|setTemp
 	}
-	if p.TopP != nil {
+	if p.TopP != nil && shared.Has(ParamTopP) {
 		k.topP, k.set = *p.TopP, k.set|setTopP
 	}
-	if p.Seed != nil {
+	if p.Seed != nil && shared.Has(ParamSeed) {
 		k.seed, k.set = *p.Seed, k.set|setSeed
 	}
-	if len(p.Stop) > 0 {
+	if len(p.Stop) > 0 && shared.Has(ParamStop) {
 		k.stop = strings.Join(p.Stop, "\x00")
 	}
 	return k
@@ -63,24 +72,26 @@ func (k laneKey) name(op Operation, backend string) string {
 	if op == OpEmbedding {
 		return k.route + "@" + backend
 	}
-	var sb strings.Builder
-	sb.WriteString(k.route + "@" + backend)
-	sb.WriteString("{max_tokens=")
-	sb.WriteString(strconv.Itoa(int(k.maxTokens)))
+	var params []string
+	if k.maxTokens != 0 { // 0: max_tokens is not shared on this target
+		params = append(params, "max_tokens="+strconv.Itoa(int(k.maxTokens)))
+	}
 	if k.set&setTemp != 0 {
-		sb.WriteString(",temperature=" + strconv.FormatFloat(float64(k.temp), 'g', -1, 32))
+		params = append(params, "temperature="+strconv.FormatFloat(float64(k.temp), 'g', -1, 32))
 	}
 	if k.set&setTopP != 0 {
-		sb.WriteString(",top_p=" + strconv.FormatFloat(float64(k.topP), 'g', -1, 32))
+		params = append(params, "top_p="+strconv.FormatFloat(float64(k.topP), 'g', -1, 32))
 	}
 	if k.set&setSeed != 0 {
-		sb.WriteString(",seed=" + strconv.FormatInt(k.seed, 10))
+		params = append(params, "seed="+strconv.FormatInt(k.seed, 10))
 	}
 	if k.stop != "" {
-		sb.WriteString(",stop=" + strconv.Quote(strings.ReplaceAll(k.stop, "\x00", "|")))
+		params = append(params, "stop="+strconv.Quote(strings.ReplaceAll(k.stop, "\x00", "|")))
 	}
-	sb.WriteByte('}')
-	return sb.String()
+	if len(params) == 0 {
+		return k.route + "@" + backend
+	}
+	return k.route + "@" + backend + "{" + strings.Join(params, ",") + "}"
 }
 
 // Queue indexes in lane.queues: flushed calls first, then one level per

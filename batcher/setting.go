@@ -223,6 +223,10 @@ type routeConfig struct {
 type target struct {
 	be    *backendState
 	model string
+	// shared is which generation parameters one batch shares on this
+	// target, from its backend (ParamSharer): the lane key holds only
+	// these.
+	shared ParamSet
 }
 
 func newConfig(opts []Option) (*config, error) {

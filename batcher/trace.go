@@ -116,11 +116,16 @@ func (r *batchRun) genAIBatchAttrs(first *Request) []attribute.KeyValue {
 	if r.batch.Op == OpEmbedding {
 		return kv
 	}
-	kv = append(kv, attrGenAIMaxTokens.Int(int(r.batch.MaxTokens)))
-	if t := first.Params.Temperature; t != nil {
+	// Only the parameters the batch shares describe it; a fan-out batch's
+	// requests carry their own (on their request spans).
+	shared := r.lane.route.targets[r.lane.key.target].shared
+	if shared.Has(ParamMaxTokens) {
+		kv = append(kv, attrGenAIMaxTokens.Int(int(r.batch.MaxTokens)))
+	}
+	if t := first.Params.Temperature; t != nil && shared.Has(ParamTemperature) {
 		kv = append(kv, attrGenAITemperature.Float64(float64(*t)))
 	}
-	if t := first.Params.TopP; t != nil {
+	if t := first.Params.TopP; t != nil && shared.Has(ParamTopP) {
 		kv = append(kv, attrGenAITopP.Float64(float64(*t)))
 	}
 	return kv

@@ -23,6 +23,8 @@ const (
 	DefaultKeepaliveMinTime = 30 * time.Second
 	DefaultKeepaliveTime    = 2 * time.Hour
 	DefaultKeepaliveTimeout = 20 * time.Second
+	// MinWindowBytes is gRPC's smallest window; it ignores smaller ones.
+	MinWindowBytes = 65535
 )
 
 // Limits bound what one client may hold of the gRPC listener. A zero field
@@ -57,6 +59,15 @@ type Limits struct {
 	// connected. The RPCs open on it go on to their end: there is no grace
 	// deadline that would cut a long stream. 0: never.
 	MaxConnectionAge time.Duration
+	// StreamWindowBytes and ConnWindowBytes, when set (at least
+	// MinWindowBytes), fix the HTTP/2 receive windows of each stream and
+	// each connection. 0: grpc-go's dynamic windows, which start at 64 KiB
+	// and grow with the measured bandwidth-delay product up to 16 MiB. A
+	// fixed stream window bounds what a caller may push on a stream the
+	// server does not read, at the price of upload throughput on links
+	// whose latency times bandwidth exceeds it.
+	StreamWindowBytes int
+	ConnWindowBytes   int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -96,7 +107,7 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 	if l.MaxConcurrentStreams > 0 {
 		streams = uint32(min(l.MaxConcurrentStreams, math.MaxUint32))
 	}
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             l.KeepaliveMinTime,
 			PermitWithoutStream: l.KeepalivePermitWithoutStream,
@@ -106,14 +117,22 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 			MaxConnectionAge:  age,
 			// Grace left at its default, infinite: a stream outlives its
 			// connection's GOAWAY.
-			Time:              l.KeepaliveTime,
-			Timeout:           l.KeepaliveTimeout,
+			Time:    l.KeepaliveTime,
+			Timeout: l.KeepaliveTimeout,
 		}),
 		grpc.MaxConcurrentStreams(streams),
+
 		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
 		grpc.MaxSendMsgSize(l.MaxSendMsgBytes),
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 	}
+	if l.StreamWindowBytes > 0 {
+		opts = append(opts, grpc.StaticStreamWindowSize(int32(min(max(l.StreamWindowBytes, MinWindowBytes), math.MaxInt32))))
+	}
+	if l.ConnWindowBytes > 0 {
+		opts = append(opts, grpc.StaticConnWindowSize(int32(min(max(l.ConnWindowBytes, MinWindowBytes), math.MaxInt32))))
+	}
+	return opts
 }
 
 // listener bounds lis's open connections.

@@ -90,9 +90,13 @@ func (b *budget) tryTake() bool {
 // stream's sender when held falls below the floor. It returns false when
 // done1 or done2 ends first.
 func (b *budget) acquire(held *atomic.Int64, wake chan struct{}, done1, done2 <-chan struct{}) bool {
+	chosen := false // release woke this waiter for a token it has not taken
 	for {
 		if held.Load() < streamFloor {
 			b.used.Add(1)
+			if chosen {
+				b.passOn()
+			}
 			return true
 		}
 		if b.tryTake() {
@@ -109,36 +113,48 @@ func (b *budget) acquire(held *atomic.Int64, wake chan struct{}, done1, done2 <-
 		}
 		b.queue = append(b.queue, wake)
 		b.mu.Unlock()
-		var ok bool
+		chosen = false // it waits again: whatever it was woken for is gone
 		select {
 		case <-wake:
-			ok = true
+			chosen = !b.remove(wake) // still queued: its own floor wake
 		case <-done1:
 		case <-done2:
 		}
-		b.leave(wake)
-		if !ok {
-			return false
+		select {
+		case <-done1:
+		case <-done2:
+		default:
+			continue
 		}
+		if !b.remove(wake) || chosen {
+			b.passOn() // release chose it: the token goes to the next waiter
+		}
+		return false
 	}
 }
 
-// leave takes wake out of the queue. When it is no longer there, release
-// chose it; since its owner now retries (and may take a floor token
-// instead, or none), the wake-up is passed on to the next waiter while
-// there is room, so that no token is left with nobody woken for it.
-func (b *budget) leave(wake chan struct{}) {
+// remove takes wake out of the queue and reports whether it was there;
+// when it was not, release chose it.
+func (b *budget) remove(wake chan struct{}) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, w := range b.queue {
 		if w == wake {
 			b.queue = append(b.queue[:i], b.queue[i+1:]...)
-			return
+			return true
 		}
 	}
+	return false
+}
+
+// passOn wakes the next waiter while there is room: a waiter that release
+// chose took no token, so that none is left with nobody woken for it.
+func (b *budget) passOn() {
+	b.mu.Lock()
 	if b.used.Load() < b.max {
 		b.wakeLocked(1)
 	}
+	b.mu.Unlock()
 }
 
 // release gives back n tokens and wakes as many waiters.

@@ -78,14 +78,18 @@ func maxTokensOf(batch *batcher.Batch, i int) int32 {
 	return batch.MaxTokens
 }
 
-func (b *Backend) newChatRequest(batch *batcher.Batch, msgs []wireMessage, maxTokens int32) chatRequest {
+// newChatRequest builds one chat call with request i's generation
+// parameters: its own on a fan-out route, where requests with different
+// parameters share a batch (SharedParams), the batch's shared ones on a
+// packing route, where i is the pack's first request.
+func (b *Backend) newChatRequest(batch *batcher.Batch, i int, msgs []wireMessage, maxTokens int32) chatRequest {
 	req := chatRequest{Model: batch.Model, Messages: msgs}
 	if b.cfg.MaxTokensField == "max_completion_tokens" {
 		req.MaxCompletionTokens = maxTokens
 	} else {
 		req.MaxTokens = maxTokens
 	}
-	setParams(&req.Temperature, &req.TopP, &req.Stop, &req.Seed, batch)
+	setParams(&req.Temperature, &req.TopP, &req.Stop, &req.Seed, &batch.Requests[i].Params)
 	return req
 }
 
@@ -97,7 +101,7 @@ func (b *Backend) single(ctx context.Context, seen *limitsSeen, batch *batcher.B
 		msgs[k] = wireMessage{Role: m.Role, Content: m.Content}
 	}
 	var resp chatResponse
-	if err := b.post(ctx, seen, batch, 1, "/chat/completions", b.newChatRequest(batch, msgs, maxTokensOf(batch, i)), &resp); err != nil {
+	if err := b.post(ctx, seen, batch, 1, "/chat/completions", b.newChatRequest(batch, i, msgs, maxTokensOf(batch, i)), &resp); err != nil {
 		return batcher.Response{Err: err}
 	}
 	text, fr, err := chatAnswer(&resp, b.cfg.endpointPath("/chat/completions"))
@@ -245,7 +249,7 @@ func (b *Backend) sendPack(ctx context.Context, seen *limitsSeen, f *fanOut, bat
 		resendAll()
 		return
 	}
-	req := b.newChatRequest(batch, []wireMessage{{Role: "system", Content: p.System}, {Role: "user", Content: p.User}},
+	req := b.newChatRequest(batch, idx[0], []wireMessage{{Role: "system", Content: p.System}, {Role: "user", Content: p.User}},
 		int32(min(int64(n)*(int64(maxTokens)+packEntryTokens)+packEntryTokens, math.MaxInt32)))
 	req.ResponseFormat = b.responseFormat()
 	b.st.packs.Add(1)

@@ -51,7 +51,7 @@ func (b *Backend) embed(ctx context.Context, seen *limitsSeen, batch *batcher.Ba
 func (b *Backend) complete(ctx context.Context, seen *limitsSeen, batch *batcher.Batch, out []batcher.Response) error {
 	n := len(batch.Requests)
 	req := completionRequest{Model: batch.Model, Prompt: make([]string, n), MaxTokens: batch.MaxTokens}
-	setParams(&req.Temperature, &req.TopP, &req.Stop, &req.Seed, batch)
+	setParams(&req.Temperature, &req.TopP, &req.Stop, &req.Seed, &batch.Requests[0].Params)
 	promptW := make([]int, n)
 	for i, r := range batch.Requests {
 		req.Prompt[i] = r.Input.Prompt
@@ -149,10 +149,10 @@ func requestName(batch *batcher.Batch, i int) string {
 	return strconv.Quote(id)
 }
 
-// setParams copies the batch's shared generation parameters; the core puts
-// only requests with equal parameters in one batch.
-func setParams(temp, topP **float32, stop *[]string, seed **int64, batch *batcher.Batch) {
-	p := &batch.Requests[0].Params
+// setParams copies generation parameters into a call: a request's own, or,
+// for a call that carries the whole batch, its first request's, which the
+// core makes equal across the batch (SharedParams).
+func setParams(temp, topP **float32, stop *[]string, seed **int64, p *batcher.Params) {
 	*temp, *topP, *seed = p.Temperature, p.TopP, p.Seed
 	if len(p.Stop) > 0 {
 		*stop = p.Stop

@@ -167,6 +167,18 @@ func (b *Backend) UpstreamCalls(route string, op batcher.Operation, n int) int {
 	return n
 }
 
+// SharedParams tells the core which generation parameters one batch of
+// route must share (batcher.ParamSharer): none for a chat route that does
+// not pack, whose requests go upstream one call each with their own
+// parameters; all of them for a packing route (a pack is one call) and for
+// completions and embeddings (one call carries the batch).
+func (b *Backend) SharedParams(route, _ string, op batcher.Operation) batcher.ParamSet {
+	if op == batcher.OpChat && !b.cfg.packs(route) {
+		return 0
+	}
+	return batcher.AllParams
+}
+
 // limitsSeen keeps the most restrictive rate-limit report of one
 // dispatch's successful calls.
 type limitsSeen struct {

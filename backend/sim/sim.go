@@ -67,6 +67,16 @@ func (p *Provider) UpstreamCalls(_ string, _ batcher.Operation, n int) int {
 	return 1
 }
 
+// SharedParams tells the core which generation parameters a batch shares
+// (batcher.ParamSharer): none with FanOut, where each input is a call of
+// its own with its own parameters; all of them otherwise.
+func (p *Provider) SharedParams(_, _ string, _ batcher.Operation) batcher.ParamSet {
+	if p.cfg.FanOut {
+		return 0
+	}
+	return batcher.AllParams
+}
+
 // Dispatch answers a batch: one native call carrying every input, or with
 // FanOut one concurrent call per input. It returns the call's error when a
 // native call fails as a whole (a 429, a 400 for a batch beyond MaxBatchSize,

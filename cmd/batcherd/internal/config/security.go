@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -63,6 +64,13 @@ type Limits struct {
 	MaxSendMsgBytes      int       `yaml:"max_send_msg_bytes"`
 	HandshakeTimeout     Duration  `yaml:"handshake_timeout"`
 	Keepalive            Keepalive `yaml:"keepalive"`
+	// StreamWindowBytes and ConnWindowBytes, when set (at least 65535),
+	// fix the HTTP/2 receive windows of each stream and each connection
+	// (security.Limits); 0: grpc-go's dynamic windows. A fixed stream
+	// window bounds what a stream the server has stopped reading holds of
+	// its caller's messages.
+	StreamWindowBytes int `yaml:"stream_window_bytes"`
+	ConnWindowBytes   int `yaml:"conn_window_bytes"`
 }
 
 // Keepalive is the ping policy: clients pinging more often than MinTime get
@@ -194,6 +202,17 @@ func (s *Security) validate(listen string, e *errs) {
 			e.add("security.limits."+v.path, "must be at least 1, got %d", v.n)
 		}
 	}
+	for _, v := range []struct {
+		path string
+		n    int
+	}{
+		{"stream_window_bytes", l.StreamWindowBytes},
+		{"conn_window_bytes", l.ConnWindowBytes},
+	} {
+		if v.n != 0 && (v.n < security.MinWindowBytes || v.n > math.MaxInt32) {
+			e.add("security.limits."+v.path, "must be 0 (dynamic) or %d (gRPC's minimum) to %d, got %d", security.MinWindowBytes, math.MaxInt32, v.n)
+		}
+	}
 	for _, d := range []struct {
 		path string
 		v    Duration
@@ -245,6 +264,8 @@ func (s *Security) Options() security.Config {
 			KeepaliveTimeout:             s.Limits.Keepalive.Timeout.D(),
 			MaxConnectionIdle:            s.Limits.Keepalive.MaxConnectionIdle.D(),
 			MaxConnectionAge:             s.Limits.Keepalive.MaxConnectionAge.D(),
+			StreamWindowBytes:            s.Limits.StreamWindowBytes,
+			ConnWindowBytes:              s.Limits.ConnWindowBytes,
 		},
 	}
 	if t := s.TLS; t.CertFile != "" {

@@ -65,6 +65,7 @@ security:
     max_recv_msg_bytes: 1024
     max_send_msg_bytes: 2048
     handshake_timeout: 3s
+    conn_window_bytes: 1048576
     keepalive: {min_time: 1m, permit_without_stream: true, time: 1h, timeout: 5s, max_connection_idle: 10m, max_connection_age: 5m}
 `)
 	c, err = config.Load([]string{"--config", file}, env(), io.Discard)
@@ -74,7 +75,8 @@ security:
 	o := c.Security.Options()
 	want := security.Limits{MaxConnections: -1, MaxConcurrentStreams: 10, MaxRecvMsgBytes: 1024, MaxSendMsgBytes: 2048,
 		HandshakeTimeout: 3 * time.Second, KeepaliveMinTime: time.Minute, KeepalivePermitWithoutStream: true,
-		KeepaliveTime: time.Hour, KeepaliveTimeout: 5 * time.Second, MaxConnectionIdle: 10 * time.Minute, MaxConnectionAge: 5 * time.Minute}
+		KeepaliveTime: time.Hour, KeepaliveTimeout: 5 * time.Second, MaxConnectionIdle: 10 * time.Minute, MaxConnectionAge: 5 * time.Minute,
+		ConnWindowBytes: 1 << 20}
 	if o.Limits != want || o.TLS.ClientAuth != security.ClientCertOptional || o.JWT.JWKSFile != "j.json" ||
 		o.JWT.TenantClaim != "team" || o.JWT.Refresh != 5*time.Minute || o.ReloadInterval != time.Second {
 		t.Errorf("options %+v, jwt %+v", o, o.JWT)
@@ -102,6 +104,7 @@ func TestSecurityErrors(t *testing.T) {
 		{"limits", nil, "security: {limits: {max_connections: 0, max_recv_msg_bytes: 0, keepalive: {min_time: 0s}}}", "security.limits.max_connections: must be at least 1, or -1"},
 		{"limits keepalive", nil, "security: {limits: {keepalive: {min_time: 0s}}}", "security.limits.keepalive.min_time: must be positive"},
 		{"max connection age", nil, "security: {limits: {keepalive: {max_connection_age: -1s}}}", "security.limits.keepalive.max_connection_age: must not be negative, got -1s"},
+		{"stream window", nil, "security: {limits: {stream_window_bytes: 1024}}", "security.limits.stream_window_bytes: must be 0 (dynamic) or 65535 (gRPC's minimum) to 2147483647, got 1024"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
