@@ -22,6 +22,7 @@ func (c *Config) coreOptions() []batcher.Option {
 		batcher.WithQueueTimeout(c.QueueTimeout.D()),
 		batcher.WithAgingStep(c.AgingStep.D()),
 		batcher.WithIdleLaneTimeout(c.IdleLaneTimeout.D()),
+		batcher.WithMaxLanes(c.MaxLanes),
 	}
 }
 

@@ -44,6 +44,10 @@ type Config struct {
 	AgingStep Duration `yaml:"aging_step"`
 	// IdleLaneTimeout is how long an empty lane lives.
 	IdleLaneTimeout Duration `yaml:"idle_lane_timeout"`
+	// MaxLanes bounds the live lanes (distinct route, target and parameter
+	// sets); a request that would open one more is refused with
+	// RESOURCE_EXHAUSTED naming the cap.
+	MaxLanes int `yaml:"max_lanes"`
 	// StreamWindow bounds one stream's requests in flight.
 	StreamWindow int `yaml:"stream_window"`
 	// SummaryInterval is how often a stream gets a summary by default.
@@ -206,6 +210,7 @@ func Default() *Config {
 		DrainTimeout:    Duration(DefaultDrainTimeout),
 		AgingStep:       Duration(batcher.DefaultAgingStep),
 		IdleLaneTimeout: Duration(batcher.DefaultIdleLaneTimeout),
+		MaxLanes:        batcher.DefaultMaxLanes,
 		StreamWindow:    server.DefaultStreamWindow,
 		SummaryInterval: Duration(server.DefaultSummaryInterval),
 		Telemetry:       defaultTelemetry(),

@@ -92,6 +92,7 @@ queue_timeout: 10s
 drain_timeout: 5s
 aging_step: 500ms
 idle_lane_timeout: 2m
+max_lanes: 100
 stream_window: 64
 summary_interval: 250ms
 backends:
@@ -148,7 +149,7 @@ func TestFile(t *testing.T) {
 	}
 	if c.Listen != "0.0.0.0:7000" || c.Log != (config.Log{Level: "debug", Format: "text"}) || c.QueueCapacity != 50 ||
 		c.QueueTimeout.D() != 10*time.Second || c.DrainTimeout.D() != 5*time.Second || c.AgingStep.D() != 500*time.Millisecond ||
-		c.IdleLaneTimeout.D() != 2*time.Minute || c.StreamWindow != 64 || c.SummaryInterval.D() != 250*time.Millisecond {
+		c.IdleLaneTimeout.D() != 2*time.Minute || c.MaxLanes != 100 || c.StreamWindow != 64 || c.SummaryInterval.D() != 250*time.Millisecond {
 		t.Errorf("scalars %+v", c)
 	}
 	if len(c.Backends) != 2 || len(c.Routes) != 2 {
@@ -349,6 +350,7 @@ func TestParseErrors(t *testing.T) {
 		{"drain timeout", "drain_timeout: -1s\n", "drain_timeout: must be positive, got -1s"},
 		{"aging step", "aging_step: 0s\n", "aging_step: must be positive"},
 		{"idle lane", "idle_lane_timeout: 0s\n", "idle_lane_timeout: must be positive"},
+		{"max lanes", "max_lanes: 0\n", "max_lanes: must be at least 1, got 0"},
 		{"stream window", "stream_window: 0\n", "stream_window: must be at least 1, got 0"},
 		{"summary interval", "summary_interval: 1ms\n", "summary_interval: must be 100ms to 1h0m0s, got 1ms"},
 		// Backends.

@@ -41,6 +41,7 @@ var settings = []setting{
 	{"drain_timeout", "drain-timeout", "BATCHER_DRAIN_TIMEOUT", "bound on graceful shutdown", durSetter(func(c *Config) *Duration { return &c.DrainTimeout })},
 	{"aging_step", "aging-step", "BATCHER_AGING_STEP", "time for waiting work to climb one priority", durSetter(func(c *Config) *Duration { return &c.AgingStep })},
 	{"idle_lane_timeout", "idle-lane-timeout", "BATCHER_IDLE_LANE_TIMEOUT", "how long an empty lane lives", durSetter(func(c *Config) *Duration { return &c.IdleLaneTimeout })},
+	{"max_lanes", "max-lanes", "BATCHER_MAX_LANES", "bound on live lanes (distinct route, target and parameters)", intSetter(func(c *Config) *int { return &c.MaxLanes })},
 	{"stream_window", "stream-window", "BATCHER_STREAM_WINDOW", "requests one stream may have in flight", intSetter(func(c *Config) *int { return &c.StreamWindow })},
 	{"summary_interval", "summary-interval", "BATCHER_SUMMARY_INTERVAL", "default interval between stream summaries", durSetter(func(c *Config) *Duration { return &c.SummaryInterval })},
 }
