@@ -27,10 +27,16 @@ type admission struct {
 	// Admitted DEFERRABLE and LOW calls, oldest first, that eviction may
 	// take; entries that left the queue are skipped and pruned.
 	evictable [2][]*Call
+	// pruneAt is the length at which evictable[k] is next pruned: twice
+	// what was live at the last prune, so that pruning costs O(1) a call
+	// and ended calls are held at most about as many as live ones, however
+	// large the queue's capacity.
+	pruneAt [2]int
 }
 
 func newAdmission(capacity int, reserve float64) *admission {
-	return &admission{capacity: int64(capacity), background: int64(capacity) - int64(float64(capacity)*reserve)}
+	return &admission{capacity: int64(capacity), background: int64(capacity) - int64(float64(capacity)*reserve),
+		pruneAt: [2]int{minPruneAt, minPruneAt}}
 }
 
 // limitFor returns how far p may fill the queue.
@@ -52,6 +58,9 @@ func evictClass(p Priority) int {
 	return -1
 }
 
+// minPruneAt is the least length at which an eviction list is pruned.
+const minPruneAt = 64
+
 // track makes c a candidate for eviction.
 func (a *admission) track(c *Call) {
 	k := evictClass(c.req.Priority)
@@ -60,7 +69,7 @@ func (a *admission) track(c *Call) {
 	}
 	a.mu.Lock()
 	s := append(a.evictable[k], c)
-	if len(s) > 64 && int64(len(s)) > 2*a.capacity { // prune what left the queue
+	if len(s) > a.pruneAt[k] { // prune what left the queue
 		live := s[:0]
 		for _, x := range s {
 			if x.pending() {
@@ -69,6 +78,7 @@ func (a *admission) track(c *Call) {
 		}
 		clear(s[len(live):])
 		s = live
+		a.pruneAt[k] = max(minPruneAt, 2*len(live))
 	}
 	a.evictable[k] = s
 	a.mu.Unlock()

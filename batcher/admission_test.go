@@ -95,3 +95,19 @@ func TestLaneCap(t *testing.T) {
 		}
 	})
 }
+
+// Ended background calls are not held for eviction beyond about as many as
+// are live, whatever the queue's capacity: with a capacity of 100,000 the
+// list once held up to 200,000 ended calls, their requests and results.
+func TestEvictionListHoldsFewEndedCalls(t *testing.T) {
+	b := newTest(t, &fakeBackend{}, 4, BatchConfig{MaxBatchSize: 8, MinBatchSize: 1}, WithQueueCapacity(100_000))
+	for i := range 5_000 {
+		wantOKDo(t, b, req(fmt.Sprint("low-", i), PriorityLow))
+	}
+	b.admit.mu.Lock()
+	held := len(b.admit.evictable[evictClass(PriorityLow)])
+	b.admit.mu.Unlock()
+	if held > 2*minPruneAt {
+		t.Fatalf("the eviction list holds %d calls after 5,000 ended one by one, want at most %d", held, 2*minPruneAt)
+	}
+}
