@@ -26,8 +26,11 @@ func TestRetryOverride(t *testing.T) {
 					return &UpstreamError{Class: ClassServer, StatusCode: 503, Message: "down"}
 				}}
 				log := &dispatchLog{backend: be}
+				// The deadline leaves room for every retry however the
+				// jitter falls: three backoffs of up to 30 s each would not
+				// always fit the default minute.
 				b := newTest(t, log, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1},
-					withBreaker("be", BreakerConfig{Consecutive: -1, MinCalls: 1000}))
+					withBreaker("be", BreakerConfig{Consecutive: -1, MinCalls: 1000}), WithQueueTimeout(time.Hour))
 				r := req("a", PriorityNormal)
 				r.Retry = tc.override
 				var delays []time.Duration
