@@ -222,6 +222,10 @@ func (b *Batcher) Closed() <-chan struct{} { return b.closed }
 // Pending returns how many admitted requests have no result yet.
 func (b *Batcher) Pending() int { return int(b.pending.Load()) }
 
+// AgingStep returns how long a waiting request takes to climb one priority
+// (WithAgingStep).
+func (b *Batcher) AgingStep() time.Duration { return b.cfg.agingStep }
+
 // Submit admits req and returns its Call, or fails at once: a
 // *ValidationError (ErrInvalid) for bad input, ErrQueueFull when the queue is
 // full, a *QuotaError (ErrQuotaExceeded) when the request's tenant is over

@@ -20,6 +20,7 @@ import (
 type Core interface {
 	Submit(ctx context.Context, req *batcher.Request) (*batcher.Call, error)
 	Routes() []batcher.RouteInfo
+	AgingStep() time.Duration
 }
 
 // Defaults of Config.
@@ -33,10 +34,6 @@ const (
 	DefaultCommitInterval     = 25 * time.Millisecond
 	DefaultCommitSize         = 1024
 	DefaultPollInterval       = time.Second
-	// DefaultQueueTarget is half the core's default aging step: a job's
-	// requests that wait longer than an aging step in the core's queue
-	// outrank fresh URGENT work there, so a job keeps its backlog below.
-	DefaultQueueTarget = batcher.DefaultAgingStep / 2
 	// MaxGroupRuns bounds a group's runs, MaxGroups a job's groups.
 	MaxGroupRuns = 100
 	MaxGroups    = 32
@@ -72,7 +69,9 @@ type Config struct {
 	// flight to what the backends serve within it (AIMD on the queue wait,
 	// between ConcurrentRequests and minWindow). Set it to half the core's
 	// aging step, so that a job's backlog never ages past fresh URGENT
-	// work. Default DefaultQueueTarget.
+	// work. Default: half of Core.AgingStep(); a job's requests that wait
+	// longer than an aging step in the core's queue outrank fresh URGENT
+	// work there, so a job keeps its backlog below.
 	QueueTarget time.Duration
 	// TTL is how long an ended job is kept; negative: forever. Default
 	// DefaultTTL.
@@ -118,7 +117,7 @@ func (c *Config) resolve() error {
 	defD(&c.TTL, DefaultTTL)
 	defD(&c.CommitInterval, DefaultCommitInterval)
 	defD(&c.PollInterval, DefaultPollInterval)
-	defD(&c.QueueTarget, DefaultQueueTarget)
+	defD(&c.QueueTarget, c.Core.AgingStep()/2)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

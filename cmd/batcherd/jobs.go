@@ -59,8 +59,6 @@ func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, g
 		Store: store, Core: core, DataDir: jc.DataDir, Exclusive: kind == config.JobStoreSQLite,
 		MaxItems: l.MaxItems, MaxRunning: l.MaxRunning, MaxInFlight: l.MaxInFlight, ConcurrentRequests: l.ConcurrentRequests,
 		TTL: l.TTL.D(), Lease: l.Lease.D(), Logger: log,
-		// Half the aging step: a job's backlog never ages past fresh URGENT work.
-		QueueTarget: cfg.AgingStep.D() / 2,
 	})
 	if err == nil {
 		err = m.Start(ctx)
