@@ -338,6 +338,8 @@ func TestParseErrors(t *testing.T) {
 		{"wrong type", "queue_capacity: lots\n", "queue_capacity (line 1): cannot unmarshal"},
 		{"list wanted", "routes: 5\n", "routes (line 1): cannot unmarshal"},
 		{"int32 overflow", route + "    max_tokens_limit: 99999999999\n", "cannot unmarshal"},
+		{"fraction in an integer", "backends:\n  - name: s\n    type: sim\n    max_concurrency: 0.5\n", "backends[0].max_concurrency (line 4): want a whole number, got 0.5"},
+		{"fraction in a top integer", "queue_capacity: 12.5\n", "queue_capacity (line 1): want a whole number, got 12.5"},
 		{"syntax", "routes: [\n", "yaml: "},
 		{"two documents", "listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", "more than one YAML document"},
 		// Top level.
@@ -440,6 +442,7 @@ func FuzzLoadConfig(f *testing.F) {
       max_tokens_field: max_completion_tokens, pack: {max_tokens: 9, response_format: none}, tls: {ca_file: x}}`)))
 	f.Add([]byte(withOpenAI("{base_url: ftp://h, pack: {routes: [embed, nope]}}")))
 	f.Add([]byte(budgetWindowYAML))
+	f.Add([]byte("backends:\n  - {name: s, type: sim, max_concurrency: 2.5, sim: {models: {m: {dimensions: 1.5}}}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := config.Parse(data)
 		if err != nil {

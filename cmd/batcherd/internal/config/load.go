@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -115,6 +117,7 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 		if c, err = decode(data); err != nil {
 			return nil, fmt.Errorf("config file %s: %w", file, err)
 		}
+		c.File = file
 	}
 	var errs []error
 	for i := range settings {
@@ -220,7 +223,87 @@ func decode(data []byte) (*Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errors.New("the file holds more than one YAML document")
 	}
+	// yaml.v3 truncates a float into an integer field (max_concurrency:
+	// 0.5 would read as 0, the default): refuse it instead.
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err == nil {
+		if msgs := fractionalInts(&root, reflect.TypeFor[Config]()); len(msgs) > 0 {
+			return nil, describe(data, &yaml.TypeError{Errors: msgs})
+		}
+	}
 	return c, nil
+}
+
+// fractionalInts walks n as it decodes into a t and returns a "line N:"
+// message for each number with a fraction that would land in an integer.
+func fractionalInts(n *yaml.Node, t reflect.Type) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) {
+		return nil // decodes itself (Duration)
+	}
+	var out []string
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			out = append(out, fractionalInts(c, t)...)
+		}
+	case yaml.ScalarNode:
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			if f, err := strconv.ParseFloat(n.Value, 64); n.ShortTag() == "!!float" && (err != nil || f != math.Trunc(f)) {
+				out = append(out, fmt.Sprintf("line %d: want a whole number, got %s", n.Line, n.Value))
+			}
+		}
+	case yaml.SequenceNode:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for _, c := range n.Content {
+				out = append(out, fractionalInts(c, t.Elem())...)
+			}
+		}
+	case yaml.MappingNode:
+		switch t.Kind() {
+		case reflect.Map:
+			for i := 1; i < len(n.Content); i += 2 {
+				out = append(out, fractionalInts(n.Content[i], t.Elem())...)
+			}
+		case reflect.Struct:
+			fields := yamlFields(t)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if ft, ok := fields[n.Content[i].Value]; ok {
+					out = append(out, fractionalInts(n.Content[i+1], ft)...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// yamlFields maps a struct's YAML keys to their field types, inline
+// structs' keys included.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case name == "-":
+		case opts == "inline" || strings.Contains(opts, "inline"):
+			for k, v := range yamlFields(f.Type) {
+				out[k] = v
+			}
+		case name == "":
+			out[strings.ToLower(f.Name)] = f.Type
+		default:
+			out[name] = f.Type
+		}
+	}
+	return out
 }
 
 var lineRE = regexp.MustCompile(`^line (\d+): `)
