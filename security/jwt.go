@@ -17,6 +17,8 @@ import (
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/time/rate"
+
+	"github.com/batcherhq/batcher/internal/filewatch"
 )
 
 // Defaults of JWTConfig.
@@ -78,7 +80,7 @@ type jwtVerifier struct {
 	cancel context.CancelFunc // ends the JWKS URL's refresh goroutine
 
 	mu   sync.Mutex // serializes reloadFile; guards file
-	file watched
+	file filewatch.Set
 
 	cache   jwtCache
 	noCache bool // benchmarks: verify every token
@@ -111,7 +113,7 @@ func newJWTVerifier(cfg JWTConfig) (*jwtVerifier, error) {
 	if cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
-	v := &jwtVerifier{cfg: cfg, parser: jwt.NewParser(opts...), file: watched{names: []string{cfg.JWKSFile}}}
+	v := &jwtVerifier{cfg: cfg, parser: jwt.NewParser(opts...), file: filewatch.New(cfg.JWKSFile)}
 	v.cache.m = map[[sha256.Size]byte]jwtCached{}
 	if cfg.JWKSFile != "" {
 		if _, err := v.reloadFile(true); err != nil {
@@ -157,7 +159,7 @@ func (v *jwtVerifier) reloadFile(force bool) (bool, error) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	stamps, load, err := v.file.changed(force)
+	stamps, load, err := v.file.Changed(force)
 	if err != nil {
 		return false, fmt.Errorf("jwt: %w", err)
 	}
@@ -165,7 +167,7 @@ func (v *jwtVerifier) reloadFile(force bool) (bool, error) {
 		return false, nil
 	}
 	kf, err := v.loadFile()
-	v.file.done(stamps, err)
+	v.file.Done(stamps, err)
 	if err != nil {
 		return false, err
 	}

@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/batcherhq/batcher/internal/filewatch"
 )
 
 // DefaultReloadInterval is how often the certificate, key, client CA,
@@ -49,7 +51,7 @@ type Security struct {
 	auth *Authenticator
 
 	mu        sync.Mutex // serializes reloads of the tenants file; guards tenants and onTenants
-	tenants   watched
+	tenants   filewatch.Set
 	onTenants func(*Tenants) error
 
 	stop chan struct{}
@@ -82,7 +84,7 @@ func New(cfg Config) (*Security, error) {
 		s.tls = t
 	}
 	if cfg.TenantsFile != "" {
-		s.tenants.names = []string{cfg.TenantsFile}
+		s.tenants = filewatch.New(cfg.TenantsFile)
 		if _, err := s.reloadTenants(true); err != nil {
 			return nil, err
 		}
@@ -171,7 +173,7 @@ func (s *Security) reload(force bool) error {
 func (s *Security) reloadTenants(force bool) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stamps, load, err := s.tenants.changed(force)
+	stamps, load, err := s.tenants.Changed(force)
 	if err != nil {
 		return false, fmt.Errorf("tenants file: %w", err)
 	}
@@ -184,7 +186,7 @@ func (s *Security) reloadTenants(force bool) (bool, error) {
 			err = fmt.Errorf("tenants file %s: %w", s.cfg.TenantsFile, err)
 		}
 	}
-	s.tenants.done(stamps, err)
+	s.tenants.Done(stamps, err)
 	if err != nil {
 		return false, err
 	}

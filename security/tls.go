@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/batcherhq/batcher/internal/filewatch"
 )
 
 // ClientAuth says whether a listener with a client CA requires client
@@ -44,7 +46,7 @@ type TLS struct {
 	state atomic.Pointer[tlsState]
 
 	mu    sync.Mutex // serializes Reload; guards files
-	files watched
+	files filewatch.Set
 }
 
 type tlsState struct {
@@ -60,10 +62,11 @@ func NewTLS(files TLSFiles) (*TLS, error) {
 	if files.CertFile == "" || files.KeyFile == "" {
 		return nil, errors.New("tls: both a certificate and a key file are needed")
 	}
-	t := &TLS{cfg: files, files: watched{names: []string{files.CertFile, files.KeyFile}}}
+	names := []string{files.CertFile, files.KeyFile}
 	if files.ClientCAFile != "" {
-		t.files.names = append(t.files.names, files.ClientCAFile)
+		names = append(names, files.ClientCAFile)
 	}
+	t := &TLS{cfg: files, files: filewatch.New(names...)}
 	if _, err := t.reload(true); err != nil {
 		return nil, err
 	}
@@ -80,7 +83,7 @@ func (t *TLS) Reload(force bool) (changed bool, err error) { return t.reload(for
 func (t *TLS) reload(force bool) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	stamps, load, err := t.files.changed(force)
+	stamps, load, err := t.files.Changed(force)
 	if err != nil {
 		return false, fmt.Errorf("tls: %w", err)
 	}
@@ -88,7 +91,7 @@ func (t *TLS) reload(force bool) (bool, error) {
 		return false, nil
 	}
 	st, err := t.load()
-	t.files.done(stamps, err)
+	t.files.Done(stamps, err)
 	if err != nil {
 		return false, err
 	}

@@ -1,23 +1,31 @@
-package security
+// Package filewatch tells when a set of files changed, by polling their
+// size, modification time and inode: an edit in place and an atomic
+// rename (a Kubernetes ConfigMap's symlink swap) both show. Polling, not
+// inotify: it sees a file replaced under a watched directory's symlink,
+// and costs a stat per file per poll.
+package filewatch
 
 import (
 	"os"
 	"time"
 )
 
-// watched tells when a set of files changed since it was last loaded, or
+// Set tells when a set of files changed since it was last loaded, or
 // last failed to load: a bad file is tried once per change, not once per
 // poll, so that its error is logged once. Its owner serializes calls.
-type watched struct {
+type Set struct {
 	names []string
-	ok    []fileStamp // the set in force
-	bad   []fileStamp // the set that last failed
+	ok    []Stamp // the set in force
+	bad   []Stamp // the set that last failed
 }
 
-// changed stats the files and returns their stamps and whether they are
+// New returns a Set of the named files, none loaded yet.
+func New(names ...string) Set { return Set{names: names} }
+
+// Changed stats the files and returns their stamps and whether they are
 // to be loaded: force, or different from both the set in force and the
 // set that last failed.
-func (w *watched) changed(force bool) ([]fileStamp, bool, error) {
+func (w *Set) Changed(force bool) ([]Stamp, bool, error) {
 	stamps, err := stat(w.names)
 	if err != nil {
 		return nil, false, err
@@ -28,8 +36,8 @@ func (w *watched) changed(force bool) ([]fileStamp, bool, error) {
 	return stamps, !sameStamps(stamps, w.ok) && !sameStamps(stamps, w.bad), nil
 }
 
-// done records the outcome of loading the set with those stamps.
-func (w *watched) done(stamps []fileStamp, err error) {
+// Done records the outcome of loading the set with those stamps.
+func (w *Set) Done(stamps []Stamp, err error) {
 	if err != nil {
 		w.bad = stamps
 		return
@@ -37,28 +45,28 @@ func (w *watched) done(stamps []fileStamp, err error) {
 	w.ok, w.bad = stamps, nil
 }
 
-// fileStamp is what tells a changed file: an atomic rename changes the
+// Stamp is what tells a changed file: an atomic rename changes the
 // inode, an edit in place the size or modification time.
-type fileStamp struct {
+type Stamp struct {
 	name    string
 	size    int64
 	modTime time.Time
 	ino     uint64
 }
 
-func stat(names []string) ([]fileStamp, error) {
-	stamps := make([]fileStamp, len(names))
+func stat(names []string) ([]Stamp, error) {
+	stamps := make([]Stamp, len(names))
 	for i, n := range names {
 		fi, err := os.Stat(n)
 		if err != nil {
 			return nil, err
 		}
-		stamps[i] = fileStamp{name: n, size: fi.Size(), modTime: fi.ModTime(), ino: inode(fi)}
+		stamps[i] = Stamp{name: n, size: fi.Size(), modTime: fi.ModTime(), ino: inode(fi)}
 	}
 	return stamps, nil
 }
 
-func sameStamps(a, b []fileStamp) bool {
+func sameStamps(a, b []Stamp) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package security
+package filewatch
 
 import (
 	"io/fs"
