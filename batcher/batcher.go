@@ -20,12 +20,17 @@ type Batcher struct {
 	cfg *config
 	// routes is replaced whole by SetRoutes (copy on write, under
 	// routesMu); a Call keeps the routeConfig it was admitted with.
-	routes      atomic.Pointer[map[string]*routeConfig]
-	routesMu    sync.Mutex
-	backends    map[string]*backendState
-	backendList []*backendState // in configuration order
-	tracer      trace.Tracer    // nil: no spans
-	metrics     *metrics        // nil: no metrics
+	routes   atomic.Pointer[map[string]*routeConfig]
+	routesMu sync.Mutex
+	// backends is replaced whole by Reconfigure (under routesMu), like
+	// routes; a routeConfig points at the backendStates it was resolved
+	// against.
+	backends atomic.Pointer[backendSet]
+	// allBackends is every backendState ever made, retired ones too: their
+	// workers and timers stop at Shutdown. Under routesMu.
+	allBackends []*backendState
+	tracer      trace.Tracer // nil: no spans
+	metrics     *metrics     // nil: no metrics
 
 	// admitMu orders admission against shutdown: Submit holds it shared
 	// while it admits, Shutdown exclusively while it closes admission.
@@ -73,7 +78,6 @@ func New(opts ...Option) (*Batcher, error) {
 	}
 	b := &Batcher{
 		cfg:      cfg,
-		backends: make(map[string]*backendState),
 		lanes:    make(map[laneKey]*lane),
 		runs:     make(map[*batchRun]struct{}),
 		retrying: make(map[*Call]*time.Timer),
@@ -85,30 +89,15 @@ func New(opts ...Option) (*Batcher, error) {
 	}
 	b.otherTenant = &tenantState{name: OtherTenant}
 	b.otherTenant.lim.Store(&tenantLimits{weight: 1})
-	var errs []error
-	for _, bc := range cfg.backends {
-		bc, err := resolveBackend(bc)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if _, dup := b.backends[bc.Name]; dup {
-			errs = append(errs, fmt.Errorf("backend %q: defined twice", bc.Name))
-			continue
-		}
-		be := newBackendState(bc, cfg.agingStep, cfg.logger)
-		if cfg.coordinator != nil {
-			be.shared = cfg.coordinator.Budget(bc.Name, be)
-		}
-		b.backends[bc.Name] = be
-		b.backendList = append(b.backendList, be)
-	}
-	routes, rerrs := b.resolveRoutes(cfg.routes)
+	set, _, errs := b.planBackends(cfg.backends)
+	b.backends.Store(set)
+	routes, rerrs := b.resolveRoutes(set, cfg.routes)
 	errs = append(errs, rerrs...)
 	b.routes.Store(&routes)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	b.commitBackends(set, nil)
 	if cfg.tracerProvider != nil {
 		b.tracer = cfg.tracerProvider.Tracer(tracerName)
 	}
@@ -118,8 +107,8 @@ func New(opts ...Option) (*Batcher, error) {
 	return b, nil
 }
 
-// resolveRoutes checks and resolves routes against the backends.
-func (b *Batcher) resolveRoutes(rs []Route) (map[string]*routeConfig, []error) {
+// resolveRoutes checks and resolves routes against the backends in set.
+func (b *Batcher) resolveRoutes(set *backendSet, rs []Route) (map[string]*routeConfig, []error) {
 	var errs []error
 	routes := make(map[string]*routeConfig, len(rs))
 	for _, r := range rs {
@@ -132,7 +121,7 @@ func (b *Batcher) resolveRoutes(rs []Route) (map[string]*routeConfig, []error) {
 			errs = append(errs, fmt.Errorf("route %q: defined twice", rc.Name))
 			continue
 		}
-		if err := b.resolveTargets(&rc); err != nil {
+		if err := set.resolveTargets(&rc); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -149,7 +138,8 @@ func (b *Batcher) resolveRoutes(rs []Route) (map[string]*routeConfig, []error) {
 // model, and a route changed serves new requests with its new settings in
 // lanes of its own. Requests admitted before keep the route they were
 // admitted with, whatever happens to it, and finish on its old settings.
-// The routes may use only the backends given to New. A bad set (an error
+// The routes may use only the backends in force (New's, or
+// Reconfigure's). A bad set (an error
 // naming the route and field, joined) is refused whole and the old routes
 // stay. After Shutdown began it returns ErrClosed.
 func (b *Batcher) SetRoutes(routes ...Route) error {
@@ -158,7 +148,7 @@ func (b *Batcher) SetRoutes(routes ...Route) error {
 	if b.closing.Load() {
 		return ErrClosed
 	}
-	next, errs := b.resolveRoutes(routes)
+	next, errs := b.resolveRoutes(b.backends.Load(), routes)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -170,7 +160,7 @@ func (b *Batcher) SetRoutes(routes ...Route) error {
 }
 
 // resolveTargets points a route at its backend and fallbacks.
-func (b *Batcher) resolveTargets(rc *routeConfig) error {
+func (set *backendSet) resolveTargets(rc *routeConfig) error {
 	all := append([]Target{{Backend: rc.Backend, Model: rc.Model}}, rc.Fallbacks...)
 	if len(all) > math.MaxUint8 {
 		return fmt.Errorf("route %q fallbacks: at most %d, got %d", rc.Name, math.MaxUint8-1, len(rc.Fallbacks))
@@ -180,7 +170,7 @@ func (b *Batcher) resolveTargets(rc *routeConfig) error {
 		if i > 0 {
 			field = fmt.Sprintf("route %q fallbacks[%d]", rc.Name, i-1)
 		}
-		be := b.backends[t.Backend]
+		be := set.byName[t.Backend]
 		if be == nil {
 			return fmt.Errorf("%s: no backend named %q", field, t.Backend)
 		}
@@ -584,11 +574,14 @@ func (b *Batcher) Shutdown(ctx context.Context) error {
 			// workers a batch any more.
 			<-b.drainedOrAborted()
 			b.lanesWG.Wait()
-			for _, be := range b.backendList {
+			b.routesMu.Lock() // Reconfigure is refused from now on
+			all := b.allBackends
+			b.routesMu.Unlock()
+			for _, be := range all {
 				close(be.work)
 			}
 			b.workers.Wait()
-			for _, be := range b.backendList {
+			for _, be := range all {
 				be.stopTimer()
 			}
 			close(b.stopped)

@@ -233,14 +233,24 @@ func (s *backendState) worker(wg *sync.WaitGroup) {
 	}
 }
 
-// startWorkers starts the backend's workers on its first batch.
+// startWorkers starts the backend's workers on its first batch; a raised
+// MaxConcurrency starts more (setLimits).
 func (s *backendState) startWorkers(b *Batcher) {
-	s.workersOnce.Do(func() {
-		b.workers.Add(s.cfg.MaxConcurrency)
-		for range s.cfg.MaxConcurrency {
-			go s.worker(&b.workers)
-		}
-	})
+	if s.workersStartedA.Load() {
+		return
+	}
+	s.mu.Lock()
+	n := 0
+	if !s.workersStarted {
+		s.workersStarted, n = true, s.cfg.MaxConcurrency
+		s.workersN = n
+	}
+	s.mu.Unlock()
+	b.workers.Add(n)
+	for range n {
+		go s.worker(&b.workers)
+	}
+	s.workersStartedA.Store(true)
 }
 
 // run dispatches the batch and delivers its results: successes at once,

@@ -86,7 +86,9 @@ type waiter struct {
 // backend never calls into a lane while it holds mu: permits for other lanes
 // are delivered after mu is released, as messages to their owners.
 type backendState struct {
-	// Set at construction; read-only.
+	// Set at construction; read-only, but for cfg's limits (MaxConcurrency,
+	// MinConcurrency, RPM, TPM, their bursts, the protected share), which
+	// Reconfigure changes in place under mu.
 	name   string
 	impl   Backend // the configured backend inside the dispatch decorators
 	cfg    BackendConfig
@@ -103,26 +105,29 @@ type backendState struct {
 	notClosed atomic.Bool
 	// limitedA says that a rate budget is known (configured or learned):
 	// lanes then plan a batch's exact cost before they ask.
-	limitedA    atomic.Bool
-	workersOnce sync.Once
+	limitedA atomic.Bool
+	// workersStartedA mirrors workersStarted, for the hot path.
+	workersStartedA atomic.Bool
 	// inFlightA mirrors inFlight, for Stats and Lanes without mu.
 	inFlightA atomic.Int32
 	// heldOpenUntil (Unix nanoseconds) is when the fleet stops holding the
 	// backend open for another replica's breaker; 0: never held.
 	heldOpenUntil atomic.Int64
 
-	mu          sync.Mutex
-	inFlight    int     // permits out
-	borrowed    int     // protected slots lent to background work, out now
-	limit       int     // adaptive concurrency limit
-	fleetSlots  int     // the slots the fleet leaves this replica; 0: no cap
-	share       float64 // of the configured budgets this replica holds alone (LocalBudget.Share)
-	rpm, tpm    bucket
-	pausedUntil time.Time
-	successes   int // successful calls since the last change
-	waiters     []waiter
-	timer       *time.Timer // calls grantLocked when a rate wait ends
-	timerAt     time.Time   // when timer fires; zero when stopped
+	mu             sync.Mutex
+	workersStarted bool    // the dispatch workers run (on the first batch)
+	workersN       int     // how many
+	inFlight       int     // permits out
+	borrowed       int     // protected slots lent to background work, out now
+	limit          int     // adaptive concurrency limit
+	fleetSlots     int     // the slots the fleet leaves this replica; 0: no cap
+	share          float64 // of the configured budgets this replica holds alone (LocalBudget.Share)
+	rpm, tpm       bucket
+	pausedUntil    time.Time
+	successes      int // successful calls since the last change
+	waiters        []waiter
+	timer          *time.Timer // calls grantLocked when a rate wait ends
+	timerAt        time.Time   // when timer fires; zero when stopped
 }
 
 func newBackendState(bc BackendConfig, aging time.Duration, logger *slog.Logger) *backendState {

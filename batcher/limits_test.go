@@ -139,7 +139,7 @@ func TestReservationSettledAgainstUsage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &fakeBackend{} // reports 2 tokens of usage per request
 		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 2, MinBatchSize: 2}, withLimits("be", 0, 6000))
-		bs := b.backends["be"]
+		bs := b.backends.Load().byName["be"]
 		before := bs.tpm.tokensAt(time.Now())
 		r1, r2 := req("a", PriorityNormal), req("b", PriorityNormal)
 		r1.Params.MaxTokens, r2.Params.MaxTokens = 40, 40

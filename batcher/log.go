@@ -93,3 +93,14 @@ func (g *backendLog) paused(d time.Duration, why string) {
 			slog.String("backend", g.backend), slog.Duration("for", d), slog.String("why", why))
 	})
 }
+
+// limitsChanged logs a backend's limits changed in place (Reconfigure).
+func (g *backendLog) limitsChanged(from, to BackendConfig) {
+	if g == nil {
+		return
+	}
+	g.l.Info("backend limits changed", "backend", g.backend,
+		"max_concurrency", to.MaxConcurrency, "was_max_concurrency", from.MaxConcurrency,
+		"rpm", to.RPM, "was_rpm", from.RPM, "tpm", to.TPM, "was_tpm", from.TPM,
+		"protected_share", to.ProtectedShare)
+}

@@ -468,9 +468,15 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 		return err
 	}
 
-	backendOpt := map[string]metric.ObserveOption{}
-	for _, be := range b.backendList {
-		backendOpt[be.name] = metric.WithAttributeSet(attribute.NewSet(keyBackend.String(be.name)))
+	// The backends' attribute sets, made once per name (Reconfigure may add
+	// names); callbacks may run concurrently for several readers.
+	var backendOpts sync.Map // name → metric.ObserveOption
+	backendOpt := func(name string) metric.ObserveOption {
+		if o, ok := backendOpts.Load(name); ok {
+			return o.(metric.ObserveOption)
+		}
+		o, _ := backendOpts.LoadOrStore(name, metric.WithAttributeSet(attribute.NewSet(keyBackend.String(name))))
+		return o.(metric.ObserveOption)
 	}
 	capN := int64(b.cfg.queueCapacity)
 	reg, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -533,7 +539,7 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 		}
 		o.ObserveInt64(capacity, capN)
 		for _, st := range b.Stats() {
-			bo := backendOpt[st.Name]
+			bo := backendOpt(st.Name)
 			be := keyBackend.String(st.Name)
 			o.ObserveInt64(upReqs, st.Items, bo)
 			o.ObserveInt64(saved, max(st.Items-st.Calls, 0)+st.DedupHits, bo)
@@ -578,7 +584,9 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 
 // configuredLimits returns a backend's configuration as New resolved it.
 func configuredLimits(b *Batcher, name string) BackendConfig {
-	if be := b.backends[name]; be != nil {
+	if be := b.backends.Load().byName[name]; be != nil {
+		be.mu.Lock() // Reconfigure changes the limits in place
+		defer be.mu.Unlock()
 		return be.cfg
 	}
 	return BackendConfig{}

@@ -87,8 +87,9 @@ type BackendStats struct {
 
 // Stats returns every backend's counters.
 func (b *Batcher) Stats() []BackendStats {
-	out := make([]BackendStats, 0, len(b.backends))
-	for _, be := range b.backendList {
+	set := b.backends.Load()
+	out := make([]BackendStats, 0, len(set.list))
+	for _, be := range set.list {
 		s := be.stats
 		st := BackendStats{
 			Name:        be.name,
