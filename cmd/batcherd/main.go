@@ -137,8 +137,16 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitFailed
 	}
 	lis = sec.Listener(lis)
-	reloader := &configReloader{args: args, lookupEnv: lookupEnv, core: core, jobs: jobManager, log: log, running: cfg}
+	reloader := newConfigReloader(args, lookupEnv, buildOpts, core, jobManager, log, cfg, built)
+	defer func() {
+		// After the core's drain, as the first backends' close above.
+		if err := reloader.closeBackends(); err != nil {
+			log.Error("closing reloaded backends", "err", err)
+		}
+	}()
 	sec.OnSIGHUP(reloader.reload)
+	reloader.watch(cfg.Security.ReloadInterval.D())
+	defer reloader.Close()
 	if fl != nil {
 		fl.SetInfo(map[string]string{"grpc": lis.Addr().String()})
 		fl.Start(ctx)

@@ -30,6 +30,9 @@ const (
 // the default list. Inside routes and backends, a number or duration left
 // out or 0 takes the core's default.
 type Config struct {
+	// File is the YAML file Load read (--config or BATCHER_CONFIG); empty
+	// when none. batcherd watches it for a reload.
+	File string `yaml:"-"`
 	// Listen is the gRPC listen address, host:port; port 0 picks a free one.
 	Listen string `yaml:"listen"`
 	Log    Log    `yaml:"log"`

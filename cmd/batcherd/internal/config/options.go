@@ -24,6 +24,9 @@ type Built struct {
 	Sims map[string]*sim.Provider
 	// OpenAI holds the openai backends by name, for their Stats.
 	OpenAI map[string]*openai.Backend
+	// Impls holds every backend's implementation by name, for a reload
+	// that keeps it (BuildReload).
+	Impls map[string]batcher.Backend
 
 	closers []namedCloser
 }
@@ -86,6 +89,7 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 		Server: c.serverOptions(),
 		Sims:   map[string]*sim.Provider{},
 		OpenAI: map[string]*openai.Backend{},
+		Impls:  map[string]batcher.Backend{},
 	}
 	backendTP := bc.tp
 	if bc.tp != nil {
@@ -96,28 +100,10 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 	}
 	for i := range c.Backends {
 		be := &c.Backends[i]
-		var impl batcher.Backend
-		switch be.Type {
-		case TypeSim:
-			p, err := sim.New(*be.simConfig())
-			if err != nil {
-				_ = b.Close()
-				return nil, fmt.Errorf("backends[%d].sim: %w", i, err)
-			}
-			b.Sims[be.Name] = p
-			impl = p
-		case TypeOpenAI:
-			p, err := newOpenAI(be.OpenAI, backendTP, bc.lookupEnv)
-			if err != nil {
-				_ = b.Close()
-				return nil, prefixErrs(fmt.Sprintf("backends[%d] (%s): ", i, be.Name), err)
-			}
-			b.OpenAI[be.Name] = p
-			b.closers = append(b.closers, namedCloser{be.Name, p})
-			impl = p
-		default:
+		impl, err := b.buildBackend(i, be, backendTP, bc.lookupEnv)
+		if err != nil {
 			_ = b.Close()
-			return nil, fmt.Errorf("backends[%d].type: unknown type %q", i, be.Type)
+			return nil, err
 		}
 		b.Core = append(b.Core, batcher.WithBackend(be.coreConfig(impl)))
 	}
@@ -125,6 +111,33 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 		b.Core = append(b.Core, batcher.WithRoute(c.Routes[i].coreRoute()))
 	}
 	return b, nil
+}
+
+// buildBackend builds the implementation of be, c.Backends[i], and keeps
+// it in b (Impls, Sims or OpenAI, and what to close).
+func (b *Built) buildBackend(i int, be *Backend, tp trace.TracerProvider, lookupEnv func(string) (string, bool)) (batcher.Backend, error) {
+	var impl batcher.Backend
+	switch be.Type {
+	case TypeSim:
+		p, err := sim.New(*be.simConfig())
+		if err != nil {
+			return nil, fmt.Errorf("backends[%d].sim: %w", i, err)
+		}
+		b.Sims[be.Name] = p
+		impl = p
+	case TypeOpenAI:
+		p, err := newOpenAI(be.OpenAI, tp, lookupEnv)
+		if err != nil {
+			return nil, prefixErrs(fmt.Sprintf("backends[%d] (%s): ", i, be.Name), err)
+		}
+		b.OpenAI[be.Name] = p
+		b.closers = append(b.closers, namedCloser{be.Name, p})
+		impl = p
+	default:
+		return nil, fmt.Errorf("backends[%d].type: unknown type %q", i, be.Type)
+	}
+	b.Impls[be.Name] = impl
+	return impl, nil
 }
 
 func newOpenAI(o *OpenAI, tp trace.TracerProvider, lookupEnv func(string) (string, bool)) (*openai.Backend, error) {

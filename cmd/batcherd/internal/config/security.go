@@ -26,8 +26,9 @@ type Security struct {
 	TenantsFile string `yaml:"tenants_file"`
 	// JWT accepts JWTs as bearer tokens; needs tenants_file.
 	JWT *JWT `yaml:"jwt"`
-	// ReloadInterval is how often the TLS, tenants and JWKS files are
-	// checked for changes; negative: only on SIGHUP.
+	// ReloadInterval is how often the TLS, tenants and JWKS files, and the
+	// configuration file itself, are checked for changes; negative: only
+	// on SIGHUP.
 	ReloadInterval Duration `yaml:"reload_interval"`
 	Limits         Limits   `yaml:"limits"`
 }
