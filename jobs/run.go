@@ -282,15 +282,16 @@ func (r *run) fill(ctx context.Context) {
 func (r *run) busy() int { return len(r.calls) + len(r.pending) + len(r.committing) }
 
 // submit hands a task to the core. It reports false when the core cannot
-// take it now (queue full, shutting down); a task the core rejects as
-// invalid ends failed.
+// take it now (queue full, the tenant over a quota, shutting down): the
+// task waits in the backlog for the next round. A task the core rejects
+// as invalid ends failed.
 func (r *run) submit(ctx context.Context, t *Task, model string) bool {
 	f, req, err := r.request(ctx, t, model)
 	if err == nil {
 		f.call, err = r.m.cfg.Core.Submit(ctx, req)
 	}
 	switch {
-	case errors.Is(err, batcher.ErrQueueFull):
+	case errors.Is(err, batcher.ErrQueueFull), errors.Is(err, batcher.ErrQuotaExceeded):
 		return false
 	case errors.Is(err, batcher.ErrClosed):
 		r.stopping = true
@@ -326,7 +327,10 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 	}
 	f.url = ir.URL
 	req := &batcher.Request{
-		ID:       r.id + "/" + strconv.FormatInt(t.Seq, 10),
+		ID: r.id + "/" + strconv.FormatInt(t.Seq, 10),
+		// The job's tenant: its items share the tenant's fair share and
+		// quotas with its online requests.
+		Tenant:   r.job.Tenant,
 		Priority: spec.Priority,
 		Input:    ir.Input,
 		Params:   mergeParams(ir.Params, spec.Params),

@@ -3,9 +3,11 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/jobs"
 )
 
@@ -96,5 +98,47 @@ func TestTenantQuotas(t *testing.T) {
 	_, err = e.m.Begin(ctx, jobs.Spec{Model: "chat"})
 	if !errors.Is(err, jobs.ErrQuota) || !strings.Contains(err.Error(), "jobs not ended") {
 		t.Fatalf("a second job under a jobs quota of 1 = %v", err)
+	}
+}
+
+// TestJobItemsCarryTheirTenant: a job's items reach the core as its
+// tenant's requests, so the tenant's quotas and fair share cover them; a
+// quota the core refuses an item for holds the item back, it does not
+// fail it.
+func TestJobItemsCarryTheirTenant(t *testing.T) {
+	e := newEnv(t, nil)
+	if err := e.core.SetTenants([]batcher.TenantPolicy{{Name: "t", Quotas: batcher.TenantQuotas{InFlight: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := jobs.WithTenant(t.Context(), jobs.Tenant{Name: "t"})
+	c, err := e.m.Begin(ctx, jobs.Spec{Model: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := range n {
+		if err := c.Add(ctx, fmt.Sprint("c", i), chatItem(fmt.Sprint("item ", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := c.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := e.wait(t, j.ID)
+	if p.State != jobs.StateCompleted || p.Counts.Succeeded != n {
+		t.Fatalf("job under an in_flight quota of 3: %s, %+v; want all %d succeeded", p.State, p.Counts, n)
+	}
+	var st *batcher.TenantStats
+	for _, ts := range e.core.Tenants() {
+		if ts.Name == "t" {
+			st = &ts
+		}
+	}
+	if st == nil || st.Admitted != n || st.Completed["ok"] != n {
+		t.Fatalf("the core's view of tenant t: %+v; want %d admitted and ok", st, n)
+	}
+	if st.Rejected["in_flight"] == 0 {
+		t.Fatal("no item was held back by the in_flight quota: the job ran more than 3 at once without the core refusing")
 	}
 }
