@@ -786,7 +786,7 @@ func (s *sqlStore) Release(ctx context.Context, owner string, now time.Time) (in
 			if n, err := res.RowsAffected(); err != nil || n == 0 {
 				return err
 			}
-			rows, err := tx.QueryContext(ctx, s.q(`UPDATE tasks SET state = 0, lease_owner = '' WHERE job_id = ? AND state = 1 AND lease_owner = ? RETURNING grp`),
+			rows, err := tx.QueryContext(ctx, s.q(`UPDATE tasks SET state = 0, lease_owner = '' WHERE job_id = ? AND done_seq = 0 AND state = 1 AND lease_owner = ? RETURNING grp`),
 				l.job, l.owner)
 			if err != nil {
 				return err
