@@ -157,7 +157,7 @@ func (c *Call) finish(r Result, now time.Time) bool {
 		run.end()
 	}
 	if c.tenant != nil {
-		c.tenant.ended(r.Err)
+		c.tenant.ended(r.Err, c.tokens, r.Usage)
 	}
 	c.b.callEnded()
 	if c.token {

@@ -85,7 +85,8 @@ func (e *QuotaError) Unwrap() error { return ErrQuotaExceeded }
 type TenantQuotas struct {
 	// RPM and TPM: requests and estimated tokens (prompt plus max_tokens)
 	// admitted per minute. Each is a token bucket that holds one minute's
-	// allowance and refills continuously.
+	// allowance and refills continuously. A reply that reports using fewer
+	// tokens than its request's estimate gives the rest back to TPM.
 	RPM int
 	TPM int
 	// QueueShare: the share (0 to 1) of the queue capacity that the
@@ -128,6 +129,7 @@ type tenantState struct {
 	lim  atomic.Pointer[tenantLimits]
 
 	pending   atomic.Int64 // admitted requests without a result
+	tpmCredit atomic.Int64 // TPM tokens given back (refundTPM), taken first
 	admitted  atomic.Int64
 	completed [numOutcomes]atomic.Int64
 	rejected  [numQuotas]atomic.Int64
@@ -254,6 +256,7 @@ func (b *Batcher) tenantOf(req *Request) *tenantState {
 type tenantHold struct {
 	ts       *tenantState
 	rpm, tpm *rate.Reservation
+	credit   int64 // tokens taken from the tenant's TPM credit
 }
 
 // admit takes one request of tokens estimated tokens from ts's quotas at
@@ -281,15 +284,50 @@ func (ts *tenantState) admit(now time.Time, tokens int) (tenantHold, error) {
 		}
 	}
 	if lim.tpm != nil {
-		h.tpm = lim.tpm.ReserveN(now, tokens)
-		if !h.tpm.OK() {
+		if tokens > lim.tpm.Burst() {
 			return tenantHold{}, refuse(quotaTPM, lim.tpmN, 0, tokens)
 		}
-		if d := h.tpm.DelayFrom(now); d > 0 {
-			return tenantHold{}, refuse(quotaTPM, lim.tpmN, d, 0)
+		h.credit = ts.takeCredit(int64(tokens))
+		if rest := tokens - int(h.credit); rest > 0 {
+			h.tpm = lim.tpm.ReserveN(now, rest)
+			if d := h.tpm.DelayFrom(now); d > 0 {
+				return tenantHold{}, refuse(quotaTPM, lim.tpmN, d, 0)
+			}
 		}
 	}
 	return h, nil
+}
+
+// takeCredit takes up to n tokens from the tenant's TPM credit and
+// returns how many it took.
+func (ts *tenantState) takeCredit(n int64) int64 {
+	for {
+		c := ts.tpmCredit.Load()
+		take := min(c, n)
+		if take <= 0 || ts.tpmCredit.CompareAndSwap(c, c-take) {
+			return max(take, 0)
+		}
+	}
+}
+
+// refundTPM gives back n tokens a request reserved at admission and did
+// not use (its reply reported fewer). rate.Limiter takes no partial
+// refund, so they go to a credit the next admissions draw on first; what
+// the bucket holds plus the credit stays within the bucket's size (one
+// minute's allowance).
+func (ts *tenantState) refundTPM(n int64) {
+	lim := ts.lim.Load()
+	if lim.tpm == nil || n <= 0 {
+		return
+	}
+	for {
+		c := ts.tpmCredit.Load()
+		room := int64(float64(lim.tpm.Burst())-lim.tpm.Tokens()) - c
+		add := min(n, room)
+		if add <= 0 || ts.tpmCredit.CompareAndSwap(c, c+add) {
+			return
+		}
+	}
 }
 
 // undo gives back what admit took.
@@ -304,13 +342,21 @@ func (h *tenantHold) undo(now time.Time) {
 	if h.tpm != nil {
 		h.tpm.CancelAt(now)
 	}
+	if h.credit > 0 {
+		h.ts.tpmCredit.Add(h.credit)
+	}
 	*h = tenantHold{}
 }
 
-// ended books the end of one of ts's requests with err.
-func (ts *tenantState) ended(err error) {
+// ended books the end of one of ts's requests with err. reserved is what
+// its admission took of the TPM quota; a reply that reports using fewer
+// tokens gives the rest back.
+func (ts *tenantState) ended(err error, reserved int, u Usage) {
 	ts.pending.Add(-1)
 	ts.completed[outcomeOf(err)].Add(1)
+	if used := int64(u.Total()); used > 0 && used < int64(reserved) {
+		ts.refundTPM(int64(reserved) - used)
+	}
 }
 
 // weight returns the tenant's fair-queuing weight; a nil tenant weighs 1.

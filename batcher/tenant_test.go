@@ -196,7 +196,10 @@ func TestQuotaRPM(t *testing.T) {
 
 func TestQuotaTPM(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newTest(t, &fakeBackend{}, 1, BatchConfig{MaxBatchSize: 1})
+		// Held: nothing ends, so nothing is given back.
+		be := &fakeBackend{hold: make(chan struct{})}
+		defer close(be.hold)
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1})
 		if err := b.SetTenants([]TenantPolicy{{Name: "a", Quotas: TenantQuotas{TPM: 100}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -216,6 +219,42 @@ func TestQuotaTPM(t *testing.T) {
 		_, err = b.Submit(context.Background(), r("4", 1000))
 		if !errors.As(err, &qe) || qe.RetryAfter != 0 || !strings.Contains(err.Error(), "more than the whole quota") {
 			t.Fatalf("huge: %v", err)
+		}
+	})
+}
+
+// TestQuotaTPMRefund: a request whose reply reports fewer tokens than its
+// admission reserved gives the rest back to its tenant's TPM quota, so the
+// quota counts what was used, not the estimate.
+func TestQuotaTPMRefund(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, &fakeBackend{}, 1, BatchConfig{MaxBatchSize: 1}) // 2 tokens a reply
+		if err := b.SetTenants([]TenantPolicy{{Name: "a", Quotas: TenantQuotas{TPM: 100}}}); err != nil {
+			t.Fatal(err)
+		}
+		r := func(id string) *Request {
+			x := treq("a", id)
+			x.Params.MaxTokens = 40 // about 43 tokens reserved each
+			return x
+		}
+		for i := range 6 { // 6 × 43 reserved, 6 × 2 used: within 100
+			c := submit(t, b, r(fmt.Sprint(i)))
+			<-c.Done()
+			if err := c.Result().Err; err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+		}
+		// Reserved and never used: nothing to give back, so the quota binds.
+		be := &fakeBackend{hold: make(chan struct{})}
+		defer close(be.hold)
+		b2 := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1})
+		if err := b2.SetTenants([]TenantPolicy{{Name: "a", Quotas: TenantQuotas{TPM: 100}}}); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, b2, r("x"))
+		submit(t, b2, r("y"))
+		if _, err := b2.Submit(context.Background(), r("z")); !errors.Is(err, ErrQuotaExceeded) {
+			t.Fatalf("a third request while two hold their tokens: %v, want ErrQuotaExceeded", err)
 		}
 	})
 }
