@@ -69,10 +69,11 @@ func newConfigReloader(args []string, lookupEnv func(string) (string, bool), bui
 // Kubernetes ConfigMap is). Without a file, or with interval < 0, it does
 // nothing. Stop it with Close.
 func (r *configReloader) watch(interval time.Duration) {
-	if r.running.File == "" || interval < 0 || r.stop != nil {
+	name := r.running.File // a reload keeps the file: Load reads the same flags
+	if name == "" || interval < 0 || r.stop != nil {
 		return
 	}
-	r.file = filewatch.New(r.running.File)
+	r.file = filewatch.New(name)
 	if stamps, _, err := r.file.Changed(true); err == nil {
 		r.file.Done(stamps, nil) // the file as it was loaded at startup
 	}
@@ -92,7 +93,7 @@ func (r *configReloader) watch(interval time.Duration) {
 				if err != nil || !changed {
 					continue // a file being replaced may be missing for a moment
 				}
-				r.log.Info("the configuration file changed: reloading", "file", r.running.File)
+				r.log.Info("the configuration file changed: reloading", "file", name)
 				r.reloadStamped(stamps)
 			}
 		}
