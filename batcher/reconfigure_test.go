@@ -1,7 +1,10 @@
 package batcher
 
 import (
+	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -153,4 +156,95 @@ func TestReconfigureRefusedWhole(t *testing.T) {
 	if err := b.Reconfigure([]BackendConfig{{Name: "be", Backend: fb}}, []Route{route}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Shutdown: %v, want ErrClosed", err)
 	}
+}
+
+// TestReconfigureUnderLoad: while 16 callers keep two routes busy,
+// Reconfigure alternates the backends' limits, swaps one backend's
+// implementation and removes and restores a route, 50 times. Every request
+// admitted ends exactly once and succeeds (a request refused at admission
+// on the removed route is the only failure allowed), and Shutdown leaves
+// no goroutine behind (TestMain's leak check).
+func TestReconfigureUnderLoad(t *testing.T) {
+	fa, fb := &fakeBackend{latency: 100 * time.Microsecond}, &fakeBackend{latency: 100 * time.Microsecond}
+	alt := &fakeBackend{latency: 100 * time.Microsecond}
+	one := BatchConfig{MaxBatchSize: 4, Window: time.Millisecond}
+	b := newTest(t, fa, 2, one,
+		WithBackend(BackendConfig{Name: "b", Backend: fb, MaxConcurrency: 2}),
+		WithRoute(Route{Name: "r2", Op: OpCompletion, Backend: "b", Batch: one}))
+	stop := make(chan struct{})
+	progress := make(chan struct{}, 64)       // a request ended
+	var changed atomic.Pointer[chan struct{}] // closed by the next Reconfigure
+	next := make(chan struct{})
+	changed.Store(&next)
+	var admitted, ended, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 16 {
+		route := []string{"m", "r2"}[i%2]
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := b.Submit(context.Background(), &Request{Route: route, Input: Input{Op: OpCompletion, Prompt: "p"}})
+				if err != nil {
+					if !errors.Is(err, ErrInvalid) || route != "r2" {
+						t.Errorf("Submit on %s: %v", route, err)
+						return
+					}
+					refused.Add(1)
+					select { // the route is back at the next change
+					case <-*changed.Load():
+					case <-stop:
+					}
+					continue
+				}
+				admitted.Add(1)
+				<-c.Done()
+				if r := c.Result(); r.Err != nil {
+					t.Errorf("a request across a reconfiguration: %v", r.Err)
+					return
+				}
+				ended.Add(1)
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+	for i := range 50 {
+		impl := Backend(fb)
+		if i%3 == 0 {
+			impl = alt
+		}
+		backends := []BackendConfig{
+			{Name: "be", Backend: fa, MaxConcurrency: 1 + i%4, RPM: []int{0, 60_000}[i%2], RPMBurst: 1000},
+			{Name: "b", Backend: impl, MaxConcurrency: 2},
+		}
+		routes := []Route{{Name: "m", Op: OpCompletion, Backend: "be", Batch: one}}
+		if i%5 != 4 {
+			routes = append(routes, Route{Name: "r2", Op: OpCompletion, Backend: "b", Batch: one, Fallbacks: []Target{{Backend: "be"}}})
+		}
+		if err := b.Reconfigure(backends, routes); err != nil {
+			t.Fatal(err)
+		}
+		next := make(chan struct{})
+		close(*changed.Swap(&next))
+		// Let some requests through on this configuration.
+		for range 20 {
+			select {
+			case <-progress:
+			case <-time.After(time.Minute):
+				t.Fatalf("no progress after reconfiguration %d", i)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if admitted.Load() != ended.Load() {
+		t.Fatalf("%d admitted, %d ended", admitted.Load(), ended.Load())
+	}
+	t.Logf("%d requests across 50 reconfigurations, %d refused on the removed route", ended.Load(), refused.Load())
 }
