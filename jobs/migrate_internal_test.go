@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/pressly/goose/v3"
@@ -48,4 +49,39 @@ func TestSQLiteMigrationsDownAndUp(t *testing.T) {
 		t.Fatalf("open after the round trips: %v", err)
 	}
 	_ = s.Close()
+}
+
+// TestSQLitePlansUseThePartialIndexes: the queries that page through a
+// large job read the partial index meant for them, not the whole table
+// (SQLite uses a partial index only when the query spells its condition).
+func TestSQLitePlansUseThePartialIndexes(t *testing.T) {
+	st, err := OpenSQLite(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	db := st.(*sqlStore).db
+	for _, tc := range []struct{ query, index string }{
+		{`SELECT seq FROM tasks WHERE job_id = ? AND done_seq = 0 AND state = 0 AND seq >= ? ORDER BY seq LIMIT ?`, "tasks_open"},
+		{`SELECT seq FROM tasks WHERE job_id = ? AND done_seq > 0 AND done_seq > ? ORDER BY done_seq LIMIT ?`, "tasks_done"},
+		{`SELECT seq FROM tasks WHERE job_id = ? AND done_seq > 0 AND state <> 2 AND state = ? AND seq > ? ORDER BY seq LIMIT ?`, "tasks_unsucceeded"},
+	} {
+		rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, "job", 1, 2, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		_ = rows.Close()
+		if !strings.Contains(strings.Join(plan, "; "), "INDEX "+tc.index) {
+			t.Errorf("%s\nplan %q, want index %s", tc.query, plan, tc.index)
+		}
+	}
 }

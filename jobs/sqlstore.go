@@ -843,7 +843,13 @@ func (s *sqlStore) queryTasks(ctx context.Context, query string, args ...any) ([
 }
 
 func (s *sqlStore) Results(ctx context.Context, jobID string, after int64, state ItemState, n int) ([]Task, error) {
-	if state.Terminal() {
+	switch {
+	case state.Terminal() && state != ItemSucceeded:
+		// Spelled out so that both stores use the partial index
+		// tasks_unsucceeded: a job's failures are few among its rows.
+		return s.queryTasks(ctx, `SELECT `+taskColumns+` FROM tasks WHERE job_id = ? AND done_seq > 0 AND state <> 2 AND state = ? AND seq > ? ORDER BY seq LIMIT ?`,
+			jobID, int(state), after, n)
+	case state.Terminal():
 		return s.queryTasks(ctx, `SELECT `+taskColumns+` FROM tasks WHERE job_id = ? AND seq > ? AND state = ? ORDER BY seq LIMIT ?`,
 			jobID, after, int(state), n)
 	}
