@@ -29,6 +29,40 @@ func (p plainToken) GetRequestMetadata(context.Context, ...string) (map[string]s
 }
 func (plainToken) RequireTransportSecurity() bool { return false }
 
+// busyLoad keeps route busy with 8 callers until the returned stop is
+// called; stop fails the test unless every call succeeded and some ran,
+// and returns how many ran.
+func busyLoad(t *testing.T, c *client.Client, route string) (stop func() int64) {
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := c.Submit(context.WithoutCancel(ctx), client.Embed(route, "hello")); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				ok.Add(1)
+			}
+		})
+	}
+	return func() int64 {
+		t.Helper()
+		cancel()
+		wg.Wait()
+		if n := failed.Load(); n != 0 {
+			t.Fatalf("%d of %d requests on %s failed across the reloads; first: %v", n, n+ok.Load(), route, firstErr.Load())
+		}
+		if ok.Load() == 0 {
+			t.Fatal("no load ran")
+		}
+		return ok.Load()
+	}
+}
+
 const reloadBackends = `backends:
   - {name: fast, type: sim, sim: {base_latency: 2ms}}
   - {name: slow, type: sim, sim: {base_latency: 1s}}
@@ -70,24 +104,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	a := dial(tokA)
 	ctx := t.Context()
 
-	// Load on the busy route until told to stop.
-	var ok, failed atomic.Int64
-	var firstErr atomic.Value
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for loadCtx.Err() == nil {
-				_, err := a.Submit(context.WithoutCancel(loadCtx), client.Embed("busy", "hello"))
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				ok.Add(1)
-			}
-		})
-	}
+	stopLoad := busyLoad(t, a, "busy")
 	// Requests in flight on the route about to go: dispatched to the slow
 	// backend before the reload.
 	dispatched := make(chan struct{}, 4)
@@ -148,15 +165,8 @@ func TestReloadUnderLoad(t *testing.T) {
 	if _, err := a.Submit(ctx, client.Embed("added", "still served")); err != nil {
 		t.Fatalf("the added route after a refused reload: %v", err)
 	}
-	stopLoad()
-	wg.Wait()
-	if n := failed.Load(); n != 0 {
-		t.Fatalf("%d of %d requests on the busy route failed across the reloads; first: %v", n, n+ok.Load(), firstErr.Load())
-	}
-	if ok.Load() == 0 {
-		t.Fatal("no load ran")
-	}
-	t.Logf("%d requests on the busy route across two reloads, none lost", ok.Load())
+	n := stopLoad()
+	t.Logf("%d requests on the busy route across two reloads, none lost", n)
 	stop()
 	if code := <-exit; code != exitOK {
 		t.Fatalf("exit %d\n%s", code, logs)
@@ -219,22 +229,7 @@ routes: [{name: busy, operation: embedding, backend: up}]
 	ctx := t.Context()
 	waitBackendMax(t, ctx, conn, "up", 2, 0)
 
-	var ok, failed atomic.Int64
-	var firstErr atomic.Value
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for loadCtx.Err() == nil {
-				if _, err := c.Submit(context.WithoutCancel(loadCtx), client.Embed("busy", "hello")); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				ok.Add(1)
-			}
-		})
-	}
+	stopLoad := busyLoad(t, c, "busy")
 
 	write(`backends: [{name: up, type: sim, max_concurrency: 7, rpm: 6000, sim: {base_latency: 300ms}}]
 routes: [{name: busy, operation: embedding, backend: up}]
@@ -261,18 +256,11 @@ routes: [{name: busy, operation: embedding, backend: up}]
 	if _, err := c.Submit(ctx, client.Embed("more", "still served")); err != nil {
 		t.Fatalf("after a refused reload: %v", err)
 	}
-	stopLoad()
-	wg.Wait()
-	if n := failed.Load(); n != 0 {
-		t.Fatalf("%d of %d requests failed across the reloads; first: %v", n, n+ok.Load(), firstErr.Load())
-	}
-	if ok.Load() == 0 {
-		t.Fatal("no load ran")
-	}
+	n := stopLoad()
 	if n := strings.Count(logs.String(), "config reload refused"); n != 1 {
 		t.Fatalf("the bad file was tried %d times, want once:\n%s", n, logs)
 	}
-	t.Logf("%d requests across three edits of the file, none lost", ok.Load())
+	t.Logf("%d requests across three edits of the file, none lost", n)
 	stop()
 	if code := <-exit; code != exitOK {
 		t.Fatalf("exit %d\n%s", code, logs)

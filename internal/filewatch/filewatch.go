@@ -7,6 +7,7 @@ package filewatch
 
 import (
 	"os"
+	"slices"
 	"time"
 )
 
@@ -33,7 +34,7 @@ func (w *Set) Changed(force bool) ([]Stamp, bool, error) {
 	if force {
 		return stamps, true, nil
 	}
-	return stamps, !sameStamps(stamps, w.ok) && !sameStamps(stamps, w.bad), nil
+	return stamps, !slices.Equal(stamps, w.ok) && !slices.Equal(stamps, w.bad), nil
 }
 
 // Done records the outcome of loading the set with those stamps.
@@ -64,16 +65,4 @@ func stat(names []string) ([]Stamp, error) {
 		stamps[i] = Stamp{name: n, size: fi.Size(), modTime: fi.ModTime(), ino: inode(fi)}
 	}
 	return stamps, nil
-}
-
-func sameStamps(a, b []Stamp) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
