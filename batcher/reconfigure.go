@@ -28,10 +28,7 @@ type limitsChange struct {
 // its limits change in place (returned in changes); any other is a new
 // state. Nothing is changed yet: commitBackends does that.
 func (b *Batcher) planBackends(cfgs []BackendConfig) (*backendSet, []limitsChange, []error) {
-	var cur *backendSet
-	if p := b.backends.Load(); p != nil {
-		cur = p
-	}
+	cur := b.backends.Load() // nil in New
 	set := &backendSet{byName: make(map[string]*backendState, len(cfgs))}
 	var changes []limitsChange
 	var errs []error
