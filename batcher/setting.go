@@ -39,6 +39,11 @@ const (
 	// minAttemptTimeout is the least an automatic attempt timeout gives a
 	// call.
 	minAttemptTimeout = time.Second
+	// MaxBackendConcurrency bounds BackendConfig.MaxConcurrency: each slot
+	// is a dispatch worker goroutine and a slot of its channel, so a typo
+	// of a few zeros must fail at once, not exhaust memory at the first
+	// batch. Providers allow far fewer concurrent calls.
+	MaxBackendConcurrency = 10_000
 )
 
 // BatchConfig sets how a route's lanes form batches. A zero field takes its
@@ -90,7 +95,7 @@ type BackendConfig struct {
 	Name    string
 	Backend Backend
 	// MaxConcurrency bounds concurrent Dispatch calls. Default
-	// DefaultMaxConcurrency.
+	// DefaultMaxConcurrency; 1 to MaxBackendConcurrency.
 	MaxConcurrency int
 	// MinConcurrency is the floor the concurrency limit may fall to when the
 	// upstream answers 429s; it climbs back to MaxConcurrency after a run of
@@ -277,8 +282,8 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 		b.MaxConcurrency = DefaultMaxConcurrency
 	}
 	field := func(f string) string { return fmt.Sprintf("backend %q %s", b.Name, f) }
-	if b.MaxConcurrency < 1 {
-		return b, fmt.Errorf("%s: must be at least 1, got %d", field("max concurrency"), b.MaxConcurrency)
+	if b.MaxConcurrency < 1 || b.MaxConcurrency > MaxBackendConcurrency {
+		return b, fmt.Errorf("%s: must be 1 to %d, got %d", field("max concurrency"), MaxBackendConcurrency, b.MaxConcurrency)
 	}
 	if b.MinConcurrency == 0 {
 		b.MinConcurrency = b.MaxConcurrency

@@ -34,7 +34,8 @@ func TestConfigResolution(t *testing.T) {
 		{"delay", []Option{be, route(func(r *Route) { r.Batch.Delays = &[5]time.Duration{PriorityUrgent: -1} })}, `urgent delay: must not be negative`},
 		{"tokens", []Option{be, route(func(r *Route) { r.MaxTokensLimit = 10; r.DefaultMaxTokens = 20 })}, `default max tokens: must be 1 to max tokens limit 10, got 20`},
 		{"duplicate route", []Option{be, route(func(*Route) {}), route(func(*Route) {})}, `route "m": defined twice`},
-		{"backend concurrency", []Option{WithBackend(BackendConfig{Name: "be", Backend: nop, MaxConcurrency: -2}), route(func(*Route) {})}, `backend "be" max concurrency: must be at least 1, got -2`},
+		{"backend concurrency", []Option{WithBackend(BackendConfig{Name: "be", Backend: nop, MaxConcurrency: -2}), route(func(*Route) {})}, `backend "be" max concurrency: must be 1 to 10000, got -2`},
+		{"backend concurrency too high", []Option{WithBackend(BackendConfig{Name: "be", Backend: nop, MaxConcurrency: 200_000_000}), route(func(*Route) {})}, `backend "be" max concurrency: must be 1 to 10000, got 200000000`},
 		{"rpm burst", []Option{WithBackend(BackendConfig{Name: "be", Backend: nop, RPM: 60, RPMBurst: -1}), route(func(*Route) {})}, `backend "be" rpm burst: must be at least 1, got -1`},
 		{"backend impl", []Option{WithBackend(BackendConfig{Name: "be"}), route(func(*Route) {})}, `backend "be": no implementation`},
 	}
