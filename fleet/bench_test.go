@@ -24,13 +24,13 @@ func BenchmarkFleetBooking(b *testing.B) {
 	addr := fleettest.Redis(b)
 	prefix := fleettest.Prefix(b, addr)
 	rc := fleettest.Client(addr)
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	f, err := Open("redis://"+addr, WithPrefix(prefix), WithReplicaID("bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	f.Start(context.Background())
-	defer f.Close(context.Background())
+	defer func() { _ = f.Close(context.Background()) }()
 	bud := f.Budget("up", newFakeLocal()).(*budget)
 	d := batcher.Demand{Requests: 1, Tokens: 300, RPM: rpm(1e9, 1e6), TPM: rpm(1e12, 1e9), MaxConcurrency: 1 << 20}
 	ping := make([]time.Duration, 0, b.N)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -480,15 +479,6 @@ func withRates(bs []BackendStatus, prev Status) []BackendStatus {
 		}
 	}
 	return bs
-}
-
-func sortedLeases(m map[string]int) []string {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 func parseFloat(v any) (float64, bool) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/fleet/fleettest"
-	"github.com/batcherhq/batcher/internal/tcpproxy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -311,11 +310,7 @@ func TestMembership(t *testing.T) {
 func TestLocalModeWhenRedisIsUnreachable(t *testing.T) {
 	addr := fleettest.Redis(t)
 	prefix := fleettest.Prefix(t, addr)
-	px, err := tcpproxy.New(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
+	px := fleettest.Proxies(t, addr, 1)[0]
 	a := newFleet(t, px.Addr(), prefix, "a")
 	newFleet(t, addr, prefix, "b")
 	newFleet(t, addr, prefix, "c")

@@ -11,7 +11,6 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/fleet/fleettest"
-	"github.com/batcherhq/batcher/internal/tcpproxy"
 )
 
 // upstream is a fake provider that every replica's backend calls: it books
@@ -236,15 +235,9 @@ func TestOneReplicas429PausesEveryReplica(t *testing.T) {
 func TestRedisLostMidLoadServesOnLocalShares(t *testing.T) {
 	addr := fleettest.Redis(t)
 	prefix := fleettest.Prefix(t, addr)
-	var pxs []*tcpproxy.Proxy
+	pxs := fleettest.Proxies(t, addr, 3)
 	var addrs []string
-	for range 3 {
-		px, err := tcpproxy.New(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = px.Close() })
-		pxs = append(pxs, px)
+	for _, px := range pxs {
 		addrs = append(addrs, px.Addr())
 	}
 	u := &upstream{}

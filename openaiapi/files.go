@@ -144,7 +144,7 @@ func (s *FileStore) Stat(id string) (File, error) {
 	if err := json.Unmarshal(data, &sf); err != nil {
 		return sf.File, fmt.Errorf("file store: %s: %w", id, err)
 	}
-	sf.File.Tenant = sf.Owner
+	sf.Tenant = sf.Owner
 	return sf.File, nil
 }
 

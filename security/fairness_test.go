@@ -202,7 +202,10 @@ func (e *fairEnv) flood(t *testing.T, ctx context.Context) (stop func() int) {
 	}
 	// Wait until the flood has a backlog: more queued than one batch.
 	deadline := time.Now().Add(20 * time.Second)
-	for e.core.Pending() < fairHeavy && time.Now().Before(deadline) {
+	for e.core.Pending() < fairHeavy {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flood built no backlog: %d pending after 20 s, want %d", e.core.Pending(), fairHeavy)
+		}
 		time.Sleep(10 * time.Millisecond) // polling: a count reached has no event
 	}
 	return func() int {

@@ -80,7 +80,9 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 			t.Error(err)
 		}
 		gs.Stop()
-		<-served
+		if err := <-served; err != nil {
+			t.Errorf("Serve after Stop: %v", err)
+		}
 	}()
 	ctx := testCtx(t)
 	check := func(what string, err error) {

@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
-	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
@@ -66,13 +65,13 @@ type healthServer struct {
 
 // watchStream gives the inner Watch a context that ends with the drain.
 type watchStream struct {
-	healthgrpc.Health_WatchServer
+	healthpb.Health_WatchServer
 	ctx context.Context
 }
 
 func (w *watchStream) Context() context.Context { return w.ctx }
 
-func (h *healthServer) Watch(in *healthpb.HealthCheckRequest, stream healthgrpc.Health_WatchServer) error {
+func (h *healthServer) Watch(in *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	inner := make(chan error, 1)
@@ -83,7 +82,7 @@ func (h *healthServer) Watch(in *healthpb.HealthCheckRequest, stream healthgrpc.
 	case <-h.end:
 	}
 	cancel()
-	<-inner // the inner Watch has stopped sending
+	<-inner //nolint:errcheck // the inner Watch has stopped sending; its error is the cancellation above
 	_ = stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})
 	return status.Error(codes.Unavailable, "server shutting down")
 }

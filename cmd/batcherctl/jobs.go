@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
@@ -67,7 +66,7 @@ read become error lines of the job's results; the job is still created.`,
   cat requests.jsonl | batcherctl jobs create - --name nightly -o json`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var r io.Reader = cmd.InOrStdin()
+			r := cmd.InOrStdin()
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
 				if err != nil {
@@ -208,7 +207,7 @@ func newJobsResultsCmd(a *app) *cobra.Command {
 		Example: "  batcherctl jobs results job-0123 > results.jsonl\n  batcherctl jobs results job-0123 -o results.jsonl",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var w io.Writer = cmd.OutOrStdout()
+			w := cmd.OutOrStdout()
 			if file != "" && file != "-" {
 				f, err := os.Create(file)
 				if err != nil {

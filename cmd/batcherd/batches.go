@@ -177,7 +177,7 @@ func (a *batchAPI) create(w http.ResponseWriter, r *http.Request) {
 		openaiapi.WriteError(w, err)
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if info.Purpose != "batch" {
 		openaiapi.WriteError(w, badParam("input_file_id", "file %s has purpose %q, not batch", info.ID, info.Purpose))
 		return

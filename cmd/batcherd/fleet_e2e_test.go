@@ -22,7 +22,6 @@ import (
 
 	"github.com/batcherhq/batcher/fleet/fleettest"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
-	"github.com/batcherhq/batcher/internal/tcpproxy"
 	"github.com/batcherhq/batcher/llmsim"
 )
 
@@ -225,7 +224,7 @@ func (c *callers) end() { c.once.Do(func() { close(c.stop) }); c.wg.Wait() }
 func leasesOf(t *testing.T, addr, prefix string, pid int) int {
 	t.Helper()
 	rc := fleettest.Client(addr)
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	ms, err := rc.ZRange(context.Background(), "{"+prefix+":b:llmsim}:l", 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +241,7 @@ func leasesOf(t *testing.T, addr, prefix string, pid int) int {
 func members(t *testing.T, addr, prefix string) int {
 	t.Helper()
 	rc := fleettest.Client(addr)
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	n, err := rc.ZCard(context.Background(), prefix+":members").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +270,7 @@ func roundTrips(t *testing.T, admin string) map[string]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(resp.Body)
 	out := map[string]float64{}
@@ -307,7 +306,7 @@ func statusFleet(t *testing.T, admin string) *struct {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var snap struct {
 		Fleet *struct {
 			Self     string
@@ -357,16 +356,11 @@ func TestFleetEndToEnd(t *testing.T) {
 	bin := buildBatcherd(t)
 	up := newUpstreamLog(t)
 	var ds []*daemon
-	var pxs []*tcpproxy.Proxy
 	var addrs []string
-	for range 3 {
-		px, err := tcpproxy.New(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = px.Close() })
+	pxs := fleettest.Proxies(t, addr, 3)
+	for _, px := range pxs {
 		d := startDaemon(t, bin, "--config", fleetConfig(t, up.URL, px.Addr(), prefix))
-		pxs, ds, addrs = append(pxs, px), append(ds, d), append(addrs, d.addr)
+		ds, addrs = append(ds, d), append(addrs, d.addr)
 	}
 	poll(t, "three replicas in the fleet", func() bool { return members(t, addr, prefix) == 3 })
 

@@ -136,7 +136,7 @@ func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs
 	attrs := []any{"addr", lis.Addr().String(), "pprof", o.cfg.Pprof, "metrics_otlp", o.tel.OTLPMetrics, "traces_otlp", o.tel.OTLPTraces,
 		"tls", sec.TLSOn(), "auth", sec.AuthOn()}
 	o.log.Info("admin listening", attrs...)
-	if !o.cfg.AdminLoopback() && !(sec.TLSOn() && sec.AuthOn()) {
+	if !o.cfg.AdminLoopback() && (!sec.TLSOn() || !sec.AuthOn()) {
 		o.log.Warn("the admin listener is not on loopback and lacks TLS or authentication (--insecure): metrics, the status page and pprof (when enabled) are open to the network", "addr", lis.Addr().String())
 	}
 	return nil

@@ -103,7 +103,7 @@ func (p *proc) addr(ctx context.Context, msg string) (string, error) {
 		select {
 		case <-p.found:
 		case <-p.exited:
-			return "", fmt.Errorf("%s exited before logging %q: %v\n%s", p.name, msg, p.err, p.lastLines())
+			return "", fmt.Errorf("%s exited before logging %q: %w\n%s", p.name, msg, p.err, p.lastLines())
 		case <-ctx.Done():
 			return "", fmt.Errorf("%s did not log %q: %w", p.name, msg, ctx.Err())
 		}

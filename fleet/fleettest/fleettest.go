@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batcherhq/batcher/internal/tcpproxy"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
@@ -28,7 +30,7 @@ func Redis(t testing.TB) string {
 		addr = DefaultAddr
 	}
 	c := Client(addr)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -50,7 +52,7 @@ func Prefix(t testing.TB, addr string) string {
 	p := "batchertest:" + name + ":" + hex.EncodeToString(b[:])
 	t.Cleanup(func() {
 		c := Client(addr)
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		ctx := context.Background()
 		for _, pat := range []string{p + "*", "{" + p + "*"} {
 			it := c.Scan(ctx, 0, pat, 100).Iterator()
@@ -69,4 +71,20 @@ func Client(addr string) *redis.Client {
 		Addr: addr, DialTimeout: time.Second, MaxRetries: -1,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
+}
+
+// Proxies starts n TCP proxies to addr, closed when the test ends: a test
+// cuts one replica's Redis by closing its proxy.
+func Proxies(t testing.TB, addr string, n int) []*tcpproxy.Proxy {
+	t.Helper()
+	pxs := make([]*tcpproxy.Proxy, n)
+	for i := range pxs {
+		px, err := tcpproxy.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = px.Close() })
+		pxs[i] = px
+	}
+	return pxs
 }
