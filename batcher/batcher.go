@@ -32,11 +32,13 @@ type Batcher struct {
 	tracer      trace.Tracer // nil: no spans
 	metrics     *metrics     // nil: no metrics
 
-	// admitMu orders admission against shutdown: Submit holds it shared
-	// while it admits, Shutdown exclusively while it closes admission.
-	admitMu sync.RWMutex
+	// closing stops admission; with pending it fences Submit against
+	// Shutdown (submit).
 	closing atomic.Bool
-	aborted atomic.Bool // the drain deadline passed: whatever is pending ends
+	// testHookAdmit, when set, runs in submit after its first look at
+	// closing, before the call is counted.
+	testHookAdmit func()
+	aborted       atomic.Bool // the drain deadline passed: whatever is pending ends
 
 	lanesMu sync.RWMutex
 	lanes   map[laneKey]*lane
@@ -262,8 +264,6 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		deadline = d
 	}
 
-	b.admitMu.RLock()
-	defer b.admitMu.RUnlock()
 	if b.closing.Load() {
 		return nil, ErrClosed
 	}
@@ -288,11 +288,26 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 			return nil, err
 		}
 	}
-	if n := b.pending.Add(1); n > b.admit.limitFor(req.Priority) {
+	if h := b.testHookAdmit; h != nil {
+		h()
+	}
+	n := b.pending.Add(1)
+	// The fence against Shutdown, which sets closing and then reads
+	// pending (both sequentially consistent): either Shutdown sees this
+	// call counted and waits for it, or the call sees closing and leaves,
+	// its count given back through callEnded, which ends the drain if it
+	// was the last. A shared lock held across admission did this at the
+	// cost of two writes to one cache line per request.
+	if b.closing.Load() {
+		b.callEnded()
+		hold.undo(now)
+		return nil, ErrClosed
+	}
+	if n > b.admit.limitFor(req.Priority) {
 		// URGENT work finding the queue full takes the place of the newest
 		// queued DEFERRABLE or LOW request, which ends with ErrEvicted.
 		if req.Priority != PriorityUrgent || n <= b.admit.capacity || !b.admit.evict() {
-			b.pending.Add(-1)
+			b.callEnded()
 			hold.undo(now)
 			return nil, ErrQueueFull
 		}
@@ -305,7 +320,6 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		target:   uint8(tg),
 		admitted: now,
 		deadline: deadline,
-		due:      now.Add(rc.delays[req.Priority]),
 		tokens:   tokens,
 		heapIdx:  -1,
 		done:     token,
@@ -323,7 +337,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if l == nil || l.key != key {
 		var err error
 		if l, err = b.laneFor(key, rc); err != nil {
-			b.pending.Add(-1) // not admitted
+			b.callEnded() // not admitted
 			hold.undo(now)
 			if c.span != nil {
 				c.span.End()
@@ -561,9 +575,7 @@ const shutdownGrace = time.Second
 // that ignores its context). Calling it again waits again.
 func (b *Batcher) Shutdown(ctx context.Context) error {
 	b.shutOnce.Do(func() {
-		b.admitMu.Lock()
-		b.closing.Store(true)
-		b.admitMu.Unlock()
+		b.closing.Store(true) // see submit's fence
 		close(b.closed)
 		if b.pending.Load() == 0 {
 			b.drainOnce.Do(func() { close(b.drained) })

@@ -1,10 +1,10 @@
 package batcher
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strconv"
@@ -265,7 +265,7 @@ func (l *lane) wakeFor(c *Call, size int32) bool {
 		return true // awake, or idle: no timer of its own will read the inbox
 	}
 	bc := &l.route.Batch
-	return c.due.UnixNano() < wake || c.deadline.UnixNano() < wake || int(size) >= bc.MaxBatchSize || bc.MaxBatchTokens > 0 ||
+	return c.due().UnixNano() < wake || c.deadline.UnixNano() < wake || int(size) >= bc.MaxBatchSize || bc.MaxBatchTokens > 0 ||
 		(int(size) >= bc.MinBatchSize && l.partials.Load() == 0)
 }
 
@@ -475,13 +475,13 @@ func (l *lane) handle(m *msg) {
 		p := c.req.Priority
 		c.qidx = uint8(p.level() + 1)
 		l.queues[c.qidx].push(l, c)
-		heap.Push(&l.heap, c)
+		l.heap.push(c)
 		l.n++
 		l.tokens += c.tokens
 	case msgForget:
 		// The lane first: only the owner of c's lane writes its heapIdx.
 		if c := m.c; c.lane.Load() == l && c.heapIdx >= 0 {
-			heap.Remove(&l.heap, c.heapIdx)
+			l.heap.remove(c.heapIdx)
 			l.dequeued(c, nil)
 		}
 	case msgGrant:
@@ -534,12 +534,18 @@ func (l *lane) markFlushed(c *Call, fw *flushWait) {
 // and is skipped later. A flush waiting on c is told now, or, when c leaves
 // in run r, once r's upstream call starts.
 func (l *lane) dequeued(c *Call, r *batchRun) {
+	l.size.Add(-1)
+	l.queuedBy[c.req.Priority].Add(-1)
+	l.unqueue(c, r)
+}
+
+// unqueue is dequeued but for the shared counters (size and queuedBy),
+// which a cut books once for the whole batch.
+func (l *lane) unqueue(c *Call, r *batchRun) {
 	c.heapIdx = -1
 	c.queued.Store(false)
-	l.size.Add(-1)
 	l.n--
 	l.tokens -= c.tokens
-	l.queuedBy[c.req.Priority].Add(-1)
 	if l.flushOf != nil {
 		if ws, ok := l.flushOf[c]; ok {
 			for _, fw := range ws {
@@ -559,7 +565,7 @@ func (l *lane) dequeued(c *Call, r *batchRun) {
 
 // end takes a queued call out to end with err after the step.
 func (l *lane) end(c *Call, err error) {
-	heap.Remove(&l.heap, c.heapIdx)
+	l.heap.remove(c.heapIdx)
 	l.dequeued(c, nil)
 	l.ended = append(l.ended, ending{c, err})
 }
@@ -603,7 +609,7 @@ func (l *lane) failover(match func(*Call) bool, err error) {
 			l.end(c, err)
 			continue
 		}
-		heap.Remove(&l.heap, c.heapIdx)
+		l.heap.remove(c.heapIdx)
 		l.dequeued(c, nil)
 		l.be.stats.fallbacks.Add(1)
 		l.be.log.fellBack(c, l.route.Name, l.key.target+1, err)
@@ -680,7 +686,7 @@ func (l *lane) earliestDue() time.Time {
 			if f.q.len() == 0 {
 				continue
 			}
-			if d := f.q.peek().due; due.IsZero() || d.Before(due) {
+			if d := f.q.peek().due(); due.IsZero() || d.Before(due) {
 				due = d
 			}
 		}
@@ -796,12 +802,20 @@ func (l *lane) cut(now time.Time) {
 			}
 		}
 	}
+	l.heap.removeAll(r.calls)
+	var by [numPriorities]int32
 	for _, c := range r.calls {
 		if lv := &l.queues[c.qidx]; c.tag > lv.vtime {
 			lv.vtime = c.tag // the level's virtual time: the last finish served
 		}
-		heap.Remove(&l.heap, c.heapIdx)
-		l.dequeued(c, r)
+		by[c.req.Priority]++
+		l.unqueue(c, r)
+	}
+	l.size.Add(-int32(len(r.calls)))
+	for p, k := range by {
+		if k > 0 {
+			l.queuedBy[p].Add(-k)
+		}
 	}
 	l.be.settle(pm, got)
 	if r.partial = len(r.calls) < l.route.Batch.MaxBatchSize; r.partial {
@@ -922,25 +936,101 @@ func (q *fifo) pop() {
 	}
 }
 
-// deadlineHeap orders queued calls by deadline; it keeps Call.heapIdx.
+// deadlineHeap orders queued calls by deadline, earliest first; it keeps
+// Call.heapIdx. Its methods are container/heap's algorithms written for
+// *Call, so that the owner's per-call pushes and removals make no
+// interface calls.
 type deadlineHeap []*Call
 
-func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h deadlineHeap) Swap(i, j int) {
+func (h deadlineHeap) less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+
+func (h deadlineHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].heapIdx = i
 	h[j].heapIdx = j
 }
-func (h *deadlineHeap) Push(x any) {
-	c := x.(*Call)
+
+// push adds c.
+func (h *deadlineHeap) push(c *Call) {
 	c.heapIdx = len(*h)
 	*h = append(*h, c)
+	h.up(len(*h) - 1)
 }
-func (h *deadlineHeap) Pop() any {
+
+// remove takes out the call at index i.
+func (h *deadlineHeap) remove(i int) {
+	n := len(*h) - 1
+	if n != i {
+		h.swap(i, n)
+		if !h.down(i, n) {
+			h.up(i)
+		}
+	}
 	old := *h
-	c := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return c
+	old[n] = nil
+	*h = old[:n]
+}
+
+// removeAll takes out calls, which are all in h. Taking many out by
+// compacting and re-heaping costs O(len(h)), where one at a time costs
+// O(len(calls)·log len(h)): it picks the cheaper.
+func (h *deadlineHeap) removeAll(calls []*Call) {
+	n := len(*h)
+	if len(calls)*bits.Len(uint(n)) < n {
+		for _, c := range calls {
+			h.remove(c.heapIdx)
+		}
+		return
+	}
+	for _, c := range calls {
+		c.heapIdx = -1
+	}
+	s := *h
+	k := 0
+	for _, c := range s {
+		if c.heapIdx >= 0 {
+			c.heapIdx = k
+			s[k] = c
+			k++
+		}
+	}
+	clear(s[k:])
+	s = s[:k]
+	for i := k/2 - 1; i >= 0; i-- {
+		s.down(i, k)
+	}
+	*h = s
+}
+
+func (h deadlineHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2 // parent
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+// down sifts the call at i0 down within the first n; it reports whether
+// the call moved.
+func (h deadlineHeap) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 {
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2 // right child
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
 }
