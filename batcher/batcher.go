@@ -53,6 +53,7 @@ type Batcher struct {
 
 	runPool   sync.Pool // of *batchRun
 	tokenPool sync.Pool // of chan struct{} (capacity 1): Do's done channels
+	callPool  sync.Pool // of *Call: Do's calls that nothing holds any more (finishAs)
 
 	runsMu   sync.Mutex
 	runs     map[*batchRun]struct{} // batches in flight
@@ -312,7 +313,14 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 			return nil, ErrQueueFull
 		}
 	}
-	c := &Call{
+	var c *Call
+	if token != nil { // Do's: it may be one that Do gave back
+		c, _ = b.callPool.Get().(*Call)
+	}
+	if c == nil {
+		c = new(Call)
+	}
+	*c = Call{
 		req:      req,
 		b:        b,
 		rc:       rc,
@@ -413,6 +421,10 @@ func (b *Batcher) Do(ctx context.Context, req *Request) (Result, error) {
 	// else receives on token, so it is empty and free again.
 	res := c.result
 	b.tokenPool.Put(token)
+	if c.recycle {
+		*c = Call{}
+		b.callPool.Put(c)
+	}
 	return res, res.Err
 }
 

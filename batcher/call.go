@@ -46,10 +46,16 @@ type Call struct {
 	qidx    uint8   // the lane level its current entry is in
 	// Owned by the lane while queued, by the runner while dispatched, as
 	// are the fields from batchWait to unknownRetries.
-	target     uint8       // the route target it is queued for
-	dispatched bool        // batchWait and queuedFor are set
-	token      bool        // Do's call: done is Do's pooled channel
-	queued     atomic.Bool // in a lane's queue: finish must have it forgotten
+	target     uint8 // the route target it is queued for
+	dispatched bool  // batchWait and queuedFor are set
+	token      bool  // Do's call: done is Do's pooled channel
+	// stale: a lane's queue may still hold an entry for it (it left the
+	// heap other than by a cut, or a flush moved it). Owner-written.
+	stale bool
+	// recycle: Do may reuse the call once it has the result (see
+	// finishAs). Written by the finisher before it signals done.
+	recycle bool
+	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
 
 	batchWait      time.Duration // admission to its first batch
 	queuedFor      time.Duration // admission to its first upstream call
@@ -125,7 +131,20 @@ func sendEvent(sink EventSink, ev *Event) {
 
 // finish gives the call its terminal result, once; later calls are no-ops.
 // It reports whether this call decided the result.
-func (c *Call) finish(r Result, now time.Time) bool {
+func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(r, now, false) }
+
+// finishAs is finish; byRun says that the caller is a batch run
+// delivering its own upstream result, after which the run, whose
+// deadline watch has stopped, never looks at the call again.
+//
+// Such a call of Do's may go back to Do's pool: nothing else still holds
+// it. It must not have been in an eviction list (DEFERRABLE and LOW
+// calls are), a dedup group, a lane's queue as a stale entry, or have a
+// sink (whose lock is released after done is signalled). The batch run
+// still lists it until the run is recycled, but reads it no more; only
+// abort walks those lists, and a reused call it finds is pending in the
+// same shutdown, which ends it the same way.
+func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	sink := c.req.Sink
 	if sink != nil {
 		c.evMu.Lock()
@@ -163,12 +182,17 @@ func (c *Call) finish(r Result, now time.Time) bool {
 		c.tenant.ended(r.Err, c.tokens, r.Usage)
 	}
 	c.b.callEnded()
+	group := c.group
 	if c.token {
+		c.recycle = byRun && sink == nil && group == nil && c.timer == nil && !c.stale &&
+			c.qidx != qFlushed && evictClass(c.req.Priority) < 0 && !c.queued.Load()
+		// From the send on, a recycled call is Do's again: this goroutine
+		// does not touch it any more.
 		c.done <- struct{}{} // never blocks: capacity 1, sent once
 	} else {
 		close(c.done)
 	}
-	if c.group != nil {
+	if group != nil {
 		c.b.dedup.leave(c, &c.result, now)
 	}
 	return true

@@ -408,7 +408,7 @@ func (r *batchRun) run() {
 		} else {
 			res.Text, res.Embedding, res.FinishReason, res.Usage = resp.Text, resp.Embedding, resp.FinishReason, resp.Usage
 		}
-		c.finish(res, end)
+		c.finishAs(res, end, true)
 	}
 	if ticket.Release != nil {
 		o := Outcome{Requests: used.requests, Tokens: used.tokens, Called: true, RateLimited: rateLimited, Succeeded: err == nil && !rateLimited}

@@ -233,8 +233,12 @@ func (l *lane) send(m msg) bool {
 	return true
 }
 
-// push queues c. It reports false when the lane is closed.
+// push queues c. It reports false when the lane is closed. Once c is in
+// the inbox it is the owner's: it may be batched, delivered and (Do's)
+// reused at once, so push reads what it needs of c before.
 func (l *lane) push(c *Call) bool {
+	due, deadline := c.due().UnixNano(), c.deadline.UnixNano()
+	p := c.req.Priority
 	l.inMu.Lock()
 	if l.closed {
 		l.inMu.Unlock()
@@ -244,28 +248,30 @@ func (l *lane) push(c *Call) bool {
 	// a forget after it, and the owner drops c if it ended before.
 	c.lane.Store(l)
 	c.queued.Store(true)
-	l.queuedBy[c.req.Priority].Add(1) // counted from the push, so Lanes sees it at once
+	l.queuedBy[p].Add(1) // counted from the push, so Lanes sees it at once
 	l.inbox = append(l.inbox, msg{kind: msgPush, c: c})
 	size := l.size.Add(1)
 	l.inMu.Unlock()
-	if l.wakeFor(c, size) {
+	if l.wakeFor(due, deadline, size) {
 		l.nudge()
 	}
 	return true
 }
 
-// wakeFor reports whether a push of c, making size calls queued or on
-// their way, needs the owner now. A sleeping owner with calls queued wakes
-// at its timer anyway and reads the inbox then; it needs waking only when
-// c is due, or its deadline passes, before that, or c completes a batch. A nudge too many costs a
-// wake-up; one too few would leave c waiting, so when in doubt it nudges.
-func (l *lane) wakeFor(c *Call, size int32) bool {
+// wakeFor reports whether a push of a call due at due with the given
+// deadline (unix ns), making size calls queued or on their way, needs the
+// owner now. A sleeping owner with calls queued wakes at its timer anyway
+// and reads the inbox then; it needs waking only when the call is due, or
+// its deadline passes, before that, or the call completes a batch. A nudge
+// too many costs a wake-up; one too few would leave the call waiting, so
+// when in doubt it nudges.
+func (l *lane) wakeFor(due, deadline int64, size int32) bool {
 	wake := l.sleepUntil.Load()
 	if wake == 0 {
 		return true // awake, or idle: no timer of its own will read the inbox
 	}
 	bc := &l.route.Batch
-	return c.due().UnixNano() < wake || c.deadline.UnixNano() < wake || int(size) >= bc.MaxBatchSize || bc.MaxBatchTokens > 0 ||
+	return due < wake || deadline < wake || int(size) >= bc.MaxBatchSize || bc.MaxBatchTokens > 0 ||
 		(int(size) >= bc.MinBatchSize && l.partials.Load() == 0)
 }
 
@@ -525,6 +531,7 @@ func (l *lane) markFlushed(c *Call, fw *flushWait) {
 	l.flushOf[c] = append(l.flushOf[c], fw)
 	fw.left.Add(1)
 	if c.qidx != qFlushed {
+		c.stale = true
 		c.qidx = qFlushed
 		l.queues[qFlushed].push(l, c) // its old entry goes stale
 	}
@@ -534,6 +541,7 @@ func (l *lane) markFlushed(c *Call, fw *flushWait) {
 // and is skipped later. A flush waiting on c is told now, or, when c leaves
 // in run r, once r's upstream call starts.
 func (l *lane) dequeued(c *Call, r *batchRun) {
+	c.stale = true // its fifo entry stays behind
 	l.size.Add(-1)
 	l.queuedBy[c.req.Priority].Add(-1)
 	l.unqueue(c, r)

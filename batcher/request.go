@@ -117,7 +117,10 @@ type Params struct {
 // Request is one model call.
 //
 // The batcher reads a Request until its Call is done and never writes it; the
-// caller must not change it before then.
+// caller must not change it before then. A call that ended early (cancelled,
+// or its deadline passed) while its batch was upstream leaves the Request
+// with that batch's Backend until the upstream call returns: do not reuse
+// such a Request.
 type Request struct {
 	// ID is the caller's id, carried into events and results.
 	ID string

@@ -1,0 +1,157 @@
+package batcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestDoReuseKeepsResultsApart drives Do through every path a call can
+// leave by (a batch's result, a retry then a result, a fallback, a
+// cancelled or timed-out context, a request deadline, an eviction, a
+// flush, a dedup group, a sink) from many goroutines. Do gives calls that
+// nothing holds any more back to its pool; a call reused too early would hand one
+// request's result to another, or end one twice. So every success must
+// carry its own prompt's answer, and every error must be one a caller can
+// get there.
+func TestDoReuseKeepsResultsApart(t *testing.T) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(3, 4))
+	flaky := &fakeBackend{latency: 200 * time.Microsecond, fail: func(b *Batch, out []Response) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch rng.IntN(8) {
+		case 0:
+			return &UpstreamError{Class: ClassServer, Message: "injected batch failure"}
+		case 1:
+			out[rng.IntN(len(out))].Err = &UpstreamError{Class: ClassServer, Message: "injected item failure"}
+		}
+		return nil
+	}}
+	backup := &fakeBackend{}
+	b, err := New(
+		WithBackend(BackendConfig{Name: "be", Backend: flaky, MaxConcurrency: 3,
+			Retry:   RetryPolicy{MaxRetries: 1, InitialBackoff: 100 * time.Microsecond, MaxBackoff: time.Millisecond},
+			Breaker: BreakerConfig{Consecutive: -1}}),
+		WithBackend(BackendConfig{Name: "backup", Backend: backup, MaxConcurrency: 2}),
+		WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", Fallbacks: []Target{{Backend: "backup"}},
+			Batch: BatchConfig{MaxBatchSize: 8, Window: 200 * time.Microsecond, MaxWait: 2 * time.Millisecond}}),
+		WithQueueCapacity(48),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	var wg sync.WaitGroup
+	const workers, each = 16, 400
+	for g := range workers {
+		wg.Go(func() {
+			zero, seed := float32(0), int64(7)
+			for i := range each {
+				prompt := fmt.Sprintf("%d-%d", g, i)
+				// A fresh Request each time: one whose call ended early may
+				// still be read by its batch's backend (Request's doc).
+				r := &Request{ID: prompt, Route: "m", Priority: Priority(i % numPriorities), Input: Input{Op: OpCompletion, Prompt: prompt}}
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				switch i % 11 {
+				case 1:
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(i%4)*100*time.Microsecond)
+				case 2:
+					r.Timeout = time.Duration(i%3) * 200 * time.Microsecond
+				case 3:
+					r.Sink = rec
+				case 4: // identical to other workers' at the same i: a dedup group
+					r.Params.Temperature, r.Params.Seed = &zero, &seed
+					r.Input.Prompt = fmt.Sprintf("shared-%d", i)
+				case 5:
+					var cctx context.Context
+					cctx, cancel = context.WithCancel(ctx)
+					ctx = cctx
+					go cancel()
+				}
+				res, err := b.Do(ctx, r)
+				cancel()
+				switch {
+				case err == nil:
+					if want := "re:" + r.Input.Prompt; res.Text != want {
+						t.Errorf("%s: text %q, want %q: another request's result", prompt, res.Text, want)
+					}
+				case errors.Is(err, ErrCanceled), errors.Is(err, ErrDeadline), errors.Is(err, ErrEvicted),
+					errors.Is(err, ErrQueueFull):
+				default:
+					var ue *UpstreamError
+					if !errors.As(err, &ue) {
+						t.Errorf("%s: unexpected error %v", prompt, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 100 {
+			if err := b.Flush(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Pending(); n != 0 {
+		t.Fatalf("%d pending after Shutdown", n)
+	}
+}
+
+// TestDoReusesCalls checks that Do's plain path takes its call from the
+// pool: a steady stream of Do calls allocates no Call and no channel each,
+// where Submit, whose calls the caller holds, allocates both.
+func TestDoReusesCalls(t *testing.T) {
+	if raceBuild {
+		t.Skip("the race detector makes sync.Pool drop a share of what is put back")
+	}
+	b := newTest(t, BackendFunc(func(_ context.Context, bt *Batch, out []Response) error {
+		for i := range out {
+			out[i].Text = "ok"
+		}
+		return nil
+	}), 1, BatchConfig{MaxBatchSize: 1})
+	r := &Request{ID: "a", Route: "m", Priority: PriorityNormal, Input: Input{Op: OpCompletion, Prompt: "p"}}
+	ctx := context.Background()
+	do := func() {
+		if _, err := b.Do(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit := func() {
+		c, err := b.Submit(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Result().Err; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 { // warm the pools
+		do()
+		submit()
+	}
+	// A GC may empty the pools once in a while: medians of a few rounds.
+	var viaDo, viaSubmit []float64
+	for range 5 {
+		viaDo = append(viaDo, testing.AllocsPerRun(500, do))
+		viaSubmit = append(viaSubmit, testing.AllocsPerRun(500, submit))
+	}
+	slices.Sort(viaDo)
+	slices.Sort(viaSubmit)
+	if d, s := viaDo[2], viaSubmit[2]; s-d < 1.5 {
+		t.Fatalf("Do allocates %.2f times a call, Submit %.2f: Do should save its Call and its channel (2)", d, s)
+	}
+}
