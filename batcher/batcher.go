@@ -342,7 +342,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	key := keyOf(req, rc, c.target)
 	hot := &rc.hot[c.target]
 	l := hot.Load()
-	if l == nil || l.key != key {
+	if l == nil || !l.key.same(&key) {
 		var err error
 		if l, err = b.laneFor(key, rc); err != nil {
 			b.callEnded() // not admitted

@@ -30,6 +30,13 @@ type laneKey struct {
 	stop      string
 }
 
+// same is k == *o, cheapest fields first, and the route's name not
+// compared: the same rc is the same route.
+func (k *laneKey) same(o *laneKey) bool {
+	return k.rc == o.rc && k.target == o.target && k.maxTokens == o.maxTokens && k.set == o.set &&
+		k.temp == o.temp && k.topP == o.topP && k.seed == o.seed && k.stop == o.stop
+}
+
 const (
 	setTemp uint8 = 1 << iota
 	setTopP

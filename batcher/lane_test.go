@@ -316,3 +316,28 @@ func TestLanesSnapshot(t *testing.T) {
 		<-c.Done()
 	})
 }
+
+// TestLaneKeySame checks same against the language's == on keys that
+// differ in one field at a time.
+func TestLaneKeySame(t *testing.T) {
+	rc1, rc2 := &routeConfig{}, &routeConfig{}
+	base := laneKey{route: "m", rc: rc1, target: 1, maxTokens: 5, temp: 0.5, topP: 0.9, seed: 3, set: setTemp | setSeed, stop: "a\x00b"}
+	variants := []func(k *laneKey){
+		func(*laneKey) {},
+		func(k *laneKey) { k.rc = rc2 },
+		func(k *laneKey) { k.target = 0 },
+		func(k *laneKey) { k.maxTokens = 6 },
+		func(k *laneKey) { k.temp = 0.7 },
+		func(k *laneKey) { k.topP = 1 },
+		func(k *laneKey) { k.seed = 4 },
+		func(k *laneKey) { k.set = setTemp },
+		func(k *laneKey) { k.stop = "a" },
+	}
+	for i, v := range variants {
+		k := base
+		v(&k)
+		if got, want := base.same(&k), base == k; got != want {
+			t.Errorf("variant %d: same = %v, == gives %v", i, got, want)
+		}
+	}
+}

@@ -97,12 +97,14 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 	if len(r.Metadata) > MaxMetadataEntries {
 		return invalid("metadata", "must hold at most %d entries, got %d", MaxMetadataEntries, len(r.Metadata))
 	}
-	for k, v := range r.Metadata {
-		if k == "" || len(k) > MaxMetadataKeyBytes {
-			return invalid("metadata", "keys must be 1 to %d bytes, got %d", MaxMetadataKeyBytes, len(k))
-		}
-		if len(v) > MaxMetadataValBytes {
-			return invalid("metadata["+clip.String(k)+"]", "must be at most %d bytes, got %d", MaxMetadataValBytes, len(v))
+	if len(r.Metadata) > 0 { // ranging even a nil map sets up an iterator
+		for k, v := range r.Metadata {
+			if k == "" || len(k) > MaxMetadataKeyBytes {
+				return invalid("metadata", "keys must be 1 to %d bytes, got %d", MaxMetadataKeyBytes, len(k))
+			}
+			if len(v) > MaxMetadataValBytes {
+				return invalid("metadata["+clip.String(k)+"]", "must be at most %d bytes, got %d", MaxMetadataValBytes, len(v))
+			}
 		}
 	}
 	if r.Dedup > DedupOff {
