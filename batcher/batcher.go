@@ -36,9 +36,10 @@ type Batcher struct {
 	// Shutdown (submit).
 	closing atomic.Bool
 	// testHookAdmit, when set, runs in submit after its first look at
-	// closing, before the call is counted.
-	testHookAdmit func()
-	aborted       atomic.Bool // the drain deadline passed: whatever is pending ends
+	// closing, before the call is counted; testHookCounted once it is
+	// counted and past the fence.
+	testHookAdmit, testHookCounted func()
+	aborted                        atomic.Bool // the drain deadline passed: whatever is pending ends
 
 	lanesMu sync.RWMutex
 	lanes   map[laneKey]*lane
@@ -304,6 +305,9 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		hold.undo(now)
 		return nil, ErrClosed
 	}
+	if h := b.testHookCounted; h != nil {
+		h()
+	}
 	if n > b.admit.limitFor(req.Priority) {
 		// URGENT work finding the queue full takes the place of the newest
 		// queued DEFERRABLE or LOW request, which ends with ErrEvicted.
@@ -468,6 +472,12 @@ func (b *Batcher) laneFor(key laneKey, rc *routeConfig) (*lane, error) {
 		b.lanesMu.Unlock()
 		return l, nil
 	}
+	if b.aborted.Load() {
+		// Shutdown may be past waiting for lane owners (it takes lanesMu
+		// after aborting, so a lane made before is waited for).
+		b.lanesMu.Unlock()
+		return nil, ErrShutdown
+	}
 	if n := len(b.lanes); n >= b.cfg.maxLanes {
 		b.lanesMu.Unlock()
 		return nil, fmt.Errorf("%w: %d lanes open, the limit (max lanes); requests that differ in max_tokens, temperature, top_p, seed or stop each need a lane of their own", ErrTooManyLanes, n)
@@ -597,6 +607,10 @@ func (b *Batcher) Shutdown(ctx context.Context) error {
 			// Lane owners leave once they are idle; then nothing hands the
 			// workers a batch any more.
 			<-b.drainedOrAborted()
+			// After an abort laneFor makes no lane; one it was making
+			// holds lanesMu and is counted in lanesWG once this passes.
+			b.lanesMu.Lock()
+			b.lanesMu.Unlock() //nolint:staticcheck // an empty critical section on purpose: a barrier
 			b.lanesWG.Wait()
 			b.routesMu.Lock() // Reconfigure is refused from now on
 			all := b.allBackends

@@ -141,9 +141,10 @@ func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(r, now, 
 // it. It must not have been in an eviction list (DEFERRABLE and LOW
 // calls are), a dedup group, a lane's queue as a stale entry, or have a
 // sink (whose lock is released after done is signalled). The batch run
-// still lists it until the run is recycled, but reads it no more; only
-// abort walks those lists, and a reused call it finds is pending in the
-// same shutdown, which ends it the same way.
+// still lists it until the run is recycled, but reads it no more, and it
+// left b.runs, which abort walks, before it delivered anything. abort
+// sets aborted before it copies b.runs: a run that untracked after the
+// copy sees aborted here and keeps the call out of the pool.
 func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	sink := c.req.Sink
 	if sink != nil {
@@ -185,7 +186,8 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	group := c.group
 	if c.token {
 		c.recycle = byRun && sink == nil && group == nil && c.timer == nil && !c.stale &&
-			c.qidx != qFlushed && evictClass(c.req.Priority) < 0 && !c.queued.Load()
+			c.qidx != qFlushed && evictClass(c.req.Priority) < 0 && !c.queued.Load() &&
+			!c.b.aborted.Load() // abort may have copied b.runs before the run untracked
 		// From the send on, a recycled call is Do's again: this goroutine
 		// does not touch it any more.
 		c.done <- struct{}{} // never blocks: capacity 1, sent once

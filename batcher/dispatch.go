@@ -263,7 +263,7 @@ func (r *batchRun) run() {
 			l.nudge() // an early send may go now
 		}
 		l.inFlight.Add(-int32(len(r.calls)))
-		b.untrack(r)
+		b.untrack(r) // on the paths that return before delivering
 		r.unref()
 	}()
 
@@ -331,6 +331,9 @@ func (r *batchRun) run() {
 	r.flushed()
 	err := be.impl.Dispatch(ctx, &r.batch, out)
 	r.watch.stop()
+	// From here the run delivers its calls itself, and a call it delivers
+	// may go back to Do's pool at once: abort must not find it in b.runs.
+	b.untrack(r)
 	end := time.Now()
 	elapsed := end.Sub(start)
 	if r.span != nil {
@@ -451,6 +454,7 @@ func (r *batchRun) acquire() (Ticket, bool) {
 // failOver moves the run's live calls to their routes' next targets, or
 // ends them with err.
 func (r *batchRun) failOver(err error) {
+	r.b.untrack(r) // before any call moves on and is delivered elsewhere (see run)
 	now := time.Now()
 	for _, c := range r.live {
 		next := int(c.target) + 1

@@ -552,3 +552,51 @@ func TestSubmitFenceAgainstShutdown(t *testing.T) {
 		t.Fatalf("%d pending after the refused Submit", n)
 	}
 }
+
+// TestCountedSubmitAfterAbort holds a Submit that is counted and past the
+// fence while Shutdown's drain is cut short and Shutdown returns. The
+// Submit must then be refused with ErrShutdown rather than start a lane
+// after Shutdown has stopped waiting for lane owners.
+func TestCountedSubmitAfterAbort(t *testing.T) {
+	b, err := New(
+		WithBackend(BackendConfig{Name: "be", Backend: &fakeBackend{}, MaxConcurrency: 1}),
+		WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", Batch: BatchConfig{MaxBatchSize: 4}}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, resume := make(chan struct{}), make(chan struct{})
+	b.testHookCounted = func() {
+		close(entered)
+		<-resume
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Submit(context.Background(), req("late", PriorityNormal))
+		errc <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Shutdown(ctx); err == nil {
+		t.Fatal("Shutdown with a counted request and no time left returned nil, want the drain's error")
+	}
+	select {
+	case <-b.stopped:
+	default:
+		t.Fatal("Shutdown returned before its goroutines stopped")
+	}
+	close(resume)
+	if err := <-errc; !errors.Is(err, ErrShutdown) {
+		t.Fatalf("Submit counted before the abort = %v, want ErrShutdown", err)
+	}
+	if n := b.Pending(); n != 0 {
+		t.Fatalf("%d pending", n)
+	}
+	b.lanesMu.RLock()
+	n := len(b.lanes)
+	b.lanesMu.RUnlock()
+	if n != 0 {
+		t.Fatalf("%d lanes after Shutdown, want 0", n)
+	}
+}

@@ -216,6 +216,9 @@ func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) boo
 	if !retryable(class, int(c.unknownRetries)) || int(c.retries) >= p.MaxRetries {
 		return false
 	}
+	if b.aborted.Load() {
+		return false // abort's sweep of b.retrying may be over: end with the error
+	}
 	delay := max(p.backoff(int(c.retries)), retryAfter(err))
 	if !now.Add(delay).Before(c.deadline) || !be.retry.allow(now) {
 		return false

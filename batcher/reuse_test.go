@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -153,5 +154,66 @@ func TestDoReusesCalls(t *testing.T) {
 	slices.Sort(viaSubmit)
 	if d, s := viaDo[2], viaSubmit[2]; s-d < 1.5 {
 		t.Fatalf("Do allocates %.2f times a call, Submit %.2f: Do should save its Call and its channel (2)", d, s)
+	}
+}
+
+// TestAbortSparesReusedCalls cuts Shutdown's drain short (its context is
+// already done) while 256 goroutines keep Do busy, so that abort, which
+// ends whatever the runs in flight hold, meets runs in the middle of
+// delivering. A call a run delivered may already be back in Do's pool or
+// reused: abort must not reach it (it used to, and panicked on the zeroed
+// call, or ended another request). Every result must be the request's
+// own, or the shutdown's.
+func TestAbortSparesReusedCalls(t *testing.T) {
+	for round := range 20 {
+		b, err := New(
+			WithBackend(BackendConfig{Name: "be", Backend: &fakeBackend{latency: 200 * time.Microsecond}, MaxConcurrency: 4}),
+			WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be",
+				Batch: BatchConfig{MaxBatchSize: 64, Window: 100 * time.Microsecond, MaxWait: time.Millisecond}}),
+			WithQueueCapacity(100_000),
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			wg      sync.WaitGroup
+			results atomic.Int64
+			busy    = make(chan struct{})
+			once    sync.Once
+		)
+		for g := range 256 {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					p := fmt.Sprintf("%d-%d", g, i)
+					res, err := b.Do(context.Background(), &Request{ID: p, Route: "m", Input: Input{Op: OpCompletion, Prompt: p}})
+					switch {
+					case err == nil:
+						if res.Text != "re:"+p {
+							t.Errorf("round %d, %s: text %q: another request's result", round, p, res.Text)
+						}
+						if results.Add(1) == 2000 {
+							once.Do(func() { close(busy) })
+						}
+					case errors.Is(err, ErrClosed):
+						return
+					case !errors.Is(err, ErrShutdown):
+						t.Errorf("round %d, %s: %v", round, p, err)
+					}
+				}
+			})
+		}
+		<-busy
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the drain ends at once: abort
+		_ = b.Shutdown(ctx)
+		wg.Wait()
+		wait, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := b.Shutdown(wait); err != nil {
+			t.Errorf("round %d: second Shutdown: %v", round, err)
+		}
+		stop()
+		if n := b.Pending(); n != 0 {
+			t.Fatalf("round %d: %d pending", round, n)
+		}
 	}
 }
