@@ -14,6 +14,7 @@ import (
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/server"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -113,7 +114,8 @@ func serveBatcher(tb testing.TB, withInterceptors bool) *target {
 	srv := server.New(core)
 	gs := grpc.NewServer()
 	if withInterceptors {
-		gs = server.NewGRPCServer(nil)
+		// As batcherd runs it without tracing (cmd/batcherd/main.go).
+		gs = server.NewGRPCServer(noop.NewTracerProvider())
 	}
 	return serve(tb, gs, srv.Register, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
@@ -106,7 +107,14 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitConfig
 	}
 	srv := server.New(core, append(built.Server, server.WithLogger(log), server.WithTenantFunc(tenantName))...)
-	gs := server.NewGRPCServer(tracing, append(sec.grpcOptions(), obs.grpcOptions()...)...)
+	// Without tracing, otelgrpc gets a no-op provider rather than the
+	// global one: it still carries the caller's trace context to the
+	// request (logs, upstream headers), without a span object per RPC.
+	grpcTracing := tracing
+	if grpcTracing == nil {
+		grpcTracing = noop.NewTracerProvider()
+	}
+	gs := server.NewGRPCServer(grpcTracing, append(sec.grpcOptions(), obs.grpcOptions()...)...)
 	srv.Register(gs)
 	stopJobs, jobManager, err := startJobs(ctx, cfg, core, gs, log)
 	obs.setJobs(jobManager)
