@@ -498,12 +498,18 @@ func (b *Batcher) callEnded() {
 }
 
 func (b *Batcher) track(r *batchRun) {
+	r.tracked = true
 	b.runsMu.Lock()
 	b.runs[r] = struct{}{}
 	b.runsMu.Unlock()
 }
 
+// untrack takes r out of b.runs, once; only r's own goroutine calls it.
 func (b *Batcher) untrack(r *batchRun) {
+	if !r.tracked {
+		return
+	}
+	r.tracked = false
 	b.runsMu.Lock()
 	delete(b.runs, r)
 	b.runsMu.Unlock()

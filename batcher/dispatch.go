@@ -141,6 +141,7 @@ type batchRun struct {
 	be      *backendState
 	pm      *permit
 	partial bool // counted in lane.partials
+	tracked bool // in b.runs: set by the lane's cut, cleared by the run (untrack)
 	formed  time.Time
 	batch   Batch
 	calls   []*Call // cut by the lane; claimed ones move to live

@@ -530,17 +530,7 @@ func TestSubmitRacesShutdown(t *testing.T) {
 // workers have stopped.
 func TestSubmitFenceAgainstShutdown(t *testing.T) {
 	b := newTest(t, &fakeBackend{}, 2, BatchConfig{MaxBatchSize: 4, Window: time.Millisecond})
-	entered, resume := make(chan struct{}), make(chan struct{})
-	b.testHookAdmit = func() {
-		close(entered)
-		<-resume
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := b.Submit(context.Background(), req("late", PriorityNormal))
-		errc <- err
-	}()
-	<-entered
+	resume, errc := holdSubmit(b, &b.testHookAdmit)
 	if err := b.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -565,17 +555,7 @@ func TestCountedSubmitAfterAbort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entered, resume := make(chan struct{}), make(chan struct{})
-	b.testHookCounted = func() {
-		close(entered)
-		<-resume
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := b.Submit(context.Background(), req("late", PriorityNormal))
-		errc <- err
-	}()
-	<-entered
+	resume, errc := holdSubmit(b, &b.testHookCounted)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := b.Shutdown(ctx); err == nil {
@@ -599,4 +579,21 @@ func TestCountedSubmitAfterAbort(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d lanes after Shutdown, want 0", n)
 	}
+}
+
+// holdSubmit starts a Submit and returns once it is held at the hook: it
+// goes on when resume is closed, and its error arrives on errc.
+func holdSubmit(b *Batcher, hook *func()) (resume chan struct{}, errc chan error) {
+	entered := make(chan struct{})
+	resume, errc = make(chan struct{}), make(chan error, 1)
+	*hook = func() {
+		close(entered)
+		<-resume
+	}
+	go func() {
+		_, err := b.Submit(context.Background(), req("late", PriorityNormal))
+		errc <- err
+	}()
+	<-entered
+	return resume, errc
 }
