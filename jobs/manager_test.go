@@ -587,7 +587,11 @@ func TestAbandonedJobsDroppedOnSharedStore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the live creator's job: Finish = %v", err)
 	}
-	if j.State != jobs.StateQueued {
-		t.Fatalf("the live creator's job is %s, want QUEUED", j.State)
+	// Finish queues it and reads it back; the other manager on the shared
+	// store may claim it, or even finish its one item, in between.
+	switch j.State {
+	case jobs.StateQueued, jobs.StateRunning, jobs.StateFinalizing, jobs.StateCompleted:
+	default:
+		t.Fatalf("the live creator's job is %s, want QUEUED or later on its way to COMPLETED", j.State)
 	}
 }
