@@ -186,7 +186,7 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	group := c.group
 	if c.token {
 		c.recycle = byRun && sink == nil && group == nil && c.timer == nil && !c.stale &&
-			c.qidx != qFlushed && evictClass(c.req.Priority) < 0 && !c.queued.Load() &&
+			evictClass(c.req.Priority) < 0 && !c.queued.Load() &&
 			!c.b.aborted.Load() // abort may have copied b.runs before the run untracked
 		// From the send on, a recycled call is Do's again: this goroutine
 		// does not touch it any more.
