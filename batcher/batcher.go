@@ -39,7 +39,9 @@ type Batcher struct {
 	// closing, before the call is counted; testHookCounted once it is
 	// counted and past the fence.
 	testHookAdmit, testHookCounted func()
-	aborted                        atomic.Bool // the drain deadline passed: whatever is pending ends
+	// testHookClaimed, when set, runs as a batch run claims each call.
+	testHookClaimed func(*Call)
+	aborted         atomic.Bool // the drain deadline passed: whatever is pending ends
 
 	lanesMu sync.RWMutex
 	lanes   map[laneKey]*lane

@@ -269,18 +269,29 @@ func (r *batchRun) run() {
 	}()
 
 	// Claim the calls that are still live. The count goes up first: a call
-	// may end the moment it is claimed.
+	// may end the moment it is claimed. The loop holds one count of its
+	// own, so that a call claimed and ended before the next is claimed
+	// does not cancel the batch under its batch-mates.
 	r.refs.Store(1)
+	r.alive.Store(1)
 	for _, c := range r.calls {
 		r.refs.Add(1)
 		r.alive.Add(1)
 		if c.run.CompareAndSwap(nil, r) {
 			r.live = append(r.live, c)
 			r.reqs = append(r.reqs, c.req)
+			if h := b.testHookClaimed; h != nil {
+				h(c)
+			}
 		} else {
 			r.alive.Add(-1)
 			r.refs.Add(-1)
 		}
+	}
+	if r.alive.Add(-1) == 0 { // every claimed call ended meanwhile
+		r.ctx.cancel()
+		clear(r.live)
+		r.live = r.live[:0]
 	}
 	if len(r.live) == 0 {
 		r.flushed()

@@ -597,3 +597,37 @@ func holdSubmit(b *Batcher, hook *func()) (resume chan struct{}, errc chan error
 	<-entered
 	return resume, errc
 }
+
+// TestCancelWhileClaimingSparesBatchMates cancels the first call of a
+// batch of two the moment its run claims it, before the second is
+// claimed: the batch must still go upstream for the second, which gets
+// its completion. (The run's live count used to touch zero in between and
+// cancel the upstream call, so the second ended with "context canceled".)
+func TestCancelWhileClaimingSparesBatchMates(t *testing.T) {
+	be := &fakeBackend{latency: time.Millisecond} // it watches its context
+	b, err := New(
+		// No retries: a cancelled upstream call shows as the second's error.
+		WithBackend(BackendConfig{Name: "be", Backend: be, MaxConcurrency: 1, Retry: RetryPolicy{MaxRetries: -1}}),
+		WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", Batch: BatchConfig{MaxBatchSize: 2, Window: time.Hour, MaxWait: time.Hour}}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	var once sync.Once
+	b.testHookClaimed = func(c *Call) {
+		once.Do(c.Cancel)
+	}
+	first := submit(t, b, req("first", PriorityNormal))
+	second := submit(t, b, req("second", PriorityNormal))
+	if err := first.Result().Err; !errors.Is(err, ErrCanceled) {
+		t.Fatalf("first: %v, want ErrCanceled", err)
+	}
+	if res := second.Result(); res.Err != nil || res.Text != "re:prompt second" {
+		t.Fatalf("second: %q, %v; want its completion", res.Text, res.Err)
+	}
+}
