@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // The load shapes of the gRPC targets.
@@ -26,37 +28,97 @@ const (
 )
 
 // echoServer is the bare baseline: the BatcherService's own messages, with
-// every request answered at once by a fixed Completion.
+// every request answered at once by a Completion. With a nil template the
+// Completion holds the request's id and the text "ok" and nothing else
+// (the minimal echo); with one it carries every field the template sets,
+// as Batcher fills them (the shaped echo, see shapedFrom).
 type echoServer struct {
 	batcherv1.UnimplementedBatcherServiceServer
+	template *batcherv1.Completion
 }
 
-func echoCompletion(id string) *batcherv1.Completion {
-	return &batcherv1.Completion{Id: id, Output: &batcherv1.Completion_Text{Text: "ok"}}
+// echoReply is an echo's answer and the messages it points to in one
+// allocation, the way the server builds Batcher's (server/translate.go), so
+// that the shaped echo pays no more per answer than Batcher does.
+type echoReply struct {
+	unary  batcherv1.SubmitResponse
+	stream batcherv1.SubmitStreamResponse
+	kind   batcherv1.SubmitStreamResponse_Completion
+	c      batcherv1.Completion
+	t      batcherv1.Timings
+	d      [4]durationpb.Duration
+	u      batcherv1.Usage
+	text   batcherv1.Completion_Text
 }
 
-func (echoServer) Submit(_ context.Context, in *batcherv1.SubmitRequest) (*batcherv1.SubmitResponse, error) {
-	return &batcherv1.SubmitResponse{Completion: echoCompletion(in.GetRequest().GetId())}, nil
+// completion fills the reply's Completion for the request id.
+func (e *echoServer) completion(m *echoReply, id string) *batcherv1.Completion {
+	c := &m.c
+	c.Id = id
+	m.text.Text = "ok"
+	c.Output = &m.text
+	t := e.template
+	if t == nil {
+		return c
+	}
+	m.text.Text = t.GetText()
+	c.FinishReason = t.FinishReason
+	c.BatchId, c.BatchSize, c.Attempts, c.Backend = t.BatchId, t.BatchSize, t.Attempts, t.Backend
+	if u := t.Usage; u != nil {
+		m.u.PromptTokens, m.u.CompletionTokens, m.u.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
+		c.Usage = &m.u
+	}
+	if tt := t.Timings; tt != nil {
+		for i, d := range []*durationpb.Duration{tt.BatchWait, tt.Queued, tt.Upstream, tt.Total} {
+			m.d[i].Seconds, m.d[i].Nanos = d.GetSeconds(), d.GetNanos()
+		}
+		m.t.BatchWait, m.t.Queued, m.t.Upstream, m.t.Total = &m.d[0], &m.d[1], &m.d[2], &m.d[3]
+		c.Timings = &m.t
+	}
+	return c
 }
 
-func (echoServer) SubmitStream(s batcherv1.BatcherService_SubmitStreamServer) error {
+func (e *echoServer) Submit(_ context.Context, in *batcherv1.SubmitRequest) (*batcherv1.SubmitResponse, error) {
+	m := new(echoReply)
+	m.unary.Completion = e.completion(m, in.GetRequest().GetId())
+	return &m.unary, nil
+}
+
+func (e *echoServer) SubmitStream(s batcherv1.BatcherService_SubmitStreamServer) error {
 	for {
-		m, err := s.Recv()
+		in, err := s.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		r := m.GetRequest()
+		r := in.GetRequest()
 		if r == nil {
 			continue
 		}
-		out := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Completion{Completion: echoCompletion(r.GetId())}}
-		if err := s.Send(out); err != nil {
+		m := new(echoReply)
+		m.kind.Completion = e.completion(m, r.GetId())
+		m.stream.Kind = &m.kind
+		if err := s.Send(&m.stream); err != nil {
 			return err
 		}
 	}
+}
+
+// shapedFrom returns the template for a shaped echo: what Batcher answered
+// to a request of the load, its id cleared. Only the fields echoServer
+// copies are kept, and TestShapedEchoMatchesBatcher checks that they are
+// all Batcher sets.
+func shapedFrom(tb testing.TB, t *target) *batcherv1.Completion {
+	tb.Helper()
+	resp, err := t.client.Submit(context.Background(), &batcherv1.SubmitRequest{Request: newRequest("template")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := proto.CloneOf(resp.GetCompletion())
+	c.Id = ""
+	return c
 }
 
 // target is one service under load: a gRPC server on a loopback port and the
@@ -97,27 +159,33 @@ func serve(tb testing.TB, gs *grpc.Server, register func(*grpc.Server), cleanup 
 	}
 }
 
-func serveEcho(tb testing.TB) *target {
-	return serve(tb, grpc.NewServer(), func(gs *grpc.Server) {
-		batcherv1.RegisterBatcherServiceServer(gs, echoServer{})
+// serveEcho serves an echo (minimal with a nil template, else shaped) on
+// a bare grpc.Server, or on the service's own when withInterceptors.
+func serveEcho(tb testing.TB, template *batcherv1.Completion, withInterceptors bool) *target {
+	return serve(tb, grpcServer(withInterceptors), func(gs *grpc.Server) {
+		batcherv1.RegisterBatcherServiceServer(gs, &echoServer{template: template})
 	}, nil)
 }
 
+// grpcServer is the service's own grpc.Server when withInterceptors
+// (server.NewGRPCServer: otelgrpc stats handler, panic recovery and the
+// decoding codec, as batcherd runs it without tracing, see
+// cmd/batcherd/main.go), else a bare grpc.NewServer.
+func grpcServer(withInterceptors bool) *grpc.Server {
+	if withInterceptors {
+		return server.NewGRPCServer(noop.NewTracerProvider())
+	}
+	return grpc.NewServer()
+}
+
 // serveBatcher serves the BatcherService in front of a core whose backend
-// answers at once. withInterceptors chooses the service's own grpc.Server
-// (server.NewGRPCServer: otelgrpc stats handler and panic recovery, as
-// batcherd runs it) over a bare grpc.NewServer.
+// answers at once, on grpcServer(withInterceptors).
 func serveBatcher(tb testing.TB, withInterceptors bool) *target {
 	tb.Helper()
 	var cnt batchCounter
 	core := newNoopCore(tb, &cnt)
 	srv := server.New(core)
-	gs := grpc.NewServer()
-	if withInterceptors {
-		// As batcherd runs it without tracing (cmd/batcherd/main.go).
-		gs = server.NewGRPCServer(noop.NewTracerProvider())
-	}
-	return serve(tb, gs, srv.Register, func() {
+	return serve(tb, grpcServer(withInterceptors), srv.Register, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
@@ -260,46 +328,63 @@ func streamLoad(b *testing.B, t *target, streams, n int) time.Duration {
 	return d
 }
 
-// compareRounds is how many slices compare interleaves the two loads in, so
-// that a noisy neighbour on a shared machine slows both alike.
+// compareRounds is how many slices compare interleaves the loads in, so
+// that a noisy neighbour on a shared machine slows them alike.
 const compareRounds = 10
 
-// compare runs the same load against the bare echo and the Batcher in one
-// benchmark run, b.N requests each, interleaved in rounds, and reports both
-// rates and their ratio. One op is one request to each service.
-func compare(b *testing.B, unit string, load func(*testing.B, *target, int) time.Duration, batcherT func() *target) {
-	echo := serveEcho(b)
+// compare runs the same load against three services in one benchmark run,
+// b.N requests each, interleaved in rounds:
+//   - the minimal echo on a bare grpc.Server (the baseline of the ratio);
+//   - the shaped echo: an echo answering with a Completion of Batcher's
+//     shape, on the same grpc.Server as the Batcher under test, so that it
+//     costs what Batcher's answer and server cost with no batching at all;
+//   - the Batcher on grpcServer(withInterceptors).
+//
+// It reports the three rates and: ratio, Batcher against the minimal echo
+// (issue 7's figure); ceiling, the shaped echo against the minimal echo,
+// which is the most any Batcher could reach on this server with these
+// answers; and vs-shaped, Batcher against the shaped echo, which is the
+// price of the service's own work. One op is one request to each service.
+func compare(b *testing.B, unit string, load func(*testing.B, *target, int) time.Duration, withInterceptors bool) {
+	echo := serveEcho(b, nil, false)
 	defer echo.stop()
-	bt := batcherT()
+	bt := serveBatcher(b, withInterceptors)
 	defer bt.stop()
-	// Warm both connections and both servers before timing.
-	load(b, echo, 256)
-	load(b, bt, 256)
+	shaped := serveEcho(b, shapedFrom(b, bt), withInterceptors)
+	defer shaped.stop()
+	targets := []*target{echo, shaped, bt}
+	// Warm every connection and server before timing.
+	for _, t := range targets {
+		load(b, t, 256)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	var de, db time.Duration
+	var d [3]time.Duration
 	for r := range compareRounds {
 		n := share(b.N, compareRounds, r)
 		if n == 0 {
 			continue
 		}
-		// Each phase starts with a clean heap, so that neither pays for
-		// the other's garbage.
-		b.StopTimer()
-		runtime.GC()
-		b.StartTimer()
-		de += load(b, echo, n)
-		b.StopTimer()
-		runtime.GC()
-		b.StartTimer()
-		db += load(b, bt, n)
+		for i, t := range targets {
+			// Each phase starts with a clean heap, so that none pays for
+			// another's garbage.
+			b.StopTimer()
+			runtime.GC()
+			b.StartTimer()
+			d[i] += load(b, t, n)
+		}
 	}
 	b.StopTimer()
-	re := float64(b.N) / de.Seconds()
-	rb := float64(b.N) / db.Seconds()
-	b.ReportMetric(re, "echo-"+unit+"/s")
-	b.ReportMetric(rb, "batcher-"+unit+"/s")
-	b.ReportMetric(rb/re, "ratio")
+	var rate [3]float64
+	for i := range d {
+		rate[i] = float64(b.N) / d[i].Seconds()
+	}
+	b.ReportMetric(rate[0], "echo-"+unit+"/s")
+	b.ReportMetric(rate[1], "shaped-"+unit+"/s")
+	b.ReportMetric(rate[2], "batcher-"+unit+"/s")
+	b.ReportMetric(rate[2]/rate[0], "ratio")
+	b.ReportMetric(rate[1]/rate[0], "ceiling")
+	b.ReportMetric(rate[2]/rate[1], "vs-shaped")
 }
 
 // BenchmarkGRPCUnary compares Submit with a bare unary echo of the same
@@ -308,7 +393,7 @@ func BenchmarkGRPCUnary(b *testing.B) {
 	load := func(b *testing.B, t *target, n int) time.Duration { return unaryLoad(b, t, unaryCallers, n) }
 	for _, ic := range []bool{false, true} {
 		b.Run("server="+serverName(ic), func(b *testing.B) {
-			compare(b, "req", load, func() *target { return serveBatcher(b, ic) })
+			compare(b, "req", load, ic)
 		})
 	}
 }
@@ -320,7 +405,7 @@ func BenchmarkGRPCStream(b *testing.B) {
 	load := func(b *testing.B, t *target, n int) time.Duration { return streamLoad(b, t, streamCount, n) }
 	for _, ic := range []bool{false, true} {
 		b.Run("server="+serverName(ic), func(b *testing.B) {
-			compare(b, "msg", load, func() *target { return serveBatcher(b, ic) })
+			compare(b, "msg", load, ic)
 		})
 	}
 }
@@ -330,4 +415,82 @@ func serverName(withInterceptors bool) string {
 		return "batcherd"
 	}
 	return "bare"
+}
+
+// TestShapedEchoMatchesBatcher checks the shaped echo against what it
+// stands for: for the same request, on either server, its Completion is the
+// one Batcher sent, field for field, up to the figures that vary per call
+// (the timings' values and the batch's id and size). A field Batcher starts
+// setting that the echo does not copy fails here.
+func TestShapedEchoMatchesBatcher(t *testing.T) {
+	for _, ic := range []bool{false, true} {
+		t.Run("server="+serverName(ic), func(t *testing.T) {
+			bt := serveBatcher(t, ic)
+			defer bt.stop()
+			template := shapedFrom(t, bt)
+			if template.GetBatchId() == "" || template.GetTimings().GetTotal() == nil || template.GetBackend() == "" {
+				t.Fatalf("Batcher's completion %v lacks the fields the shaped echo is for", template)
+			}
+			shaped := serveEcho(t, template, ic)
+			defer shaped.stop()
+			ctx := context.Background()
+			for _, tg := range []*target{bt, shaped} {
+				// Unary and stream answers alike.
+				resp, err := tg.client.Submit(ctx, &batcherv1.SubmitRequest{Request: newRequest("r-1")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := tg.client.SubmitStream(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Send(&batcherv1.SubmitStreamRequest{Kind: &batcherv1.SubmitStreamRequest_Request{Request: newRequest("r-1")}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.CloseSend(); err != nil {
+					t.Fatal(err)
+				}
+				var streamed *batcherv1.Completion
+				for {
+					m, err := s.Recv()
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if c := m.GetCompletion(); c != nil {
+						streamed = c
+					}
+				}
+				for _, c := range []*batcherv1.Completion{resp.GetCompletion(), streamed} {
+					got, want := alike(c), alike(template)
+					want.Id = "r-1"
+					if !proto.Equal(got, want) {
+						t.Errorf("completion %v,\nwant the shape of %v", got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// alike is c with the figures that vary from call to call set to fixed
+// values where c has them.
+func alike(c *batcherv1.Completion) *batcherv1.Completion {
+	c = proto.CloneOf(c)
+	if c.BatchId != "" {
+		c.BatchId = "batch"
+	}
+	if c.BatchSize != 0 {
+		c.BatchSize = 1
+	}
+	if tt := c.Timings; tt != nil {
+		for _, d := range []*durationpb.Duration{tt.BatchWait, tt.Queued, tt.Upstream, tt.Total} {
+			if d != nil {
+				d.Seconds, d.Nanos = 0, 1
+			}
+		}
+	}
+	return c
 }
