@@ -47,8 +47,8 @@ END {
 			get("Core/batcher/producers=" p, "allocs/op"), si(f), si(g), si(d), ratio(b, peer), ratio(f, peer)
 	}
 	print ""
-	print "| load | server | Batcher | echo | ratio |"
-	print "|---|---|---:|---:|---:|"
+	print "| load | server | Batcher | echo | ratio | shaped echo | ceiling | Batcher / shaped echo |"
+	print "|---|---|---:|---:|---:|---:|---:|---:|"
 	for (n in seen) {
 		if (n ~ /^GRPCUnary\//) { sv = n; sub(/^GRPCUnary\/server=/, "", sv); un[sv] = n }
 		if (n ~ /^GRPCStream\//) { sv = n; sub(/^GRPCStream\/server=/, "", sv); st[sv] = n }
@@ -56,11 +56,11 @@ END {
 	split("bare batcherd", ss, " ")
 	for (i = 1; i <= 2; i++) {
 		s = ss[i]
-		if (s in un) printf "| unary `Submit`, 50 callers | %s | %s req/s | %s req/s | **%.2f** |\n", s, si(get(un[s], "batcher-req/s")), si(get(un[s], "echo-req/s")), get(un[s], "ratio")
+		if (s in un) printf "| unary `Submit`, 50 callers | %s | %s req/s | %s req/s | **%.2f** | %s req/s | %.2f | %.2f |\n", s, si(get(un[s], "batcher-req/s")), si(get(un[s], "echo-req/s")), get(un[s], "ratio"), si(get(un[s], "shaped-req/s")), get(un[s], "ceiling"), get(un[s], "vs-shaped")
 	}
 	for (i = 1; i <= 2; i++) {
 		s = ss[i]
-		if (s in st) printf "| `SubmitStream`, 64 streams | %s | %s msg/s | %s msg/s | **%.2f** |\n", s, si(get(st[s], "batcher-msg/s")), si(get(st[s], "echo-msg/s")), get(st[s], "ratio")
+		if (s in st) printf "| `SubmitStream`, 64 streams | %s | %s msg/s | %s msg/s | **%.2f** | %s msg/s | %.2f | %.2f |\n", s, si(get(st[s], "batcher-msg/s")), si(get(st[s], "echo-msg/s")), get(st[s], "ratio"), si(get(st[s], "shaped-msg/s")), get(st[s], "ceiling"), get(st[s], "vs-shaped")
 	}
 	m = get("QueuedMemory", "B/queued-req")
 	if (m >= 0) { print ""; printf "Heap per queued request beyond its prompt: **%.0f bytes**.\n", m }

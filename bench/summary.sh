@@ -54,10 +54,12 @@ END {
 		if (n ~ /^GRPCUnary\//) {
 			r = med(n, "ratio")
 			printf "%-28s batcher %.0f req/s, echo %.0f req/s, ratio %.3f   target >= 0.8 (batcherd): %s\n", n, med(n, "batcher-req/s"), med(n, "echo-req/s"), r, verdict(r >= 0.8)
+			printf "%-28s shaped echo %.0f req/s: ceiling %.3f, batcher/shaped %.3f\n", "", med(n, "shaped-req/s"), med(n, "ceiling"), med(n, "vs-shaped")
 		}
 		if (n ~ /^GRPCStream\//) {
 			r = med(n, "ratio")
 			printf "%-28s batcher %.0f msg/s, echo %.0f msg/s, ratio %.3f   target >= 0.7 (batcherd): %s\n", n, med(n, "batcher-msg/s"), med(n, "echo-msg/s"), r, verdict(r >= 0.7)
+			printf "%-28s shaped echo %.0f msg/s: ceiling %.3f, batcher/shaped %.3f\n", "", med(n, "shaped-msg/s"), med(n, "ceiling"), med(n, "vs-shaped")
 		}
 		if (n == "QueuedMemory") {
 			m = med(n, "B/queued-req")
