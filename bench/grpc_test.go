@@ -463,6 +463,9 @@ func TestShapedEchoMatchesBatcher(t *testing.T) {
 						streamed = c
 					}
 				}
+				if streamed == nil {
+					t.Fatal("the stream ended without a completion")
+				}
 				for _, c := range []*batcherv1.Completion{resp.GetCompletion(), streamed} {
 					got, want := alike(c), alike(template)
 					want.Id = "r-1"
