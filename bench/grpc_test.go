@@ -30,17 +30,23 @@ const (
 // echoServer is the bare baseline: the BatcherService's own messages, with
 // every request answered at once by a Completion. With a nil template the
 // Completion holds the request's id and the text "ok" and nothing else
-// (the minimal echo); with one it carries every field the template sets,
-// as Batcher fills them (the shaped echo, see shapedFrom).
+// (the minimal echo, as in every earlier run); with one it carries every
+// field the template sets, as Batcher fills them (the shaped echo, see
+// shapedFrom).
 type echoServer struct {
 	batcherv1.UnimplementedBatcherServiceServer
 	template *batcherv1.Completion
 }
 
-// echoReply is an echo's answer and the messages it points to in one
-// allocation, the way the server builds Batcher's (server/translate.go), so
-// that the shaped echo pays no more per answer than Batcher does.
-type echoReply struct {
+func minimalCompletion(id string) *batcherv1.Completion {
+	return &batcherv1.Completion{Id: id, Output: &batcherv1.Completion_Text{Text: "ok"}}
+}
+
+// shapedReply is the shaped echo's answer and the messages it points to in
+// one allocation, the way the server builds Batcher's
+// (server/translate.go), so that the shaped echo pays no more per answer
+// than Batcher does.
+type shapedReply struct {
 	unary  batcherv1.SubmitResponse
 	stream batcherv1.SubmitStreamResponse
 	kind   batcherv1.SubmitStreamResponse_Completion
@@ -51,17 +57,12 @@ type echoReply struct {
 	text   batcherv1.Completion_Text
 }
 
-// completion fills the reply's Completion for the request id.
-func (e *echoServer) completion(m *echoReply, id string) *batcherv1.Completion {
+// fill fills m's Completion for the request id from the template t.
+func (m *shapedReply) fill(t *batcherv1.Completion, id string) *batcherv1.Completion {
 	c := &m.c
 	c.Id = id
-	m.text.Text = "ok"
-	c.Output = &m.text
-	t := e.template
-	if t == nil {
-		return c
-	}
 	m.text.Text = t.GetText()
+	c.Output = &m.text
 	c.FinishReason = t.FinishReason
 	c.BatchId, c.BatchSize, c.Attempts, c.Backend = t.BatchId, t.BatchSize, t.Attempts, t.Backend
 	if u := t.Usage; u != nil {
@@ -79,8 +80,12 @@ func (e *echoServer) completion(m *echoReply, id string) *batcherv1.Completion {
 }
 
 func (e *echoServer) Submit(_ context.Context, in *batcherv1.SubmitRequest) (*batcherv1.SubmitResponse, error) {
-	m := new(echoReply)
-	m.unary.Completion = e.completion(m, in.GetRequest().GetId())
+	id := in.GetRequest().GetId()
+	if e.template == nil {
+		return &batcherv1.SubmitResponse{Completion: minimalCompletion(id)}, nil
+	}
+	m := new(shapedReply)
+	m.unary.Completion = m.fill(e.template, id)
 	return &m.unary, nil
 }
 
@@ -97,17 +102,23 @@ func (e *echoServer) SubmitStream(s batcherv1.BatcherService_SubmitStreamServer)
 		if r == nil {
 			continue
 		}
-		m := new(echoReply)
-		m.kind.Completion = e.completion(m, r.GetId())
-		m.stream.Kind = &m.kind
-		if err := s.Send(&m.stream); err != nil {
+		var out *batcherv1.SubmitStreamResponse
+		if e.template == nil {
+			out = &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Completion{Completion: minimalCompletion(r.GetId())}}
+		} else {
+			m := new(shapedReply)
+			m.kind.Completion = m.fill(e.template, r.GetId())
+			m.stream.Kind = &m.kind
+			out = &m.stream
+		}
+		if err := s.Send(out); err != nil {
 			return err
 		}
 	}
 }
 
 // shapedFrom returns the template for a shaped echo: what Batcher answered
-// to a request of the load, its id cleared. Only the fields echoServer
+// to a request of the load, its id cleared. Only the fields shapedReply
 // copies are kept, and TestShapedEchoMatchesBatcher checks that they are
 // all Batcher sets.
 func shapedFrom(tb testing.TB, t *target) *batcherv1.Completion {
