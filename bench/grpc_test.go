@@ -190,12 +190,13 @@ func grpcServer(withInterceptors bool) *grpc.Server {
 }
 
 // serveBatcher serves the BatcherService in front of a core whose backend
-// answers at once, on grpcServer(withInterceptors).
-func serveBatcher(tb testing.TB, withInterceptors bool) *target {
+// answers at once, on grpcServer(withInterceptors), with the server's
+// options opts.
+func serveBatcher(tb testing.TB, withInterceptors bool, opts ...server.Option) *target {
 	tb.Helper()
 	var cnt batchCounter
 	core := newNoopCore(tb, &cnt)
-	srv := server.New(core)
+	srv := server.New(core, opts...)
 	return serve(tb, grpcServer(withInterceptors), srv.Register, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -419,6 +420,45 @@ func BenchmarkGRPCStream(b *testing.B) {
 			compare(b, "msg", load, ic)
 		})
 	}
+}
+
+// BenchmarkGRPCStreamBudget measures what the server-wide stream budget
+// (server.DefaultMaxPendingMessages answers owed) costs the load of
+// BenchmarkGRPCStream on a bare server: 64 streams of window 256 can owe
+// 16,384 answers, and the default budget lets them owe 1,024 (plus a floor
+// of 2 a stream), so the server stops reading them in turn. The core's
+// queue, like every benchmark's here, is sized past the load. Both servers
+// alternate in rounds; ratio is the default budget's rate against the
+// sized one's.
+func BenchmarkGRPCStreamBudget(b *testing.B) {
+	def := serveBatcher(b, false)
+	defer def.stop()
+	sized := serveBatcher(b, false, server.WithMaxPendingMessages(streamCount*server.DefaultStreamWindow))
+	defer sized.stop()
+	targets := []*target{def, sized}
+	for _, t := range targets {
+		streamLoad(b, t, streamCount, 256)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var d [2]time.Duration
+	for r := range compareRounds {
+		n := share(b.N, compareRounds, r)
+		if n == 0 {
+			continue
+		}
+		for i, t := range targets {
+			b.StopTimer()
+			runtime.GC()
+			b.StartTimer()
+			d[i] += streamLoad(b, t, streamCount, n)
+		}
+	}
+	b.StopTimer()
+	rd, rs := float64(b.N)/d[0].Seconds(), float64(b.N)/d[1].Seconds()
+	b.ReportMetric(rd, "default-msg/s")
+	b.ReportMetric(rs, "sized-msg/s")
+	b.ReportMetric(rd/rs, "ratio")
 }
 
 func serverName(withInterceptors bool) string {
