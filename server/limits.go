@@ -191,6 +191,9 @@ func (st *stream) takeBudget() bool {
 	if !st.s.budget.acquire(&st.held, st.budgetWake, st.stopped, st.ctx.Done()) {
 		return false
 	}
+	if h := st.s.testHookBudgetTaken; h != nil {
+		h()
+	}
 	// The token counts in held before gone is read, and close sets gone
 	// before it takes held: one of the two gives the token back.
 	st.held.Add(1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,4 +156,55 @@ func TestMaxStreams(t *testing.T) {
 		t.Fatalf("third stream: %v, want RESOURCE_EXHAUSTED naming the limit", err)
 	}
 	_ = open
+}
+
+// TestShutdownWaitsForReceiver: a stream's receiver that took a budget
+// token as the stream closed gives it back on its way out, after the
+// stream's handler has returned. Deliver, and so Shutdown, waits for it:
+// once Shutdown returns no token is left taken and no receiver runs. (CI
+// once saw TestPendingBudget find a token still taken after Shutdown.)
+func TestShutdownWaitsForReceiver(t *testing.T) {
+	srv, client, _ := limitsEnv(t)
+	taken, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	srv.testHookBudgetTaken = func() {
+		once.Do(func() {
+			close(taken)
+			<-proceed
+		})
+	}
+	ctx := testCtx(t)
+	s, err := client.SubmitStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(optionsMsg(&batcherv1.StreamOptions{Verbosity: batcherv1.Verbosity_VERBOSITY_COMPLETIONS})); err != nil {
+		t.Fatal(err)
+	}
+	<-taken // the receiver holds a token the stream does not count yet
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(ctx) }()
+	// The shutdown ends the stream, which owes nothing.
+	for {
+		if _, err := s.Recv(); err != nil {
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("stream ended with %v, want UNAVAILABLE", err)
+			}
+			break
+		}
+	}
+	// Its handler has returned; its receiver has not. (Without the wait,
+	// Deliver returns at once: the bound only ends the wait that is right.)
+	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := srv.Deliver(dctx); err == nil {
+		t.Fatal("Deliver returned while a stream's receiver still held a budget token")
+	}
+	close(proceed)
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if p := srv.PendingMessages(); p != 0 {
+		t.Fatalf("%d budget tokens taken after Shutdown returned", p)
+	}
 }

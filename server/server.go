@@ -184,6 +184,10 @@ type Server struct {
 	// a stream's receiver has seen the caller's half-close or a broken
 	// receive: the one stream event a test cannot observe on the wire.
 	testHookRecvDone func()
+	// testHookBudgetTaken, when set (before any stream opens), is called
+	// when a stream's receiver has taken a budget token and not yet counted
+	// it as the stream's.
+	testHookBudgetTaken func()
 }
 
 // healthService is the name under which the BatcherService reports its

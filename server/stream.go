@@ -111,7 +111,15 @@ type item struct {
 
 // run is the sender loop; it returns the stream's status.
 func (st *stream) run() error {
-	go st.receive()
+	// The receiver counts as part of the stream until it returns, so that
+	// Deliver (and Shutdown) wait for it: it may still hold a budget token
+	// it took as the stream closed, which it gives back on its way out. It
+	// returns soon after the handler: gRPC cancels the stream's context.
+	st.s.streams.Add(1) // the handler's count is held: never 0 here
+	go func() {
+		defer st.s.streams.Done()
+		st.receive()
+	}()
 	defer st.close()
 
 	st.lastSumAt = time.Now()
