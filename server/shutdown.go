@@ -33,7 +33,8 @@ func (s *Server) Drain(ctx context.Context) error {
 }
 
 // Deliver waits, after Drain, until every SubmitStream has sent the results
-// it owes and its final summary and has ended, or until ctx ends; then it
+// it owes and its final summary and has ended, its receiving goroutine
+// too, or until ctx ends; then it
 // returns an error naming how many streams were still sending (a stream
 // whose caller stopped reading cannot finish). Give it a context of its own,
 // not the drain's: when the drain ran out of time, the results of the
