@@ -364,14 +364,26 @@ func compare(b *testing.B, unit string, load func(*testing.B, *target, int) time
 	defer bt.stop()
 	shaped := serveEcho(b, shapedFrom(b, bt), withInterceptors)
 	defer shaped.stop()
-	targets := []*target{echo, shaped, bt}
+	rate := alternate(b, load, echo, shaped, bt)
+	b.ReportMetric(rate[0], "echo-"+unit+"/s")
+	b.ReportMetric(rate[1], "shaped-"+unit+"/s")
+	b.ReportMetric(rate[2], "batcher-"+unit+"/s")
+	b.ReportMetric(rate[2]/rate[0], "ratio")
+	b.ReportMetric(rate[1]/rate[0], "ceiling")
+	b.ReportMetric(rate[2]/rate[1], "vs-shaped")
+}
+
+// alternate runs load against each target, b.N requests each, interleaved
+// in compareRounds rounds after a warm-up, and returns each target's rate
+// (requests a second) in the order given.
+func alternate(b *testing.B, load func(*testing.B, *target, int) time.Duration, targets ...*target) []float64 {
 	// Warm every connection and server before timing.
 	for _, t := range targets {
 		load(b, t, 256)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	var d [3]time.Duration
+	d := make([]time.Duration, len(targets))
 	for r := range compareRounds {
 		n := share(b.N, compareRounds, r)
 		if n == 0 {
@@ -387,16 +399,11 @@ func compare(b *testing.B, unit string, load func(*testing.B, *target, int) time
 		}
 	}
 	b.StopTimer()
-	var rate [3]float64
+	rate := make([]float64, len(targets))
 	for i := range d {
 		rate[i] = float64(b.N) / d[i].Seconds()
 	}
-	b.ReportMetric(rate[0], "echo-"+unit+"/s")
-	b.ReportMetric(rate[1], "shaped-"+unit+"/s")
-	b.ReportMetric(rate[2], "batcher-"+unit+"/s")
-	b.ReportMetric(rate[2]/rate[0], "ratio")
-	b.ReportMetric(rate[1]/rate[0], "ceiling")
-	b.ReportMetric(rate[2]/rate[1], "vs-shaped")
+	return rate
 }
 
 // BenchmarkGRPCUnary compares Submit with a bare unary echo of the same
@@ -435,27 +442,9 @@ func BenchmarkGRPCStreamBudget(b *testing.B) {
 	defer def.stop()
 	sized := serveBatcher(b, false, server.WithMaxPendingMessages(streamCount*server.DefaultStreamWindow))
 	defer sized.stop()
-	targets := []*target{def, sized}
-	for _, t := range targets {
-		streamLoad(b, t, streamCount, 256)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	var d [2]time.Duration
-	for r := range compareRounds {
-		n := share(b.N, compareRounds, r)
-		if n == 0 {
-			continue
-		}
-		for i, t := range targets {
-			b.StopTimer()
-			runtime.GC()
-			b.StartTimer()
-			d[i] += streamLoad(b, t, streamCount, n)
-		}
-	}
-	b.StopTimer()
-	rd, rs := float64(b.N)/d[0].Seconds(), float64(b.N)/d[1].Seconds()
+	load := func(b *testing.B, t *target, n int) time.Duration { return streamLoad(b, t, streamCount, n) }
+	rate := alternate(b, load, def, sized)
+	rd, rs := rate[0], rate[1]
 	b.ReportMetric(rd, "default-msg/s")
 	b.ReportMetric(rs, "sized-msg/s")
 	b.ReportMetric(rd/rs, "ratio")
