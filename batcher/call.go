@@ -28,8 +28,8 @@ const (
 //
 // The fields are ordered so that the small ones share words, and the
 // first batch and dispatch are kept as durations; when its lane must send
-// it is computed (due), not kept: 376 bytes with the tenant fields, a
-// 384-byte allocation.
+// it is computed (due), not kept: 384 bytes with the tenant fields, an
+// allocation of the same size.
 type Call struct {
 	req      *Request
 	b        *Batcher

@@ -166,6 +166,8 @@ func TestMaxStreams(t *testing.T) {
 func TestShutdownWaitsForReceiver(t *testing.T) {
 	srv, client, _ := limitsEnv(t)
 	taken, proceed := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(proceed) })
+	t.Cleanup(release) // a failed assertion must not leave the receiver held
 	var once sync.Once
 	srv.testHookBudgetTaken = func() {
 		once.Do(func() {
@@ -200,7 +202,7 @@ func TestShutdownWaitsForReceiver(t *testing.T) {
 	if err := srv.Deliver(dctx); err == nil {
 		t.Fatal("Deliver returned while a stream's receiver still held a budget token")
 	}
-	close(proceed)
+	release()
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
