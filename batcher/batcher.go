@@ -338,6 +338,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		heapIdx:  -1,
 		done:     token,
 		token:    token != nil,
+		progress: req.Sink != nil && wantsProgress(req.Sink),
 	}
 	if token == nil {
 		c.done = make(chan struct{})
@@ -363,9 +364,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if ts != nil {
 		ts.admitted.Add(1)
 	}
-	if req.Sink != nil {
-		c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
-	}
+	c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
 	// Identical means every parameter equal, also those the lane ignores.
 	if dedupable(req) && b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {
 		rc.targets[c.target].be.stats.dedupHits.Add(1)

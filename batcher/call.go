@@ -17,7 +17,7 @@ const (
 
 // Call is one admitted request on its way to its terminal result.
 //
-// Ownership: req, admitted, deadline, tokens, span and token are set
+// Ownership: req, admitted, deadline, tokens, span, token and progress are set
 // by Submit before the call is visible to any other goroutine and never
 // change. lane is the lane it was last queued in (set by push). heapIdx and
 // qidx belong to that lane's owner; the timing and attempt fields belong
@@ -49,6 +49,7 @@ type Call struct {
 	target     uint8 // the route target it is queued for
 	dispatched bool  // batchWait and queuedFor are set
 	token      bool  // Do's call: done is Do's pooled channel
+	progress   bool  // the request's sink takes progress events (ProgressFilter)
 	// stale: a lane's queue may still hold an entry for it (it left the
 	// heap other than by a cut, or a flush moved it). Owner-written.
 	stale bool
@@ -106,12 +107,13 @@ func (c *Call) pending() bool { return c.state.Load() == callPending }
 // allocation each would be their largest cost.
 var eventPool = sync.Pool{New: func() any { return new(Event) }}
 
-// emit sends a progress event, unless the call already ended.
+// emit sends a progress event, unless the call already ended or its sink
+// takes none.
 func (c *Call) emit(ev Event) {
-	sink := c.req.Sink
-	if sink == nil {
+	if !c.progress {
 		return
 	}
+	sink := c.req.Sink
 	ev.Request = c.req
 	c.evMu.Lock()
 	if c.pending() {

@@ -325,7 +325,7 @@ func (r *batchRun) run() {
 			last = c.deadline
 		}
 		c.dispatchEvent(r, start)
-		if c.req.Sink != nil {
+		if c.progress {
 			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
 			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: int(c.attempts), Backend: be.name})
 		}

@@ -312,6 +312,49 @@ func TestEventsInOrder(t *testing.T) {
 	})
 }
 
+// doneOnly is a recorder that takes no progress events (ProgressFilter).
+type doneOnly struct{ recorder }
+
+func (*doneOnly) WantsProgress() bool { return false }
+
+// progressFilter is a recorder whose ProgressFilter says yes.
+type progressFilter struct{ recorder }
+
+func (*progressFilter) WantsProgress() bool { return true }
+
+func TestProgressFilter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		be.fail = func(*Batch, []Response) error {
+			if be.calls.Load() == 1 { // the first attempt: a retry follows
+				return &UpstreamError{Class: ClassServer, Message: "try again"}
+			}
+			return nil
+		}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1})
+		only, all := &doneOnly{}, &progressFilter{}
+		r := req("r", PriorityNormal)
+		r.Sink = only
+		c := submit(t, b, r)
+		<-c.Done()
+		wantOK(t, c)
+		if got, want := only.of("r"), []EventKind{EventDone}; !slices.Equal(got, want) {
+			t.Fatalf("WantsProgress false: events %v, want %v", got, want)
+		}
+		r = req("s", PriorityNormal)
+		r.Sink = all
+		c = submit(t, b, r)
+		<-c.Done()
+		wantOK(t, c)
+		if got, want := all.of("s"), []EventKind{EventQueued, EventBatched, EventDispatched, EventDone}; !slices.Equal(got, want) {
+			t.Fatalf("WantsProgress true: events %v, want %v", got, want)
+		}
+		if n := be.calls.Load(); n != 3 {
+			t.Fatalf("%d upstream calls, want 3 (one retried)", n)
+		}
+	})
+}
+
 func TestNothingAfterDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &fakeBackend{hold: make(chan struct{})}

@@ -61,3 +61,18 @@ type Event struct {
 type EventSink interface {
 	OnEvent(ev *Event)
 }
+
+// ProgressFilter is an optional interface of an EventSink. A sink whose
+// WantsProgress reports false gets each request's EventDone alone: the
+// core does not build the progress events (queued, batched, dispatched,
+// retrying) that it would drop. The core asks once per request, when it
+// admits it.
+type ProgressFilter interface {
+	WantsProgress() bool
+}
+
+// wantsProgress reports whether sink is sent progress events.
+func wantsProgress(sink EventSink) bool {
+	f, ok := sink.(ProgressFilter)
+	return !ok || f.WantsProgress()
+}

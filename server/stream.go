@@ -517,6 +517,11 @@ func (st *stream) reject(ctx context.Context, id string, s *status.Status) {
 	st.wake()
 }
 
+// WantsProgress implements batcher.ProgressFilter: a stream that asked for
+// completions only is sent no progress events. Only the first message sets
+// it, before any request.
+func (st *stream) WantsProgress() bool { return st.allEvents.Load() }
+
 // OnEvent implements batcher.EventSink: it copies the event into a message
 // for the sender and never blocks.
 func (st *stream) OnEvent(ev *batcher.Event) {
