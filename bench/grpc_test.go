@@ -194,10 +194,16 @@ func grpcServer(withInterceptors bool) *grpc.Server {
 // options opts.
 func serveBatcher(tb testing.TB, withInterceptors bool, opts ...server.Option) *target {
 	tb.Helper()
+	return serveBatcherOn(tb, grpcServer(withInterceptors), opts...)
+}
+
+// serveBatcherOn is serveBatcher on the grpc.Server gs.
+func serveBatcherOn(tb testing.TB, gs *grpc.Server, opts ...server.Option) *target {
+	tb.Helper()
 	var cnt batchCounter
 	core := newNoopCore(tb, &cnt)
 	srv := server.New(core, opts...)
-	return serve(tb, grpcServer(withInterceptors), srv.Register, func() {
+	return serve(tb, gs, srv.Register, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
@@ -448,6 +454,25 @@ func BenchmarkGRPCStreamBudget(b *testing.B) {
 	b.ReportMetric(rd, "default-msg/s")
 	b.ReportMetric(rs, "sized-msg/s")
 	b.ReportMetric(rd/rs, "ratio")
+}
+
+// BenchmarkGRPCUnaryPool measures the worker pool of batcherd's server
+// (server.NewGRPCServer runs RPCs on pooled goroutines, whose stacks stay
+// grown): the load of BenchmarkGRPCUnary against Batcher on that server as
+// it is, and with the pool turned off (grpc.NumStreamWorkers(0) after it),
+// alternated in rounds; ratio is the pooled server's rate against the
+// other's.
+func BenchmarkGRPCUnaryPool(b *testing.B) {
+	tp := noop.NewTracerProvider()
+	pooled := serveBatcherOn(b, server.NewGRPCServer(tp))
+	defer pooled.stop()
+	plain := serveBatcherOn(b, server.NewGRPCServer(tp, grpc.NumStreamWorkers(0)))
+	defer plain.stop()
+	load := func(b *testing.B, t *target, n int) time.Duration { return unaryLoad(b, t, unaryCallers, n) }
+	rate := alternate(b, load, pooled, plain)
+	b.ReportMetric(rate[0], "pooled-req/s")
+	b.ReportMetric(rate[1], "unpooled-req/s")
+	b.ReportMetric(rate[0]/rate[1], "ratio")
 }
 
 func serverName(withInterceptors bool) string {
