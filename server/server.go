@@ -286,8 +286,10 @@ func (s *Server) newID() string {
 // logs the panic and its stack with slog.Default and answers INTERNAL
 // without detail, and a codec under which a request that does not decode
 // gets INVALID_ARGUMENT (codec.go). RPCs run on a pool of streamWorkers()
-// goroutines while one is free, else each on a goroutine of its own.
-// extra options are appended, so they may override any of these.
+// goroutines while one is free, else each on a goroutine of its own; the
+// workers start with the server, so stop it (Stop or GracefulStop) even
+// when it never serves. extra options are appended, so they may override
+// any of these.
 func NewGRPCServer(tp trace.TracerProvider, extra ...grpc.ServerOption) *grpc.Server {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
