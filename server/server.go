@@ -314,7 +314,7 @@ func NewGRPCServer(tp trace.TracerProvider, extra ...grpc.ServerOption) *grpc.Se
 //
 // Without a pool, grpc-go starts a goroutine for each RPC. Its stack
 // starts at the process's average size and grows, with a copy, while
-// grpc-go reads the request, before any handler runs: about a tenth of a
+// grpc-go reads the request, before any handler runs: about 9% of a
 // unary Submit's CPU (profiles in BENCHMARKS.md). A pooled goroutine keeps
 // its grown stack from one RPC to the next. An RPC that finds every worker
 // busy (a unary Submit holds its worker while it waits for its batch, a

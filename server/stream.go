@@ -525,10 +525,7 @@ func (st *stream) WantsProgress() bool { return st.allEvents.Load() }
 // OnEvent implements batcher.EventSink: it copies the event into a message
 // for the sender and never blocks.
 func (st *stream) OnEvent(ev *batcher.Event) {
-	if ev.Kind != batcher.EventDone {
-		if !st.allEvents.Load() {
-			return
-		}
+	if ev.Kind != batcher.EventDone { // a progress event: wanted (WantsProgress)
 		e := event(ev)
 		if e == nil {
 			return
