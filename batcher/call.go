@@ -19,10 +19,10 @@ const (
 //
 // Ownership: req, admitted, deadline, tokens, span, token and progress are set
 // by Submit before the call is visible to any other goroutine and never
-// change. lane is the lane it was last queued in (set by push). heapIdx and
-// qidx belong to that lane's owner; the timing and attempt fields belong
-// to the lane's owner while the call is queued and to the dispatch worker
-// once batched. state decides the one terminal result: whoever moves it
+// change. lane is the lane it was last queued in (set by push). heapIdx,
+// tag, qidx and entry belong to that lane's owner; the timing and attempt
+// fields belong to the lane's owner while the call is queued and to the
+// dispatch worker once batched. state decides the one terminal result: whoever moves it
 // from pending to done writes result and signals done (closes it, or sends
 // Do its token); nobody else touches either.
 //
@@ -50,13 +50,11 @@ type Call struct {
 	dispatched bool  // batchWait and queuedFor are set
 	token      bool  // Do's call: done is Do's pooled channel
 	progress   bool  // the request's sink takes progress events (ProgressFilter)
-	// stale: a lane's queue may still hold an entry for it (it left the
-	// heap other than by a cut, or a flush moved it). Owner-written.
-	stale bool
 	// recycle: Do may reuse the call once it has the result (see
 	// finishAs). Written by the finisher before it signals done.
 	recycle bool
 	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
+	entry   uint32      // its entry's number in its flow of level qidx (fifo)
 
 	batchWait      time.Duration // admission to its first batch
 	queuedFor      time.Duration // admission to its first upstream call
@@ -141,12 +139,13 @@ func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(r, now, 
 //
 // Such a call of Do's may go back to Do's pool: nothing else still holds
 // it. It must not have been in an eviction list (DEFERRABLE and LOW
-// calls are), a dedup group, a lane's queue as a stale entry, or have a
-// sink (whose lock is released after done is signalled). The batch run
-// still lists it until the run is recycled, but reads it no more, and it
-// left b.runs, which abort walks, before it delivered anything. abort
-// sets aborted before it copies b.runs: a run that untracked after the
-// copy sees aborted here and keeps the call out of the pool.
+// calls are) or a dedup group, or have a sink (whose lock is released
+// after done is signalled); no lane's queue holds it once it left. The
+// batch run still lists it until the run is recycled, but reads it no
+// more, and it left b.runs, which abort walks, before it delivered
+// anything. abort sets aborted before it copies b.runs: a run that
+// untracked after the copy sees aborted here and keeps the call out of
+// the pool.
 func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	sink := c.req.Sink
 	if sink != nil {
@@ -187,7 +186,7 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	c.b.callEnded()
 	group := c.group
 	if c.token {
-		c.recycle = byRun && sink == nil && group == nil && c.timer == nil && !c.stale &&
+		c.recycle = byRun && sink == nil && group == nil && c.timer == nil &&
 			evictClass(c.req.Priority) < 0 && !c.queued.Load() &&
 			!c.b.aborted.Load() // abort may have copied b.runs before the run untracked
 		// From the send on, a recycled call is Do's again: this goroutine

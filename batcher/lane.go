@@ -178,10 +178,9 @@ type lane struct {
 
 	// Owner-only.
 	spare       []msg                  // the inbox's other half
-	queues      [numQueues]level       // flushed, then by urgency; may hold stale entries
+	queues      [numQueues]level       // flushed, then by urgency; may hold tombstones (nil)
 	spareFlows  []*flow                // flows to reuse
 	heap        deadlineHeap           // every queued call, earliest deadline first
-	n           int                    // queued calls (the heap's length)
 	tokens      int                    // their estimated tokens
 	pm          *permit                // a permit held for the next cut
 	asked       bool                   // registered as a waiter with the backend
@@ -351,10 +350,10 @@ func (l *lane) step() (exit bool) {
 	}
 	waiting := false
 	yielded := false
-	for l.n > 0 {
+	for len(l.heap) > 0 {
 		head, headP := l.best(now)
 		send := closing || l.pm != nil ||
-			l.n >= bc.MaxBatchSize ||
+			len(l.heap) >= bc.MaxBatchSize ||
 			(bc.MaxBatchTokens > 0 && l.tokens >= bc.MaxBatchTokens) ||
 			!l.earliestDue().After(now)
 		// A flush alone sends only the flushed calls: the others keep
@@ -366,12 +365,12 @@ func (l *lane) step() (exit bool) {
 			head = fh
 			headP = head.req.Priority
 		}
-		if !send && l.n >= bc.MinBatchSize && l.partials.Load() == 0 {
+		if !send && len(l.heap) >= bc.MinBatchSize && l.partials.Load() == 0 {
 			// An early send. Yield once first, so that producers already
 			// runnable (woken by the last batch's results) join this batch
 			// rather than the next: in a quiet system nobody is, and the
 			// batch leaves at once.
-			if !yielded && l.n < bc.MaxBatchSize {
+			if !yielded && len(l.heap) < bc.MaxBatchSize {
 				yielded = true
 				runtime.Gosched()
 				l.drain()
@@ -410,7 +409,7 @@ func (l *lane) step() (exit bool) {
 		}
 		l.cut(now)
 	}
-	if l.n == 0 && l.asked {
+	if len(l.heap) == 0 && l.asked {
 		l.be.drop(l) // nothing left to wait for
 		l.asked = false
 	}
@@ -423,7 +422,7 @@ func (l *lane) step() (exit bool) {
 			}
 		}
 	}
-	idle := l.n == 0
+	idle := len(l.heap) == 0
 
 	for i, e := range l.ended {
 		e.c.finish(Result{Err: e.err}, now)
@@ -489,7 +488,6 @@ func (l *lane) handle(m *msg) {
 		c.qidx = uint8(p.level() + 1)
 		l.queues[c.qidx].push(l, c)
 		l.heap.push(c)
-		l.n++
 		l.tokens += c.tokens
 	case msgForget:
 		// The lane first: only the owner of c's lane writes its heapIdx.
@@ -503,7 +501,7 @@ func (l *lane) handle(m *msg) {
 		l.asked = false
 		switch {
 		case m.pm == nil:
-		case l.pm != nil || l.n == 0:
+		case l.pm != nil || len(l.heap) == 0:
 			l.be.giveBack(m.pm) // a second permit, or nothing to send
 		default:
 			l.pm = m.pm
@@ -538,17 +536,17 @@ func (l *lane) markFlushed(c *Call, fw *flushWait) {
 	l.flushOf[c] = append(l.flushOf[c], fw)
 	fw.left.Add(1)
 	if c.qidx != qFlushed {
-		c.stale = true
+		l.queues[c.qidx].kill(c)
 		c.qidx = qFlushed
-		l.queues[qFlushed].push(l, c) // its old entry goes stale
+		l.queues[qFlushed].push(l, c)
 	}
 }
 
-// dequeued books c's leaving the heap. Its fifo entry, if any, goes stale
-// and is skipped later. A flush waiting on c is told now, or, when c leaves
-// in run r, once r's upstream call starts.
+// dequeued books c's leaving the heap other than in a cut: its fifo entry
+// becomes a tombstone, skipped and dropped later. A flush waiting on c is
+// told now, or, when c leaves in run r, once r's upstream call starts.
 func (l *lane) dequeued(c *Call, r *batchRun) {
-	c.stale = true // its fifo entry stays behind
+	l.queues[c.qidx].kill(c)
 	l.size.Add(-1)
 	l.queuedBy[c.req.Priority].Add(-1)
 	l.unqueue(c, r)
@@ -559,7 +557,6 @@ func (l *lane) dequeued(c *Call, r *batchRun) {
 func (l *lane) unqueue(c *Call, r *batchRun) {
 	c.heapIdx = -1
 	c.queued.Store(false)
-	l.n--
 	l.tokens -= c.tokens
 	if l.flushOf != nil {
 		if ws, ok := l.flushOf[c]; ok {
@@ -633,18 +630,14 @@ func (l *lane) failover(match func(*Call) bool, err error) {
 	}
 }
 
-// live reports whether the entry at the head of a flow of level q is
-// current: its call is still queued here, at that level.
-func live(c *Call, q int) bool { return c.heapIdx >= 0 && int(c.qidx) == q }
-
-// trim drops stale entries from the head of each flow, and the flows that
+// trim drops tombstones from the head of each flow, and the flows that
 // are left empty (all but one per level).
 func (l *lane) trim() {
 	for p := range l.queues {
 		lv := &l.queues[p]
 		for i := 0; i < len(lv.flows); {
 			f := lv.flows[i]
-			for f.q.len() > 0 && !live(f.q.peek(), p) {
+			for f.q.len() > 0 && f.q.peek() == nil {
 				f.q.pop()
 			}
 			if f.q.len() == 0 && len(lv.flows) > 1 {
@@ -693,15 +686,16 @@ func (l *lane) best(now time.Time) (*Call, Priority) {
 }
 
 // earliestDue returns when the lane must send, from the queued calls'
-// priority delays. The caller has trimmed the heads (best does).
+// priority delays.
 func (l *lane) earliestDue() time.Time {
 	var due time.Time
 	for q := 1; q < numQueues; q++ {
 		for _, f := range l.queues[q].flows {
-			if f.q.len() == 0 {
+			c := f.q.first()
+			if c == nil {
 				continue
 			}
-			if d := f.q.peek().due(); due.IsZero() || d.Before(due) {
+			if d := c.due(); due.IsZero() || d.Before(due) {
 				due = d
 			}
 		}
@@ -712,7 +706,7 @@ func (l *lane) earliestDue() time.Time {
 // order visits queued calls best first, while visit says yes: across
 // levels best rank first, inside a level by weighted fair queuing (the
 // smallest virtual finish time first). It leaves in each flow's passed how
-// many entries it passed (stale ones included), so that a cut can pop
+// many entries it passed (tombstones included), so that a cut can pop
 // exactly those.
 func (l *lane) order(now time.Time, visit func(c *Call) bool) {
 	for q := range l.queues {
@@ -731,8 +725,8 @@ func (l *lane) order(now time.Time, visit func(c *Call) bool) {
 			var head *Call
 			var headF *flow
 			for _, f := range l.queues[q].flows {
-				for f.passed < f.q.len() && !live(f.q.at(f.passed), q) {
-					f.passed++ // stale: skip
+				for f.passed < f.q.len() && f.q.at(f.passed) == nil {
+					f.passed++ // a tombstone: skip
 				}
 				if f.passed == f.q.len() {
 					continue
@@ -761,7 +755,7 @@ func (l *lane) order(now time.Time, visit func(c *Call) bool) {
 func (l *lane) plan(now time.Time) cost {
 	bc := &l.route.Batch
 	if !l.be.limitedA.Load() {
-		return cost{requests: l.be.calls(l.route.Name, l.route.Op, min(l.n, bc.MaxBatchSize)), tokens: l.tokens}
+		return cost{requests: l.be.calls(l.route.Name, l.route.Op, min(len(l.heap), bc.MaxBatchSize)), tokens: l.tokens}
 	}
 	var got cost
 	n := 0
@@ -896,8 +890,8 @@ func (lv *level) flowFor(l *lane, t *tenantState) *flow {
 	return f
 }
 
-// head returns the level's first call, or nil; stale heads must have been
-// trimmed.
+// head returns the level's first call, or nil; tombstones at the heads
+// must have been trimmed.
 func (lv *level) head() *Call {
 	var c *Call
 	for _, f := range lv.flows {
@@ -913,7 +907,21 @@ func (lv *level) push(l *lane, c *Call) {
 	f := lv.flowFor(l, c.tenant)
 	f.finish = max(f.finish, lv.vtime) + float64(c.tokens)/c.tenant.weight()
 	c.tag = f.finish
-	f.q.push(c)
+	c.entry = f.q.push(c)
+}
+
+// kill turns c's entry, in its tenant's flow, into a tombstone: the one
+// entry of a queued call, which leaves the lane's heap other than in a
+// cut (a cut pops the entries it takes). A call leaves no entry behind
+// that could come alive again when it is queued anew, here or in another
+// lane, after a retry or a fallback.
+func (lv *level) kill(c *Call) {
+	for _, f := range lv.flows {
+		if f.t == c.tenant {
+			f.q.kill(c.entry, c)
+			return
+		}
+	}
 }
 
 // remove drops the empty flow i, keeping it for reuse.
@@ -928,25 +936,53 @@ func (lv *level) remove(l *lane, i int) {
 }
 
 // fifo is a queue of calls backed by a slice that is reused once drained.
+// An entry is nil once killed (a tombstone). Entries are numbered from
+// the fifo's start (modulo 2³², far beyond any queue's length): off is
+// the number of items[0].
 type fifo struct {
 	items []*Call
 	head  int
+	off   uint32
 }
 
 func (q *fifo) len() int       { return len(q.items) - q.head }
 func (q *fifo) at(i int) *Call { return q.items[q.head+i] }
 func (q *fifo) peek() *Call    { return q.items[q.head] }
-func (q *fifo) push(c *Call)   { q.items = append(q.items, c) }
+
+// first returns the first call that is not a tombstone, or nil.
+func (q *fifo) first() *Call {
+	for _, c := range q.items[q.head:] {
+		if c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// push appends c and returns its entry's number.
+func (q *fifo) push(c *Call) uint32 {
+	q.items = append(q.items, c)
+	return q.off + uint32(len(q.items)-1)
+}
+
+// kill makes entry e, which holds c, a tombstone.
+func (q *fifo) kill(e uint32, c *Call) {
+	if i := int(e - q.off); i >= q.head && i < len(q.items) && q.items[i] == c {
+		q.items[i] = nil
+	}
+}
 
 func (q *fifo) pop() {
 	q.items[q.head] = nil
 	q.head++
 	switch {
 	case q.head == len(q.items):
+		q.off += uint32(len(q.items))
 		q.items, q.head = q.items[:0], 0
 	case q.head > 1024 && q.head*2 > len(q.items):
 		n := copy(q.items, q.items[q.head:])
 		clear(q.items[n:])
+		q.off += uint32(q.head)
 		q.items, q.head = q.items[:n], 0
 	}
 }

@@ -3,6 +3,8 @@ package batcher
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -338,6 +340,84 @@ func TestLaneKeySame(t *testing.T) {
 		v(&k)
 		if got, want := base.same(&k), base == k; got != want {
 			t.Errorf("variant %d: same = %v, == gives %v", i, got, want)
+		}
+	}
+}
+
+// TestRetriedCallCountsOnce: a flush moves a call to the flushed queue and
+// leaves its old entry behind it in its level. When that call failed and
+// came back to the lane, the old entry came alive again: the next cut took
+// the call twice and the lane lost count of its calls, so the one after
+// was never sent (it ended at its deadline, and the lane's owner spun at
+// shutdown). make soak lost a request at shutdown this way.
+func TestRetriedCallCountsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		be.fail = func(*Batch, []Response) error {
+			if be.calls.Load() == 1 {
+				return &UpstreamError{Class: ClassServer, Message: "try again"}
+			}
+			return nil
+		}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 3, MinBatchSize: 3, Window: time.Hour, MaxWait: time.Hour})
+		d := submit(t, b, req("d", PriorityNormal))
+		c := submit(t, b, req("c", PriorityNormal))
+		if err := b.FlushCalls(context.Background(), c); err != nil { // c alone, behind d in its level
+			t.Fatal(err)
+		}
+		synctest.Wait() // c failed and waits for its retry
+		time.Sleep(time.Second)
+		synctest.Wait()                             // c is queued again, behind d
+		f := submit(t, b, req("f", PriorityNormal)) // the third: a full batch
+		<-d.Done()
+		<-c.Done()
+		wantOK(t, d)
+		wantOK(t, c)
+		if got := be.batchIDs(); len(got) != 2 || !slices.Equal(got[1], []string{"d", "c", "f"}) {
+			t.Fatalf("batches %v, want [[c] [d c f]]", got)
+		}
+		<-f.Done()
+		wantOK(t, f)
+	})
+}
+
+// TestFifoEntries checks the fifo's entry numbers against a plain slice
+// through pushes, pops (with the compaction) and kills.
+func TestFifoEntries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var q fifo
+	q.off = math.MaxUint32 - 100 // the numbers wrap
+	type ent struct {
+		c *Call
+		e uint32
+	}
+	var model []ent // what q holds, head first; nil c: a tombstone
+	for step := range 20000 {
+		pushes := 6 // of 10: it grows, then (every other 2,000 steps) it empties
+		if step/2000%2 == 1 {
+			pushes = 2
+		}
+		switch op := rng.IntN(10); {
+		case op < pushes:
+			c := new(Call)
+			model = append(model, ent{c, q.push(c)})
+		case op < 8 && len(model) > 0:
+			q.pop()
+			model = model[1:]
+		case len(model) > 0:
+			i := rng.IntN(len(model))
+			if model[i].c != nil {
+				q.kill(model[i].e, model[i].c)
+				model[i].c = nil
+			}
+		}
+		if q.len() != len(model) {
+			t.Fatalf("step %d: len %d, want %d", step, q.len(), len(model))
+		}
+		for i, m := range model {
+			if q.at(i) != m.c {
+				t.Fatalf("step %d: entry %d is %p, want %p", step, i, q.at(i), m.c)
+			}
 		}
 	}
 }
