@@ -315,12 +315,27 @@ func isRefusal(st *status.Status) bool {
 	return false
 }
 
+// transportPrefixes begin the messages of the statuses that grpc-go's
+// client transport makes itself. batcherd's own UNAVAILABLE messages
+// ("upstream unreachable: ...", "server shut down ...") begin otherwise,
+// even when they quote an upstream's "connection reset".
+var transportPrefixes = []string{
+	"connection error", "last connection error", "transport", "closing transport",
+	"error reading from server", "the connection is draining", "EOF", "unexpected EOF",
+}
+
 // isTransport: the status was made by the client's transport, not sent by
 // the server.
 func isTransport(st *status.Status) bool {
-	m := st.Message()
-	return st.Code() == codes.Unavailable && (strings.Contains(m, "transport") || strings.Contains(m, "connection") ||
-		strings.Contains(m, "error reading from server") || strings.Contains(m, "EOF"))
+	if st.Code() != codes.Unavailable {
+		return false
+	}
+	for _, p := range transportPrefixes {
+		if strings.HasPrefix(st.Message(), p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *driver) unary() {
