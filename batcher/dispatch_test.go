@@ -464,6 +464,11 @@ func TestSubmitConcurrentSafe(t *testing.T) {
 				if i%5 == 1 {
 					c.Cancel()
 				}
+				if i%11 == 4 { // as a stream flushes: its own calls only
+					if err := b.FlushCalls(context.Background(), c); err != nil {
+						t.Errorf("FlushCalls: %v", err)
+					}
+				}
 				if i%3 == 0 {
 					<-c.Done()
 				}
@@ -478,7 +483,10 @@ func TestSubmitConcurrentSafe(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	if err := b.Shutdown(context.Background()); err != nil {
+	// Every call can end within its time: a drain that runs out lost one.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
