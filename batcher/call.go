@@ -20,7 +20,8 @@ const (
 // Ownership: req, admitted, deadline, tokens, span, token and progress are set
 // by Submit before the call is visible to any other goroutine and never
 // change. lane is the lane it was last queued in (set by push). heapIdx,
-// tag, qidx and entry belong to that lane's owner; the timing and attempt
+// tag, qidx and entry belong to that lane's owner (a message about c
+// reaching another lane's owner asks lane.holds first); the timing and attempt
 // fields belong to the lane's owner while the call is queued and to the
 // dispatch worker once batched. state decides the one terminal result: whoever moves it
 // from pending to done writes result and signals done (closes it, or sends

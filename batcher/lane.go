@@ -490,8 +490,7 @@ func (l *lane) handle(m *msg) {
 		l.heap.push(c)
 		l.tokens += c.tokens
 	case msgForget:
-		// The lane first: only the owner of c's lane writes its heapIdx.
-		if c := m.c; c.lane.Load() == l && c.heapIdx >= 0 {
+		if c := m.c; l.holds(c) {
 			l.heap.remove(c.heapIdx)
 			l.dequeued(c, nil)
 		}
@@ -513,7 +512,7 @@ func (l *lane) handle(m *msg) {
 			calls = slices.Clone(l.heap)
 		} else {
 			for _, c := range fw.calls {
-				if c.lane.Load() == l && c.heapIdx >= 0 && c.pending() {
+				if l.holds(c) && c.pending() {
 					calls = append(calls, c)
 				}
 			}
@@ -525,6 +524,18 @@ func (l *lane) handle(m *msg) {
 		}
 		fw.sent() // the count started at one: this message's own
 	}
+}
+
+// holds reports whether c is in l's heap. Only the owner of the lane that
+// holds c writes c.heapIdx, so it may be read only once c is known to be
+// l's, and c.lane alone does not tell: c may have been cut from l, failed
+// over and pushed to another lane since the message about it was sent.
+// queued is read first. push stores lane before queued, and l's own cut
+// cleared queued, so a queued that reads true comes from the newest push:
+// the lane read next is that push's or a later one's, and the writes of
+// the lane c was in before (its heapIdx = -1) happened before it.
+func (l *lane) holds(c *Call) bool {
+	return c.queued.Load() && c.lane.Load() == l && c.heapIdx >= 0
 }
 
 // markFlushed moves a queued call to the flushed queue, ahead of everyone,
