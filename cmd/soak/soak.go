@@ -406,7 +406,12 @@ func (d *driver) stream(ss *soakStream) {
 	if rand.IntN(20) == 0 {
 		go func() {
 			time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
-			if h.Cancel(ctx) == nil {
+			// Not ctx: it ends when this request does, maybe while the
+			// cancel is being written, and a write cut short aborts the
+			// whole stream (client.Stream.Send's contract).
+			cctx, cancel := context.WithTimeout(d.ctx, 10*time.Second)
+			defer cancel()
+			if h.Cancel(cctx) == nil {
 				d.t.cancelsSent.Add(1)
 			}
 		}()
