@@ -63,7 +63,7 @@ END {
 		if (s in st) printf "| `SubmitStream`, 64 streams | %s | %s msg/s | %s msg/s | **%.2f** | %s msg/s | %.2f | %.2f |\n", s, si(get(st[s], "batcher-msg/s")), si(get(st[s], "echo-msg/s")), get(st[s], "ratio"), si(get(st[s], "shaped-msg/s")), get(st[s], "ceiling"), get(st[s], "vs-shaped")
 	}
 	m = get("GRPCUnaryPool", "ratio")
-	if (m >= 0) { print ""; printf "Unary `Submit` on the batcherd server with a worker pool (32 a P) against the same server without one: **%.2f** (%s vs %s req/s).\n", m, si(get("GRPCUnaryPool", "pooled-req/s")), si(get("GRPCUnaryPool", "unpooled-req/s")) }
+	if (m >= 0) { print ""; printf "Unary `Submit` on the batcherd server with its worker pool against the same server without one: **%.2f** (%s vs %s req/s).\n", m, si(get("GRPCUnaryPool", "pooled-req/s")), si(get("GRPCUnaryPool", "unpooled-req/s")) }
 	m = get("GRPCStreamBudget", "ratio")
 	if (m >= 0) { print ""; printf "`SubmitStream` with the default stream budget (1,024 answers owed) against one sized to the load (16,384), bare server: **%.2f** (%s vs %s msg/s).\n", m, si(get("GRPCStreamBudget", "default-msg/s")), si(get("GRPCStreamBudget", "sized-msg/s")) }
 	m = get("QueuedMemory", "B/queued-req")

@@ -456,17 +456,17 @@ func BenchmarkGRPCStreamBudget(b *testing.B) {
 	b.ReportMetric(rd/rs, "ratio")
 }
 
-// BenchmarkGRPCUnaryPool measures what a worker pool would give batcherd's
-// server (grpc.NumStreamWorkers: RPCs run on pooled goroutines, whose
-// stacks stay grown; BENCHMARKS.md says why it is off): the load of
-// BenchmarkGRPCUnary against Batcher on server.NewGRPCServer with a pool
-// of 32 workers a P and without one, alternated in rounds; ratio is the
-// pooled server's rate against the other's.
+// BenchmarkGRPCUnaryPool measures the worker pool of batcherd's server
+// (server.NewGRPCServer runs RPCs on pooled goroutines, whose stacks stay
+// grown): the load of BenchmarkGRPCUnary against Batcher on that server as
+// it is, and with the pool turned off (grpc.NumStreamWorkers(0) after it),
+// alternated in rounds; ratio is the pooled server's rate against the
+// other's.
 func BenchmarkGRPCUnaryPool(b *testing.B) {
 	tp := noop.NewTracerProvider()
-	pooled := serveBatcherOn(b, server.NewGRPCServer(tp, grpc.NumStreamWorkers(uint32(32*runtime.GOMAXPROCS(0)))))
+	pooled := serveBatcherOn(b, server.NewGRPCServer(tp))
 	defer pooled.stop()
-	plain := serveBatcherOn(b, server.NewGRPCServer(tp))
+	plain := serveBatcherOn(b, server.NewGRPCServer(tp, grpc.NumStreamWorkers(0)))
 	defer plain.stop()
 	load := func(b *testing.B, t *target, n int) time.Duration { return unaryLoad(b, t, unaryCallers, n) }
 	rate := alternate(b, load, pooled, plain)

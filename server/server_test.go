@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -467,5 +469,71 @@ func TestRecoveryTurnsPanicsIntoInternal(t *testing.T) {
 	err = cs.RecvMsg(&emptypb.Empty{})
 	if st := status.Convert(err); st.Code() != codes.Internal || strings.Contains(st.Message(), "secret") {
 		t.Fatalf("stream panic = %v", st)
+	}
+}
+
+// barrierServiceDesc is a stand-in service whose unary handler returns only
+// once n calls are in it at once.
+func barrierServiceDesc(n int) *grpc.ServiceDesc {
+	var mu sync.Mutex
+	in := 0
+	all := make(chan struct{})
+	return &grpc.ServiceDesc{
+		ServiceName: "test.Barrier",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Wait",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				if err := dec(new(emptypb.Empty)); err != nil {
+					return nil, err
+				}
+				mu.Lock()
+				if in++; in == n {
+					close(all)
+				}
+				mu.Unlock()
+				select {
+				case <-all:
+					return new(emptypb.Empty), nil
+				case <-ctx.Done():
+					return nil, status.FromContextError(ctx.Err()).Err()
+				}
+			},
+		}},
+	}
+}
+
+// NewGRPCServer's worker pool is not a limit on the RPCs in flight: with
+// every worker held by a waiting call, more calls still start.
+func TestWorkerPoolIsNotALimit(t *testing.T) {
+	n := int(streamWorkers()) + 8
+	gs := NewGRPCServer(nil)
+	gs.RegisterService(barrierServiceDesc(n), struct{}{})
+	lis := bufconn.Listen(1 << 20)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	defer func() {
+		gs.Stop()
+		<-served
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	ctx := testCtx(t)
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- conn.Invoke(ctx, "/test.Barrier/Wait", &emptypb.Empty{}, &emptypb.Empty{}) }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("%d calls against %d workers: %v", n, streamWorkers(), err)
+		}
 	}
 }

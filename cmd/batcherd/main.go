@@ -115,8 +115,8 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		grpcTracing = noop.NewTracerProvider()
 	}
 	gs := server.NewGRPCServer(grpcTracing, append(sec.grpcOptions(), obs.grpcOptions()...)...)
-	// Every way out stops it; on the way out through shutdown below it
-	// has stopped already.
+	// Its worker goroutines run from here on, so every way out stops it;
+	// on the way out through shutdown below it has stopped already.
 	defer gs.Stop()
 	srv.Register(gs)
 	stopJobs, jobManager, err := startJobs(ctx, cfg, core, gs, log)
