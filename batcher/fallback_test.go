@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,4 +135,62 @@ func TestInvalidResponseRetriedOnce(t *testing.T) {
 			t.Fatalf("Do = %v after %d calls; want the invalid response after one retry (2 calls)", err, calls.Load())
 		}
 	})
+}
+
+// TestFlushRacesFallback flushes calls over and over while they fail on
+// the primary and move to the backup's lane: a flush (or a cancel's
+// forget) sent to the primary's lane can arrive after its call is queued
+// in the backup's, whose owner then writes the call's heapIdx. Under the
+// race detector, a lane that read heapIdx on c.lane alone raced here on
+// the first run (before lane.holds). Every call still ends once: served
+// by the backup, or cancelled.
+func TestFlushRacesFallback(t *testing.T) {
+	primary := &fakeBackend{fail: func(*Batch, []Response) error {
+		return &UpstreamError{Class: ClassServer, StatusCode: 503, Message: "down"}
+	}}
+	b, err := New(
+		WithBackend(BackendConfig{Name: "primary", Backend: primary, MaxConcurrency: 4,
+			Retry: RetryPolicy{MaxRetries: -1}, Breaker: BreakerConfig{Consecutive: 1 << 30}}),
+		WithBackend(BackendConfig{Name: "backup", Backend: &fakeBackend{latency: 200 * time.Microsecond}, MaxConcurrency: 4}),
+		WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "primary", Fallbacks: []Target{{Backend: "backup"}},
+			Batch: BatchConfig{MaxBatchSize: 4, MinBatchSize: 1, Window: 50 * time.Microsecond}}),
+		WithQueueCapacity(4096),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noWait, cancel := context.WithCancel(context.Background())
+	cancel() // FlushCalls asks for the flush and returns
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 150 {
+				c, err := b.Submit(context.Background(), req(fmt.Sprint(g, "-", i), Priority(i%5)))
+				if err != nil {
+					t.Errorf("Submit: %v", err)
+					return
+				}
+				cancelled := false
+				for k := 0; k < 20 && !isDone(c); k++ {
+					_ = b.FlushCalls(noWait, c)
+					if i%4 == 0 && k == 3 {
+						c.Cancel()
+						cancelled = true
+					}
+					runtime.Gosched()
+				}
+				<-c.Done()
+				r := c.Result()
+				if ok := r.Err == nil && r.Backend == "backup"; !ok && !(cancelled && errors.Is(r.Err, ErrCanceled)) {
+					t.Errorf("call %d-%d: %+v, want served by the backup or (cancelled: %v) ErrCanceled", g, i, r, cancelled)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancelShutdown := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelShutdown()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

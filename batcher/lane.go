@@ -530,10 +530,12 @@ func (l *lane) handle(m *msg) {
 // holds c writes c.heapIdx, so it may be read only once c is known to be
 // l's, and c.lane alone does not tell: c may have been cut from l, failed
 // over and pushed to another lane since the message about it was sent.
-// queued is read first. push stores lane before queued, and l's own cut
-// cleared queued, so a queued that reads true comes from the newest push:
-// the lane read next is that push's or a later one's, and the writes of
-// the lane c was in before (its heapIdx = -1) happened before it.
+// queued is read first. push stores lane before queued, and l cleared
+// queued when c left it (a cut, an end, a forget or a failover), so a
+// queued that reads true comes from a later push: the lane read next is
+// that push's or a later one's, and the writes of the lane c was in
+// before (its heapIdx = -1) happened before it. TestFlushRacesFallback
+// races there under the race detector when holds reads lane alone.
 func (l *lane) holds(c *Call) bool {
 	return c.queued.Load() && c.lane.Load() == l && c.heapIdx >= 0
 }
