@@ -409,9 +409,14 @@ func (l *lane) step() (exit bool) {
 		}
 		l.cut(now)
 	}
-	if len(l.heap) == 0 && l.asked {
-		l.be.drop(l) // nothing left to wait for
-		l.asked = false
+	if len(l.heap) == 0 {
+		// Calls that left other than in a cut left tombstones, and
+		// with no live call queued nothing would trim them.
+		l.trim()
+		if l.asked {
+			l.be.drop(l) // nothing left to wait for
+			l.asked = false
+		}
 	}
 	var next time.Time
 	if len(l.heap) > 0 {

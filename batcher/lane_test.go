@@ -381,6 +381,51 @@ func TestRetriedCallCountsOnce(t *testing.T) {
 	})
 }
 
+// TestEndedCallsLeaveNoEntries cancels every queued call of a lane while
+// its backend is busy: the lane's heap empties without a cut, and its
+// levels must not keep the calls' tombstones (they were kept until the
+// lane's next batch).
+func TestEndedCallsLeaveNoEntries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{hold: make(chan struct{})}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 100, MinBatchSize: 1, Window: time.Hour, MaxWait: time.Hour})
+		first := submit(t, b, req("first", PriorityNormal)) // holds the one slot
+		synctest.Wait()
+		var calls []*Call
+		for i := range 40 {
+			calls = append(calls, submit(t, b, req(fmt.Sprint(i), Priority(i%5))))
+		}
+		synctest.Wait()
+		var l *lane
+		b.lanesMu.RLock()
+		for _, one := range b.lanes {
+			l = one // the route's one lane
+		}
+		b.lanesMu.RUnlock()
+		if len(l.heap) != len(calls) {
+			t.Fatalf("%d calls queued, want %d", len(l.heap), len(calls))
+		}
+		for _, c := range calls {
+			c.Cancel()
+			<-c.Done()
+		}
+		synctest.Wait() // the owner has taken the calls out
+		entries := 0
+		for q := range l.queues {
+			for _, f := range l.queues[q].flows {
+				entries += f.q.len()
+			}
+		}
+		heap := len(l.heap)
+		close(be.hold)
+		<-first.Done()
+		wantOK(t, first)
+		if heap != 0 || entries != 0 {
+			t.Fatalf("heap %d, level entries %d; want 0 and 0", heap, entries)
+		}
+	})
+}
+
 // TestFifoEntries checks the fifo's entry numbers against a plain slice
 // through pushes, pops (with the compaction) and kills.
 func TestFifoEntries(t *testing.T) {
