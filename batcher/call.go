@@ -54,6 +54,7 @@ type Call struct {
 	// recycle: Do may reuse the call once it has the result (see
 	// finishAs). Written by the finisher before it signals done.
 	recycle bool
+	late    bool        // queued behind a call admitted after it (lane.lates); lane-owned
 	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
 	entry   uint32      // its entry's number in its flow of level qidx (fifo)
 

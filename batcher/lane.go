@@ -186,6 +186,8 @@ type lane struct {
 	asked       bool                   // registered as a waiter with the backend
 	askedAs     waiter                 // what it asked for
 	onlyFlushed bool                   // the next cut takes flushed calls only
+	lates       int                    // queued calls marked late (see earliestDue)
+	lateDue     time.Time              // no later than the earliest due of those, while any
 	flushOf     map[*Call][]*flushWait // flushes waiting on a queued call
 	timer       *time.Timer
 	wake        time.Time // when the timer is armed for while calls are queued; zero otherwise
@@ -491,7 +493,15 @@ func (l *lane) handle(m *msg) {
 		}
 		p := c.req.Priority
 		c.qidx = uint8(p.level() + 1)
-		l.queues[c.qidx].push(l, c)
+		if ahead := l.queues[c.qidx].push(l, c); ahead != nil && c.admitted.Before(ahead.admitted) {
+			// Back from a retry or a fallback: due before calls queued
+			// ahead of it, where earliestDue does not look.
+			c.late = true
+			if due := c.due(); l.lates == 0 || due.Before(l.lateDue) {
+				l.lateDue = due
+			}
+			l.lates++
+		}
 		l.heap.push(c)
 		l.tokens += c.tokens
 	case msgForget:
@@ -574,6 +584,10 @@ func (l *lane) dequeued(c *Call, r *batchRun) {
 // which a cut books once for the whole batch.
 func (l *lane) unqueue(c *Call, r *batchRun) {
 	c.heapIdx = -1
+	if c.late {
+		c.late = false
+		l.lates--
+	}
 	c.queued.Store(false)
 	l.tokens -= c.tokens
 	if l.flushOf != nil {
@@ -704,9 +718,17 @@ func (l *lane) best(now time.Time) (*Call, Priority) {
 }
 
 // earliestDue returns when the lane must send, from the queued calls'
-// priority delays.
+// priority delays. A level's calls share a delay, so in each flow the
+// first live call is due first, but for late ones: calls queued behind
+// calls admitted after them (back from a retry or a fallback), which
+// lateDue covers while any is queued. It may be earlier than the late
+// calls still queued (it is kept, not recomputed, as they leave): the
+// lane then sends sooner than it must, never later.
 func (l *lane) earliestDue() time.Time {
 	var due time.Time
+	if l.lates > 0 {
+		due = l.lateDue
+	}
 	for q := 1; q < numQueues; q++ {
 		for _, f := range l.queues[q].flows {
 			c := f.q.first()
@@ -920,12 +942,15 @@ func (lv *level) head() *Call {
 	return c
 }
 
-// push queues c in its tenant's flow with its virtual finish time.
-func (lv *level) push(l *lane, c *Call) {
+// push queues c in its tenant's flow with its virtual finish time. It
+// returns the first call queued ahead of c in that flow, or nil.
+func (lv *level) push(l *lane, c *Call) (ahead *Call) {
 	f := lv.flowFor(l, c.tenant)
+	ahead = f.q.first()
 	f.finish = max(f.finish, lv.vtime) + float64(c.tokens)/c.tenant.weight()
 	c.tag = f.finish
 	c.entry = f.q.push(c)
+	return ahead
 }
 
 // kill turns c's entry, in its tenant's flow, into a tombstone: the one

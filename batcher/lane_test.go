@@ -381,6 +381,38 @@ func TestRetriedCallCountsOnce(t *testing.T) {
 	})
 }
 
+// TestRetriedCallKeepsItsDue retries a call into a lane where a call
+// admitted after it is queued. The retried call is due already (its
+// window ran out before its first attempt) and must go at once, though
+// its entry is behind one due a window later.
+func TestRetriedCallKeepsItsDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		be.fail = func(*Batch, []Response) error {
+			if be.calls.Load() == 1 {
+				return &UpstreamError{Class: ClassServer, Message: "try again"}
+			}
+			return nil
+		}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 10, MinBatchSize: 3, Window: time.Second, MaxWait: time.Minute})
+		start := time.Now()
+		c := submit(t, b, req("c", PriorityNormal))
+		time.Sleep(time.Second)
+		synctest.Wait()                             // c went alone at its due, failed, and waits for its retry
+		d := submit(t, b, req("d", PriorityNormal)) // due a second from now
+		<-c.Done()
+		wantOK(t, c)
+		if took := time.Since(start); took >= 2*time.Second {
+			t.Errorf("c took %v: its retry waited for d's window (due at 2s)", took)
+		}
+		<-d.Done()
+		wantOK(t, d)
+		if got := be.batchIDs(); len(got) != 2 || len(got[1]) != 2 {
+			t.Fatalf("batches %v, want [[c] [d c]] (or [c d])", got)
+		}
+	})
+}
+
 // TestEndedCallsLeaveNoEntries cancels every queued call of a lane while
 // its backend is busy: the lane's heap empties without a cut, and its
 // levels must not keep the calls' tombstones (they were kept until the
