@@ -324,13 +324,7 @@ func (*progressFilter) WantsProgress() bool { return true }
 
 func TestProgressFilter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		be := &fakeBackend{}
-		be.fail = func(*Batch, []Response) error {
-			if be.calls.Load() == 1 { // the first attempt: a retry follows
-				return &UpstreamError{Class: ClassServer, Message: "try again"}
-			}
-			return nil
-		}
+		be := failsFirst() // the first attempt fails: a retry follows
 		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1})
 		only, all := &doneOnly{}, &progressFilter{}
 		r := req("r", PriorityNormal)

@@ -33,6 +33,19 @@ type fakeBackend struct {
 	ctxErrs []error    // ctx.Err() seen by each Dispatch when it returned
 }
 
+// failsFirst returns a fakeBackend whose first Dispatch fails with a
+// retryable server error; the rest succeed.
+func failsFirst() *fakeBackend {
+	be := &fakeBackend{}
+	be.fail = func(*Batch, []Response) error {
+		if be.calls.Load() == 1 {
+			return &UpstreamError{Class: ClassServer, Message: "try again"}
+		}
+		return nil
+	}
+	return be
+}
+
 func (f *fakeBackend) Dispatch(ctx context.Context, b *Batch, out []Response) error {
 	f.calls.Add(1)
 	n := f.inflight.Add(1)

@@ -352,13 +352,7 @@ func TestLaneKeySame(t *testing.T) {
 // shutdown). make soak lost a request at shutdown this way.
 func TestRetriedCallCountsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		be := &fakeBackend{}
-		be.fail = func(*Batch, []Response) error {
-			if be.calls.Load() == 1 {
-				return &UpstreamError{Class: ClassServer, Message: "try again"}
-			}
-			return nil
-		}
+		be := failsFirst()
 		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 3, MinBatchSize: 3, Window: time.Hour, MaxWait: time.Hour})
 		d := submit(t, b, req("d", PriorityNormal))
 		c := submit(t, b, req("c", PriorityNormal))
@@ -387,13 +381,7 @@ func TestRetriedCallCountsOnce(t *testing.T) {
 // its entry is behind one due a window later.
 func TestRetriedCallKeepsItsDue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		be := &fakeBackend{}
-		be.fail = func(*Batch, []Response) error {
-			if be.calls.Load() == 1 {
-				return &UpstreamError{Class: ClassServer, Message: "try again"}
-			}
-			return nil
-		}
+		be := failsFirst()
 		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 10, MinBatchSize: 3, Window: time.Second, MaxWait: time.Minute})
 		start := time.Now()
 		c := submit(t, b, req("c", PriorityNormal))
