@@ -70,9 +70,12 @@ func (b *Bar) Start(c *Counters) {
 		mpb.AppendDecorators(
 			decor.Percentage(decor.WCSyncWidth),
 			decor.Name(" "),
-			decor.NewAverageSpeed(0, "%.0f req/s", start),
-			decor.Any(func(decor.Statistics) string {
-				return fmt.Sprintf(" %.0f tok/s", perSecond(c.Tokens.Load(), time.Since(start)))
+			// Both rates are computed at every draw: mpb's NewAverageSpeed
+			// keeps its last figure from before completion, so a run over
+			// before the first refresh drew no req/s at all.
+			decor.Any(func(s decor.Statistics) string {
+				el := time.Since(start)
+				return fmt.Sprintf("%.0f req/s %.0f tok/s", perSecond(s.Current, el), perSecond(c.Tokens.Load(), el))
 			}),
 			decor.Name(" "),
 			decor.OnComplete(decor.NewAverageETA(decor.ET_STYLE_GO, start, nil), "done"),
