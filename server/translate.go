@@ -169,10 +169,12 @@ func (m *completionMsg) fill(req *batcher.Request, r *batcher.Result) *batcherv1
 	if int(r.FinishReason) < len(finishReasons) {
 		c.FinishReason = finishReasons[r.FinishReason]
 	}
-	m.u.PromptTokens = r.Usage.PromptTokens
-	m.u.CompletionTokens = r.Usage.CompletionTokens
-	m.u.TotalTokens = r.Usage.Total()
-	c.Usage = &m.u
+	if r.Usage != (batcher.Usage{}) { // unset, not zeros, when none was reported
+		m.u.PromptTokens = r.Usage.PromptTokens
+		m.u.CompletionTokens = r.Usage.CompletionTokens
+		m.u.TotalTokens = r.Usage.Total()
+		c.Usage = &m.u
+	}
 	if r.Embedding != nil {
 		c.Output = &batcherv1.Completion_Embedding{Embedding: &batcherv1.Embedding{Values: slices.Clone(r.Embedding)}}
 	} else {

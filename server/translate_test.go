@@ -89,8 +89,20 @@ func TestCompletion(t *testing.T) {
 	}
 
 	failed := completion(req, &batcher.Result{Text: "ignored", BatchID: "b2", Err: batcher.ErrDeadline})
-	if failed.GetOutput() != nil || failed.GetError().GetCode() != int32(codes.DeadlineExceeded) || failed.GetBatchId() != "b2" {
+	if failed.GetOutput() != nil || failed.GetError().GetCode() != int32(codes.DeadlineExceeded) || failed.GetBatchId() != "b2" || failed.Usage != nil {
 		t.Fatalf("failed completion %v", failed)
+	}
+
+	// A backend that reports no tokens: usage is unset, not zeros. Only
+	// the prompt's or only the completion's count still sets it.
+	for _, tc := range []struct {
+		u    batcher.Usage
+		want bool
+	}{{batcher.Usage{}, false}, {batcher.Usage{PromptTokens: 3}, true}, {batcher.Usage{CompletionTokens: 4}, true}} {
+		c := completion(req, &batcher.Result{Text: "ok", Usage: tc.u})
+		if (c.Usage != nil) != tc.want || c.GetUsage().GetTotalTokens() != tc.u.Total() {
+			t.Errorf("usage %+v: completion's usage %v, want set %v", tc.u, c.Usage, tc.want)
+		}
 	}
 }
 

@@ -715,7 +715,9 @@ type Completion struct {
 	//	*Completion_Embedding
 	Output       isCompletion_Output `protobuf_oneof:"output"`
 	FinishReason FinishReason        `protobuf:"varint,4,opt,name=finish_reason,json=finishReason,proto3,enum=batcher.v1.FinishReason" json:"finish_reason,omitempty"`
-	Usage        *Usage              `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The tokens the backend reported; unset when it reported none (a
+	// backend without token counts, or a failure).
+	Usage *Usage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	// The batch that carried the request's last attempt, and its size.
 	BatchId   string `protobuf:"bytes,6,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	BatchSize int32  `protobuf:"varint,7,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`

@@ -247,6 +247,11 @@ private static final long serialVersionUID = 0L;
   public static final int USAGE_FIELD_NUMBER = 5;
   private com.batcherhq.batcher.v1.Usage usage_;
   /**
+   * <pre>
+   * The tokens the backend reported; unset when it reported none (a
+   * backend without token counts, or a failure).
+   * </pre>
+   *
    * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
    * @return Whether the usage field is set.
    */
@@ -255,6 +260,11 @@ private static final long serialVersionUID = 0L;
     return usage_ != null;
   }
   /**
+   * <pre>
+   * The tokens the backend reported; unset when it reported none (a
+   * backend without token counts, or a failure).
+   * </pre>
+   *
    * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
    * @return The usage.
    */
@@ -263,6 +273,11 @@ private static final long serialVersionUID = 0L;
     return usage_ == null ? com.batcherhq.batcher.v1.Usage.getDefaultInstance() : usage_;
   }
   /**
+   * <pre>
+   * The tokens the backend reported; unset when it reported none (a
+   * backend without token counts, or a failure).
+   * </pre>
+   *
    * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
    */
   @java.lang.Override
@@ -1661,6 +1676,11 @@ java.lang.String defaultValue) {
     private com.google.protobuf.SingleFieldBuilderV3<
         com.batcherhq.batcher.v1.Usage, com.batcherhq.batcher.v1.Usage.Builder, com.batcherhq.batcher.v1.UsageOrBuilder> usageBuilder_;
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      * @return Whether the usage field is set.
      */
@@ -1668,6 +1688,11 @@ java.lang.String defaultValue) {
       return ((bitField0_ & 0x00000010) != 0);
     }
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      * @return The usage.
      */
@@ -1679,6 +1704,11 @@ java.lang.String defaultValue) {
       }
     }
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      */
     public Builder setUsage(com.batcherhq.batcher.v1.Usage value) {
@@ -1695,6 +1725,11 @@ java.lang.String defaultValue) {
       return this;
     }
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      */
     public Builder setUsage(
@@ -1709,6 +1744,11 @@ java.lang.String defaultValue) {
       return this;
     }
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      */
     public Builder mergeUsage(com.batcherhq.batcher.v1.Usage value) {
@@ -1728,6 +1768,11 @@ java.lang.String defaultValue) {
       return this;
     }
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      */
     public Builder clearUsage() {
@@ -1741,6 +1786,11 @@ java.lang.String defaultValue) {
       return this;
     }
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      */
     public com.batcherhq.batcher.v1.Usage.Builder getUsageBuilder() {
@@ -1749,6 +1799,11 @@ java.lang.String defaultValue) {
       return getUsageFieldBuilder().getBuilder();
     }
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      */
     public com.batcherhq.batcher.v1.UsageOrBuilder getUsageOrBuilder() {
@@ -1760,6 +1815,11 @@ java.lang.String defaultValue) {
       }
     }
     /**
+     * <pre>
+     * The tokens the backend reported; unset when it reported none (a
+     * backend without token counts, or a failure).
+     * </pre>
+     *
      * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
      */
     private com.google.protobuf.SingleFieldBuilderV3<

@@ -63,16 +63,31 @@ public interface CompletionOrBuilder extends
   com.batcherhq.batcher.v1.FinishReason getFinishReason();
 
   /**
+   * <pre>
+   * The tokens the backend reported; unset when it reported none (a
+   * backend without token counts, or a failure).
+   * </pre>
+   *
    * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
    * @return Whether the usage field is set.
    */
   boolean hasUsage();
   /**
+   * <pre>
+   * The tokens the backend reported; unset when it reported none (a
+   * backend without token counts, or a failure).
+   * </pre>
+   *
    * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
    * @return The usage.
    */
   com.batcherhq.batcher.v1.Usage getUsage();
   /**
+   * <pre>
+   * The tokens the backend reported; unset when it reported none (a
+   * backend without token counts, or a failure).
+   * </pre>
+   *
    * <code>.batcher.v1.Usage usage = 5 [json_name = "usage"];</code>
    */
   com.batcherhq.batcher.v1.UsageOrBuilder getUsageOrBuilder();
