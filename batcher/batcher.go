@@ -538,7 +538,7 @@ func (b *Batcher) eachLane(f func(*lane)) {
 func (b *Batcher) Flush(ctx context.Context) error {
 	var waits []*flushWait
 	b.eachLane(func(l *lane) {
-		fw := newFlushWait(nil)
+		fw := newFlushWait(ctx, nil)
 		waits = append(waits, fw)
 		l.flush(fw)
 	})
@@ -566,15 +566,21 @@ func (b *Batcher) FlushCalls(ctx context.Context, calls ...*Call) error {
 	}
 	waits := make([]*flushWait, 0, len(byLane))
 	for l, cs := range byLane {
-		fw := newFlushWait(cs)
+		fw := newFlushWait(ctx, cs)
 		waits = append(waits, fw)
 		l.flush(fw)
 	}
 	return waitFlushed(ctx, waits)
 }
 
-func newFlushWait(calls []*Call) *flushWait {
-	fw := &flushWait{calls: calls, done: make(chan struct{})}
+// newFlushWait returns the flush of calls (nil: every queued call) for a
+// waiter whose context is ctx. When ctx is already done nobody will wait:
+// the flush moves its calls and is told of none of them leaving, so that
+// a caller flushing again and again (a stream's Flush messages, which
+// give their window token back at once) leaves no wait behind per queued
+// call.
+func newFlushWait(ctx context.Context, calls []*Call) *flushWait {
+	fw := &flushWait{calls: calls, done: make(chan struct{}), unwaited: ctx.Err() != nil}
 	fw.left.Store(1) // the lane's message holds one until it is handled
 	return fw
 }

@@ -128,9 +128,10 @@ type msg struct {
 
 // flushWait is one Flush or FlushCalls waiting on one lane.
 type flushWait struct {
-	calls []*Call      // nil: everything queued
-	left  atomic.Int32 // flushed calls not yet sent or ended
-	done  chan struct{}
+	calls    []*Call      // nil: everything queued
+	left     atomic.Int32 // flushed calls not yet sent or ended
+	done     chan struct{}
+	unwaited bool // nobody waits: the lane books none of its calls (newFlushWait)
 }
 
 // sent books one of fw's calls leaving: sent upstream, or ended.
@@ -556,13 +557,15 @@ func (l *lane) holds(c *Call) bool {
 }
 
 // markFlushed moves a queued call to the flushed queue, ahead of everyone,
-// and makes fw wait for it.
+// and makes fw wait for it unless nobody waits on fw.
 func (l *lane) markFlushed(c *Call, fw *flushWait) {
-	if l.flushOf == nil {
-		l.flushOf = make(map[*Call][]*flushWait)
+	if !fw.unwaited {
+		if l.flushOf == nil {
+			l.flushOf = make(map[*Call][]*flushWait)
+		}
+		l.flushOf[c] = append(l.flushOf[c], fw)
+		fw.left.Add(1)
 	}
-	l.flushOf[c] = append(l.flushOf[c], fw)
-	fw.left.Add(1)
 	if c.qidx != qFlushed {
 		l.queues[c.qidx].kill(c)
 		c.qidx = qFlushed

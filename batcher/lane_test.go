@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -485,4 +486,48 @@ func TestFifoEntries(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestUnwaitedFlushesLeaveNoWaits flushes one queued call over and over
+// with a context that is already done, as a stream does for each of its
+// Flush messages, while the backend is busy so that the call stays queued.
+// Nobody waits on those flushes, so the lane keeps no wait for them: before,
+// it kept one per flush until the call left. A waited flush still waits for
+// the call to be sent.
+func TestUnwaitedFlushesLeaveNoWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{hold: make(chan struct{})}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 100, MinBatchSize: 1, Window: time.Hour, MaxWait: time.Hour})
+		first := submit(t, b, req("first", PriorityNormal)) // holds the one slot
+		synctest.Wait()
+		c := submit(t, b, req("c", PriorityNormal))
+		done, cancel := context.WithCancel(t.Context())
+		cancel()
+		for range 100 {
+			if err := b.FlushCalls(done, c); !errors.Is(err, ErrCanceled) {
+				t.Fatalf("FlushCalls with a done context: %v, want ErrCanceled", err)
+			}
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- b.FlushCalls(t.Context(), c) }()
+		synctest.Wait()
+		l := c.lane.Load()
+		waits, flushed := len(l.flushOf[c]), c.qidx == qFlushed
+		select {
+		case err := <-waited:
+			t.Fatalf("the waited flush returned %v while its call was still queued", err)
+		default:
+		}
+		close(be.hold)
+		if err := <-waited; err != nil {
+			t.Fatalf("waited flush: %v", err)
+		}
+		<-first.Done()
+		wantOK(t, first)
+		<-c.Done()
+		wantOK(t, c)
+		if waits != 1 || !flushed {
+			t.Fatalf("the queued call has %d flush waits (flushed: %v); want only the waited flush's", waits, flushed)
+		}
+	})
 }
