@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -235,4 +236,16 @@ func withBreaker(name string, bc BreakerConfig) Option {
 
 func withRetry(name string, p RetryPolicy) Option {
 	return withBackend(name, func(b *BackendConfig) { b.Retry = p })
+}
+
+// busyBackend returns a batcher whose backend has one slot, held by the
+// call first until be.hold is closed, so that what is submitted next stays
+// queued (windows of an hour). Call it inside a synctest bubble.
+func busyBackend(t *testing.T) (b *Batcher, be *fakeBackend, first *Call) {
+	t.Helper()
+	be = &fakeBackend{hold: make(chan struct{})}
+	b = newTest(t, be, 1, BatchConfig{MaxBatchSize: 100, MinBatchSize: 1, Window: time.Hour, MaxWait: time.Hour})
+	first = submit(t, b, req("first", PriorityNormal))
+	synctest.Wait()
+	return b, be, first
 }

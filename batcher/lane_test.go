@@ -408,10 +408,7 @@ func TestRetriedCallKeepsItsDue(t *testing.T) {
 // lane's next batch).
 func TestEndedCallsLeaveNoEntries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		be := &fakeBackend{hold: make(chan struct{})}
-		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 100, MinBatchSize: 1, Window: time.Hour, MaxWait: time.Hour})
-		first := submit(t, b, req("first", PriorityNormal)) // holds the one slot
-		synctest.Wait()
+		b, be, first := busyBackend(t)
 		var calls []*Call
 		for i := range 40 {
 			calls = append(calls, submit(t, b, req(fmt.Sprint(i), Priority(i%5))))
@@ -496,10 +493,7 @@ func TestFifoEntries(t *testing.T) {
 // the call to be sent.
 func TestUnwaitedFlushesLeaveNoWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		be := &fakeBackend{hold: make(chan struct{})}
-		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 100, MinBatchSize: 1, Window: time.Hour, MaxWait: time.Hour})
-		first := submit(t, b, req("first", PriorityNormal)) // holds the one slot
-		synctest.Wait()
+		b, be, first := busyBackend(t)
 		c := submit(t, b, req("c", PriorityNormal))
 		done, cancel := context.WithCancel(t.Context())
 		cancel()
