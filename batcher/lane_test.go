@@ -498,8 +498,9 @@ func TestUnwaitedFlushesLeaveNoWaits(t *testing.T) {
 		done, cancel := context.WithCancel(t.Context())
 		cancel()
 		for range 100 {
-			if err := b.FlushCalls(done, c); !errors.Is(err, ErrCanceled) {
-				t.Fatalf("FlushCalls with a done context: %v, want ErrCanceled", err)
+			// nil when the lane handled the flush before FlushCalls looked.
+			if err := b.FlushCalls(done, c); err != nil && !errors.Is(err, ErrCanceled) {
+				t.Fatalf("FlushCalls with a done context: %v, want ErrCanceled or nil", err)
 			}
 		}
 		waited := make(chan error, 1)
