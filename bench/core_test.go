@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,12 +84,30 @@ func runProducers(b *testing.B, p int, do func(i, j int) error) {
 		})
 	}
 	b.ResetTimer()
+	cpu := cpuTime()
 	close(start)
 	wg.Wait()
 	b.StopTimer()
 	if first != nil {
 		b.Fatal(first)
 	}
+	if d := b.Elapsed(); d > 0 {
+		used := cpuTime() - cpu
+		b.ReportMetric(float64(used)/float64(d), "cores")
+		b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/item")
+	}
+}
+
+// cpuTime returns the CPU time the process has used, user and system, all
+// threads. Against the wall time it says how many of the machine's cores a
+// library kept busy, which with producers that wait for their results is
+// set by how much of its work is serial.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkCore drives Batcher and two peer batch libraries the same way:

@@ -20,11 +20,11 @@ function verdict(ok) { return ok ? "met" : "MISSED" }
 	}
 }
 END {
-	printf "%-40s %14s %12s %10s %10s\n", "benchmark (medians)", "items/s", "items/batch", "allocs/op", "B/op"
+	printf "%-40s %14s %12s %10s %10s %6s %12s\n", "benchmark (medians)", "items/s", "items/batch", "allocs/op", "B/op", "cores", "cpu-ns/item"
 	for (i = 1; i <= count; i++) {
 		n = order[i]
 		if (n !~ /^Core\//) continue
-		printf "%-40s %14.0f %12.1f %10s %10s\n", n, med(n, "items/s"), med(n, "items/batch"), med(n, "allocs/op"), med(n, "B/op")
+		printf "%-40s %14.0f %12.1f %10s %10s %6.2f %12.0f\n", n, med(n, "items/s"), med(n, "items/batch"), med(n, "allocs/op"), med(n, "B/op"), med(n, "cores"), med(n, "cpu-ns/item")
 	}
 	print ""
 	split("1 8 64 512", ps, " ")
