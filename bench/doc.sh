@@ -47,12 +47,12 @@ END {
 			get("Core/batcher/producers=" p, "allocs/op"), si(f), si(g), si(d), ratio(b, peer), ratio(f, peer)
 	}
 	print ""
-	printf "At 512 producers the libraries kept busy, of the 2 cores: Batcher %.2f at %.0f ns of CPU an item, Batcher with full batches only %.2f at %.0f ns, dataloadgen %.2f at %.0f ns, dataloader %.2f at %.0f ns (`cores` and `cpu-ns/item`: process CPU time over wall time, and per item).\n", \
+	if (get("Core/batcher/producers=512", "cores") >= 0) printf "At 512 producers, the cores each library kept busy and its CPU an item (`cores` and `cpu-ns/item`: process CPU time over wall time, and per item): Batcher %.2f and %.0f ns, Batcher with full batches only %.2f and %.0f ns, dataloadgen %.2f and %.0f ns, dataloader %.2f and %.0f ns.\n", \
 		get("Core/batcher/producers=512", "cores"), 1e9 * get("Core/batcher/producers=512", "cpu-sec/item"), \
 		get("Core/batcher-full/producers=512", "cores"), 1e9 * get("Core/batcher-full/producers=512", "cpu-sec/item"), \
 		get("Core/dataloadgen/producers=512", "cores"), 1e9 * get("Core/dataloadgen/producers=512", "cpu-sec/item"), \
 		get("Core/dataloader/producers=512", "cores"), 1e9 * get("Core/dataloader/producers=512", "cpu-sec/item")
-	print ""
+	if (get("Core/batcher/producers=512", "cores") >= 0) print ""
 	print "| load | server | Batcher | echo | ratio | shaped echo | ceiling | Batcher / shaped echo |"
 	print "|---|---|---:|---:|---:|---:|---:|---:|"
 	for (n in seen) {

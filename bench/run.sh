@@ -13,8 +13,8 @@
 # spells that last tens of seconds; in a row, one spell could take all six
 # runs of one benchmark and none of its peer's (at 8dc475c five of
 # Batcher's six runs at 512 producers were fast and all six of its
-# full-batches-only runs slow; at a31cbbc the other way round). Interleaved, a spell falls on every
-# benchmark of the round alike.
+# full-batches-only runs slow; at a31cbbc the other way round).
+# Interleaved, a spell falls on every benchmark of the round alike.
 set -euo pipefail
 cd "$(dirname "$0")"
 
