@@ -702,6 +702,8 @@ func TestDedupNeverFollowsAnEndedLeader(t *testing.T) {
 		c := submit(t, b, mk("next"))
 		<-c.Done()
 		wantOK(t, c)
+		// A leader leaves its group after it signals Done: let it.
+		synctest.Wait()
 		b.dedup.mu.Lock()
 		defer b.dedup.mu.Unlock()
 		for k, g := range b.dedup.groups {
