@@ -2,10 +2,10 @@ package batcher
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/batcherhq/batcher/internal/cputime"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 )
@@ -45,7 +45,7 @@ func BenchmarkMetricsRecording(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := cpuTime()
+			cpu := cputime.Process()
 			for i := 0; b.Loop(); i++ {
 				var err error
 				bt.metrics.submitted(req, &c, &err)
@@ -54,18 +54,7 @@ func BenchmarkMetricsRecording(b *testing.B) {
 					bt.metrics.dispatched(run, out, 0.03, nil, used)
 				}
 			}
-			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-// cpuTime returns the CPU time the process has used, user and system. The
-// benchmark reports it per op besides wall time, which on a shared machine
-// swings with the load.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/cputime"
 	"github.com/graph-gophers/dataloader/v7"
 	"github.com/vikstrous/dataloadgen"
 )
@@ -84,7 +84,7 @@ func runProducers(b *testing.B, p int, do func(i, j int) error) {
 		})
 	}
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Process()
 	close(start)
 	wg.Wait()
 	b.StopTimer()
@@ -92,22 +92,10 @@ func runProducers(b *testing.B, p int, do func(i, j int) error) {
 		b.Fatal(first)
 	}
 	if d := b.Elapsed(); d > 0 {
-		used := cpuTime() - cpu
+		used := cputime.Process() - cpu
 		b.ReportMetric(float64(used)/float64(d), "cores")
 		b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/item")
 	}
-}
-
-// cpuTime returns the CPU time the process has used, user and system, all
-// threads. Against the wall time it says how many of the machine's cores a
-// library kept busy, which with producers that wait for their results is
-// set by how much of its work is serial.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkCore drives Batcher and two peer batch libraries the same way:

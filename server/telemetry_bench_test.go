@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/internal/cputime"
 )
 
 // telemetryModes builds the two envs the metrics benchmarks compare: off,
@@ -45,19 +45,6 @@ func telemetryModes(b *testing.B, run func(b *testing.B, opts ...envOption)) {
 	}
 }
 
-// cpuTime returns the CPU time the process has used, user and system, all
-// threads. The benchmarks report it per op (cpu-ns/op) besides wall time:
-// on a machine shared with other work, wall time swings with the load while
-// the CPU a request costs does not, and a CPU-bound service's throughput is
-// what its CPU per request allows.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkSubmitMetrics is BenchmarkSubmit with metrics off and on.
 func BenchmarkSubmitMetrics(b *testing.B) {
 	telemetryModes(b, func(b *testing.B, opts ...envOption) {
@@ -65,7 +52,7 @@ func BenchmarkSubmitMetrics(b *testing.B) {
 		ctx := testCtx(b)
 		b.ReportAllocs()
 		b.ResetTimer()
-		cpu := cpuTime()
+		cpu := cputime.Process()
 		b.RunParallel(func(pb *testing.PB) {
 			req := &batcherv1.SubmitRequest{Request: chatReq("", "hello")}
 			for pb.Next() {
@@ -75,7 +62,7 @@ func BenchmarkSubmitMetrics(b *testing.B) {
 				}
 			}
 		})
-		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 	})
 }
 
@@ -91,7 +78,7 @@ func BenchmarkStreamMetrics(b *testing.B) {
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
-		cpu := cpuTime()
+		cpu := cputime.Process()
 		go func() {
 			for _, m := range msgs {
 				if err := s.Send(m); err != nil {
@@ -111,7 +98,7 @@ func BenchmarkStreamMetrics(b *testing.B) {
 			}
 		}
 		b.StopTimer()
-		b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 		if _, err := s.drain(); err != nil {
 			b.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/batcherhq/batcher/cmd/batcherctl/internal/runfile"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/internal/cputime"
 )
 
 // benchConfig: the simulated provider with little latency and large
@@ -94,11 +94,11 @@ func BenchmarkRun100k(b *testing.B) {
 		return time.Since(start)
 	}
 	runBare := func() time.Duration {
-		start, cpu0 := time.Now(), processCPU()
+		start, cpu0 := time.Now(), cputime.Process()
 		if n, err := bareStream(b.Context(), conn, reqs); err != nil || n != len(reqs) {
 			b.Fatalf("bare stream: %d completions, %v", n, err)
 		}
-		bareCPU += processCPU() - cpu0
+		bareCPU += cputime.Process() - cpu0
 		return time.Since(start)
 	}
 	var ctlTime, bareTime time.Duration
@@ -118,15 +118,6 @@ func BenchmarkRun100k(b *testing.B) {
 	b.ReportMetric(bareTime.Seconds()/ctlTime.Seconds(), "ratio")
 	b.ReportMetric(1e6*ctlCPU.Seconds()/n, "ctl-cpu-µs/req")
 	b.ReportMetric(1e6*bareCPU.Seconds()/n, "bare-cpu-µs/req")
-}
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchRound alternates which client goes first across -count runs.
