@@ -9,11 +9,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
@@ -80,25 +78,7 @@ func (o *observability) grpcOptions() []grpc.ServerOption {
 	if !on {
 		return nil
 	}
-	logger := logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
-		o.log.Log(ctx, slog.Level(l), msg, fields...)
-	})
-	opts := []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			switch c {
-			case codes.Unknown, codes.Unimplemented, codes.Internal, codes.DataLoss:
-				return logging.Level(max(level, slog.LevelError))
-			case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Unavailable:
-				return logging.Level(max(level, slog.LevelWarn))
-			}
-			return logging.Level(level)
-		}),
-	}
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(logging.UnaryServerInterceptor(logger, opts...)),
-		grpc.ChainStreamInterceptor(logging.StreamServerInterceptor(logger, opts...)),
-	}
+	return server.AccessLog(o.log, level)
 }
 
 // startAdmin starts the live sampler, registers the AdminService on gs and
