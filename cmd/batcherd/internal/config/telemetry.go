@@ -17,8 +17,12 @@ const (
 	// page, pprof when enabled. Loopback: nothing leaves the host unless
 	// the operator says so.
 	DefaultAdminListen = "127.0.0.1:9464"
-	// DefaultAccessLog is the level of the gRPC access log.
-	DefaultAccessLog = "info"
+	// DefaultAccessLog is the level of the gRPC access log: off. A record
+	// per call costs about a sixth of unary Submit's throughput
+	// (BENCHMARKS.md, BenchmarkGRPCLayer), and the metrics count every
+	// call by method and code already; server-side failures are logged
+	// where they happen (upstream errors, the breaker, panics).
+	DefaultAccessLog = "off"
 	// DefaultStatsInterval is how often the live views sample.
 	DefaultStatsInterval = telemetry.DefaultSampleInterval
 	// MinStatsInterval and MaxStatsInterval bound stats_interval.

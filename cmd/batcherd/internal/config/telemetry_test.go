@@ -19,9 +19,9 @@ func TestTelemetrySettings(t *testing.T) {
 		want    config.Telemetry
 		wantErr []string
 	}{
-		{name: "defaults", want: config.Telemetry{AdminListen: "127.0.0.1:9464", AccessLog: "info", StatsInterval: config.Duration(config.DefaultStatsInterval)}},
-		{name: "flags", args: []string{"--admin-listen=0.0.0.0:9000", "--insecure", "--pprof=true", "--access-log=off", "--stats-interval=250ms"},
-			want: config.Telemetry{AdminListen: "0.0.0.0:9000", Pprof: true, AccessLog: "off", StatsInterval: config.Duration(250e6)}},
+		{name: "defaults", want: config.Telemetry{AdminListen: "127.0.0.1:9464", AccessLog: "off", StatsInterval: config.Duration(config.DefaultStatsInterval)}},
+		{name: "flags", args: []string{"--admin-listen=0.0.0.0:9000", "--insecure", "--pprof=true", "--access-log=info", "--stats-interval=250ms"},
+			want: config.Telemetry{AdminListen: "0.0.0.0:9000", Pprof: true, AccessLog: "info", StatsInterval: config.Duration(250e6)}},
 		{name: "env", env: map[string]string{"BATCHER_ADMIN_LISTEN": "", "BATCHER_ACCESS_LOG": "debug"},
 			want: config.Telemetry{AccessLog: "debug", StatsInterval: config.Duration(config.DefaultStatsInterval)}},
 		{name: "bad", args: []string{"--admin-listen=nowhere", "--access-log=loud", "--stats-interval=1ms", "--pprof=maybe"},
