@@ -124,13 +124,13 @@ func BenchmarkCore(b *testing.B) {
 }
 
 // newNoopCore returns a core with one completion route "m" whose backend
-// answers every request at once.
-func newNoopCore(tb testing.TB, cnt *batchCounter) *batcher.Batcher {
-	return newNoopCoreMin(tb, cnt, 0)
+// answers every request at once, with the extra options.
+func newNoopCore(tb testing.TB, cnt *batchCounter, extra ...batcher.Option) *batcher.Batcher {
+	return newNoopCoreMin(tb, cnt, 0, extra...)
 }
 
 // newNoopCoreMin is newNoopCore with the route's MinBatchSize (0: default).
-func newNoopCoreMin(tb testing.TB, cnt *batchCounter, minBatch int) *batcher.Batcher {
+func newNoopCoreMin(tb testing.TB, cnt *batchCounter, minBatch int, extra ...batcher.Option) *batcher.Batcher {
 	tb.Helper()
 	be := batcher.BackendFunc(func(_ context.Context, bt *batcher.Batch, out []batcher.Response) error {
 		cnt.add(len(bt.Requests))
@@ -139,7 +139,7 @@ func newNoopCoreMin(tb testing.TB, cnt *batchCounter, minBatch int) *batcher.Bat
 		}
 		return nil
 	})
-	core, err := batcher.New(
+	opts := []batcher.Option{
 		batcher.WithBackend(batcher.BackendConfig{Name: "noop", Backend: be}),
 		batcher.WithRoute(batcher.Route{
 			Name:    "m",
@@ -147,8 +147,9 @@ func newNoopCoreMin(tb testing.TB, cnt *batchCounter, minBatch int) *batcher.Bat
 			Backend: "noop",
 			Batch:   batcher.BatchConfig{MaxBatchSize: maxBatch, MinBatchSize: minBatch, Window: window},
 		}),
-		batcher.WithQueueCapacity(1<<20),
-	)
+		batcher.WithQueueCapacity(1 << 20),
+	}
+	core, err := batcher.New(append(opts, extra...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -59,14 +59,23 @@ END {
 		if (n ~ /^GRPCUnary\//) { sv = n; sub(/^GRPCUnary\/server=/, "", sv); un[sv] = n }
 		if (n ~ /^GRPCStream\//) { sv = n; sub(/^GRPCStream\/server=/, "", sv); st[sv] = n }
 	}
-	split("bare batcherd", ss, " ")
-	for (i = 1; i <= 2; i++) {
+	split("bare grpc batcherd", ss, " ")
+	for (i = 1; i <= 3; i++) {
 		s = ss[i]
 		if (s in un) printf "| unary `Submit`, 50 callers | %s | %s req/s | %s req/s | **%.2f** | %s req/s | %.2f | %.2f |\n", s, si(get(un[s], "batcher-req/s")), si(get(un[s], "echo-req/s")), get(un[s], "ratio"), si(get(un[s], "shaped-req/s")), get(un[s], "ceiling"), get(un[s], "vs-shaped")
 	}
-	for (i = 1; i <= 2; i++) {
+	for (i = 1; i <= 3; i++) {
 		s = ss[i]
 		if (s in st) printf "| `SubmitStream`, 64 streams | %s | %s msg/s | %s msg/s | **%.2f** | %s msg/s | %.2f | %.2f |\n", s, si(get(st[s], "batcher-msg/s")), si(get(st[s], "echo-msg/s")), get(st[s], "ratio"), si(get(st[s], "shaped-msg/s")), get(st[s], "ceiling"), get(st[s], "vs-shaped")
+	}
+	if (get("GRPCLayer/metrics/unary", "ratio") >= 0) {
+		print ""
+		print "What batcherd's optional layers cost Batcher on the batcherd server (rate with the layer / rate without, alternated in one benchmark):"
+		print ""
+		print "| layer | unary `Submit` | `SubmitStream` |"
+		print "|---|---:|---:|"
+		printf "| metrics (on always) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/metrics/unary", "ratio"), si(get("GRPCLayer/metrics/unary", "with")), si(get("GRPCLayer/metrics/unary", "without")), get("GRPCLayer/metrics/stream", "ratio"), si(get("GRPCLayer/metrics/stream", "with")), si(get("GRPCLayer/metrics/stream", "without"))
+		printf "| access log at info (off by default) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/accesslog/unary", "ratio"), si(get("GRPCLayer/accesslog/unary", "with")), si(get("GRPCLayer/accesslog/unary", "without")), get("GRPCLayer/accesslog/stream", "ratio"), si(get("GRPCLayer/accesslog/stream", "with")), si(get("GRPCLayer/accesslog/stream", "without"))
 	}
 	m = get("GRPCUnaryPool", "ratio")
 	if (m >= 0) { print ""; printf "Unary `Submit` on the batcherd server with its worker pool against the same server without one: **%.2f** (%s vs %s req/s).\n", m, si(get("GRPCUnaryPool", "pooled-req/s")), si(get("GRPCUnaryPool", "unpooled-req/s")) }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/server"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -171,43 +172,39 @@ func serve(tb testing.TB, gs *grpc.Server, register func(*grpc.Server), cleanup 
 }
 
 // serveEcho serves an echo (minimal with a nil template, else shaped) on
-// a bare grpc.Server, or on the service's own when withInterceptors.
-func serveEcho(tb testing.TB, template *batcherv1.Completion, withInterceptors bool) *target {
-	return serve(tb, grpcServer(withInterceptors), func(gs *grpc.Server) {
+// st's server.
+func serveEcho(tb testing.TB, template *batcherv1.Completion, st setup) *target {
+	tb.Helper()
+	bd := st.build(tb)
+	return serve(tb, bd.gs, func(gs *grpc.Server) {
 		batcherv1.RegisterBatcherServiceServer(gs, &echoServer{template: template})
-	}, nil)
-}
-
-// grpcServer is the service's own grpc.Server when withInterceptors
-// (server.NewGRPCServer: otelgrpc stats handler, panic recovery and the
-// decoding codec, as batcherd runs it without tracing, see
-// cmd/batcherd/main.go), else a bare grpc.NewServer.
-func grpcServer(withInterceptors bool) *grpc.Server {
-	if withInterceptors {
-		return server.NewGRPCServer(noop.NewTracerProvider())
-	}
-	return grpc.NewServer()
+	}, bd.cleanup)
 }
 
 // serveBatcher serves the BatcherService in front of a core whose backend
-// answers at once, on grpcServer(withInterceptors), with the server's
-// options opts.
-func serveBatcher(tb testing.TB, withInterceptors bool, opts ...server.Option) *target {
+// answers at once, as st has it, with the server's options opts.
+func serveBatcher(tb testing.TB, st setup, opts ...server.Option) *target {
 	tb.Helper()
-	return serveBatcherOn(tb, grpcServer(withInterceptors), opts...)
+	bd := st.build(tb)
+	return serveBatcherOn(tb, bd.gs, bd.cleanup, bd.core, append(bd.server, opts...)...)
 }
 
-// serveBatcherOn is serveBatcher on the grpc.Server gs.
-func serveBatcherOn(tb testing.TB, gs *grpc.Server, opts ...server.Option) *target {
+// serveBatcherOn serves the BatcherService on the grpc.Server gs, in front
+// of a core with the extra options coreOpts, with the server's options
+// opts. stop runs cleanup (nil: none) last.
+func serveBatcherOn(tb testing.TB, gs *grpc.Server, cleanup func(), coreOpts []batcher.Option, opts ...server.Option) *target {
 	tb.Helper()
 	var cnt batchCounter
-	core := newNoopCore(tb, &cnt)
+	core := newNoopCore(tb, &cnt, coreOpts...)
 	srv := server.New(core, opts...)
 	return serve(tb, gs, srv.Register, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			tb.Error(err)
+		}
+		if cleanup != nil {
+			cleanup()
 		}
 	})
 }
@@ -356,19 +353,19 @@ const compareRounds = 10
 //   - the shaped echo: an echo answering with a Completion of Batcher's
 //     shape, on the same grpc.Server as the Batcher under test, so that it
 //     costs what Batcher's answer and server cost with no batching at all;
-//   - the Batcher on grpcServer(withInterceptors).
+//   - the Batcher, served as st has it.
 //
 // It reports the three rates and: ratio, Batcher against the minimal echo
 // (issue 7's figure); ceiling, the shaped echo against the minimal echo,
 // which is the most any Batcher could reach on this server with these
 // answers; and vs-shaped, Batcher against the shaped echo, which is the
 // price of the service's own work. One op is one request to each service.
-func compare(b *testing.B, unit string, load func(*testing.B, *target, int) time.Duration, withInterceptors bool) {
-	echo := serveEcho(b, nil, false)
+func compare(b *testing.B, unit string, load func(*testing.B, *target, int) time.Duration, st setup) {
+	echo := serveEcho(b, nil, setupBare)
 	defer echo.stop()
-	bt := serveBatcher(b, withInterceptors)
+	bt := serveBatcher(b, st)
 	defer bt.stop()
-	shaped := serveEcho(b, shapedFrom(b, bt), withInterceptors)
+	shaped := serveEcho(b, shapedFrom(b, bt), st)
 	defer shaped.stop()
 	rate := alternate(b, load, echo, shaped, bt)
 	b.ReportMetric(rate[0], "echo-"+unit+"/s")
@@ -412,13 +409,24 @@ func alternate(b *testing.B, load func(*testing.B, *target, int) time.Duration, 
 	return rate
 }
 
+// compareSetups are the servers BenchmarkGRPCUnary and BenchmarkGRPCStream
+// serve Batcher on; issue 7's targets are for setupBatcherd.
+var compareSetups = []setup{setupBare, setupGRPC, setupBatcherd}
+
+func unaryLoadOf(b *testing.B, t *target, n int) time.Duration {
+	return unaryLoad(b, t, unaryCallers, n)
+}
+
+func streamLoadOf(b *testing.B, t *target, n int) time.Duration {
+	return streamLoad(b, t, streamCount, n)
+}
+
 // BenchmarkGRPCUnary compares Submit with a bare unary echo of the same
 // messages: 50 concurrent callers on one loopback connection.
 func BenchmarkGRPCUnary(b *testing.B) {
-	load := func(b *testing.B, t *target, n int) time.Duration { return unaryLoad(b, t, unaryCallers, n) }
-	for _, ic := range []bool{false, true} {
-		b.Run("server="+serverName(ic), func(b *testing.B) {
-			compare(b, "req", load, ic)
+	for _, st := range compareSetups {
+		b.Run("server="+st.name(), func(b *testing.B) {
+			compare(b, "req", unaryLoadOf, st)
 		})
 	}
 }
@@ -427,11 +435,49 @@ func BenchmarkGRPCUnary(b *testing.B) {
 // bidirectional echo of the same messages: 64 streams on one loopback
 // connection.
 func BenchmarkGRPCStream(b *testing.B) {
-	load := func(b *testing.B, t *target, n int) time.Duration { return streamLoad(b, t, streamCount, n) }
-	for _, ic := range []bool{false, true} {
-		b.Run("server="+serverName(ic), func(b *testing.B) {
-			compare(b, "msg", load, ic)
+	for _, st := range compareSetups {
+		b.Run("server="+st.name(), func(b *testing.B) {
+			compare(b, "msg", streamLoadOf, st)
 		})
+	}
+}
+
+// BenchmarkGRPCLayer measures what one of batcherd's optional layers costs
+// Batcher as batcherd serves it (setupBatcherd): the unary and the stream
+// load against Batcher on setupBatcherd without the layer and with it,
+// alternated in rounds; ratio is the rate with the layer against the rate
+// without. The layers: metrics (telemetry.Setup's MeterProvider for
+// otelgrpc and the core; issue 10 allows them 5%), and the access log at
+// info (server.AccessLog, off by default).
+func BenchmarkGRPCLayer(b *testing.B) {
+	noMetrics := setupBatcherd
+	noMetrics.metrics = false
+	withLog := setupBatcherd
+	withLog.accessLog = true
+	layers := []struct {
+		name          string
+		without, with setup
+	}{
+		{"metrics", noMetrics, setupBatcherd},
+		{"accesslog", setupBatcherd, withLog},
+	}
+	loads := []struct {
+		name string
+		load func(*testing.B, *target, int) time.Duration
+	}{{"unary", unaryLoadOf}, {"stream", streamLoadOf}}
+	for _, l := range layers {
+		for _, ld := range loads {
+			b.Run(l.name+"/"+ld.name, func(b *testing.B) {
+				without := serveBatcher(b, l.without)
+				defer without.stop()
+				with := serveBatcher(b, l.with)
+				defer with.stop()
+				rate := alternate(b, ld.load, without, with)
+				b.ReportMetric(rate[0], "without")
+				b.ReportMetric(rate[1], "with")
+				b.ReportMetric(rate[1]/rate[0], "ratio")
+			})
+		}
 	}
 }
 
@@ -444,42 +490,32 @@ func BenchmarkGRPCStream(b *testing.B) {
 // alternate in rounds; ratio is the default budget's rate against the
 // sized one's.
 func BenchmarkGRPCStreamBudget(b *testing.B) {
-	def := serveBatcher(b, false)
+	def := serveBatcher(b, setupBare)
 	defer def.stop()
-	sized := serveBatcher(b, false, server.WithMaxPendingMessages(streamCount*server.DefaultStreamWindow))
+	sized := serveBatcher(b, setupBare, server.WithMaxPendingMessages(streamCount*server.DefaultStreamWindow))
 	defer sized.stop()
-	load := func(b *testing.B, t *target, n int) time.Duration { return streamLoad(b, t, streamCount, n) }
-	rate := alternate(b, load, def, sized)
+	rate := alternate(b, streamLoadOf, def, sized)
 	rd, rs := rate[0], rate[1]
 	b.ReportMetric(rd, "default-msg/s")
 	b.ReportMetric(rs, "sized-msg/s")
 	b.ReportMetric(rd/rs, "ratio")
 }
 
-// BenchmarkGRPCUnaryPool measures the worker pool of batcherd's server
-// (server.NewGRPCServer runs RPCs on pooled goroutines, whose stacks stay
-// grown): the load of BenchmarkGRPCUnary against Batcher on that server as
-// it is, and with the pool turned off (grpc.NumStreamWorkers(0) after it),
-// alternated in rounds; ratio is the pooled server's rate against the
-// other's.
+// BenchmarkGRPCUnaryPool measures the worker pool of server.NewGRPCServer
+// (it runs RPCs on pooled goroutines, whose stacks stay grown): the load of
+// BenchmarkGRPCUnary against Batcher on that server as it is, and with the
+// pool turned off (grpc.NumStreamWorkers(0) after it), alternated in
+// rounds; ratio is the pooled server's rate against the other's.
 func BenchmarkGRPCUnaryPool(b *testing.B) {
 	tp := noop.NewTracerProvider()
-	pooled := serveBatcherOn(b, server.NewGRPCServer(tp))
+	pooled := serveBatcherOn(b, server.NewGRPCServer(tp), nil, nil)
 	defer pooled.stop()
-	plain := serveBatcherOn(b, server.NewGRPCServer(tp, grpc.NumStreamWorkers(0)))
+	plain := serveBatcherOn(b, server.NewGRPCServer(tp, grpc.NumStreamWorkers(0)), nil, nil)
 	defer plain.stop()
-	load := func(b *testing.B, t *target, n int) time.Duration { return unaryLoad(b, t, unaryCallers, n) }
-	rate := alternate(b, load, pooled, plain)
+	rate := alternate(b, unaryLoadOf, pooled, plain)
 	b.ReportMetric(rate[0], "pooled-req/s")
 	b.ReportMetric(rate[1], "unpooled-req/s")
 	b.ReportMetric(rate[0]/rate[1], "ratio")
-}
-
-func serverName(withInterceptors bool) string {
-	if withInterceptors {
-		return "batcherd"
-	}
-	return "bare"
 }
 
 // TestShapedEchoMatchesBatcher checks the shaped echo against what it
@@ -488,15 +524,15 @@ func serverName(withInterceptors bool) string {
 // (the timings' values and the batch's id and size). A field Batcher starts
 // setting that the echo does not copy fails here.
 func TestShapedEchoMatchesBatcher(t *testing.T) {
-	for _, ic := range []bool{false, true} {
-		t.Run("server="+serverName(ic), func(t *testing.T) {
-			bt := serveBatcher(t, ic)
+	for _, st := range compareSetups {
+		t.Run("server="+st.name(), func(t *testing.T) {
+			bt := serveBatcher(t, st)
 			defer bt.stop()
 			template := shapedFrom(t, bt)
 			if template.GetBatchId() == "" || template.GetTimings().GetTotal() == nil || template.GetBackend() == "" {
 				t.Fatalf("Batcher's completion %v lacks the fields the shaped echo is for", template)
 			}
-			shaped := serveEcho(t, template, ic)
+			shaped := serveEcho(t, template, st)
 			defer shaped.stop()
 			ctx := context.Background()
 			for _, tg := range []*target{bt, shaped} {

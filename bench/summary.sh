@@ -61,6 +61,9 @@ END {
 			printf "%-28s batcher %.0f msg/s, echo %.0f msg/s, ratio %.3f   target >= 0.7 (batcherd): %s\n", n, med(n, "batcher-msg/s"), med(n, "echo-msg/s"), r, verdict(r >= 0.7)
 			printf "%-28s shaped echo %.0f msg/s: ceiling %.3f, batcher/shaped %.3f\n", "", med(n, "shaped-msg/s"), med(n, "ceiling"), med(n, "vs-shaped")
 		}
+		if (n ~ /^GRPCLayer\//) {
+			printf "%-28s with the layer %.0f/s, without %.0f/s, ratio %.3f\n", n, med(n, "with"), med(n, "without"), med(n, "ratio")
+		}
 		if (n == "GRPCUnaryPool") {
 			printf "%-28s pooled %.0f req/s, unpooled %.0f req/s, ratio %.3f\n", n, med(n, "pooled-req/s"), med(n, "unpooled-req/s"), med(n, "ratio")
 		}

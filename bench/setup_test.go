@@ -1,0 +1,179 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/security"
+	"github.com/batcherhq/batcher/server"
+	"github.com/batcherhq/batcher/telemetry"
+)
+
+// setup is how a service under load is served: which of batcherd's layers
+// wrap it. Every layer is built by the code batcherd builds it with
+// (cmd/batcherd/main.go), from that code's defaults.
+type setup struct {
+	// interceptors: server.NewGRPCServer with a no-op tracer provider
+	// (otelgrpc, panic recovery, the decoding codec, the worker pool), as
+	// batcherd runs without tracing; else a bare grpc.NewServer.
+	interceptors bool
+	// security: the default security.Config (plaintext, every caller the
+	// anonymous tenant, the default limits): its server options and
+	// interceptors (authentication, the edge checks), AdminOnly, and the
+	// server's tenant function.
+	security bool
+	// metrics: telemetry.Setup's MeterProvider (the Prometheus reader
+	// batcherd always has), for otelgrpc and the core.
+	metrics bool
+	// accessLog: server.AccessLog at info, as JSON through
+	// telemetry.NewLogHandler into /dev/null.
+	accessLog bool
+}
+
+var (
+	// setupBare is a bare grpc.NewServer.
+	setupBare = setup{}
+	// setupGRPC is server.NewGRPCServer alone: what earlier runs (to
+	// dc12995) called batcherd.
+	setupGRPC = setup{interceptors: true}
+	// setupBatcherd is batcherd as its defaults serve, without tracing:
+	// security, metrics, and no access log (telemetry.access_log "off").
+	setupBatcherd = setup{interceptors: true, security: true, metrics: true}
+)
+
+// name names st in benchmark names.
+func (st setup) name() string {
+	switch st {
+	case setupBare:
+		return "bare"
+	case setupGRPC:
+		return "grpc"
+	case setupBatcherd:
+		return "batcherd"
+	}
+	var parts []string
+	for _, l := range []struct {
+		on   bool
+		name string
+	}{{st.interceptors, "grpc"}, {st.security, "security"}, {st.metrics, "metrics"}, {st.accessLog, "accesslog"}} {
+		if l.on {
+			parts = append(parts, l.name)
+		}
+	}
+	return strings.Join(parts, "+")
+}
+
+// built is a setup, built.
+type built struct {
+	gs     *grpc.Server
+	core   []batcher.Option // for the core behind gs
+	server []server.Option  // for the server.Server on gs
+	// metrics gathers what the setup's MeterProvider recorded; nil without
+	// metrics.
+	metrics prometheus.Gatherer
+	cleanup func() // to run once gs has stopped
+}
+
+// build builds st's grpc.Server and the options it adds to a core and a
+// server.Server.
+//
+// otelgrpc takes its MeterProvider from the global one when its handler is
+// built, so build sets the global provider for that moment and puts back
+// the no-op one TestMain set, which every other server here is built with.
+func (st setup) build(tb testing.TB) built {
+	tb.Helper()
+	if !st.interceptors {
+		return built{gs: grpc.NewServer(), cleanup: func() {}}
+	}
+	var (
+		bd       built
+		gsOpts   []grpc.ServerOption
+		cleanups []func()
+	)
+	if st.security {
+		sec, err := security.New(security.Config{ReloadInterval: -1})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cleanups = append(cleanups, sec.Close)
+		unary, stream := security.AdminOnly(func(method string) bool {
+			return strings.HasPrefix(method, "/"+batcherv1.AdminService_ServiceDesc.ServiceName+"/")
+		})
+		gsOpts = append(gsOpts, sec.GRPCServerOptions()...)
+		gsOpts = append(gsOpts, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
+		bd.server = append(bd.server, server.WithTenantFunc(func(ctx context.Context) string {
+			if t := security.TenantFrom(ctx); t != nil {
+				return t.Name
+			}
+			return ""
+		}))
+	}
+	if st.accessLog {
+		f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cleanups = append(cleanups, func() { _ = f.Close() })
+		log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo})))
+		gsOpts = append(gsOpts, server.AccessLog(log, slog.LevelInfo)...)
+	}
+	if st.metrics {
+		tel, err := telemetry.Setup(context.Background(), telemetry.Config{LookupEnv: func(string) (string, bool) { return "", false }})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cleanups = append(cleanups, func() { _ = tel.Shutdown(context.Background()) })
+		bd.core = append(bd.core, batcher.WithMeterProvider(tel.MeterProvider))
+		bd.metrics = tel.Gatherer
+		otel.SetMeterProvider(tel.MeterProvider)
+		bd.gs = server.NewGRPCServer(noop.NewTracerProvider(), gsOpts...)
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+	} else {
+		bd.gs = server.NewGRPCServer(noop.NewTracerProvider(), gsOpts...)
+	}
+	bd.cleanup = func() {
+		for _, f := range cleanups {
+			f()
+		}
+	}
+	return bd
+}
+
+// TestBatcherdSetupRecordsMetrics checks that setupBatcherd measures what
+// batcherd's metrics cost: after one Submit, otelgrpc's call duration and
+// the core's completed requests are in its MeterProvider's registry.
+func TestBatcherdSetupRecordsMetrics(t *testing.T) {
+	bd := setupBatcherd.build(t)
+	bt := serveBatcherOn(t, bd.gs, bd.cleanup, bd.core, bd.server...)
+	defer bt.stop()
+	if _, err := bt.client.Submit(t.Context(), &batcherv1.SubmitRequest{Request: newRequest("r-1")}); err != nil {
+		t.Fatal(err)
+	}
+	families, err := bd.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"rpc_server_call_duration_seconds": false, "batcher_requests_completed_total": false}
+	for _, f := range families {
+		if _, ok := want[f.GetName()]; ok && len(f.GetMetric()) > 0 {
+			want[f.GetName()] = true
+		}
+	}
+	for name, found := range want {
+		if !found {
+			t.Errorf("no %s after a Submit on setupBatcherd", name)
+		}
+	}
+}
