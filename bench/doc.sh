@@ -70,7 +70,7 @@ END {
 	}
 	if (get("GRPCLayer/metrics/unary", "ratio") >= 0) {
 		print ""
-		print "What batcherd's optional layers cost Batcher on the batcherd server (rate with the layer / rate without, alternated in one benchmark):"
+		print "What the layers of batcherd cost Batcher on the batcherd server (rate with the layer / rate without, alternated in one benchmark):"
 		print ""
 		print "| layer | unary `Submit` | `SubmitStream` |"
 		print "|---|---:|---:|"
@@ -78,7 +78,7 @@ END {
 		printf "| access log at info (off by default) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/accesslog/unary", "ratio"), si(get("GRPCLayer/accesslog/unary", "with")), si(get("GRPCLayer/accesslog/unary", "without")), get("GRPCLayer/accesslog/stream", "ratio"), si(get("GRPCLayer/accesslog/stream", "with")), si(get("GRPCLayer/accesslog/stream", "without"))
 	}
 	m = get("GRPCUnaryPool", "ratio")
-	if (m >= 0) { print ""; printf "Unary `Submit` on the batcherd server with its worker pool against the same server without one: **%.2f** (%s vs %s req/s).\n", m, si(get("GRPCUnaryPool", "pooled-req/s")), si(get("GRPCUnaryPool", "unpooled-req/s")) }
+	if (m >= 0) { print ""; printf "Unary `Submit` on `server.NewGRPCServer` (the grpc server) with its worker pool against the same server without one: **%.2f** (%s vs %s req/s).\n", m, si(get("GRPCUnaryPool", "pooled-req/s")), si(get("GRPCUnaryPool", "unpooled-req/s")) }
 	m = get("GRPCStreamBudget", "ratio")
 	if (m >= 0) { print ""; printf "`SubmitStream` with the default stream budget (1,024 answers owed) against one sized to the load (16,384), bare server: **%.2f** (%s vs %s msg/s).\n", m, si(get("GRPCStreamBudget", "default-msg/s")), si(get("GRPCStreamBudget", "sized-msg/s")) }
 	m = get("QueuedMemory", "B/queued-req")
