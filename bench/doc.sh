@@ -74,6 +74,7 @@ END {
 		print ""
 		print "| layer | unary `Submit` | `SubmitStream` |"
 		print "|---|---:|---:|"
+		printf "| security, default configuration (on always) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/security/unary", "ratio"), si(get("GRPCLayer/security/unary", "with")), si(get("GRPCLayer/security/unary", "without")), get("GRPCLayer/security/stream", "ratio"), si(get("GRPCLayer/security/stream", "with")), si(get("GRPCLayer/security/stream", "without"))
 		printf "| metrics (on always) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/metrics/unary", "ratio"), si(get("GRPCLayer/metrics/unary", "with")), si(get("GRPCLayer/metrics/unary", "without")), get("GRPCLayer/metrics/stream", "ratio"), si(get("GRPCLayer/metrics/stream", "with")), si(get("GRPCLayer/metrics/stream", "without"))
 		printf "| access log at info (off by default) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/accesslog/unary", "ratio"), si(get("GRPCLayer/accesslog/unary", "with")), si(get("GRPCLayer/accesslog/unary", "without")), get("GRPCLayer/accesslog/stream", "ratio"), si(get("GRPCLayer/accesslog/stream", "with")), si(get("GRPCLayer/accesslog/stream", "without"))
 	}
