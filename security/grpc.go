@@ -28,11 +28,13 @@ var statusUnauthenticated = status.Error(codes.Unauthenticated, "unauthenticated
 // and returns a context carrying the Tenant (TenantFrom), or
 // UNAUTHENTICATED with no detail.
 func (a *Authenticator) AuthFunc(ctx context.Context) (context.Context, error) {
+	if a.tenants.Load() == nil { // no tenants file: everyone is anonymous, as authenticate has it
+		return WithTenant(ctx, anonymous), nil
+	}
+	// One value, not FromIncomingContext's copy of every header.
 	var authz string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
-			authz = v[0]
-		}
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+		authz = v[0]
 	}
 	var info *credentials.TLSInfo
 	if p, ok := peer.FromContext(ctx); ok {
