@@ -3,16 +3,13 @@ package server
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 )
@@ -65,16 +62,7 @@ func TestAccessLogLevels(t *testing.T) {
 			h := &recordHandler{recs: map[string]slog.Level{}}
 			gs := grpc.NewServer(AccessLog(slog.New(h), level)...)
 			batcherv1.RegisterBatcherServiceServer(gs, codeServer{})
-			lis := bufconn.Listen(1 << 16)
-			go func() { _ = gs.Serve(lis) }()
-			defer gs.Stop()
-			cc, err := grpc.NewClient("passthrough:///bufnet",
-				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-				grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = cc.Close() }()
+			cc := serveBuf(t, gs)
 			c := batcherv1.NewBatcherServiceClient(cc)
 			want := map[codes.Code]slog.Level{
 				codes.OK:                level,

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -10,9 +8,7 @@ import (
 	"github.com/batcherhq/batcher/telemetry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -26,24 +22,8 @@ func newAdmin(t *testing.T, e *env, interval time.Duration) (batcherv1.AdminServ
 	closing := make(chan struct{})
 	gs := grpc.NewServer()
 	NewAdmin(s, closing).Register(gs)
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = gs.Serve(lis)
-	}()
-	conn, err := grpc.NewClient("passthrough:///admin",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		s.Stop()
-		gs.Stop()
-		<-served
-	})
+	conn := serveBuf(t, gs)
+	t.Cleanup(s.Stop) // before serveBuf's: the sampler stops first
 	return batcherv1.NewAdminServiceClient(conn), s, closing
 }
 

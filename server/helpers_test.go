@@ -171,6 +171,30 @@ type env struct {
 
 var quietLog = slog.New(slog.DiscardHandler)
 
+// serveBuf serves gs on an in-memory listener and returns a connection to
+// it. Cleanup closes the connection, then stops gs and waits for Serve.
+func serveBuf(t testing.TB, gs *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		gs.Stop()
+		<-served
+	})
+	return conn
+}
+
 // newEnv builds an env and registers its teardown with t.Cleanup.
 func newEnv(t testing.TB, be *fakeBackend, opts ...envOption) *env {
 	t.Helper()
