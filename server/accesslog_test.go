@@ -62,7 +62,9 @@ func TestAccessLogLevels(t *testing.T) {
 			h := &recordHandler{recs: map[string]slog.Level{}}
 			gs := grpc.NewServer(AccessLog(slog.New(h), level)...)
 			batcherv1.RegisterBatcherServiceServer(gs, codeServer{})
-			cc := serveBuf(t, gs)
+			cc, stop := serveBuf(t, gs)
+			defer stop()
+			defer func() { _ = cc.Close() }()
 			c := batcherv1.NewBatcherServiceClient(cc)
 			want := map[codes.Code]slog.Level{
 				codes.OK:                level,

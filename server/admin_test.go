@@ -22,8 +22,12 @@ func newAdmin(t *testing.T, e *env, interval time.Duration) (batcherv1.AdminServ
 	closing := make(chan struct{})
 	gs := grpc.NewServer()
 	NewAdmin(s, closing).Register(gs)
-	conn := serveBuf(t, gs)
-	t.Cleanup(s.Stop) // before serveBuf's: the sampler stops first
+	conn, stop := serveBuf(t, gs)
+	t.Cleanup(func() {
+		_ = conn.Close()
+		s.Stop()
+		stop()
+	})
 	return batcherv1.NewAdminServiceClient(conn), s, closing
 }
 

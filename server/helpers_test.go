@@ -171,9 +171,10 @@ type env struct {
 
 var quietLog = slog.New(slog.DiscardHandler)
 
-// serveBuf serves gs on an in-memory listener and returns a connection to
-// it. Cleanup closes the connection, then stops gs and waits for Serve.
-func serveBuf(t testing.TB, gs *grpc.Server) *grpc.ClientConn {
+// serveBuf serves gs on an in-memory listener and dials it. stop stops gs
+// and waits for Serve to return. The caller closes conn and calls stop in
+// its cleanup, in the order its server's shutdown wants.
+func serveBuf(t testing.TB, gs *grpc.Server) (conn *grpc.ClientConn, stop func()) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	served := make(chan struct{})
@@ -185,14 +186,13 @@ func serveBuf(t testing.TB, gs *grpc.Server) *grpc.ClientConn {
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		gs.Stop()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = conn.Close()
+	return conn, func() {
 		gs.Stop()
 		<-served
-	})
-	return conn
+	}
 }
 
 // newEnv builds an env and registers its teardown with t.Cleanup.
@@ -226,18 +226,7 @@ func newEnv(t testing.TB, be *fakeBackend, opts ...envOption) *env {
 	srv := New(core, append([]Option{WithLogger(quietLog)}, cfg.srvOpts...)...)
 	gs := NewGRPCServer(cfg.tp)
 	srv.Register(gs)
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = gs.Serve(lis)
-	}()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("grpc.NewClient: %v", err)
-	}
+	conn, stop := serveBuf(t, gs)
 	t.Cleanup(func() {
 		_ = conn.Close()
 		be.Release()
@@ -246,8 +235,7 @@ func newEnv(t testing.TB, be *fakeBackend, opts ...envOption) *env {
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
-		gs.Stop()
-		<-served
+		stop()
 	})
 	return &env{be: be, core: core, srv: srv, gs: gs, conn: conn, client: batcherv1.NewBatcherServiceClient(conn)}
 }

@@ -3,18 +3,14 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 )
 
 // limitsEnv serves two routes: "held", whose backend holds every request
@@ -36,26 +32,14 @@ func limitsEnv(t *testing.T, opts ...Option) (*Server, batcherv1.BatcherServiceC
 	srv := New(core, append([]Option{WithLogger(quietLog)}, opts...)...)
 	gs := NewGRPCServer(nil)
 	srv.Register(gs)
-	lis := bufconn.Listen(1 << 20)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = gs.Serve(lis)
-	}()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, stop := serveBuf(t, gs)
 	t.Cleanup(func() {
 		_ = conn.Close()
 		held.Release()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
-		gs.Stop()
-		<-served
+		stop()
 	})
 	return srv, batcherv1.NewBatcherServiceClient(conn), held
 }

@@ -508,7 +508,9 @@ func TestWorkerPoolIsNotALimit(t *testing.T) {
 	n := int(streamWorkers()) + 8
 	gs := NewGRPCServer(nil)
 	gs.RegisterService(barrierServiceDesc(n), struct{}{})
-	conn := serveBuf(t, gs)
+	conn, stop := serveBuf(t, gs)
+	defer stop()
+	defer func() { _ = conn.Close() }()
 	ctx := testCtx(t)
 	errs := make(chan error, n)
 	for range n {
