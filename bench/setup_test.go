@@ -108,17 +108,10 @@ func (st setup) build(tb testing.TB) built {
 			tb.Fatal(err)
 		}
 		cleanups = append(cleanups, sec.Close)
-		unary, stream := security.AdminOnly(func(method string) bool {
-			return strings.HasPrefix(method, "/"+batcherv1.AdminService_ServiceDesc.ServiceName+"/")
-		})
+		unary, stream := security.AdminServiceOnly()
 		gsOpts = append(gsOpts, sec.GRPCServerOptions()...)
 		gsOpts = append(gsOpts, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
-		bd.server = append(bd.server, server.WithTenantFunc(func(ctx context.Context) string {
-			if t := security.TenantFrom(ctx); t != nil {
-				return t.Name
-			}
-			return ""
-		}))
+		bd.server = append(bd.server, server.WithTenantFunc(security.TenantName))
 	}
 	if st.accessLog {
 		f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)

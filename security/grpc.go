@@ -3,6 +3,7 @@ package security
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -199,6 +200,13 @@ func toProto(p batcher.Priority) batcherv1.Priority {
 		return batcherv1.Priority_PRIORITY_DEFERRABLE
 	}
 	return batcherv1.Priority_PRIORITY_NORMAL
+}
+
+// AdminServiceOnly is AdminOnly for every method of the AdminService
+// (WatchStats): batcherd's admin check on its gRPC listener.
+func AdminServiceOnly() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	prefix := "/" + batcherv1.AdminService_ServiceDesc.ServiceName + "/"
+	return AdminOnly(func(method string) bool { return strings.HasPrefix(method, prefix) })
 }
 
 // AdminOnly returns interceptors that answer PERMISSION_DENIED to a call of

@@ -128,6 +128,16 @@ func WithTenant(ctx context.Context, t *Tenant) context.Context {
 	return context.WithValue(ctx, tenantKey{}, t)
 }
 
+// TenantName names the tenant the authentication middleware put into ctx,
+// or "" when none did: the tenant function of server.WithTenantFunc and
+// openaiapi.WithTenantFunc.
+func TenantName(ctx context.Context) string {
+	if t := TenantFrom(ctx); t != nil {
+		return t.Name
+	}
+	return ""
+}
+
 // TenantFrom returns the tenant the authentication middleware put into ctx,
 // or nil when there is none (the call did not pass through it).
 func TenantFrom(ctx context.Context) *Tenant {

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
-	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/security"
 )
@@ -77,9 +75,7 @@ func startSecurity(cfg *config.Config, log *slog.Logger) (*daemonSecurity, error
 // AdminService (WatchStats), which an anonymous caller (no tenants file)
 // has.
 func (d *daemonSecurity) grpcOptions() []grpc.ServerOption {
-	unary, stream := security.AdminOnly(func(method string) bool {
-		return strings.HasPrefix(method, "/"+batcherv1.AdminService_ServiceDesc.ServiceName+"/")
-	})
+	unary, stream := security.AdminServiceOnly()
 	return append(d.GRPCServerOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 }
 
@@ -161,13 +157,4 @@ func logSecurity(log *slog.Logger, cfg *config.Config, sec *security.Security) {
 		"max_recv_msg_bytes", l.MaxRecvMsgBytes, "max_send_msg_bytes", l.MaxSendMsgBytes,
 		"keepalive_min_time", l.Keepalive.MinTime.String()))
 	log.Info("security", attrs...)
-}
-
-// tenantName names the tenant the authentication middleware put in ctx, or
-// "" when none did.
-func tenantName(ctx context.Context) string {
-	if t := security.TenantFrom(ctx); t != nil {
-		return t.Name
-	}
-	return ""
 }
