@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 )
 
@@ -884,4 +885,41 @@ func TestMTLSOptional(t *testing.T) {
 	forced.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &rogue, nil }
 	_, err = submit(withToken(ctx, tokA), dial(t, addr, forced), "chat", 0)
 	wantCode(t, err, codes.Unavailable)
+}
+
+// ctxStream is a grpc.ServerStream that only has a context.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s ctxStream) Context() context.Context { return s.ctx }
+
+// TestEdgeStreamWrapsOnlyRestrictedTenants: a SubmitStream of a tenant that
+// may use every route at every priority (the anonymous one without a
+// tenants file) runs on its own stream, with no check or lock per message;
+// one with a route list or a lower ceiling gets the checking wrapper.
+func TestEdgeStreamWrapsOnlyRestrictedTenants(t *testing.T) {
+	info := &grpc.StreamServerInfo{FullMethod: batcherv1.BatcherService_SubmitStream_FullMethodName}
+	for _, tc := range []struct {
+		name    string
+		tenant  *Tenant
+		wrapped bool
+	}{
+		{"anonymous", anonymous, false},
+		{"every route, urgent allowed", &Tenant{Name: "a", MaxPriority: batcher.PriorityUrgent}, false},
+		{"a route list", &Tenant{Name: "b", Routes: []string{"chat"}, MaxPriority: batcher.PriorityUrgent}, true},
+		{"a ceiling", &Tenant{Name: "c", MaxPriority: batcher.PriorityNormal}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ss := ctxStream{ctx: WithTenant(t.Context(), tc.tenant)}
+			var got grpc.ServerStream
+			if err := edgeStream(nil, ss, info, func(_ any, s grpc.ServerStream) error { got = s; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if _, wrapped := got.(*edgeStreamWrapper); wrapped != tc.wrapped {
+				t.Errorf("handler got %T, wrapped %v, want %v", got, wrapped, tc.wrapped)
+			}
+		})
+	}
 }

@@ -78,6 +78,12 @@ var ErrForbidden = errors.New("forbidden")
 // anonymous is the tenant of every caller when authentication is off.
 var anonymous = &Tenant{Name: AnonymousName, MaxPriority: batcher.PriorityUrgent, Weight: 1, Admin: true}
 
+// unrestricted reports whether t may use every route at every priority:
+// the edge checks would pass each of its requests unchanged.
+func (t *Tenant) unrestricted() bool {
+	return len(t.Routes) == 0 && rank(t.MaxPriority) == rank(batcher.PriorityUrgent)
+}
+
 // AllowsRoute reports whether t may use the route.
 func (t *Tenant) AllowsRoute(route string) bool {
 	return len(t.Routes) == 0 || slices.Contains(t.Routes, route)
