@@ -47,12 +47,14 @@ END {
 			get("Core/batcher/producers=" p, "allocs/op"), si(f), si(g), si(d), ratio(b, peer), ratio(f, peer)
 	}
 	print ""
-	if (get("Core/batcher/producers=512", "cores") >= 0) printf "At 512 producers, the cores each library kept busy and its CPU an item (`cores` and `cpu-ns/item`: process CPU time over wall time, and per item): Batcher %.2f and %.0f ns, Batcher with full batches only %.2f and %.0f ns, dataloadgen %.2f and %.0f ns, dataloader %.2f and %.0f ns.\n", \
+	if (get("Core/batcher/producers=512", "cores") >= 0) {
+		printf "At 512 producers, the cores each library kept busy and its CPU an item (`cores` and `cpu-ns/item`: process CPU time over wall time, and per item): Batcher %.2f and %.0f ns, Batcher with full batches only %.2f and %.0f ns, dataloadgen %.2f and %.0f ns, dataloader %.2f and %.0f ns.\n", \
 		get("Core/batcher/producers=512", "cores"), 1e9 * get("Core/batcher/producers=512", "cpu-sec/item"), \
 		get("Core/batcher-full/producers=512", "cores"), 1e9 * get("Core/batcher-full/producers=512", "cpu-sec/item"), \
 		get("Core/dataloadgen/producers=512", "cores"), 1e9 * get("Core/dataloadgen/producers=512", "cpu-sec/item"), \
 		get("Core/dataloader/producers=512", "cores"), 1e9 * get("Core/dataloader/producers=512", "cpu-sec/item")
-	if (get("Core/batcher/producers=512", "cores") >= 0) print ""
+		print ""
+	}
 	print "| load | server | Batcher | echo | ratio | shaped echo | ceiling | Batcher / shaped echo |"
 	print "|---|---|---:|---:|---:|---:|---:|---:|"
 	for (n in seen) {
@@ -74,9 +76,12 @@ END {
 		print ""
 		print "| layer | unary `Submit` | `SubmitStream` |"
 		print "|---|---:|---:|"
-		printf "| security, default configuration (on always) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/security/unary", "ratio"), si(get("GRPCLayer/security/unary", "with")), si(get("GRPCLayer/security/unary", "without")), get("GRPCLayer/security/stream", "ratio"), si(get("GRPCLayer/security/stream", "with")), si(get("GRPCLayer/security/stream", "without"))
-		printf "| metrics (on always) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/metrics/unary", "ratio"), si(get("GRPCLayer/metrics/unary", "with")), si(get("GRPCLayer/metrics/unary", "without")), get("GRPCLayer/metrics/stream", "ratio"), si(get("GRPCLayer/metrics/stream", "with")), si(get("GRPCLayer/metrics/stream", "without"))
-		printf "| access log at info (off by default) | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", get("GRPCLayer/accesslog/unary", "ratio"), si(get("GRPCLayer/accesslog/unary", "with")), si(get("GRPCLayer/accesslog/unary", "without")), get("GRPCLayer/accesslog/stream", "ratio"), si(get("GRPCLayer/accesslog/stream", "with")), si(get("GRPCLayer/accesslog/stream", "without"))
+		split("security metrics accesslog", ls, " ")
+		lab["security"] = "security, default configuration (on always)"; lab["metrics"] = "metrics (on always)"; lab["accesslog"] = "access log at info (off by default)"
+		for (i = 1; i <= 3; i++) {
+			u = "GRPCLayer/" ls[i] "/unary"; t = "GRPCLayer/" ls[i] "/stream"
+			printf "| %s | **%.2f** (%s vs %s req/s) | **%.2f** (%s vs %s msg/s) |\n", lab[ls[i]], get(u, "ratio"), si(get(u, "with")), si(get(u, "without")), get(t, "ratio"), si(get(t, "with")), si(get(t, "without"))
+		}
 	}
 	m = get("GRPCUnaryPool", "ratio")
 	if (m >= 0) { print ""; printf "Unary `Submit` on `server.NewGRPCServer` (the grpc server) with its worker pool against the same server without one: **%.2f** (%s vs %s req/s).\n", m, si(get("GRPCUnaryPool", "pooled-req/s")), si(get("GRPCUnaryPool", "unpooled-req/s")) }

@@ -2,9 +2,9 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -53,7 +53,7 @@ var (
 	setupBatcherd = setup{interceptors: true, security: true, metrics: true}
 )
 
-// name names st in benchmark names.
+// name names st in benchmark names; compareSetups are the named ones.
 func (st setup) name() string {
 	switch st {
 	case setupBare:
@@ -63,16 +63,7 @@ func (st setup) name() string {
 	case setupBatcherd:
 		return "batcherd"
 	}
-	var parts []string
-	for _, l := range []struct {
-		on   bool
-		name string
-	}{{st.interceptors, "grpc"}, {st.security, "security"}, {st.metrics, "metrics"}, {st.accessLog, "accesslog"}} {
-		if l.on {
-			parts = append(parts, l.name)
-		}
-	}
-	return strings.Join(parts, "+")
+	return fmt.Sprintf("%+v", st)
 }
 
 // built is a setup, built.
@@ -131,11 +122,9 @@ func (st setup) build(tb testing.TB) built {
 		bd.core = append(bd.core, batcher.WithMeterProvider(tel.MeterProvider))
 		bd.metrics = tel.Gatherer
 		otel.SetMeterProvider(tel.MeterProvider)
-		bd.gs = server.NewGRPCServer(noop.NewTracerProvider(), gsOpts...)
-		otel.SetMeterProvider(metricnoop.NewMeterProvider())
-	} else {
-		bd.gs = server.NewGRPCServer(noop.NewTracerProvider(), gsOpts...)
+		defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
 	}
+	bd.gs = server.NewGRPCServer(noop.NewTracerProvider(), gsOpts...)
 	bd.cleanup = func() {
 		for _, f := range cleanups {
 			f()
