@@ -7,12 +7,15 @@
 //	batcherctl health
 //	batcherctl jobs create requests.jsonl -m sim-chat   # prints the job's id
 //	batcherctl jobs watch ID; batcherctl jobs results ID > results.jsonl
+//	batcherctl jobs get ID; batcherctl jobs delete ID
 //	batcherctl stats --once
 //
 // `batcherctl --help` and `batcherctl COMMAND --help` describe every flag,
 // with examples. Global flags: --addr (the service, default 127.0.0.1:50051,
-// or $BATCHERCTL_ADDR), --timeout, and --tls with its --tls-* files for a
-// service behind TLS.
+// or $BATCHERCTL_ADDR), --timeout, --tls with its --tls-* files for a
+// service behind TLS, and a tenant's bearer token for a service with tenants:
+// --token, --token-file, $BATCHERCTL_TOKEN or $BATCHERCTL_TOKEN_FILE, in that
+// order (sent in plaintext only to a loopback address).
 //
 // Commands that print a result take -o/--output text|json; json is the
 // protobuf JSON of the service's messages, for scripts. `run` writes JSONL

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/batcherhq/batcher/client"
@@ -44,10 +47,106 @@ body), runs in the background, and its results are read back as JSONL.`,
 		Example: `  id=$(batcherctl jobs create requests.jsonl -m sim-chat --name nightly)
   batcherctl jobs watch "$id"
   batcherctl jobs results "$id" > results.jsonl
-  batcherctl jobs list -o json`,
-		Args: argsBetween(0, 0),
+  batcherctl jobs get "$id" -o json
+  batcherctl jobs list -o json
+  batcherctl jobs delete "$id"`,
+		// Without RunE cobra would print the help and exit 0 for any
+		// argument, so that a mistyped subcommand looked like success.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
 	}
-	c.AddCommand(newJobsCreateCmd(a), newJobsListCmd(a), newJobsWatchCmd(a), newJobsResultsCmd(a), newJobsCancelCmd(a))
+	c.AddCommand(newJobsCreateCmd(a), newJobsGetCmd(a), newJobsListCmd(a), newJobsWatchCmd(a), newJobsResultsCmd(a),
+		newJobsCancelCmd(a), newJobsDeleteCmd(a))
+	return c
+}
+
+func newJobsGetCmd(a *app) *cobra.Command {
+	var out outputFormat
+	c := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a job and its progress",
+		Long: `get prints one job: its state, counts per run group, tokens, rate and ETA,
+and where its output files are. -o json prints the whole Job message.`,
+		Example: "  batcherctl jobs get job-0123\n  batcherctl jobs get job-0123 -o json | jq .progress.eta",
+		Args:    argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
+				job, err := j.Get(ctx, args[0])
+				if err != nil {
+					return rpcError("jobs get "+args[0], err)
+				}
+				if out == outputJSON {
+					return printJSON(cmd.OutOrStdout(), job)
+				}
+				_, err = io.WriteString(cmd.OutOrStdout(), jobText(job))
+				return err
+			})
+		},
+	}
+	addOutputFlag(c, &out)
+	return c
+}
+
+// jobText describes a job for people, one fact a line.
+func jobText(job *batcherv1.Job) string {
+	var b strings.Builder
+	p := job.GetProgress()
+	fmt.Fprintf(&b, "id\t%s\n", job.GetId())
+	if n := job.GetSpec().GetName(); n != "" {
+		fmt.Fprintf(&b, "name\t%s\n", n)
+	}
+	fmt.Fprintf(&b, "state\t%s\n", stateName(p.GetState()))
+	fmt.Fprintf(&b, "items\t%s\n", countsText(p.GetCounts()))
+	for _, g := range p.GetGroups() {
+		fmt.Fprintf(&b, "  %s\t%s\n", g.GetGroup(), countsText(g.GetCounts()))
+	}
+	fmt.Fprintf(&b, "rate\t%s\n", rateText(p))
+	fmt.Fprintf(&b, "tokens\t%d in, %d out\n", p.GetTokensIn(), p.GetTokensOut())
+	if t := job.GetCreatedAt(); t != nil {
+		fmt.Fprintf(&b, "created\t%s\n", t.AsTime().Format(time.RFC3339))
+	}
+	if t := job.GetEndedAt(); t != nil {
+		fmt.Fprintf(&b, "ended\t%s\n", t.AsTime().Format(time.RFC3339))
+	}
+	if e := job.GetError(); e != nil {
+		fmt.Fprintf(&b, "error\t%s: %s\n", codeName(codes.Code(e.GetCode())), e.GetMessage())
+	}
+	if d := job.GetOutputDir(); d != "" {
+		fmt.Fprintf(&b, "output\t%s\n", d)
+	}
+	return b.String()
+}
+
+// rateText is a progress's rate, tokens per second and ETA, for people.
+func rateText(p *batcherv1.JobProgress) string {
+	eta := "unknown"
+	if e := p.GetEta(); e != nil {
+		eta = e.AsDuration().Round(time.Second).String()
+	}
+	return fmt.Sprintf("%.1f items/s, %.0f tokens/s, eta %s", p.GetItemsPerHour()/3600, p.GetTokensPerSecond(), eta)
+}
+
+func newJobsDeleteCmd(a *app) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete a job, its results and its files",
+		Long: `delete removes a job's rows and output files; a running job is cancelled
+first. It prints nothing on success.`,
+		Example: "  batcherctl jobs delete job-0123",
+		Args:    argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
+				if err := j.Delete(ctx, args[0]); err != nil {
+					return rpcError("jobs delete "+args[0], err)
+				}
+				return nil
+			})
+		},
+	}
 	return c
 }
 

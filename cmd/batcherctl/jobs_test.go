@@ -92,6 +92,26 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 	if r.code != 0 || strings.Count(r.stdout, "\n") != 2 {
 		t.Fatalf("list -o json: %+v", r)
 	}
+
+	r = ctl(t, addr, "", "jobs", "get", id)
+	if r.code != 0 || !strings.Contains(r.stdout, "id\t"+id+"\n") || !strings.Contains(r.stdout, "state\tcompleted\n") ||
+		!strings.Contains(r.stdout, "items\t5/5 done, 5 succeeded") || !strings.Contains(r.stdout, "items/s") {
+		t.Fatalf("get: %+v", r)
+	}
+	r = ctl(t, addr, "", "jobs", "get", id, "-o", "json")
+	var got struct{ ID string }
+	if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil || got.ID != id {
+		t.Fatalf("get -o json: %+v (%v)", r, err)
+	}
+	if r = ctl(t, addr, "", "jobs", "delete", big); r.code != 0 || r.stdout != "" {
+		t.Fatalf("delete: %+v", r)
+	}
+	if r = ctl(t, addr, "", "jobs", "get", big); r.code != exitFailed || !strings.Contains(r.stderr, "NOT_FOUND") {
+		t.Fatalf("get after delete: %+v; want exit 1 with NOT_FOUND", r)
+	}
+	if r = ctl(t, addr, "", "jobs", "delete", big); r.code != exitFailed || !strings.Contains(r.stderr, "NOT_FOUND") {
+		t.Fatalf("delete twice: %+v; want exit 1 with NOT_FOUND", r)
+	}
 }
 
 func TestStatsOnce(t *testing.T) {

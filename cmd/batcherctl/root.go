@@ -32,6 +32,7 @@ type app struct {
 	addr    string
 	timeout time.Duration
 	tls     tlsFlags
+	auth    authFlags
 }
 
 type tlsFlags struct {
@@ -62,7 +63,9 @@ of requests through it with a live progress bar, runs durable batch jobs,
 shows its live stats and checks its health.
 
 The service is --addr (default ` + DefaultAddr + `, or $` + addrEnv + `), over plaintext
-gRPC unless --tls is given.`,
+gRPC unless --tls is given. A service with tenants wants a bearer token:
+--token, --token-file, $` + tokenEnv + ` or $` + tokenFileEnv + ` (plaintext only to a
+loopback address; use --tls otherwise).`,
 		Example: `  # One prompt, its completion printed
   batcherctl submit -m sim-chat "Write a haiku about queues"
 
@@ -74,7 +77,10 @@ gRPC unless --tls is given.`,
   batcherctl jobs watch "$id" && batcherctl jobs results "$id" > results.jsonl
 
   # Is the service up?
-  batcherctl --addr batcher.internal:50051 health`,
+  batcherctl --addr batcher.internal:50051 health
+
+  # A service with tenants, over TLS, its token in a file
+  batcherctl --addr batcher.internal:50051 --tls --token-file ~/.batcher-token jobs list`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -91,6 +97,8 @@ gRPC unless --tls is given.`,
 	pf.StringVar(&a.tls.certFile, "tls-cert", "", "PEM file of a client certificate, for mutual TLS (with --tls-key)")
 	pf.StringVar(&a.tls.keyFile, "tls-key", "", "PEM file of the client certificate's key")
 	pf.StringVar(&a.tls.serverName, "tls-server-name", "", "the name to verify the service's certificate against (default: --addr's host)")
+	pf.StringVar(&a.auth.token, "token", "", "bearer token of a tenant (env "+tokenEnv+"); prefer --token-file, which keeps it out of the process list")
+	pf.StringVar(&a.auth.tokenFile, "token-file", "", "file holding the bearer token on its first line (env "+tokenFileEnv+")")
 
 	var cpuProfile string
 	pf.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
@@ -140,34 +148,55 @@ gRPC unless --tls is given.`,
 	return root
 }
 
-// dialOptions are the connection's options from the global flags.
+// dialOptions are the connection's options from the global flags: the
+// transport's, and the bearer token's when one is given.
 func (a *app) dialOptions() ([]grpc.DialOption, error) {
+	tok, err := a.resolveToken()
+	if err != nil {
+		return nil, err
+	}
+	opts, secure, err := a.transportOptions()
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
+		if !secure && !isLoopback(a.addr) {
+			return nil, usageError("--token: refusing to send a token in plaintext to %s, which is not a loopback address; add --tls", a.addr)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken{token: tok, secure: secure}))
+	}
+	return opts, nil
+}
+
+// transportOptions are the TLS (or plaintext) options, and whether they
+// are TLS.
+func (a *app) transportOptions() ([]grpc.DialOption, bool, error) {
 	t := a.tls
 	if !t.enabled && t.caFile == "" && t.certFile == "" && t.keyFile == "" && t.serverName == "" {
-		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, false, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.serverName}
 	if t.caFile != "" {
 		pem, err := os.ReadFile(t.caFile)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w", err)
+			return nil, false, fmt.Errorf("--tls-ca: %w", err)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca: %s holds no PEM certificate", t.caFile)
+			return nil, false, fmt.Errorf("--tls-ca: %s holds no PEM certificate", t.caFile)
 		}
 	}
 	if (t.certFile == "") != (t.keyFile == "") {
-		return nil, usageError("--tls-cert and --tls-key go together")
+		return nil, false, usageError("--tls-cert and --tls-key go together")
 	}
 	if t.certFile != "" {
 		cert, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
+			return nil, false, fmt.Errorf("--tls-cert, --tls-key: %w", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, nil
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, true, nil
 }
 
 // dial connects to --addr. grpc.NewClient connects lazily, so a service

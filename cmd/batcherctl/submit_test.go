@@ -73,10 +73,19 @@ func TestUsage(t *testing.T) {
 		{[]string{"run", "a.jsonl", "--resume"}, "--resume: needs a results file"},
 		{[]string{"health", "extra"}, "takes no arguments"},
 		{[]string{"nope"}, `unknown command "nope"`},
+		{[]string{"jobs", "nope"}, `unknown command "nope" for "batcherctl jobs"`},
+		{[]string{"jobs", "get"}, "takes 1 argument(s), got 0"},
+		{[]string{"jobs", "delete", "a", "b"}, "takes 1 argument(s), got 2"},
+		{[]string{"--token", "t", "--token-file", "f", "health"}, "--token and --token-file: give one, not both"},
+		{[]string{"--addr", "192.0.2.1:50051", "--token", "t", "health"}, "refusing to send a token in plaintext to 192.0.2.1:50051"},
 		{[]string{"--nope"}, "unknown flag: --nope"},
 		{[]string{"--tls-cert", "c.pem", "health"}, "--tls-cert and --tls-key go together"},
 	} {
-		r := ctl(t, "127.0.0.1:1", "", tc.args...)
+		addr := "127.0.0.1:1"
+		if tc.args[0] == "--addr" {
+			addr, tc.args = tc.args[1], tc.args[2:]
+		}
+		r := ctl(t, addr, "", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: %+v; want exit 2 with %q", tc.args, r, tc.want)
 		}
@@ -85,7 +94,8 @@ func TestUsage(t *testing.T) {
 
 // Every level's help has examples.
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"submit", "--help"}, {"run", "--help"}, {"health", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"submit", "--help"}, {"run", "--help"}, {"health", "--help"},
+		{"jobs", "--help"}, {"jobs"}, {"jobs", "get", "--help"}, {"jobs", "delete", "--help"}} {
 		r := ctl(t, "127.0.0.1:1", "", args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "batcherctl ") {
 			t.Errorf("%v: exit %d, no examples:\n%s%s", args, r.code, r.stdout, r.stderr)

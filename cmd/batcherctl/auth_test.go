@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/batcherhq/batcher/security"
+)
+
+// Against a batcherd with tenants, a token from the flag, the environment
+// or a file authenticates; none is UNAUTHENTICATED.
+func TestToken(t *testing.T) {
+	const tok = "s3cret-token-for-team-a"
+	tenants := writeFile(t, "tenants.yaml", fmt.Sprintf("tenants:\n  - name: team-a\n    tokens: [%s]\n", security.HashToken(tok)))
+	addr := startBatcherd(t, fastConfig, "--tenants", tenants) // health needs no token
+	tokFile := writeFile(t, "token", "\n"+tok+"\n")
+	empty := writeFile(t, "empty", " \n")
+
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"none", nil, nil, exitFailed, "UNAUTHENTICATED"},
+		{"wrong", nil, []string{"--token", "nope"}, exitFailed, "UNAUTHENTICATED"},
+		{"flag", nil, []string{"--token", tok}, 0, "Hi"},
+		{"file", nil, []string{"--token-file", tokFile}, 0, "Hi"},
+		{"env", []string{tokenEnv + "=" + tok}, nil, 0, "Hi"},
+		{"env file", []string{tokenFileEnv + "=" + tokFile}, nil, 0, "Hi"},
+		{"flag over env", []string{tokenEnv + "=nope"}, []string{"--token", tok}, 0, "Hi"},
+		{"empty file", nil, []string{"--token-file", empty}, exitFailed, "holds no token"},
+		{"missing file", nil, []string{"--token-file", "/nonexistent/token"}, exitFailed, "--token-file: open /nonexistent/token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ctlEnv(t, addr, tc.env, append(tc.args, "submit", "-m", "sim-chat", "Hi")...)
+			out := r.stdout
+			if tc.code != 0 {
+				out = r.stderr
+			}
+			if r.code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("%+v; want exit %d with %q", r, tc.code, tc.want)
+			}
+		})
+	}
+}
+
+// ctlEnv is ctl with more environment variables.
+func ctlEnv(t *testing.T, addr string, env []string, args ...string) ctlResult {
+	t.Helper()
+	_, bin := binaries(t)
+	cmd := exec.CommandContext(t.Context(), bin, append([]string{"--addr", addr}, args...)...)
+	cmd.Env = append(cleanEnv(), env...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := ctlResult{stdout: stdout.String(), stderr: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
