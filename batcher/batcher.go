@@ -69,6 +69,7 @@ type Batcher struct {
 	drainOnce sync.Once
 	shutOnce  sync.Once
 	lanesWG   sync.WaitGroup // lane owners
+	fetches   sync.WaitGroup // lookups in the cache's shared layer (cacheFetch)
 	workers   sync.WaitGroup // dispatch workers
 	abortOnce sync.Once
 	abortCh   chan struct{} // closed when the drain is cut short
@@ -345,6 +346,9 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	}
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
+	}
+	if lookup, store := b.cacheWanted(req, rc); store && b.cacheAdmit(c, lookup, now) {
+		return c, nil // served from the cache, or being looked up in its shared layer
 	}
 	key := keyOf(req, rc, c.target)
 	hot := &rc.hot[c.target]
@@ -635,6 +639,7 @@ func (b *Batcher) Shutdown(ctx context.Context) error {
 			for _, be := range all {
 				be.stopTimer()
 			}
+			b.fetches.Wait()
 			close(b.stopped)
 		}()
 	})

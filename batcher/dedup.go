@@ -3,20 +3,20 @@ package batcher
 import (
 	"errors"
 	"math"
-	"strings"
 	"sync"
 	"time"
 )
 
 // dedupKey identifies identical requests: same route target, same
-// parameters (all of them, also those a fan-out lane ignores), same input.
+// parameters (all of them, also those a fan-out lane ignores), same
+// Identity (which the response cache keys on too).
 type dedupKey struct {
 	lane laneKey
 	// tenant keeps tenants apart: a request never shares another
 	// tenant's upstream call, whose result and timing would tell it what
 	// the other asked.
 	tenant string
-	input  string
+	id     Identity
 }
 
 // dedupGroup is one upstream request shared by identical requests: the
@@ -51,29 +51,12 @@ func dedupable(r *Request) bool {
 	return p.Temperature != nil && *p.Temperature == 0 && p.Seed != nil
 }
 
-func inputKey(in *Input) string {
-	switch in.Op {
-	case OpChat:
-		var sb strings.Builder
-		for _, m := range in.Messages {
-			sb.WriteString(m.Role)
-			sb.WriteByte(0)
-			sb.WriteString(m.Content)
-			sb.WriteByte(1)
-		}
-		return sb.String()
-	case OpCompletion:
-		return in.Prompt
-	}
-	return in.Text
-}
-
 // join makes c follow an identical request in flight, or lead a new group.
 // It reports whether c follows (and so must not be queued). A follower's
 // own deadline is watched by a timer armed here, under mu, so that it is in
 // place before anyone else can see the follower.
 func (t *dedupTable) join(c *Call, key laneKey) bool {
-	k := dedupKey{lane: key, tenant: c.req.Tenant, input: inputKey(&c.req.Input)}
+	k := dedupKey{lane: key, tenant: c.req.Tenant, id: c.identity()}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if g := t.groups[k]; g != nil && g.leader.pending() {

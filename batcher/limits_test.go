@@ -708,7 +708,7 @@ func TestDedupNeverFollowsAnEndedLeader(t *testing.T) {
 		defer b.dedup.mu.Unlock()
 		for k, g := range b.dedup.groups {
 			if !g.leader.pending() {
-				t.Fatalf("group %q left with an ended leader", k.input)
+				t.Fatalf("group %x left with an ended leader", k.id)
 			}
 		}
 	})

@@ -142,6 +142,8 @@ type Request struct {
 	// Tenant names the caller's tenant, for weighted fair queuing and
 	// quotas (see SetTenants). Empty: no tenant.
 	Tenant string
+	// Cache is what the request asks of the response cache (WithCache).
+	Cache CacheMode
 }
 
 // PolicyMaxRetries in RetryOverride.MaxRetries keeps the backend policy's
@@ -217,7 +219,9 @@ type Result struct {
 	Attempts     int
 	Backend      string
 	Deduplicated bool
-	Timings      Timings
+	// Cached: the answer came from the response cache, not the upstream.
+	Cached  bool
+	Timings Timings
 
 	Err error
 }

@@ -88,6 +88,9 @@ type Route struct {
 	// DefaultMaxTokens applies to requests that leave max_tokens unset.
 	// Default DefaultMaxTokens.
 	DefaultMaxTokens int32
+	// Cache is the route's use of the response cache, if one is set
+	// (WithCache).
+	Cache RouteCache
 }
 
 // BackendConfig names a Backend and bounds it.
@@ -213,6 +216,7 @@ type config struct {
 	meterProvider   metric.MeterProvider
 	logger          *slog.Logger
 	coordinator     Coordinator
+	cache           Cache
 }
 
 // routeConfig is a Route with every default resolved.
@@ -344,6 +348,9 @@ func resolveRoute(r Route) (routeConfig, error) {
 	}
 	if rc.Model == "" {
 		rc.Model = r.Name
+	}
+	if err := rc.Cache.check(field); err != nil {
+		return rc, err
 	}
 	b := &rc.Batch
 	if b.MaxBatchSize == 0 {
