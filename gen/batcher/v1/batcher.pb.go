@@ -276,9 +276,15 @@ type Request struct {
 	// Optional W3C trace context of this request, for callers that multiplex
 	// many logical requests over one stream. Ignored by Submit, whose trace
 	// context travels in the RPC metadata.
-	Traceparent   string `protobuf:"bytes,10,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
-	Tracestate    string `protobuf:"bytes,11,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
-	Dedup         Dedup  `protobuf:"varint,12,opt,name=dedup,proto3,enum=batcher.v1.Dedup" json:"dedup,omitempty"`
+	Traceparent string `protobuf:"bytes,10,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate  string `protobuf:"bytes,11,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	Dedup       Dedup  `protobuf:"varint,12,opt,name=dedup,proto3,enum=batcher.v1.Dedup" json:"dedup,omitempty"`
+	// Ask for the answer streamed: its deltas arrive as the model generates
+	// them (SubmitStream's Delta messages), before the terminal Completion,
+	// which still holds the whole answer. Chat and completion routes only. A
+	// streamed request goes upstream alone: it is never batched with others
+	// or shared with an identical request (dedup must not be DEDUP_ON).
+	Stream        bool `protobuf:"varint,20,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +414,13 @@ func (x *Request) GetDedup() Dedup {
 		return x.Dedup
 	}
 	return Dedup_DEDUP_UNSPECIFIED
+}
+
+func (x *Request) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
 }
 
 type isRequest_Input interface {
@@ -731,9 +744,17 @@ type Completion struct {
 	// The request's metadata, echoed.
 	Metadata map[string]string `protobuf:"bytes,12,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// True when the result was shared with an identical request in flight.
-	Deduplicated  bool `protobuf:"varint,13,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Deduplicated bool `protobuf:"varint,13,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// Set on a streamed request that failed after some of its deltas had
+	// been sent: text holds the answer as far as it was streamed, error what
+	// ended it. Such a request is never retried, since the caller holds part
+	// of an answer.
+	Partial bool `protobuf:"varint,20,opt,name=partial,proto3" json:"partial,omitempty"`
+	// A streamed request's time from admission to its first delta; unset
+	// when no delta was sent.
+	TimeToFirstToken *durationpb.Duration `protobuf:"bytes,21,opt,name=time_to_first_token,json=timeToFirstToken,proto3" json:"time_to_first_token,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Completion) Reset() {
@@ -866,6 +887,20 @@ func (x *Completion) GetDeduplicated() bool {
 		return x.Deduplicated
 	}
 	return false
+}
+
+func (x *Completion) GetPartial() bool {
+	if x != nil {
+		return x.Partial
+	}
+	return false
+}
+
+func (x *Completion) GetTimeToFirstToken() *durationpb.Duration {
+	if x != nil {
+		return x.TimeToFirstToken
+	}
+	return nil
 }
 
 type isCompletion_Output interface {
@@ -1291,6 +1326,309 @@ func (*Flush) Descriptor() ([]byte, []int) {
 	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{14}
 }
 
+// SubmitStreamedRequest is the input of SubmitStreamed.
+type SubmitStreamedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *Request               `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitStreamedRequest) Reset() {
+	*x = SubmitStreamedRequest{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitStreamedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitStreamedRequest) ProtoMessage() {}
+
+func (x *SubmitStreamedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitStreamedRequest.ProtoReflect.Descriptor instead.
+func (*SubmitStreamedRequest) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SubmitStreamedRequest) GetRequest() *Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// SubmitStreamedResponse is one message of SubmitStreamed's answer: deltas,
+// then one Completion last.
+type SubmitStreamedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*SubmitStreamedResponse_Delta
+	//	*SubmitStreamedResponse_Completion
+	Kind          isSubmitStreamedResponse_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmitStreamedResponse) Reset() {
+	*x = SubmitStreamedResponse{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmitStreamedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmitStreamedResponse) ProtoMessage() {}
+
+func (x *SubmitStreamedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmitStreamedResponse.ProtoReflect.Descriptor instead.
+func (*SubmitStreamedResponse) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SubmitStreamedResponse) GetKind() isSubmitStreamedResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *SubmitStreamedResponse) GetDelta() *Delta {
+	if x != nil {
+		if x, ok := x.Kind.(*SubmitStreamedResponse_Delta); ok {
+			return x.Delta
+		}
+	}
+	return nil
+}
+
+func (x *SubmitStreamedResponse) GetCompletion() *Completion {
+	if x != nil {
+		if x, ok := x.Kind.(*SubmitStreamedResponse_Completion); ok {
+			return x.Completion
+		}
+	}
+	return nil
+}
+
+type isSubmitStreamedResponse_Kind interface {
+	isSubmitStreamedResponse_Kind()
+}
+
+type SubmitStreamedResponse_Delta struct {
+	Delta *Delta `protobuf:"bytes,1,opt,name=delta,proto3,oneof"`
+}
+
+type SubmitStreamedResponse_Completion struct {
+	Completion *Completion `protobuf:"bytes,2,opt,name=completion,proto3,oneof"`
+}
+
+func (*SubmitStreamedResponse_Delta) isSubmitStreamedResponse_Kind() {}
+
+func (*SubmitStreamedResponse_Completion) isSubmitStreamedResponse_Kind() {}
+
+// Delta is one piece of a streamed answer. A request's deltas come in
+// order; concatenated, their texts are the Completion's text.
+type Delta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The choice the delta belongs to; 0 unless the request asked for several.
+	Index int32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// A piece of the answer's text.
+	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	// A piece of the model's refusal.
+	Refusal string `protobuf:"bytes,4,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// Pieces of tool calls.
+	ToolCalls []*ToolCallDelta `protobuf:"bytes,5,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// Set on the last delta of a successful answer: why generation stopped,
+	// and the tokens the backend reported (unset when it reported none).
+	FinishReason  FinishReason `protobuf:"varint,6,opt,name=finish_reason,json=finishReason,proto3,enum=batcher.v1.FinishReason" json:"finish_reason,omitempty"`
+	Usage         *Usage       `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Delta) Reset() {
+	*x = Delta{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Delta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Delta) ProtoMessage() {}
+
+func (x *Delta) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Delta.ProtoReflect.Descriptor instead.
+func (*Delta) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Delta) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Delta) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Delta) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Delta) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+func (x *Delta) GetToolCalls() []*ToolCallDelta {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *Delta) GetFinishReason() FinishReason {
+	if x != nil {
+		return x.FinishReason
+	}
+	return FinishReason_FINISH_REASON_UNSPECIFIED
+}
+
+func (x *Delta) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// ToolCallDelta is a piece of one tool call of a streamed answer.
+type ToolCallDelta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's position among the answer's tool calls: pieces with the
+	// same index belong to one call.
+	Index int32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The call's id and function name, set on its first piece.
+	Id   string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// A piece of the arguments' JSON text.
+	Arguments     string `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallDelta) Reset() {
+	*x = ToolCallDelta{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallDelta) ProtoMessage() {}
+
+func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
+func (*ToolCallDelta) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ToolCallDelta) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ToolCallDelta) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
 // SubmitStreamRequest is one message from the caller on SubmitStream.
 type SubmitStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1307,7 +1645,7 @@ type SubmitStreamRequest struct {
 
 func (x *SubmitStreamRequest) Reset() {
 	*x = SubmitStreamRequest{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[15]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1657,7 @@ func (x *SubmitStreamRequest) String() string {
 func (*SubmitStreamRequest) ProtoMessage() {}
 
 func (x *SubmitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[15]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1670,7 @@ func (x *SubmitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitStreamRequest.ProtoReflect.Descriptor instead.
 func (*SubmitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{15}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SubmitStreamRequest) GetKind() isSubmitStreamRequest_Kind {
@@ -1415,6 +1753,7 @@ type SubmitStreamResponse struct {
 	//	*SubmitStreamResponse_Completion
 	//	*SubmitStreamResponse_Rejection
 	//	*SubmitStreamResponse_Summary
+	//	*SubmitStreamResponse_Delta
 	Kind          isSubmitStreamResponse_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1422,7 +1761,7 @@ type SubmitStreamResponse struct {
 
 func (x *SubmitStreamResponse) Reset() {
 	*x = SubmitStreamResponse{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[16]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1773,7 @@ func (x *SubmitStreamResponse) String() string {
 func (*SubmitStreamResponse) ProtoMessage() {}
 
 func (x *SubmitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[16]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1786,7 @@ func (x *SubmitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitStreamResponse.ProtoReflect.Descriptor instead.
 func (*SubmitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{16}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SubmitStreamResponse) GetKind() isSubmitStreamResponse_Kind {
@@ -1493,6 +1832,15 @@ func (x *SubmitStreamResponse) GetSummary() *StreamSummary {
 	return nil
 }
 
+func (x *SubmitStreamResponse) GetDelta() *Delta {
+	if x != nil {
+		if x, ok := x.Kind.(*SubmitStreamResponse_Delta); ok {
+			return x.Delta
+		}
+	}
+	return nil
+}
+
 type isSubmitStreamResponse_Kind interface {
 	isSubmitStreamResponse_Kind()
 }
@@ -1513,6 +1861,11 @@ type SubmitStreamResponse_Summary struct {
 	Summary *StreamSummary `protobuf:"bytes,4,opt,name=summary,proto3,oneof"`
 }
 
+type SubmitStreamResponse_Delta struct {
+	// A piece of a streamed request's answer (Request.stream).
+	Delta *Delta `protobuf:"bytes,5,opt,name=delta,proto3,oneof"`
+}
+
 func (*SubmitStreamResponse_Event) isSubmitStreamResponse_Kind() {}
 
 func (*SubmitStreamResponse_Completion) isSubmitStreamResponse_Kind() {}
@@ -1520,6 +1873,8 @@ func (*SubmitStreamResponse_Completion) isSubmitStreamResponse_Kind() {}
 func (*SubmitStreamResponse_Rejection) isSubmitStreamResponse_Kind() {}
 
 func (*SubmitStreamResponse_Summary) isSubmitStreamResponse_Kind() {}
+
+func (*SubmitStreamResponse_Delta) isSubmitStreamResponse_Kind() {}
 
 // Rejection says a stream message was not accepted. A rejected request gets
 // no other message: it was never in flight.
@@ -1534,7 +1889,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[17]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1901,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[17]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1914,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{17}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Rejection) GetId() string {
@@ -1594,7 +1949,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[18]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1961,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[18]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1974,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{18}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetId() string {
@@ -1718,7 +2073,7 @@ type Queued struct {
 
 func (x *Queued) Reset() {
 	*x = Queued{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[19]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2085,7 @@ func (x *Queued) String() string {
 func (*Queued) ProtoMessage() {}
 
 func (x *Queued) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[19]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2098,7 @@ func (x *Queued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queued.ProtoReflect.Descriptor instead.
 func (*Queued) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{19}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Queued) GetLane() string {
@@ -1764,7 +2119,7 @@ type Batched struct {
 
 func (x *Batched) Reset() {
 	*x = Batched{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[20]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2131,7 @@ func (x *Batched) String() string {
 func (*Batched) ProtoMessage() {}
 
 func (x *Batched) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[20]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2144,7 @@ func (x *Batched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batched.ProtoReflect.Descriptor instead.
 func (*Batched) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{20}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Batched) GetBatchId() string {
@@ -1819,7 +2174,7 @@ type Dispatched struct {
 
 func (x *Dispatched) Reset() {
 	*x = Dispatched{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[21]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +2186,7 @@ func (x *Dispatched) String() string {
 func (*Dispatched) ProtoMessage() {}
 
 func (x *Dispatched) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[21]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +2199,7 @@ func (x *Dispatched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatched.ProtoReflect.Descriptor instead.
 func (*Dispatched) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{21}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Dispatched) GetBatchId() string {
@@ -1884,7 +2239,7 @@ type Retrying struct {
 
 func (x *Retrying) Reset() {
 	*x = Retrying{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[22]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2251,7 @@ func (x *Retrying) String() string {
 func (*Retrying) ProtoMessage() {}
 
 func (x *Retrying) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[22]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2264,7 @@ func (x *Retrying) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retrying.ProtoReflect.Descriptor instead.
 func (*Retrying) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{22}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Retrying) GetAttempt() int32 {
@@ -1959,7 +2314,7 @@ type StreamSummary struct {
 
 func (x *StreamSummary) Reset() {
 	*x = StreamSummary{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[23]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2326,7 @@ func (x *StreamSummary) String() string {
 func (*StreamSummary) ProtoMessage() {}
 
 func (x *StreamSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[23]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2339,7 @@ func (x *StreamSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSummary.ProtoReflect.Descriptor instead.
 func (*StreamSummary) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{23}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StreamSummary) GetTime() *timestamppb.Timestamp {
@@ -2048,7 +2403,7 @@ var File_batcher_v1_batcher_proto protoreflect.FileDescriptor
 const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\n" +
 	"\x18batcher/v1/batcher.proto\x12\n" +
-	"batcher.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xe4\x04\n" +
+	"batcher.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xfc\x04\n" +
 	"\aRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x120\n" +
@@ -2066,7 +2421,8 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\n" +
 	"tracestate\x18\v \x01(\tR\n" +
 	"tracestate\x12'\n" +
-	"\x05dedup\x18\f \x01(\x0e2\x11.batcher.v1.DedupR\x05dedup\x1a;\n" +
+	"\x05dedup\x18\f \x01(\x0e2\x11.batcher.v1.DedupR\x05dedup\x12\x16\n" +
+	"\x06stream\x18\x14 \x01(\bR\x06stream\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
@@ -2090,7 +2446,7 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\v_max_tokensB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
-	"\x05_seed\"\xc7\x04\n" +
+	"\x05_seed\"\xab\x05\n" +
 	"\n" +
 	"Completion\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -2107,7 +2463,9 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	" \x01(\v2\x12.google.rpc.StatusR\x05error\x12\x18\n" +
 	"\abackend\x18\v \x01(\tR\abackend\x12@\n" +
 	"\bmetadata\x18\f \x03(\v2$.batcher.v1.Completion.MetadataEntryR\bmetadata\x12\"\n" +
-	"\fdeduplicated\x18\r \x01(\bR\fdeduplicated\x1a;\n" +
+	"\fdeduplicated\x18\r \x01(\bR\fdeduplicated\x12\x18\n" +
+	"\apartial\x18\x14 \x01(\bR\apartial\x12H\n" +
+	"\x13time_to_first_token\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstToken\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
@@ -2135,20 +2493,43 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\x10summary_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0fsummaryInterval\"\x18\n" +
 	"\x06Cancel\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\a\n" +
-	"\x05Flush\"\xde\x01\n" +
+	"\x05Flush\"F\n" +
+	"\x15SubmitStreamedRequest\x12-\n" +
+	"\arequest\x18\x01 \x01(\v2\x13.batcher.v1.RequestR\arequest\"\x85\x01\n" +
+	"\x16SubmitStreamedResponse\x12)\n" +
+	"\x05delta\x18\x01 \x01(\v2\x11.batcher.v1.DeltaH\x00R\x05delta\x128\n" +
+	"\n" +
+	"completion\x18\x02 \x01(\v2\x16.batcher.v1.CompletionH\x00R\n" +
+	"completionB\x06\n" +
+	"\x04kind\"\xfd\x01\n" +
+	"\x05Delta\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12\x18\n" +
+	"\arefusal\x18\x04 \x01(\tR\arefusal\x128\n" +
+	"\n" +
+	"tool_calls\x18\x05 \x03(\v2\x19.batcher.v1.ToolCallDeltaR\ttoolCalls\x12=\n" +
+	"\rfinish_reason\x18\x06 \x01(\x0e2\x18.batcher.v1.FinishReasonR\ffinishReason\x12'\n" +
+	"\x05usage\x18\a \x01(\v2\x11.batcher.v1.UsageR\x05usage\"g\n" +
+	"\rToolCallDelta\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x04 \x01(\tR\targuments\"\xde\x01\n" +
 	"\x13SubmitStreamRequest\x125\n" +
 	"\aoptions\x18\x01 \x01(\v2\x19.batcher.v1.StreamOptionsH\x00R\aoptions\x12/\n" +
 	"\arequest\x18\x02 \x01(\v2\x13.batcher.v1.RequestH\x00R\arequest\x12,\n" +
 	"\x06cancel\x18\x03 \x01(\v2\x12.batcher.v1.CancelH\x00R\x06cancel\x12)\n" +
 	"\x05flush\x18\x04 \x01(\v2\x11.batcher.v1.FlushH\x00R\x05flushB\x06\n" +
-	"\x04kind\"\xf1\x01\n" +
+	"\x04kind\"\x9c\x02\n" +
 	"\x14SubmitStreamResponse\x12)\n" +
 	"\x05event\x18\x01 \x01(\v2\x11.batcher.v1.EventH\x00R\x05event\x128\n" +
 	"\n" +
 	"completion\x18\x02 \x01(\v2\x16.batcher.v1.CompletionH\x00R\n" +
 	"completion\x125\n" +
 	"\trejection\x18\x03 \x01(\v2\x15.batcher.v1.RejectionH\x00R\trejection\x125\n" +
-	"\asummary\x18\x04 \x01(\v2\x19.batcher.v1.StreamSummaryH\x00R\asummaryB\x06\n" +
+	"\asummary\x18\x04 \x01(\v2\x19.batcher.v1.StreamSummaryH\x00R\asummary\x12)\n" +
+	"\x05delta\x18\x05 \x01(\v2\x11.batcher.v1.DeltaH\x00R\x05deltaB\x06\n" +
 	"\x04kind\"E\n" +
 	"\tRejection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
@@ -2209,10 +2590,11 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\tVerbosity\x12\x19\n" +
 	"\x15VERBOSITY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15VERBOSITY_COMPLETIONS\x10\x01\x12\x11\n" +
-	"\rVERBOSITY_ALL\x10\x022\xa8\x01\n" +
+	"\rVERBOSITY_ALL\x10\x022\x83\x02\n" +
 	"\x0eBatcherService\x12?\n" +
 	"\x06Submit\x12\x19.batcher.v1.SubmitRequest\x1a\x1a.batcher.v1.SubmitResponse\x12U\n" +
-	"\fSubmitStream\x12\x1f.batcher.v1.SubmitStreamRequest\x1a .batcher.v1.SubmitStreamResponse(\x010\x01Ba\n" +
+	"\fSubmitStream\x12\x1f.batcher.v1.SubmitStreamRequest\x1a .batcher.v1.SubmitStreamResponse(\x010\x01\x12Y\n" +
+	"\x0eSubmitStreamed\x12!.batcher.v1.SubmitStreamedRequest\x1a\".batcher.v1.SubmitStreamedResponse0\x01Ba\n" +
 	"\x18com.batcherhq.batcher.v1B\fBatcherProtoP\x01Z5github.com/batcherhq/batcher/gen/batcher/v1;batcherv1b\x06proto3"
 
 var (
@@ -2228,41 +2610,45 @@ func file_batcher_v1_batcher_proto_rawDescGZIP() []byte {
 }
 
 var file_batcher_v1_batcher_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_batcher_v1_batcher_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_batcher_v1_batcher_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_batcher_v1_batcher_proto_goTypes = []any{
-	(Priority)(0),                 // 0: batcher.v1.Priority
-	(Dedup)(0),                    // 1: batcher.v1.Dedup
-	(FinishReason)(0),             // 2: batcher.v1.FinishReason
-	(Verbosity)(0),                // 3: batcher.v1.Verbosity
-	(*Request)(nil),               // 4: batcher.v1.Request
-	(*ChatInput)(nil),             // 5: batcher.v1.ChatInput
-	(*ChatMessage)(nil),           // 6: batcher.v1.ChatMessage
-	(*CompletionInput)(nil),       // 7: batcher.v1.CompletionInput
-	(*EmbeddingInput)(nil),        // 8: batcher.v1.EmbeddingInput
-	(*GenerationParams)(nil),      // 9: batcher.v1.GenerationParams
-	(*Completion)(nil),            // 10: batcher.v1.Completion
-	(*Embedding)(nil),             // 11: batcher.v1.Embedding
-	(*Usage)(nil),                 // 12: batcher.v1.Usage
-	(*Timings)(nil),               // 13: batcher.v1.Timings
-	(*SubmitRequest)(nil),         // 14: batcher.v1.SubmitRequest
-	(*SubmitResponse)(nil),        // 15: batcher.v1.SubmitResponse
-	(*StreamOptions)(nil),         // 16: batcher.v1.StreamOptions
-	(*Cancel)(nil),                // 17: batcher.v1.Cancel
-	(*Flush)(nil),                 // 18: batcher.v1.Flush
-	(*SubmitStreamRequest)(nil),   // 19: batcher.v1.SubmitStreamRequest
-	(*SubmitStreamResponse)(nil),  // 20: batcher.v1.SubmitStreamResponse
-	(*Rejection)(nil),             // 21: batcher.v1.Rejection
-	(*Event)(nil),                 // 22: batcher.v1.Event
-	(*Queued)(nil),                // 23: batcher.v1.Queued
-	(*Batched)(nil),               // 24: batcher.v1.Batched
-	(*Dispatched)(nil),            // 25: batcher.v1.Dispatched
-	(*Retrying)(nil),              // 26: batcher.v1.Retrying
-	(*StreamSummary)(nil),         // 27: batcher.v1.StreamSummary
-	nil,                           // 28: batcher.v1.Request.MetadataEntry
-	nil,                           // 29: batcher.v1.Completion.MetadataEntry
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*status.Status)(nil),         // 31: google.rpc.Status
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(Priority)(0),                  // 0: batcher.v1.Priority
+	(Dedup)(0),                     // 1: batcher.v1.Dedup
+	(FinishReason)(0),              // 2: batcher.v1.FinishReason
+	(Verbosity)(0),                 // 3: batcher.v1.Verbosity
+	(*Request)(nil),                // 4: batcher.v1.Request
+	(*ChatInput)(nil),              // 5: batcher.v1.ChatInput
+	(*ChatMessage)(nil),            // 6: batcher.v1.ChatMessage
+	(*CompletionInput)(nil),        // 7: batcher.v1.CompletionInput
+	(*EmbeddingInput)(nil),         // 8: batcher.v1.EmbeddingInput
+	(*GenerationParams)(nil),       // 9: batcher.v1.GenerationParams
+	(*Completion)(nil),             // 10: batcher.v1.Completion
+	(*Embedding)(nil),              // 11: batcher.v1.Embedding
+	(*Usage)(nil),                  // 12: batcher.v1.Usage
+	(*Timings)(nil),                // 13: batcher.v1.Timings
+	(*SubmitRequest)(nil),          // 14: batcher.v1.SubmitRequest
+	(*SubmitResponse)(nil),         // 15: batcher.v1.SubmitResponse
+	(*StreamOptions)(nil),          // 16: batcher.v1.StreamOptions
+	(*Cancel)(nil),                 // 17: batcher.v1.Cancel
+	(*Flush)(nil),                  // 18: batcher.v1.Flush
+	(*SubmitStreamedRequest)(nil),  // 19: batcher.v1.SubmitStreamedRequest
+	(*SubmitStreamedResponse)(nil), // 20: batcher.v1.SubmitStreamedResponse
+	(*Delta)(nil),                  // 21: batcher.v1.Delta
+	(*ToolCallDelta)(nil),          // 22: batcher.v1.ToolCallDelta
+	(*SubmitStreamRequest)(nil),    // 23: batcher.v1.SubmitStreamRequest
+	(*SubmitStreamResponse)(nil),   // 24: batcher.v1.SubmitStreamResponse
+	(*Rejection)(nil),              // 25: batcher.v1.Rejection
+	(*Event)(nil),                  // 26: batcher.v1.Event
+	(*Queued)(nil),                 // 27: batcher.v1.Queued
+	(*Batched)(nil),                // 28: batcher.v1.Batched
+	(*Dispatched)(nil),             // 29: batcher.v1.Dispatched
+	(*Retrying)(nil),               // 30: batcher.v1.Retrying
+	(*StreamSummary)(nil),          // 31: batcher.v1.StreamSummary
+	nil,                            // 32: batcher.v1.Request.MetadataEntry
+	nil,                            // 33: batcher.v1.Completion.MetadataEntry
+	(*durationpb.Duration)(nil),    // 34: google.protobuf.Duration
+	(*status.Status)(nil),          // 35: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
 }
 var file_batcher_v1_batcher_proto_depIdxs = []int32{
 	0,  // 0: batcher.v1.Request.priority:type_name -> batcher.v1.Priority
@@ -2270,49 +2656,59 @@ var file_batcher_v1_batcher_proto_depIdxs = []int32{
 	7,  // 2: batcher.v1.Request.completion:type_name -> batcher.v1.CompletionInput
 	8,  // 3: batcher.v1.Request.embedding:type_name -> batcher.v1.EmbeddingInput
 	9,  // 4: batcher.v1.Request.params:type_name -> batcher.v1.GenerationParams
-	30, // 5: batcher.v1.Request.timeout:type_name -> google.protobuf.Duration
-	28, // 6: batcher.v1.Request.metadata:type_name -> batcher.v1.Request.MetadataEntry
+	34, // 5: batcher.v1.Request.timeout:type_name -> google.protobuf.Duration
+	32, // 6: batcher.v1.Request.metadata:type_name -> batcher.v1.Request.MetadataEntry
 	1,  // 7: batcher.v1.Request.dedup:type_name -> batcher.v1.Dedup
 	6,  // 8: batcher.v1.ChatInput.messages:type_name -> batcher.v1.ChatMessage
 	11, // 9: batcher.v1.Completion.embedding:type_name -> batcher.v1.Embedding
 	2,  // 10: batcher.v1.Completion.finish_reason:type_name -> batcher.v1.FinishReason
 	12, // 11: batcher.v1.Completion.usage:type_name -> batcher.v1.Usage
 	13, // 12: batcher.v1.Completion.timings:type_name -> batcher.v1.Timings
-	31, // 13: batcher.v1.Completion.error:type_name -> google.rpc.Status
-	29, // 14: batcher.v1.Completion.metadata:type_name -> batcher.v1.Completion.MetadataEntry
-	30, // 15: batcher.v1.Timings.batch_wait:type_name -> google.protobuf.Duration
-	30, // 16: batcher.v1.Timings.queued:type_name -> google.protobuf.Duration
-	30, // 17: batcher.v1.Timings.upstream:type_name -> google.protobuf.Duration
-	30, // 18: batcher.v1.Timings.total:type_name -> google.protobuf.Duration
-	4,  // 19: batcher.v1.SubmitRequest.request:type_name -> batcher.v1.Request
-	10, // 20: batcher.v1.SubmitResponse.completion:type_name -> batcher.v1.Completion
-	3,  // 21: batcher.v1.StreamOptions.verbosity:type_name -> batcher.v1.Verbosity
-	30, // 22: batcher.v1.StreamOptions.summary_interval:type_name -> google.protobuf.Duration
-	16, // 23: batcher.v1.SubmitStreamRequest.options:type_name -> batcher.v1.StreamOptions
-	4,  // 24: batcher.v1.SubmitStreamRequest.request:type_name -> batcher.v1.Request
-	17, // 25: batcher.v1.SubmitStreamRequest.cancel:type_name -> batcher.v1.Cancel
-	18, // 26: batcher.v1.SubmitStreamRequest.flush:type_name -> batcher.v1.Flush
-	22, // 27: batcher.v1.SubmitStreamResponse.event:type_name -> batcher.v1.Event
-	10, // 28: batcher.v1.SubmitStreamResponse.completion:type_name -> batcher.v1.Completion
-	21, // 29: batcher.v1.SubmitStreamResponse.rejection:type_name -> batcher.v1.Rejection
-	27, // 30: batcher.v1.SubmitStreamResponse.summary:type_name -> batcher.v1.StreamSummary
-	31, // 31: batcher.v1.Rejection.error:type_name -> google.rpc.Status
-	32, // 32: batcher.v1.Event.time:type_name -> google.protobuf.Timestamp
-	23, // 33: batcher.v1.Event.queued:type_name -> batcher.v1.Queued
-	24, // 34: batcher.v1.Event.batched:type_name -> batcher.v1.Batched
-	25, // 35: batcher.v1.Event.dispatched:type_name -> batcher.v1.Dispatched
-	26, // 36: batcher.v1.Event.retrying:type_name -> batcher.v1.Retrying
-	30, // 37: batcher.v1.Retrying.delay:type_name -> google.protobuf.Duration
-	32, // 38: batcher.v1.StreamSummary.time:type_name -> google.protobuf.Timestamp
-	14, // 39: batcher.v1.BatcherService.Submit:input_type -> batcher.v1.SubmitRequest
-	19, // 40: batcher.v1.BatcherService.SubmitStream:input_type -> batcher.v1.SubmitStreamRequest
-	15, // 41: batcher.v1.BatcherService.Submit:output_type -> batcher.v1.SubmitResponse
-	20, // 42: batcher.v1.BatcherService.SubmitStream:output_type -> batcher.v1.SubmitStreamResponse
-	41, // [41:43] is the sub-list for method output_type
-	39, // [39:41] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	35, // 13: batcher.v1.Completion.error:type_name -> google.rpc.Status
+	33, // 14: batcher.v1.Completion.metadata:type_name -> batcher.v1.Completion.MetadataEntry
+	34, // 15: batcher.v1.Completion.time_to_first_token:type_name -> google.protobuf.Duration
+	34, // 16: batcher.v1.Timings.batch_wait:type_name -> google.protobuf.Duration
+	34, // 17: batcher.v1.Timings.queued:type_name -> google.protobuf.Duration
+	34, // 18: batcher.v1.Timings.upstream:type_name -> google.protobuf.Duration
+	34, // 19: batcher.v1.Timings.total:type_name -> google.protobuf.Duration
+	4,  // 20: batcher.v1.SubmitRequest.request:type_name -> batcher.v1.Request
+	10, // 21: batcher.v1.SubmitResponse.completion:type_name -> batcher.v1.Completion
+	3,  // 22: batcher.v1.StreamOptions.verbosity:type_name -> batcher.v1.Verbosity
+	34, // 23: batcher.v1.StreamOptions.summary_interval:type_name -> google.protobuf.Duration
+	4,  // 24: batcher.v1.SubmitStreamedRequest.request:type_name -> batcher.v1.Request
+	21, // 25: batcher.v1.SubmitStreamedResponse.delta:type_name -> batcher.v1.Delta
+	10, // 26: batcher.v1.SubmitStreamedResponse.completion:type_name -> batcher.v1.Completion
+	22, // 27: batcher.v1.Delta.tool_calls:type_name -> batcher.v1.ToolCallDelta
+	2,  // 28: batcher.v1.Delta.finish_reason:type_name -> batcher.v1.FinishReason
+	12, // 29: batcher.v1.Delta.usage:type_name -> batcher.v1.Usage
+	16, // 30: batcher.v1.SubmitStreamRequest.options:type_name -> batcher.v1.StreamOptions
+	4,  // 31: batcher.v1.SubmitStreamRequest.request:type_name -> batcher.v1.Request
+	17, // 32: batcher.v1.SubmitStreamRequest.cancel:type_name -> batcher.v1.Cancel
+	18, // 33: batcher.v1.SubmitStreamRequest.flush:type_name -> batcher.v1.Flush
+	26, // 34: batcher.v1.SubmitStreamResponse.event:type_name -> batcher.v1.Event
+	10, // 35: batcher.v1.SubmitStreamResponse.completion:type_name -> batcher.v1.Completion
+	25, // 36: batcher.v1.SubmitStreamResponse.rejection:type_name -> batcher.v1.Rejection
+	31, // 37: batcher.v1.SubmitStreamResponse.summary:type_name -> batcher.v1.StreamSummary
+	21, // 38: batcher.v1.SubmitStreamResponse.delta:type_name -> batcher.v1.Delta
+	35, // 39: batcher.v1.Rejection.error:type_name -> google.rpc.Status
+	36, // 40: batcher.v1.Event.time:type_name -> google.protobuf.Timestamp
+	27, // 41: batcher.v1.Event.queued:type_name -> batcher.v1.Queued
+	28, // 42: batcher.v1.Event.batched:type_name -> batcher.v1.Batched
+	29, // 43: batcher.v1.Event.dispatched:type_name -> batcher.v1.Dispatched
+	30, // 44: batcher.v1.Event.retrying:type_name -> batcher.v1.Retrying
+	34, // 45: batcher.v1.Retrying.delay:type_name -> google.protobuf.Duration
+	36, // 46: batcher.v1.StreamSummary.time:type_name -> google.protobuf.Timestamp
+	14, // 47: batcher.v1.BatcherService.Submit:input_type -> batcher.v1.SubmitRequest
+	23, // 48: batcher.v1.BatcherService.SubmitStream:input_type -> batcher.v1.SubmitStreamRequest
+	19, // 49: batcher.v1.BatcherService.SubmitStreamed:input_type -> batcher.v1.SubmitStreamedRequest
+	15, // 50: batcher.v1.BatcherService.Submit:output_type -> batcher.v1.SubmitResponse
+	24, // 51: batcher.v1.BatcherService.SubmitStream:output_type -> batcher.v1.SubmitStreamResponse
+	20, // 52: batcher.v1.BatcherService.SubmitStreamed:output_type -> batcher.v1.SubmitStreamedResponse
+	50, // [50:53] is the sub-list for method output_type
+	47, // [47:50] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_batcher_v1_batcher_proto_init() }
@@ -2330,19 +2726,24 @@ func file_batcher_v1_batcher_proto_init() {
 		(*Completion_Text)(nil),
 		(*Completion_Embedding)(nil),
 	}
-	file_batcher_v1_batcher_proto_msgTypes[15].OneofWrappers = []any{
+	file_batcher_v1_batcher_proto_msgTypes[16].OneofWrappers = []any{
+		(*SubmitStreamedResponse_Delta)(nil),
+		(*SubmitStreamedResponse_Completion)(nil),
+	}
+	file_batcher_v1_batcher_proto_msgTypes[19].OneofWrappers = []any{
 		(*SubmitStreamRequest_Options)(nil),
 		(*SubmitStreamRequest_Request)(nil),
 		(*SubmitStreamRequest_Cancel)(nil),
 		(*SubmitStreamRequest_Flush)(nil),
 	}
-	file_batcher_v1_batcher_proto_msgTypes[16].OneofWrappers = []any{
+	file_batcher_v1_batcher_proto_msgTypes[20].OneofWrappers = []any{
 		(*SubmitStreamResponse_Event)(nil),
 		(*SubmitStreamResponse_Completion)(nil),
 		(*SubmitStreamResponse_Rejection)(nil),
 		(*SubmitStreamResponse_Summary)(nil),
+		(*SubmitStreamResponse_Delta)(nil),
 	}
-	file_batcher_v1_batcher_proto_msgTypes[18].OneofWrappers = []any{
+	file_batcher_v1_batcher_proto_msgTypes[22].OneofWrappers = []any{
 		(*Event_Queued)(nil),
 		(*Event_Batched)(nil),
 		(*Event_Dispatched)(nil),
@@ -2354,7 +2755,7 @@ func file_batcher_v1_batcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_batcher_v1_batcher_proto_rawDesc), len(file_batcher_v1_batcher_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

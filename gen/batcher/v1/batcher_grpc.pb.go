@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BatcherService_Submit_FullMethodName       = "/batcher.v1.BatcherService/Submit"
-	BatcherService_SubmitStream_FullMethodName = "/batcher.v1.BatcherService/SubmitStream"
+	BatcherService_Submit_FullMethodName         = "/batcher.v1.BatcherService/Submit"
+	BatcherService_SubmitStream_FullMethodName   = "/batcher.v1.BatcherService/SubmitStream"
+	BatcherService_SubmitStreamed_FullMethodName = "/batcher.v1.BatcherService/SubmitStreamed"
 )
 
 // BatcherServiceClient is the client API for BatcherService service.
@@ -53,6 +54,16 @@ type BatcherServiceClient interface {
 	// stops reading the stream, so gRPC flow control pushes back on the caller
 	// instead of requests failing.
 	SubmitStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubmitStreamRequest, SubmitStreamResponse], error)
+	// SubmitStreamed sends one request and streams its answer back: its
+	// deltas as the model generates them, then its terminal Completion, which
+	// holds the whole answer. The request is streamed whether or not its
+	// stream field is set.
+	//
+	// A request refused before admission ends the RPC with its status, as
+	// Submit does. An admitted request that fails gets its Completion with
+	// the error set (and partial set when deltas had been sent), and the RPC
+	// then ends with the same status.
+	SubmitStreamed(ctx context.Context, in *SubmitStreamedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubmitStreamedResponse], error)
 }
 
 type batcherServiceClient struct {
@@ -86,6 +97,25 @@ func (c *batcherServiceClient) SubmitStream(ctx context.Context, opts ...grpc.Ca
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BatcherService_SubmitStreamClient = grpc.BidiStreamingClient[SubmitStreamRequest, SubmitStreamResponse]
 
+func (c *batcherServiceClient) SubmitStreamed(ctx context.Context, in *SubmitStreamedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubmitStreamedResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BatcherService_ServiceDesc.Streams[1], BatcherService_SubmitStreamed_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SubmitStreamedRequest, SubmitStreamedResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BatcherService_SubmitStreamedClient = grpc.ServerStreamingClient[SubmitStreamedResponse]
+
 // BatcherServiceServer is the server API for BatcherService service.
 // All implementations must embed UnimplementedBatcherServiceServer
 // for forward compatibility.
@@ -116,6 +146,16 @@ type BatcherServiceServer interface {
 	// stops reading the stream, so gRPC flow control pushes back on the caller
 	// instead of requests failing.
 	SubmitStream(grpc.BidiStreamingServer[SubmitStreamRequest, SubmitStreamResponse]) error
+	// SubmitStreamed sends one request and streams its answer back: its
+	// deltas as the model generates them, then its terminal Completion, which
+	// holds the whole answer. The request is streamed whether or not its
+	// stream field is set.
+	//
+	// A request refused before admission ends the RPC with its status, as
+	// Submit does. An admitted request that fails gets its Completion with
+	// the error set (and partial set when deltas had been sent), and the RPC
+	// then ends with the same status.
+	SubmitStreamed(*SubmitStreamedRequest, grpc.ServerStreamingServer[SubmitStreamedResponse]) error
 	mustEmbedUnimplementedBatcherServiceServer()
 }
 
@@ -131,6 +171,9 @@ func (UnimplementedBatcherServiceServer) Submit(context.Context, *SubmitRequest)
 }
 func (UnimplementedBatcherServiceServer) SubmitStream(grpc.BidiStreamingServer[SubmitStreamRequest, SubmitStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method SubmitStream not implemented")
+}
+func (UnimplementedBatcherServiceServer) SubmitStreamed(*SubmitStreamedRequest, grpc.ServerStreamingServer[SubmitStreamedResponse]) error {
+	return status.Error(codes.Unimplemented, "method SubmitStreamed not implemented")
 }
 func (UnimplementedBatcherServiceServer) mustEmbedUnimplementedBatcherServiceServer() {}
 func (UnimplementedBatcherServiceServer) testEmbeddedByValue()                        {}
@@ -178,6 +221,17 @@ func _BatcherService_SubmitStream_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BatcherService_SubmitStreamServer = grpc.BidiStreamingServer[SubmitStreamRequest, SubmitStreamResponse]
 
+func _BatcherService_SubmitStreamed_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SubmitStreamedRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BatcherServiceServer).SubmitStreamed(m, &grpc.GenericServerStream[SubmitStreamedRequest, SubmitStreamedResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BatcherService_SubmitStreamedServer = grpc.ServerStreamingServer[SubmitStreamedResponse]
+
 // BatcherService_ServiceDesc is the grpc.ServiceDesc for BatcherService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -196,6 +250,11 @@ var BatcherService_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _BatcherService_SubmitStream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "SubmitStreamed",
+			Handler:       _BatcherService_SubmitStreamed_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "batcher/v1/batcher.proto",

@@ -54,7 +54,7 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class Completion(_message.Message):
-    __slots__ = ["attempts", "backend", "batch_id", "batch_size", "deduplicated", "embedding", "error", "finish_reason", "id", "metadata", "text", "timings", "usage"]
+    __slots__ = ["attempts", "backend", "batch_id", "batch_size", "deduplicated", "embedding", "error", "finish_reason", "id", "metadata", "partial", "text", "time_to_first_token", "timings", "usage"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -72,7 +72,9 @@ class Completion(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     attempts: int
@@ -85,16 +87,36 @@ class Completion(_message.Message):
     finish_reason: FinishReason
     id: str
     metadata: _containers.ScalarMap[str, str]
+    partial: bool
     text: str
+    time_to_first_token: _duration_pb2.Duration
     timings: Timings
     usage: Usage
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., attempts: _Optional[int] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., backend: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deduplicated: bool = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., attempts: _Optional[int] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., backend: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deduplicated: bool = ..., partial: bool = ..., time_to_first_token: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CompletionInput(_message.Message):
     __slots__ = ["prompt"]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     prompt: str
     def __init__(self, prompt: _Optional[str] = ...) -> None: ...
+
+class Delta(_message.Message):
+    __slots__ = ["finish_reason", "id", "index", "refusal", "text", "tool_calls", "usage"]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    finish_reason: FinishReason
+    id: str
+    index: int
+    refusal: str
+    text: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCallDelta]
+    usage: Usage
+    def __init__(self, id: _Optional[str] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., refusal: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallDelta, _Mapping]]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class Dispatched(_message.Message):
     __slots__ = ["attempt", "backend", "batch_id"]
@@ -167,7 +189,7 @@ class Rejection(_message.Message):
     def __init__(self, id: _Optional[str] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ["chat", "completion", "dedup", "embedding", "id", "metadata", "model", "params", "priority", "timeout", "traceparent", "tracestate"]
+    __slots__ = ["chat", "completion", "dedup", "embedding", "id", "metadata", "model", "params", "priority", "stream", "timeout", "traceparent", "tracestate"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +206,7 @@ class Request(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TRACESTATE_FIELD_NUMBER: _ClassVar[int]
@@ -196,10 +219,11 @@ class Request(_message.Message):
     model: str
     params: GenerationParams
     priority: Priority
+    stream: bool
     timeout: _duration_pb2.Duration
     traceparent: str
     tracestate: str
-    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., chat: _Optional[_Union[ChatInput, _Mapping]] = ..., completion: _Optional[_Union[CompletionInput, _Mapping]] = ..., embedding: _Optional[_Union[EmbeddingInput, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., dedup: _Optional[_Union[Dedup, str]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., chat: _Optional[_Union[ChatInput, _Mapping]] = ..., completion: _Optional[_Union[CompletionInput, _Mapping]] = ..., embedding: _Optional[_Union[EmbeddingInput, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., dedup: _Optional[_Union[Dedup, str]] = ..., stream: bool = ...) -> None: ...
 
 class Retrying(_message.Message):
     __slots__ = ["attempt", "delay", "message", "reason"]
@@ -266,16 +290,32 @@ class SubmitStreamRequest(_message.Message):
     def __init__(self, options: _Optional[_Union[StreamOptions, _Mapping]] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., flush: _Optional[_Union[Flush, _Mapping]] = ...) -> None: ...
 
 class SubmitStreamResponse(_message.Message):
-    __slots__ = ["completion", "event", "rejection", "summary"]
+    __slots__ = ["completion", "delta", "event", "rejection", "summary"]
     COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
     REJECTION_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     completion: Completion
+    delta: Delta
     event: Event
     rejection: Rejection
     summary: StreamSummary
-    def __init__(self, event: _Optional[_Union[Event, _Mapping]] = ..., completion: _Optional[_Union[Completion, _Mapping]] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., summary: _Optional[_Union[StreamSummary, _Mapping]] = ...) -> None: ...
+    def __init__(self, event: _Optional[_Union[Event, _Mapping]] = ..., completion: _Optional[_Union[Completion, _Mapping]] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., summary: _Optional[_Union[StreamSummary, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ...) -> None: ...
+
+class SubmitStreamedRequest(_message.Message):
+    __slots__ = ["request"]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    request: Request
+    def __init__(self, request: _Optional[_Union[Request, _Mapping]] = ...) -> None: ...
+
+class SubmitStreamedResponse(_message.Message):
+    __slots__ = ["completion", "delta"]
+    COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    completion: Completion
+    delta: Delta
+    def __init__(self, delta: _Optional[_Union[Delta, _Mapping]] = ..., completion: _Optional[_Union[Completion, _Mapping]] = ...) -> None: ...
 
 class Timings(_message.Message):
     __slots__ = ["batch_wait", "queued", "total", "upstream"]
@@ -288,6 +328,18 @@ class Timings(_message.Message):
     total: _duration_pb2.Duration
     upstream: _duration_pb2.Duration
     def __init__(self, batch_wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., queued: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., upstream: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ToolCallDelta(_message.Message):
+    __slots__ = ["arguments", "id", "index", "name"]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    arguments: str
+    id: str
+    index: int
+    name: str
+    def __init__(self, index: _Optional[int] = ..., id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ["completion_tokens", "prompt_tokens", "total_tokens"]

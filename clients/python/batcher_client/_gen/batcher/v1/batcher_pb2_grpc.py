@@ -29,6 +29,11 @@ class BatcherServiceStub(object):
                 request_serializer=batcher_dot_v1_dot_batcher__pb2.SubmitStreamRequest.SerializeToString,
                 response_deserializer=batcher_dot_v1_dot_batcher__pb2.SubmitStreamResponse.FromString,
                 )
+        self.SubmitStreamed = channel.unary_stream(
+                '/batcher.v1.BatcherService/SubmitStreamed',
+                request_serializer=batcher_dot_v1_dot_batcher__pb2.SubmitStreamedRequest.SerializeToString,
+                response_deserializer=batcher_dot_v1_dot_batcher__pb2.SubmitStreamedResponse.FromString,
+                )
 
 
 class BatcherServiceServicer(object):
@@ -69,6 +74,21 @@ class BatcherServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitStreamed(self, request, context):
+        """SubmitStreamed sends one request and streams its answer back: its
+        deltas as the model generates them, then its terminal Completion, which
+        holds the whole answer. The request is streamed whether or not its
+        stream field is set.
+
+        A request refused before admission ends the RPC with its status, as
+        Submit does. An admitted request that fails gets its Completion with
+        the error set (and partial set when deltas had been sent), and the RPC
+        then ends with the same status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BatcherServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -81,6 +101,11 @@ def add_BatcherServiceServicer_to_server(servicer, server):
                     servicer.SubmitStream,
                     request_deserializer=batcher_dot_v1_dot_batcher__pb2.SubmitStreamRequest.FromString,
                     response_serializer=batcher_dot_v1_dot_batcher__pb2.SubmitStreamResponse.SerializeToString,
+            ),
+            'SubmitStreamed': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubmitStreamed,
+                    request_deserializer=batcher_dot_v1_dot_batcher__pb2.SubmitStreamedRequest.FromString,
+                    response_serializer=batcher_dot_v1_dot_batcher__pb2.SubmitStreamedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -128,5 +153,22 @@ class BatcherService(object):
         return grpc.experimental.stream_stream(request_iterator, target, '/batcher.v1.BatcherService/SubmitStream',
             batcher_dot_v1_dot_batcher__pb2.SubmitStreamRequest.SerializeToString,
             batcher_dot_v1_dot_batcher__pb2.SubmitStreamResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SubmitStreamed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/batcher.v1.BatcherService/SubmitStreamed',
+            batcher_dot_v1_dot_batcher__pb2.SubmitStreamedRequest.SerializeToString,
+            batcher_dot_v1_dot_batcher__pb2.SubmitStreamedResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -100,6 +100,26 @@ public final class BatcherProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_batcher_v1_Flush_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_SubmitStreamedRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_SubmitStreamedRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_SubmitStreamedResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_SubmitStreamedResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_Delta_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_Delta_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_ToolCallDelta_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_ToolCallDelta_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_batcher_v1_SubmitStreamRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -156,7 +176,7 @@ public final class BatcherProto {
       "\n\030batcher/v1/batcher.proto\022\nbatcher.v1\032\036" +
       "google/protobuf/duration.proto\032\037google/p" +
       "rotobuf/timestamp.proto\032\027google/rpc/stat" +
-      "us.proto\"\344\004\n\007Request\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\005" +
+      "us.proto\"\374\004\n\007Request\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\005" +
       "model\030\002 \001(\tR\005model\0220\n\010priority\030\003 \001(\0162\024.b" +
       "atcher.v1.PriorityR\010priority\022+\n\004chat\030\004 \001" +
       "(\0132\025.batcher.v1.ChatInputH\000R\004chat\022=\n\ncom" +
@@ -169,105 +189,126 @@ public final class BatcherProto {
       "\0132!.batcher.v1.Request.MetadataEntryR\010me" +
       "tadata\022 \n\013traceparent\030\n \001(\tR\013traceparent" +
       "\022\036\n\ntracestate\030\013 \001(\tR\ntracestate\022\'\n\005dedu" +
-      "p\030\014 \001(\0162\021.batcher.v1.DedupR\005dedup\032;\n\rMet" +
-      "adataEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 " +
-      "\001(\tR\005value:\0028\001B\007\n\005input\"@\n\tChatInput\0223\n\010" +
-      "messages\030\001 \003(\0132\027.batcher.v1.ChatMessageR" +
-      "\010messages\";\n\013ChatMessage\022\022\n\004role\030\001 \001(\tR\004" +
-      "role\022\030\n\007content\030\002 \001(\tR\007content\")\n\017Comple" +
-      "tionInput\022\026\n\006prompt\030\001 \001(\tR\006prompt\"$\n\016Emb" +
-      "eddingInput\022\022\n\004text\030\001 \001(\tR\004text\"\326\001\n\020Gene" +
-      "rationParams\022\"\n\nmax_tokens\030\001 \001(\005H\000R\tmaxT" +
-      "okens\210\001\001\022%\n\013temperature\030\002 \001(\002H\001R\013tempera" +
-      "ture\210\001\001\022\030\n\005top_p\030\003 \001(\002H\002R\004topP\210\001\001\022\022\n\004sto" +
-      "p\030\004 \003(\tR\004stop\022\027\n\004seed\030\005 \001(\003H\003R\004seed\210\001\001B\r" +
-      "\n\013_max_tokensB\016\n\014_temperatureB\010\n\006_top_pB" +
-      "\007\n\005_seed\"\307\004\n\nCompletion\022\016\n\002id\030\001 \001(\tR\002id\022" +
-      "\024\n\004text\030\002 \001(\tH\000R\004text\0225\n\tembedding\030\003 \001(\013" +
-      "2\025.batcher.v1.EmbeddingH\000R\tembedding\022=\n\r" +
-      "finish_reason\030\004 \001(\0162\030.batcher.v1.FinishR" +
-      "easonR\014finishReason\022\'\n\005usage\030\005 \001(\0132\021.bat" +
-      "cher.v1.UsageR\005usage\022\031\n\010batch_id\030\006 \001(\tR\007" +
-      "batchId\022\035\n\nbatch_size\030\007 \001(\005R\tbatchSize\022\032" +
-      "\n\010attempts\030\010 \001(\005R\010attempts\022-\n\007timings\030\t " +
-      "\001(\0132\023.batcher.v1.TimingsR\007timings\022(\n\005err" +
-      "or\030\n \001(\0132\022.google.rpc.StatusR\005error\022\030\n\007b" +
-      "ackend\030\013 \001(\tR\007backend\022@\n\010metadata\030\014 \003(\0132" +
-      "$.batcher.v1.Completion.MetadataEntryR\010m" +
-      "etadata\022\"\n\014deduplicated\030\r \001(\010R\014deduplica" +
-      "ted\032;\n\rMetadataEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024" +
-      "\n\005value\030\002 \001(\tR\005value:\0028\001B\010\n\006output\"#\n\tEm" +
-      "bedding\022\026\n\006values\030\001 \003(\002R\006values\"|\n\005Usage" +
-      "\022#\n\rprompt_tokens\030\001 \001(\005R\014promptTokens\022+\n" +
-      "\021completion_tokens\030\002 \001(\005R\020completionToke" +
-      "ns\022!\n\014total_tokens\030\003 \001(\005R\013totalTokens\"\336\001" +
-      "\n\007Timings\0228\n\nbatch_wait\030\001 \001(\0132\031.google.p" +
-      "rotobuf.DurationR\tbatchWait\0221\n\006queued\030\002 " +
-      "\001(\0132\031.google.protobuf.DurationR\006queued\0225" +
-      "\n\010upstream\030\003 \001(\0132\031.google.protobuf.Durat" +
-      "ionR\010upstream\022/\n\005total\030\004 \001(\0132\031.google.pr" +
-      "otobuf.DurationR\005total\">\n\rSubmitRequest\022" +
-      "-\n\007request\030\001 \001(\0132\023.batcher.v1.RequestR\007r" +
-      "equest\"H\n\016SubmitResponse\0226\n\ncompletion\030\001" +
-      " \001(\0132\026.batcher.v1.CompletionR\ncompletion" +
-      "\"\212\001\n\rStreamOptions\0223\n\tverbosity\030\001 \001(\0162\025." +
-      "batcher.v1.VerbosityR\tverbosity\022D\n\020summa" +
-      "ry_interval\030\002 \001(\0132\031.google.protobuf.Dura" +
-      "tionR\017summaryInterval\"\030\n\006Cancel\022\016\n\002id\030\001 " +
-      "\001(\tR\002id\"\007\n\005Flush\"\336\001\n\023SubmitStreamRequest" +
-      "\0225\n\007options\030\001 \001(\0132\031.batcher.v1.StreamOpt" +
-      "ionsH\000R\007options\022/\n\007request\030\002 \001(\0132\023.batch" +
-      "er.v1.RequestH\000R\007request\022,\n\006cancel\030\003 \001(\013" +
-      "2\022.batcher.v1.CancelH\000R\006cancel\022)\n\005flush\030" +
-      "\004 \001(\0132\021.batcher.v1.FlushH\000R\005flushB\006\n\004kin" +
-      "d\"\361\001\n\024SubmitStreamResponse\022)\n\005event\030\001 \001(" +
-      "\0132\021.batcher.v1.EventH\000R\005event\0228\n\ncomplet" +
-      "ion\030\002 \001(\0132\026.batcher.v1.CompletionH\000R\ncom" +
-      "pletion\0225\n\trejection\030\003 \001(\0132\025.batcher.v1." +
-      "RejectionH\000R\trejection\0225\n\007summary\030\004 \001(\0132" +
-      "\031.batcher.v1.StreamSummaryH\000R\007summaryB\006\n" +
-      "\004kind\"E\n\tRejection\022\016\n\002id\030\001 \001(\tR\002id\022(\n\005er" +
-      "ror\030\002 \001(\0132\022.google.rpc.StatusR\005error\"\234\002\n" +
-      "\005Event\022\016\n\002id\030\001 \001(\tR\002id\022.\n\004time\030\002 \001(\0132\032.g" +
-      "oogle.protobuf.TimestampR\004time\022,\n\006queued" +
-      "\030\003 \001(\0132\022.batcher.v1.QueuedH\000R\006queued\022/\n\007" +
-      "batched\030\004 \001(\0132\023.batcher.v1.BatchedH\000R\007ba" +
-      "tched\0228\n\ndispatched\030\005 \001(\0132\026.batcher.v1.D" +
-      "ispatchedH\000R\ndispatched\0222\n\010retrying\030\006 \001(" +
-      "\0132\024.batcher.v1.RetryingH\000R\010retryingB\006\n\004k" +
-      "ind\"\034\n\006Queued\022\022\n\004lane\030\001 \001(\tR\004lane\"C\n\007Bat" +
-      "ched\022\031\n\010batch_id\030\001 \001(\tR\007batchId\022\035\n\nbatch" +
-      "_size\030\002 \001(\005R\tbatchSize\"[\n\nDispatched\022\031\n\010" +
-      "batch_id\030\001 \001(\tR\007batchId\022\030\n\007attempt\030\002 \001(\005" +
-      "R\007attempt\022\030\n\007backend\030\003 \001(\tR\007backend\"\207\001\n\010" +
-      "Retrying\022\030\n\007attempt\030\001 \001(\005R\007attempt\022/\n\005de" +
-      "lay\030\002 \001(\0132\031.google.protobuf.DurationR\005de" +
-      "lay\022\026\n\006reason\030\003 \001(\tR\006reason\022\030\n\007message\030\004" +
-      " \001(\tR\007message\"\202\002\n\rStreamSummary\022.\n\004time\030" +
-      "\001 \001(\0132\032.google.protobuf.TimestampR\004time\022" +
-      "\034\n\tsubmitted\030\002 \001(\003R\tsubmitted\022\033\n\tin_flig" +
-      "ht\030\003 \001(\003R\010inFlight\022\034\n\tcompleted\030\004 \001(\003R\tc" +
-      "ompleted\022\026\n\006failed\030\005 \001(\003R\006failed\022\032\n\010reje" +
-      "cted\030\006 \001(\003R\010rejected\022\036\n\nthroughput\030\007 \001(\001" +
-      "R\nthroughput\022\024\n\005final\030\010 \001(\010R\005final*\214\001\n\010P" +
-      "riority\022\030\n\024PRIORITY_UNSPECIFIED\020\000\022\023\n\017PRI" +
-      "ORITY_URGENT\020\001\022\021\n\rPRIORITY_HIGH\020\002\022\023\n\017PRI" +
-      "ORITY_NORMAL\020\003\022\020\n\014PRIORITY_LOW\020\004\022\027\n\023PRIO" +
-      "RITY_DEFERRABLE\020\005*;\n\005Dedup\022\025\n\021DEDUP_UNSP" +
-      "ECIFIED\020\000\022\014\n\010DEDUP_ON\020\001\022\r\n\tDEDUP_OFF\020\002*\201" +
-      "\001\n\014FinishReason\022\035\n\031FINISH_REASON_UNSPECI" +
-      "FIED\020\000\022\026\n\022FINISH_REASON_STOP\020\001\022\030\n\024FINISH" +
-      "_REASON_LENGTH\020\002\022 \n\034FINISH_REASON_CONTEN" +
-      "T_FILTER\020\003*T\n\tVerbosity\022\031\n\025VERBOSITY_UNS" +
-      "PECIFIED\020\000\022\031\n\025VERBOSITY_COMPLETIONS\020\001\022\021\n" +
-      "\rVERBOSITY_ALL\020\0022\250\001\n\016BatcherService\022?\n\006S" +
-      "ubmit\022\031.batcher.v1.SubmitRequest\032\032.batch" +
-      "er.v1.SubmitResponse\022U\n\014SubmitStream\022\037.b" +
-      "atcher.v1.SubmitStreamRequest\032 .batcher." +
-      "v1.SubmitStreamResponse(\0010\001Ba\n\030com.batch" +
-      "erhq.batcher.v1B\014BatcherProtoP\001Z5github." +
-      "com/batcherhq/batcher/gen/batcher/v1;bat" +
-      "cherv1b\006proto3"
+      "p\030\014 \001(\0162\021.batcher.v1.DedupR\005dedup\022\026\n\006str" +
+      "eam\030\024 \001(\010R\006stream\032;\n\rMetadataEntry\022\020\n\003ke" +
+      "y\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\tR\005value:\0028\001B\007" +
+      "\n\005input\"@\n\tChatInput\0223\n\010messages\030\001 \003(\0132\027" +
+      ".batcher.v1.ChatMessageR\010messages\";\n\013Cha" +
+      "tMessage\022\022\n\004role\030\001 \001(\tR\004role\022\030\n\007content\030" +
+      "\002 \001(\tR\007content\")\n\017CompletionInput\022\026\n\006pro" +
+      "mpt\030\001 \001(\tR\006prompt\"$\n\016EmbeddingInput\022\022\n\004t" +
+      "ext\030\001 \001(\tR\004text\"\326\001\n\020GenerationParams\022\"\n\n" +
+      "max_tokens\030\001 \001(\005H\000R\tmaxTokens\210\001\001\022%\n\013temp" +
+      "erature\030\002 \001(\002H\001R\013temperature\210\001\001\022\030\n\005top_p" +
+      "\030\003 \001(\002H\002R\004topP\210\001\001\022\022\n\004stop\030\004 \003(\tR\004stop\022\027\n" +
+      "\004seed\030\005 \001(\003H\003R\004seed\210\001\001B\r\n\013_max_tokensB\016\n" +
+      "\014_temperatureB\010\n\006_top_pB\007\n\005_seed\"\253\005\n\nCom" +
+      "pletion\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\004text\030\002 \001(\tH\000R" +
+      "\004text\0225\n\tembedding\030\003 \001(\0132\025.batcher.v1.Em" +
+      "beddingH\000R\tembedding\022=\n\rfinish_reason\030\004 " +
+      "\001(\0162\030.batcher.v1.FinishReasonR\014finishRea" +
+      "son\022\'\n\005usage\030\005 \001(\0132\021.batcher.v1.UsageR\005u" +
+      "sage\022\031\n\010batch_id\030\006 \001(\tR\007batchId\022\035\n\nbatch" +
+      "_size\030\007 \001(\005R\tbatchSize\022\032\n\010attempts\030\010 \001(\005" +
+      "R\010attempts\022-\n\007timings\030\t \001(\0132\023.batcher.v1" +
+      ".TimingsR\007timings\022(\n\005error\030\n \001(\0132\022.googl" +
+      "e.rpc.StatusR\005error\022\030\n\007backend\030\013 \001(\tR\007ba" +
+      "ckend\022@\n\010metadata\030\014 \003(\0132$.batcher.v1.Com" +
+      "pletion.MetadataEntryR\010metadata\022\"\n\014dedup" +
+      "licated\030\r \001(\010R\014deduplicated\022\030\n\007partial\030\024" +
+      " \001(\010R\007partial\022H\n\023time_to_first_token\030\025 \001" +
+      "(\0132\031.google.protobuf.DurationR\020timeToFir" +
+      "stToken\032;\n\rMetadataEntry\022\020\n\003key\030\001 \001(\tR\003k" +
+      "ey\022\024\n\005value\030\002 \001(\tR\005value:\0028\001B\010\n\006output\"#" +
+      "\n\tEmbedding\022\026\n\006values\030\001 \003(\002R\006values\"|\n\005U" +
+      "sage\022#\n\rprompt_tokens\030\001 \001(\005R\014promptToken" +
+      "s\022+\n\021completion_tokens\030\002 \001(\005R\020completion" +
+      "Tokens\022!\n\014total_tokens\030\003 \001(\005R\013totalToken" +
+      "s\"\336\001\n\007Timings\0228\n\nbatch_wait\030\001 \001(\0132\031.goog" +
+      "le.protobuf.DurationR\tbatchWait\0221\n\006queue" +
+      "d\030\002 \001(\0132\031.google.protobuf.DurationR\006queu" +
+      "ed\0225\n\010upstream\030\003 \001(\0132\031.google.protobuf.D" +
+      "urationR\010upstream\022/\n\005total\030\004 \001(\0132\031.googl" +
+      "e.protobuf.DurationR\005total\">\n\rSubmitRequ" +
+      "est\022-\n\007request\030\001 \001(\0132\023.batcher.v1.Reques" +
+      "tR\007request\"H\n\016SubmitResponse\0226\n\ncompleti" +
+      "on\030\001 \001(\0132\026.batcher.v1.CompletionR\ncomple" +
+      "tion\"\212\001\n\rStreamOptions\0223\n\tverbosity\030\001 \001(" +
+      "\0162\025.batcher.v1.VerbosityR\tverbosity\022D\n\020s" +
+      "ummary_interval\030\002 \001(\0132\031.google.protobuf." +
+      "DurationR\017summaryInterval\"\030\n\006Cancel\022\016\n\002i" +
+      "d\030\001 \001(\tR\002id\"\007\n\005Flush\"F\n\025SubmitStreamedRe" +
+      "quest\022-\n\007request\030\001 \001(\0132\023.batcher.v1.Requ" +
+      "estR\007request\"\205\001\n\026SubmitStreamedResponse\022" +
+      ")\n\005delta\030\001 \001(\0132\021.batcher.v1.DeltaH\000R\005del" +
+      "ta\0228\n\ncompletion\030\002 \001(\0132\026.batcher.v1.Comp" +
+      "letionH\000R\ncompletionB\006\n\004kind\"\375\001\n\005Delta\022\016" +
+      "\n\002id\030\001 \001(\tR\002id\022\024\n\005index\030\002 \001(\005R\005index\022\022\n\004" +
+      "text\030\003 \001(\tR\004text\022\030\n\007refusal\030\004 \001(\tR\007refus" +
+      "al\0228\n\ntool_calls\030\005 \003(\0132\031.batcher.v1.Tool" +
+      "CallDeltaR\ttoolCalls\022=\n\rfinish_reason\030\006 " +
+      "\001(\0162\030.batcher.v1.FinishReasonR\014finishRea" +
+      "son\022\'\n\005usage\030\007 \001(\0132\021.batcher.v1.UsageR\005u" +
+      "sage\"g\n\rToolCallDelta\022\024\n\005index\030\001 \001(\005R\005in" +
+      "dex\022\016\n\002id\030\002 \001(\tR\002id\022\022\n\004name\030\003 \001(\tR\004name\022" +
+      "\034\n\targuments\030\004 \001(\tR\targuments\"\336\001\n\023Submit" +
+      "StreamRequest\0225\n\007options\030\001 \001(\0132\031.batcher" +
+      ".v1.StreamOptionsH\000R\007options\022/\n\007request\030" +
+      "\002 \001(\0132\023.batcher.v1.RequestH\000R\007request\022,\n" +
+      "\006cancel\030\003 \001(\0132\022.batcher.v1.CancelH\000R\006can" +
+      "cel\022)\n\005flush\030\004 \001(\0132\021.batcher.v1.FlushH\000R" +
+      "\005flushB\006\n\004kind\"\234\002\n\024SubmitStreamResponse\022" +
+      ")\n\005event\030\001 \001(\0132\021.batcher.v1.EventH\000R\005eve" +
+      "nt\0228\n\ncompletion\030\002 \001(\0132\026.batcher.v1.Comp" +
+      "letionH\000R\ncompletion\0225\n\trejection\030\003 \001(\0132" +
+      "\025.batcher.v1.RejectionH\000R\trejection\0225\n\007s" +
+      "ummary\030\004 \001(\0132\031.batcher.v1.StreamSummaryH" +
+      "\000R\007summary\022)\n\005delta\030\005 \001(\0132\021.batcher.v1.D" +
+      "eltaH\000R\005deltaB\006\n\004kind\"E\n\tRejection\022\016\n\002id" +
+      "\030\001 \001(\tR\002id\022(\n\005error\030\002 \001(\0132\022.google.rpc.S" +
+      "tatusR\005error\"\234\002\n\005Event\022\016\n\002id\030\001 \001(\tR\002id\022." +
+      "\n\004time\030\002 \001(\0132\032.google.protobuf.Timestamp" +
+      "R\004time\022,\n\006queued\030\003 \001(\0132\022.batcher.v1.Queu" +
+      "edH\000R\006queued\022/\n\007batched\030\004 \001(\0132\023.batcher." +
+      "v1.BatchedH\000R\007batched\0228\n\ndispatched\030\005 \001(" +
+      "\0132\026.batcher.v1.DispatchedH\000R\ndispatched\022" +
+      "2\n\010retrying\030\006 \001(\0132\024.batcher.v1.RetryingH" +
+      "\000R\010retryingB\006\n\004kind\"\034\n\006Queued\022\022\n\004lane\030\001 " +
+      "\001(\tR\004lane\"C\n\007Batched\022\031\n\010batch_id\030\001 \001(\tR\007" +
+      "batchId\022\035\n\nbatch_size\030\002 \001(\005R\tbatchSize\"[" +
+      "\n\nDispatched\022\031\n\010batch_id\030\001 \001(\tR\007batchId\022" +
+      "\030\n\007attempt\030\002 \001(\005R\007attempt\022\030\n\007backend\030\003 \001" +
+      "(\tR\007backend\"\207\001\n\010Retrying\022\030\n\007attempt\030\001 \001(" +
+      "\005R\007attempt\022/\n\005delay\030\002 \001(\0132\031.google.proto" +
+      "buf.DurationR\005delay\022\026\n\006reason\030\003 \001(\tR\006rea" +
+      "son\022\030\n\007message\030\004 \001(\tR\007message\"\202\002\n\rStream" +
+      "Summary\022.\n\004time\030\001 \001(\0132\032.google.protobuf." +
+      "TimestampR\004time\022\034\n\tsubmitted\030\002 \001(\003R\tsubm" +
+      "itted\022\033\n\tin_flight\030\003 \001(\003R\010inFlight\022\034\n\tco" +
+      "mpleted\030\004 \001(\003R\tcompleted\022\026\n\006failed\030\005 \001(\003" +
+      "R\006failed\022\032\n\010rejected\030\006 \001(\003R\010rejected\022\036\n\n" +
+      "throughput\030\007 \001(\001R\nthroughput\022\024\n\005final\030\010 " +
+      "\001(\010R\005final*\214\001\n\010Priority\022\030\n\024PRIORITY_UNSP" +
+      "ECIFIED\020\000\022\023\n\017PRIORITY_URGENT\020\001\022\021\n\rPRIORI" +
+      "TY_HIGH\020\002\022\023\n\017PRIORITY_NORMAL\020\003\022\020\n\014PRIORI" +
+      "TY_LOW\020\004\022\027\n\023PRIORITY_DEFERRABLE\020\005*;\n\005Ded" +
+      "up\022\025\n\021DEDUP_UNSPECIFIED\020\000\022\014\n\010DEDUP_ON\020\001\022" +
+      "\r\n\tDEDUP_OFF\020\002*\201\001\n\014FinishReason\022\035\n\031FINIS" +
+      "H_REASON_UNSPECIFIED\020\000\022\026\n\022FINISH_REASON_" +
+      "STOP\020\001\022\030\n\024FINISH_REASON_LENGTH\020\002\022 \n\034FINI" +
+      "SH_REASON_CONTENT_FILTER\020\003*T\n\tVerbosity\022" +
+      "\031\n\025VERBOSITY_UNSPECIFIED\020\000\022\031\n\025VERBOSITY_" +
+      "COMPLETIONS\020\001\022\021\n\rVERBOSITY_ALL\020\0022\203\002\n\016Bat" +
+      "cherService\022?\n\006Submit\022\031.batcher.v1.Submi" +
+      "tRequest\032\032.batcher.v1.SubmitResponse\022U\n\014" +
+      "SubmitStream\022\037.batcher.v1.SubmitStreamRe" +
+      "quest\032 .batcher.v1.SubmitStreamResponse(" +
+      "\0010\001\022Y\n\016SubmitStreamed\022!.batcher.v1.Submi" +
+      "tStreamedRequest\032\".batcher.v1.SubmitStre" +
+      "amedResponse0\001Ba\n\030com.batcherhq.batcher." +
+      "v1B\014BatcherProtoP\001Z5github.com/batcherhq" +
+      "/batcher/gen/batcher/v1;batcherv1b\006proto" +
+      "3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -281,7 +322,7 @@ public final class BatcherProto {
     internal_static_batcher_v1_Request_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Request_descriptor,
-        new java.lang.String[] { "Id", "Model", "Priority", "Chat", "Completion", "Embedding", "Params", "Timeout", "Metadata", "Traceparent", "Tracestate", "Dedup", "Input", });
+        new java.lang.String[] { "Id", "Model", "Priority", "Chat", "Completion", "Embedding", "Params", "Timeout", "Metadata", "Traceparent", "Tracestate", "Dedup", "Stream", "Input", });
     internal_static_batcher_v1_Request_MetadataEntry_descriptor =
       internal_static_batcher_v1_Request_descriptor.getNestedTypes().get(0);
     internal_static_batcher_v1_Request_MetadataEntry_fieldAccessorTable = new
@@ -323,7 +364,7 @@ public final class BatcherProto {
     internal_static_batcher_v1_Completion_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Completion_descriptor,
-        new java.lang.String[] { "Id", "Text", "Embedding", "FinishReason", "Usage", "BatchId", "BatchSize", "Attempts", "Timings", "Error", "Backend", "Metadata", "Deduplicated", "Output", });
+        new java.lang.String[] { "Id", "Text", "Embedding", "FinishReason", "Usage", "BatchId", "BatchSize", "Attempts", "Timings", "Error", "Backend", "Metadata", "Deduplicated", "Partial", "TimeToFirstToken", "Output", });
     internal_static_batcher_v1_Completion_MetadataEntry_descriptor =
       internal_static_batcher_v1_Completion_descriptor.getNestedTypes().get(0);
     internal_static_batcher_v1_Completion_MetadataEntry_fieldAccessorTable = new
@@ -378,56 +419,80 @@ public final class BatcherProto {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Flush_descriptor,
         new java.lang.String[] { });
-    internal_static_batcher_v1_SubmitStreamRequest_descriptor =
+    internal_static_batcher_v1_SubmitStreamedRequest_descriptor =
       getDescriptor().getMessageTypes().get(15);
+    internal_static_batcher_v1_SubmitStreamedRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_SubmitStreamedRequest_descriptor,
+        new java.lang.String[] { "Request", });
+    internal_static_batcher_v1_SubmitStreamedResponse_descriptor =
+      getDescriptor().getMessageTypes().get(16);
+    internal_static_batcher_v1_SubmitStreamedResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_SubmitStreamedResponse_descriptor,
+        new java.lang.String[] { "Delta", "Completion", "Kind", });
+    internal_static_batcher_v1_Delta_descriptor =
+      getDescriptor().getMessageTypes().get(17);
+    internal_static_batcher_v1_Delta_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_Delta_descriptor,
+        new java.lang.String[] { "Id", "Index", "Text", "Refusal", "ToolCalls", "FinishReason", "Usage", });
+    internal_static_batcher_v1_ToolCallDelta_descriptor =
+      getDescriptor().getMessageTypes().get(18);
+    internal_static_batcher_v1_ToolCallDelta_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_ToolCallDelta_descriptor,
+        new java.lang.String[] { "Index", "Id", "Name", "Arguments", });
+    internal_static_batcher_v1_SubmitStreamRequest_descriptor =
+      getDescriptor().getMessageTypes().get(19);
     internal_static_batcher_v1_SubmitStreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_SubmitStreamRequest_descriptor,
         new java.lang.String[] { "Options", "Request", "Cancel", "Flush", "Kind", });
     internal_static_batcher_v1_SubmitStreamResponse_descriptor =
-      getDescriptor().getMessageTypes().get(16);
+      getDescriptor().getMessageTypes().get(20);
     internal_static_batcher_v1_SubmitStreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_SubmitStreamResponse_descriptor,
-        new java.lang.String[] { "Event", "Completion", "Rejection", "Summary", "Kind", });
+        new java.lang.String[] { "Event", "Completion", "Rejection", "Summary", "Delta", "Kind", });
     internal_static_batcher_v1_Rejection_descriptor =
-      getDescriptor().getMessageTypes().get(17);
+      getDescriptor().getMessageTypes().get(21);
     internal_static_batcher_v1_Rejection_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Rejection_descriptor,
         new java.lang.String[] { "Id", "Error", });
     internal_static_batcher_v1_Event_descriptor =
-      getDescriptor().getMessageTypes().get(18);
+      getDescriptor().getMessageTypes().get(22);
     internal_static_batcher_v1_Event_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Event_descriptor,
         new java.lang.String[] { "Id", "Time", "Queued", "Batched", "Dispatched", "Retrying", "Kind", });
     internal_static_batcher_v1_Queued_descriptor =
-      getDescriptor().getMessageTypes().get(19);
+      getDescriptor().getMessageTypes().get(23);
     internal_static_batcher_v1_Queued_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Queued_descriptor,
         new java.lang.String[] { "Lane", });
     internal_static_batcher_v1_Batched_descriptor =
-      getDescriptor().getMessageTypes().get(20);
+      getDescriptor().getMessageTypes().get(24);
     internal_static_batcher_v1_Batched_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Batched_descriptor,
         new java.lang.String[] { "BatchId", "BatchSize", });
     internal_static_batcher_v1_Dispatched_descriptor =
-      getDescriptor().getMessageTypes().get(21);
+      getDescriptor().getMessageTypes().get(25);
     internal_static_batcher_v1_Dispatched_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Dispatched_descriptor,
         new java.lang.String[] { "BatchId", "Attempt", "Backend", });
     internal_static_batcher_v1_Retrying_descriptor =
-      getDescriptor().getMessageTypes().get(22);
+      getDescriptor().getMessageTypes().get(26);
     internal_static_batcher_v1_Retrying_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Retrying_descriptor,
         new java.lang.String[] { "Attempt", "Delay", "Reason", "Message", });
     internal_static_batcher_v1_StreamSummary_descriptor =
-      getDescriptor().getMessageTypes().get(23);
+      getDescriptor().getMessageTypes().get(27);
     internal_static_batcher_v1_StreamSummary_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_StreamSummary_descriptor,

@@ -83,6 +83,37 @@ public final class BatcherServiceGrpc {
     return getSubmitStreamMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<com.batcherhq.batcher.v1.SubmitStreamedRequest,
+      com.batcherhq.batcher.v1.SubmitStreamedResponse> getSubmitStreamedMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "SubmitStreamed",
+      requestType = com.batcherhq.batcher.v1.SubmitStreamedRequest.class,
+      responseType = com.batcherhq.batcher.v1.SubmitStreamedResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.SERVER_STREAMING)
+  public static io.grpc.MethodDescriptor<com.batcherhq.batcher.v1.SubmitStreamedRequest,
+      com.batcherhq.batcher.v1.SubmitStreamedResponse> getSubmitStreamedMethod() {
+    io.grpc.MethodDescriptor<com.batcherhq.batcher.v1.SubmitStreamedRequest, com.batcherhq.batcher.v1.SubmitStreamedResponse> getSubmitStreamedMethod;
+    if ((getSubmitStreamedMethod = BatcherServiceGrpc.getSubmitStreamedMethod) == null) {
+      synchronized (BatcherServiceGrpc.class) {
+        if ((getSubmitStreamedMethod = BatcherServiceGrpc.getSubmitStreamedMethod) == null) {
+          BatcherServiceGrpc.getSubmitStreamedMethod = getSubmitStreamedMethod =
+              io.grpc.MethodDescriptor.<com.batcherhq.batcher.v1.SubmitStreamedRequest, com.batcherhq.batcher.v1.SubmitStreamedResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.SERVER_STREAMING)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "SubmitStreamed"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  com.batcherhq.batcher.v1.SubmitStreamedRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  com.batcherhq.batcher.v1.SubmitStreamedResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new BatcherServiceMethodDescriptorSupplier("SubmitStreamed"))
+              .build();
+        }
+      }
+    }
+    return getSubmitStreamedMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -170,6 +201,23 @@ public final class BatcherServiceGrpc {
       return io.grpc.stub.ServerCalls.asyncUnimplementedStreamingCall(getSubmitStreamMethod(), responseObserver);
     }
 
+    /**
+     * <pre>
+     * SubmitStreamed sends one request and streams its answer back: its
+     * deltas as the model generates them, then its terminal Completion, which
+     * holds the whole answer. The request is streamed whether or not its
+     * stream field is set.
+     * A request refused before admission ends the RPC with its status, as
+     * Submit does. An admitted request that fails gets its Completion with
+     * the error set (and partial set when deltas had been sent), and the RPC
+     * then ends with the same status.
+     * </pre>
+     */
+    public void submitStreamed(com.batcherhq.batcher.v1.SubmitStreamedRequest request,
+        io.grpc.stub.StreamObserver<com.batcherhq.batcher.v1.SubmitStreamedResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getSubmitStreamedMethod(), responseObserver);
+    }
+
     @java.lang.Override public final io.grpc.ServerServiceDefinition bindService() {
       return io.grpc.ServerServiceDefinition.builder(getServiceDescriptor())
           .addMethod(
@@ -186,6 +234,13 @@ public final class BatcherServiceGrpc {
                 com.batcherhq.batcher.v1.SubmitStreamRequest,
                 com.batcherhq.batcher.v1.SubmitStreamResponse>(
                   this, METHODID_SUBMIT_STREAM)))
+          .addMethod(
+            getSubmitStreamedMethod(),
+            io.grpc.stub.ServerCalls.asyncServerStreamingCall(
+              new MethodHandlers<
+                com.batcherhq.batcher.v1.SubmitStreamedRequest,
+                com.batcherhq.batcher.v1.SubmitStreamedResponse>(
+                  this, METHODID_SUBMIT_STREAMED)))
           .build();
     }
   }
@@ -244,6 +299,24 @@ public final class BatcherServiceGrpc {
       return io.grpc.stub.ClientCalls.asyncBidiStreamingCall(
           getChannel().newCall(getSubmitStreamMethod(), getCallOptions()), responseObserver);
     }
+
+    /**
+     * <pre>
+     * SubmitStreamed sends one request and streams its answer back: its
+     * deltas as the model generates them, then its terminal Completion, which
+     * holds the whole answer. The request is streamed whether or not its
+     * stream field is set.
+     * A request refused before admission ends the RPC with its status, as
+     * Submit does. An admitted request that fails gets its Completion with
+     * the error set (and partial set when deltas had been sent), and the RPC
+     * then ends with the same status.
+     * </pre>
+     */
+    public void submitStreamed(com.batcherhq.batcher.v1.SubmitStreamedRequest request,
+        io.grpc.stub.StreamObserver<com.batcherhq.batcher.v1.SubmitStreamedResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncServerStreamingCall(
+          getChannel().newCall(getSubmitStreamedMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -278,6 +351,24 @@ public final class BatcherServiceGrpc {
     public com.batcherhq.batcher.v1.SubmitResponse submit(com.batcherhq.batcher.v1.SubmitRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getSubmitMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * SubmitStreamed sends one request and streams its answer back: its
+     * deltas as the model generates them, then its terminal Completion, which
+     * holds the whole answer. The request is streamed whether or not its
+     * stream field is set.
+     * A request refused before admission ends the RPC with its status, as
+     * Submit does. An admitted request that fails gets its Completion with
+     * the error set (and partial set when deltas had been sent), and the RPC
+     * then ends with the same status.
+     * </pre>
+     */
+    public java.util.Iterator<com.batcherhq.batcher.v1.SubmitStreamedResponse> submitStreamed(
+        com.batcherhq.batcher.v1.SubmitStreamedRequest request) {
+      return io.grpc.stub.ClientCalls.blockingServerStreamingCall(
+          getChannel(), getSubmitStreamedMethod(), getCallOptions(), request);
     }
   }
 
@@ -318,7 +409,8 @@ public final class BatcherServiceGrpc {
   }
 
   private static final int METHODID_SUBMIT = 0;
-  private static final int METHODID_SUBMIT_STREAM = 1;
+  private static final int METHODID_SUBMIT_STREAMED = 1;
+  private static final int METHODID_SUBMIT_STREAM = 2;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -340,6 +432,10 @@ public final class BatcherServiceGrpc {
         case METHODID_SUBMIT:
           serviceImpl.submit((com.batcherhq.batcher.v1.SubmitRequest) request,
               (io.grpc.stub.StreamObserver<com.batcherhq.batcher.v1.SubmitResponse>) responseObserver);
+          break;
+        case METHODID_SUBMIT_STREAMED:
+          serviceImpl.submitStreamed((com.batcherhq.batcher.v1.SubmitStreamedRequest) request,
+              (io.grpc.stub.StreamObserver<com.batcherhq.batcher.v1.SubmitStreamedResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -407,6 +503,7 @@ public final class BatcherServiceGrpc {
               .setSchemaDescriptor(new BatcherServiceFileDescriptorSupplier())
               .addMethod(getSubmitMethod())
               .addMethod(getSubmitStreamMethod())
+              .addMethod(getSubmitStreamedMethod())
               .build();
         }
       }

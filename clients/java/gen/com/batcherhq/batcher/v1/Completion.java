@@ -579,6 +579,65 @@ java.lang.String defaultValue) {
     return deduplicated_;
   }
 
+  public static final int PARTIAL_FIELD_NUMBER = 20;
+  private boolean partial_ = false;
+  /**
+   * <pre>
+   * Set on a streamed request that failed after some of its deltas had
+   * been sent: text holds the answer as far as it was streamed, error what
+   * ended it. Such a request is never retried, since the caller holds part
+   * of an answer.
+   * </pre>
+   *
+   * <code>bool partial = 20 [json_name = "partial"];</code>
+   * @return The partial.
+   */
+  @java.lang.Override
+  public boolean getPartial() {
+    return partial_;
+  }
+
+  public static final int TIME_TO_FIRST_TOKEN_FIELD_NUMBER = 21;
+  private com.google.protobuf.Duration timeToFirstToken_;
+  /**
+   * <pre>
+   * A streamed request's time from admission to its first delta; unset
+   * when no delta was sent.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+   * @return Whether the timeToFirstToken field is set.
+   */
+  @java.lang.Override
+  public boolean hasTimeToFirstToken() {
+    return timeToFirstToken_ != null;
+  }
+  /**
+   * <pre>
+   * A streamed request's time from admission to its first delta; unset
+   * when no delta was sent.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+   * @return The timeToFirstToken.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Duration getTimeToFirstToken() {
+    return timeToFirstToken_ == null ? com.google.protobuf.Duration.getDefaultInstance() : timeToFirstToken_;
+  }
+  /**
+   * <pre>
+   * A streamed request's time from admission to its first delta; unset
+   * when no delta was sent.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.DurationOrBuilder getTimeToFirstTokenOrBuilder() {
+    return timeToFirstToken_ == null ? com.google.protobuf.Duration.getDefaultInstance() : timeToFirstToken_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -634,6 +693,12 @@ java.lang.String defaultValue) {
         12);
     if (deduplicated_ != false) {
       output.writeBool(13, deduplicated_);
+    }
+    if (partial_ != false) {
+      output.writeBool(20, partial_);
+    }
+    if (timeToFirstToken_ != null) {
+      output.writeMessage(21, getTimeToFirstToken());
     }
     getUnknownFields().writeTo(output);
   }
@@ -698,6 +763,14 @@ java.lang.String defaultValue) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(13, deduplicated_);
     }
+    if (partial_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(20, partial_);
+    }
+    if (timeToFirstToken_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(21, getTimeToFirstToken());
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -743,6 +816,13 @@ java.lang.String defaultValue) {
         other.internalGetMetadata())) return false;
     if (getDeduplicated()
         != other.getDeduplicated()) return false;
+    if (getPartial()
+        != other.getPartial()) return false;
+    if (hasTimeToFirstToken() != other.hasTimeToFirstToken()) return false;
+    if (hasTimeToFirstToken()) {
+      if (!getTimeToFirstToken()
+          .equals(other.getTimeToFirstToken())) return false;
+    }
     if (!getOutputCase().equals(other.getOutputCase())) return false;
     switch (outputCase_) {
       case 2:
@@ -798,6 +878,13 @@ java.lang.String defaultValue) {
     hash = (37 * hash) + DEDUPLICATED_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getDeduplicated());
+    hash = (37 * hash) + PARTIAL_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getPartial());
+    if (hasTimeToFirstToken()) {
+      hash = (37 * hash) + TIME_TO_FIRST_TOKEN_FIELD_NUMBER;
+      hash = (53 * hash) + getTimeToFirstToken().hashCode();
+    }
     switch (outputCase_) {
       case 2:
         hash = (37 * hash) + TEXT_FIELD_NUMBER;
@@ -991,6 +1078,12 @@ java.lang.String defaultValue) {
       backend_ = "";
       internalGetMutableMetadata().clear();
       deduplicated_ = false;
+      partial_ = false;
+      timeToFirstToken_ = null;
+      if (timeToFirstTokenBuilder_ != null) {
+        timeToFirstTokenBuilder_.dispose();
+        timeToFirstTokenBuilder_ = null;
+      }
       outputCase_ = 0;
       output_ = null;
       return this;
@@ -1066,6 +1159,14 @@ java.lang.String defaultValue) {
       }
       if (((from_bitField0_ & 0x00001000) != 0)) {
         result.deduplicated_ = deduplicated_;
+      }
+      if (((from_bitField0_ & 0x00002000) != 0)) {
+        result.partial_ = partial_;
+      }
+      if (((from_bitField0_ & 0x00004000) != 0)) {
+        result.timeToFirstToken_ = timeToFirstTokenBuilder_ == null
+            ? timeToFirstToken_
+            : timeToFirstTokenBuilder_.build();
       }
     }
 
@@ -1160,6 +1261,12 @@ java.lang.String defaultValue) {
       bitField0_ |= 0x00000800;
       if (other.getDeduplicated() != false) {
         setDeduplicated(other.getDeduplicated());
+      }
+      if (other.getPartial() != false) {
+        setPartial(other.getPartial());
+      }
+      if (other.hasTimeToFirstToken()) {
+        mergeTimeToFirstToken(other.getTimeToFirstToken());
       }
       switch (other.getOutputCase()) {
         case TEXT: {
@@ -1280,6 +1387,18 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00001000;
               break;
             } // case 104
+            case 160: {
+              partial_ = input.readBool();
+              bitField0_ |= 0x00002000;
+              break;
+            } // case 160
+            case 170: {
+              input.readMessage(
+                  getTimeToFirstTokenFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00004000;
+              break;
+            } // case 170
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2567,6 +2686,223 @@ java.lang.String defaultValue) {
       deduplicated_ = false;
       onChanged();
       return this;
+    }
+
+    private boolean partial_ ;
+    /**
+     * <pre>
+     * Set on a streamed request that failed after some of its deltas had
+     * been sent: text holds the answer as far as it was streamed, error what
+     * ended it. Such a request is never retried, since the caller holds part
+     * of an answer.
+     * </pre>
+     *
+     * <code>bool partial = 20 [json_name = "partial"];</code>
+     * @return The partial.
+     */
+    @java.lang.Override
+    public boolean getPartial() {
+      return partial_;
+    }
+    /**
+     * <pre>
+     * Set on a streamed request that failed after some of its deltas had
+     * been sent: text holds the answer as far as it was streamed, error what
+     * ended it. Such a request is never retried, since the caller holds part
+     * of an answer.
+     * </pre>
+     *
+     * <code>bool partial = 20 [json_name = "partial"];</code>
+     * @param value The partial to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPartial(boolean value) {
+      
+      partial_ = value;
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Set on a streamed request that failed after some of its deltas had
+     * been sent: text holds the answer as far as it was streamed, error what
+     * ended it. Such a request is never retried, since the caller holds part
+     * of an answer.
+     * </pre>
+     *
+     * <code>bool partial = 20 [json_name = "partial"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPartial() {
+      bitField0_ = (bitField0_ & ~0x00002000);
+      partial_ = false;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Duration timeToFirstToken_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> timeToFirstTokenBuilder_;
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     * @return Whether the timeToFirstToken field is set.
+     */
+    public boolean hasTimeToFirstToken() {
+      return ((bitField0_ & 0x00004000) != 0);
+    }
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     * @return The timeToFirstToken.
+     */
+    public com.google.protobuf.Duration getTimeToFirstToken() {
+      if (timeToFirstTokenBuilder_ == null) {
+        return timeToFirstToken_ == null ? com.google.protobuf.Duration.getDefaultInstance() : timeToFirstToken_;
+      } else {
+        return timeToFirstTokenBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     */
+    public Builder setTimeToFirstToken(com.google.protobuf.Duration value) {
+      if (timeToFirstTokenBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        timeToFirstToken_ = value;
+      } else {
+        timeToFirstTokenBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     */
+    public Builder setTimeToFirstToken(
+        com.google.protobuf.Duration.Builder builderForValue) {
+      if (timeToFirstTokenBuilder_ == null) {
+        timeToFirstToken_ = builderForValue.build();
+      } else {
+        timeToFirstTokenBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     */
+    public Builder mergeTimeToFirstToken(com.google.protobuf.Duration value) {
+      if (timeToFirstTokenBuilder_ == null) {
+        if (((bitField0_ & 0x00004000) != 0) &&
+          timeToFirstToken_ != null &&
+          timeToFirstToken_ != com.google.protobuf.Duration.getDefaultInstance()) {
+          getTimeToFirstTokenBuilder().mergeFrom(value);
+        } else {
+          timeToFirstToken_ = value;
+        }
+      } else {
+        timeToFirstTokenBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     */
+    public Builder clearTimeToFirstToken() {
+      bitField0_ = (bitField0_ & ~0x00004000);
+      timeToFirstToken_ = null;
+      if (timeToFirstTokenBuilder_ != null) {
+        timeToFirstTokenBuilder_.dispose();
+        timeToFirstTokenBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     */
+    public com.google.protobuf.Duration.Builder getTimeToFirstTokenBuilder() {
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return getTimeToFirstTokenFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     */
+    public com.google.protobuf.DurationOrBuilder getTimeToFirstTokenOrBuilder() {
+      if (timeToFirstTokenBuilder_ != null) {
+        return timeToFirstTokenBuilder_.getMessageOrBuilder();
+      } else {
+        return timeToFirstToken_ == null ?
+            com.google.protobuf.Duration.getDefaultInstance() : timeToFirstToken_;
+      }
+    }
+    /**
+     * <pre>
+     * A streamed request's time from admission to its first delta; unset
+     * when no delta was sent.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+        getTimeToFirstTokenFieldBuilder() {
+      if (timeToFirstTokenBuilder_ == null) {
+        timeToFirstTokenBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                getTimeToFirstToken(),
+                getParentForChildren(),
+                isClean());
+        timeToFirstToken_ = null;
+      }
+      return timeToFirstTokenBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -254,5 +254,48 @@ java.lang.String defaultValue);
    */
   boolean getDeduplicated();
 
+  /**
+   * <pre>
+   * Set on a streamed request that failed after some of its deltas had
+   * been sent: text holds the answer as far as it was streamed, error what
+   * ended it. Such a request is never retried, since the caller holds part
+   * of an answer.
+   * </pre>
+   *
+   * <code>bool partial = 20 [json_name = "partial"];</code>
+   * @return The partial.
+   */
+  boolean getPartial();
+
+  /**
+   * <pre>
+   * A streamed request's time from admission to its first delta; unset
+   * when no delta was sent.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+   * @return Whether the timeToFirstToken field is set.
+   */
+  boolean hasTimeToFirstToken();
+  /**
+   * <pre>
+   * A streamed request's time from admission to its first delta; unset
+   * when no delta was sent.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+   * @return The timeToFirstToken.
+   */
+  com.google.protobuf.Duration getTimeToFirstToken();
+  /**
+   * <pre>
+   * A streamed request's time from admission to its first delta; unset
+   * when no delta was sent.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration time_to_first_token = 21 [json_name = "timeToFirstToken"];</code>
+   */
+  com.google.protobuf.DurationOrBuilder getTimeToFirstTokenOrBuilder();
+
   public com.batcherhq.batcher.v1.Completion.OutputCase getOutputCase();
 }

@@ -585,6 +585,25 @@ java.lang.String defaultValue) {
     return result == null ? com.batcherhq.batcher.v1.Dedup.UNRECOGNIZED : result;
   }
 
+  public static final int STREAM_FIELD_NUMBER = 20;
+  private boolean stream_ = false;
+  /**
+   * <pre>
+   * Ask for the answer streamed: its deltas arrive as the model generates
+   * them (SubmitStream's Delta messages), before the terminal Completion,
+   * which still holds the whole answer. Chat and completion routes only. A
+   * streamed request goes upstream alone: it is never batched with others
+   * or shared with an identical request (dedup must not be DEDUP_ON).
+   * </pre>
+   *
+   * <code>bool stream = 20 [json_name = "stream"];</code>
+   * @return The stream.
+   */
+  @java.lang.Override
+  public boolean getStream() {
+    return stream_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -637,6 +656,9 @@ java.lang.String defaultValue) {
     }
     if (dedup_ != com.batcherhq.batcher.v1.Dedup.DEDUP_UNSPECIFIED.getNumber()) {
       output.writeEnum(12, dedup_);
+    }
+    if (stream_ != false) {
+      output.writeBool(20, stream_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -697,6 +719,10 @@ java.lang.String defaultValue) {
       size += com.google.protobuf.CodedOutputStream
         .computeEnumSize(12, dedup_);
     }
+    if (stream_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(20, stream_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -734,6 +760,8 @@ java.lang.String defaultValue) {
     if (!getTracestate()
         .equals(other.getTracestate())) return false;
     if (dedup_ != other.dedup_) return false;
+    if (getStream()
+        != other.getStream()) return false;
     if (!getInputCase().equals(other.getInputCase())) return false;
     switch (inputCase_) {
       case 4:
@@ -786,6 +814,9 @@ java.lang.String defaultValue) {
     hash = (53 * hash) + getTracestate().hashCode();
     hash = (37 * hash) + DEDUP_FIELD_NUMBER;
     hash = (53 * hash) + dedup_;
+    hash = (37 * hash) + STREAM_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getStream());
     switch (inputCase_) {
       case 4:
         hash = (37 * hash) + CHAT_FIELD_NUMBER;
@@ -983,6 +1014,7 @@ java.lang.String defaultValue) {
       traceparent_ = "";
       tracestate_ = "";
       dedup_ = 0;
+      stream_ = false;
       inputCase_ = 0;
       input_ = null;
       return this;
@@ -1050,6 +1082,9 @@ java.lang.String defaultValue) {
       }
       if (((from_bitField0_ & 0x00000800) != 0)) {
         result.dedup_ = dedup_;
+      }
+      if (((from_bitField0_ & 0x00001000) != 0)) {
+        result.stream_ = stream_;
       }
     }
 
@@ -1148,6 +1183,9 @@ java.lang.String defaultValue) {
       }
       if (other.dedup_ != 0) {
         setDedupValue(other.getDedupValue());
+      }
+      if (other.getStream() != false) {
+        setStream(other.getStream());
       }
       switch (other.getInputCase()) {
         case CHAT: {
@@ -1266,6 +1304,11 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00000800;
               break;
             } // case 96
+            case 160: {
+              stream_ = input.readBool();
+              bitField0_ |= 0x00001000;
+              break;
+            } // case 160
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2627,6 +2670,62 @@ java.lang.String defaultValue) {
     public Builder clearDedup() {
       bitField0_ = (bitField0_ & ~0x00000800);
       dedup_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private boolean stream_ ;
+    /**
+     * <pre>
+     * Ask for the answer streamed: its deltas arrive as the model generates
+     * them (SubmitStream's Delta messages), before the terminal Completion,
+     * which still holds the whole answer. Chat and completion routes only. A
+     * streamed request goes upstream alone: it is never batched with others
+     * or shared with an identical request (dedup must not be DEDUP_ON).
+     * </pre>
+     *
+     * <code>bool stream = 20 [json_name = "stream"];</code>
+     * @return The stream.
+     */
+    @java.lang.Override
+    public boolean getStream() {
+      return stream_;
+    }
+    /**
+     * <pre>
+     * Ask for the answer streamed: its deltas arrive as the model generates
+     * them (SubmitStream's Delta messages), before the terminal Completion,
+     * which still holds the whole answer. Chat and completion routes only. A
+     * streamed request goes upstream alone: it is never batched with others
+     * or shared with an identical request (dedup must not be DEDUP_ON).
+     * </pre>
+     *
+     * <code>bool stream = 20 [json_name = "stream"];</code>
+     * @param value The stream to set.
+     * @return This builder for chaining.
+     */
+    public Builder setStream(boolean value) {
+      
+      stream_ = value;
+      bitField0_ |= 0x00001000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Ask for the answer streamed: its deltas arrive as the model generates
+     * them (SubmitStream's Delta messages), before the terminal Completion,
+     * which still holds the whole answer. Chat and completion routes only. A
+     * streamed request goes upstream alone: it is never batched with others
+     * or shared with an identical request (dedup must not be DEDUP_ON).
+     * </pre>
+     *
+     * <code>bool stream = 20 [json_name = "stream"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearStream() {
+      bitField0_ = (bitField0_ & ~0x00001000);
+      stream_ = false;
       onChanged();
       return this;
     }

@@ -251,5 +251,19 @@ java.lang.String defaultValue);
    */
   com.batcherhq.batcher.v1.Dedup getDedup();
 
+  /**
+   * <pre>
+   * Ask for the answer streamed: its deltas arrive as the model generates
+   * them (SubmitStream's Delta messages), before the terminal Completion,
+   * which still holds the whole answer. Chat and completion routes only. A
+   * streamed request goes upstream alone: it is never batched with others
+   * or shared with an identical request (dedup must not be DEDUP_ON).
+   * </pre>
+   *
+   * <code>bool stream = 20 [json_name = "stream"];</code>
+   * @return The stream.
+   */
+  boolean getStream();
+
   public com.batcherhq.batcher.v1.Request.InputCase getInputCase();
 }

@@ -56,6 +56,7 @@ private static final long serialVersionUID = 0L;
     COMPLETION(2),
     REJECTION(3),
     SUMMARY(4),
+    DELTA(5),
     KIND_NOT_SET(0);
     private final int value;
     private KindCase(int value) {
@@ -77,6 +78,7 @@ private static final long serialVersionUID = 0L;
         case 2: return COMPLETION;
         case 3: return REJECTION;
         case 4: return SUMMARY;
+        case 5: return DELTA;
         case 0: return KIND_NOT_SET;
         default: return null;
       }
@@ -216,6 +218,49 @@ private static final long serialVersionUID = 0L;
     return com.batcherhq.batcher.v1.StreamSummary.getDefaultInstance();
   }
 
+  public static final int DELTA_FIELD_NUMBER = 5;
+  /**
+   * <pre>
+   * A piece of a streamed request's answer (Request.stream).
+   * </pre>
+   *
+   * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+   * @return Whether the delta field is set.
+   */
+  @java.lang.Override
+  public boolean hasDelta() {
+    return kindCase_ == 5;
+  }
+  /**
+   * <pre>
+   * A piece of a streamed request's answer (Request.stream).
+   * </pre>
+   *
+   * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+   * @return The delta.
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.Delta getDelta() {
+    if (kindCase_ == 5) {
+       return (com.batcherhq.batcher.v1.Delta) kind_;
+    }
+    return com.batcherhq.batcher.v1.Delta.getDefaultInstance();
+  }
+  /**
+   * <pre>
+   * A piece of a streamed request's answer (Request.stream).
+   * </pre>
+   *
+   * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.DeltaOrBuilder getDeltaOrBuilder() {
+    if (kindCase_ == 5) {
+       return (com.batcherhq.batcher.v1.Delta) kind_;
+    }
+    return com.batcherhq.batcher.v1.Delta.getDefaultInstance();
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -242,6 +287,9 @@ private static final long serialVersionUID = 0L;
     if (kindCase_ == 4) {
       output.writeMessage(4, (com.batcherhq.batcher.v1.StreamSummary) kind_);
     }
+    if (kindCase_ == 5) {
+      output.writeMessage(5, (com.batcherhq.batcher.v1.Delta) kind_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -266,6 +314,10 @@ private static final long serialVersionUID = 0L;
     if (kindCase_ == 4) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(4, (com.batcherhq.batcher.v1.StreamSummary) kind_);
+    }
+    if (kindCase_ == 5) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(5, (com.batcherhq.batcher.v1.Delta) kind_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -300,6 +352,10 @@ private static final long serialVersionUID = 0L;
         if (!getSummary()
             .equals(other.getSummary())) return false;
         break;
+      case 5:
+        if (!getDelta()
+            .equals(other.getDelta())) return false;
+        break;
       case 0:
       default:
     }
@@ -330,6 +386,10 @@ private static final long serialVersionUID = 0L;
       case 4:
         hash = (37 * hash) + SUMMARY_FIELD_NUMBER;
         hash = (53 * hash) + getSummary().hashCode();
+        break;
+      case 5:
+        hash = (37 * hash) + DELTA_FIELD_NUMBER;
+        hash = (53 * hash) + getDelta().hashCode();
         break;
       case 0:
       default:
@@ -479,6 +539,9 @@ private static final long serialVersionUID = 0L;
       if (summaryBuilder_ != null) {
         summaryBuilder_.clear();
       }
+      if (deltaBuilder_ != null) {
+        deltaBuilder_.clear();
+      }
       kindCase_ = 0;
       kind_ = null;
       return this;
@@ -535,6 +598,10 @@ private static final long serialVersionUID = 0L;
       if (kindCase_ == 4 &&
           summaryBuilder_ != null) {
         result.kind_ = summaryBuilder_.build();
+      }
+      if (kindCase_ == 5 &&
+          deltaBuilder_ != null) {
+        result.kind_ = deltaBuilder_.build();
       }
     }
 
@@ -599,6 +666,10 @@ private static final long serialVersionUID = 0L;
           mergeSummary(other.getSummary());
           break;
         }
+        case DELTA: {
+          mergeDelta(other.getDelta());
+          break;
+        }
         case KIND_NOT_SET: {
           break;
         }
@@ -657,6 +728,13 @@ private static final long serialVersionUID = 0L;
               kindCase_ = 4;
               break;
             } // case 34
+            case 42: {
+              input.readMessage(
+                  getDeltaFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              kindCase_ = 5;
+              break;
+            } // case 42
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1255,6 +1333,184 @@ private static final long serialVersionUID = 0L;
       kindCase_ = 4;
       onChanged();
       return summaryBuilder_;
+    }
+
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.Delta, com.batcherhq.batcher.v1.Delta.Builder, com.batcherhq.batcher.v1.DeltaOrBuilder> deltaBuilder_;
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     * @return Whether the delta field is set.
+     */
+    @java.lang.Override
+    public boolean hasDelta() {
+      return kindCase_ == 5;
+    }
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     * @return The delta.
+     */
+    @java.lang.Override
+    public com.batcherhq.batcher.v1.Delta getDelta() {
+      if (deltaBuilder_ == null) {
+        if (kindCase_ == 5) {
+          return (com.batcherhq.batcher.v1.Delta) kind_;
+        }
+        return com.batcherhq.batcher.v1.Delta.getDefaultInstance();
+      } else {
+        if (kindCase_ == 5) {
+          return deltaBuilder_.getMessage();
+        }
+        return com.batcherhq.batcher.v1.Delta.getDefaultInstance();
+      }
+    }
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     */
+    public Builder setDelta(com.batcherhq.batcher.v1.Delta value) {
+      if (deltaBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        kind_ = value;
+        onChanged();
+      } else {
+        deltaBuilder_.setMessage(value);
+      }
+      kindCase_ = 5;
+      return this;
+    }
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     */
+    public Builder setDelta(
+        com.batcherhq.batcher.v1.Delta.Builder builderForValue) {
+      if (deltaBuilder_ == null) {
+        kind_ = builderForValue.build();
+        onChanged();
+      } else {
+        deltaBuilder_.setMessage(builderForValue.build());
+      }
+      kindCase_ = 5;
+      return this;
+    }
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     */
+    public Builder mergeDelta(com.batcherhq.batcher.v1.Delta value) {
+      if (deltaBuilder_ == null) {
+        if (kindCase_ == 5 &&
+            kind_ != com.batcherhq.batcher.v1.Delta.getDefaultInstance()) {
+          kind_ = com.batcherhq.batcher.v1.Delta.newBuilder((com.batcherhq.batcher.v1.Delta) kind_)
+              .mergeFrom(value).buildPartial();
+        } else {
+          kind_ = value;
+        }
+        onChanged();
+      } else {
+        if (kindCase_ == 5) {
+          deltaBuilder_.mergeFrom(value);
+        } else {
+          deltaBuilder_.setMessage(value);
+        }
+      }
+      kindCase_ = 5;
+      return this;
+    }
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     */
+    public Builder clearDelta() {
+      if (deltaBuilder_ == null) {
+        if (kindCase_ == 5) {
+          kindCase_ = 0;
+          kind_ = null;
+          onChanged();
+        }
+      } else {
+        if (kindCase_ == 5) {
+          kindCase_ = 0;
+          kind_ = null;
+        }
+        deltaBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     */
+    public com.batcherhq.batcher.v1.Delta.Builder getDeltaBuilder() {
+      return getDeltaFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     */
+    @java.lang.Override
+    public com.batcherhq.batcher.v1.DeltaOrBuilder getDeltaOrBuilder() {
+      if ((kindCase_ == 5) && (deltaBuilder_ != null)) {
+        return deltaBuilder_.getMessageOrBuilder();
+      } else {
+        if (kindCase_ == 5) {
+          return (com.batcherhq.batcher.v1.Delta) kind_;
+        }
+        return com.batcherhq.batcher.v1.Delta.getDefaultInstance();
+      }
+    }
+    /**
+     * <pre>
+     * A piece of a streamed request's answer (Request.stream).
+     * </pre>
+     *
+     * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.Delta, com.batcherhq.batcher.v1.Delta.Builder, com.batcherhq.batcher.v1.DeltaOrBuilder> 
+        getDeltaFieldBuilder() {
+      if (deltaBuilder_ == null) {
+        if (!(kindCase_ == 5)) {
+          kind_ = com.batcherhq.batcher.v1.Delta.getDefaultInstance();
+        }
+        deltaBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.batcherhq.batcher.v1.Delta, com.batcherhq.batcher.v1.Delta.Builder, com.batcherhq.batcher.v1.DeltaOrBuilder>(
+                (com.batcherhq.batcher.v1.Delta) kind_,
+                getParentForChildren(),
+                isClean());
+        kind_ = null;
+      }
+      kindCase_ = 5;
+      onChanged();
+      return deltaBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

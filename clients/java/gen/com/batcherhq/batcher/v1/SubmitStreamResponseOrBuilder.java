@@ -67,5 +67,32 @@ public interface SubmitStreamResponseOrBuilder extends
    */
   com.batcherhq.batcher.v1.StreamSummaryOrBuilder getSummaryOrBuilder();
 
+  /**
+   * <pre>
+   * A piece of a streamed request's answer (Request.stream).
+   * </pre>
+   *
+   * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+   * @return Whether the delta field is set.
+   */
+  boolean hasDelta();
+  /**
+   * <pre>
+   * A piece of a streamed request's answer (Request.stream).
+   * </pre>
+   *
+   * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+   * @return The delta.
+   */
+  com.batcherhq.batcher.v1.Delta getDelta();
+  /**
+   * <pre>
+   * A piece of a streamed request's answer (Request.stream).
+   * </pre>
+   *
+   * <code>.batcher.v1.Delta delta = 5 [json_name = "delta"];</code>
+   */
+  com.batcherhq.batcher.v1.DeltaOrBuilder getDeltaOrBuilder();
+
   public com.batcherhq.batcher.v1.SubmitStreamResponse.KindCase getKindCase();
 }
