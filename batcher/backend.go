@@ -23,7 +23,8 @@ type Batch struct {
 	// keeps its budget within what the upstream says is left.
 	RateLimit *RateLimitInfo
 
-	deadline time.Time   // the latest deadline among its requests
+	stream   *streamState // a streamed request's buffer (the batch holds it alone)
+	deadline time.Time    // the latest deadline among its requests
 	verdict  func(error) // the breaker's, told by the breakerVerdict layer
 }
 

@@ -344,6 +344,9 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if token == nil {
 		c.done = make(chan struct{})
 	}
+	if req.Stream {
+		c.stream = newStreamState(c)
+	}
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
 	}
@@ -370,7 +373,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	}
 	c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
 	// Identical means every parameter equal, also those the lane ignores.
-	if dedupable(req) && b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {
+	if !req.Stream && dedupable(req) && b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {
 		rc.targets[c.target].be.stats.dedupHits.Add(1)
 		return c, nil
 	}
@@ -404,6 +407,10 @@ func (b *Batcher) enqueue(c *Call) {
 // Do submits req and waits for its result. When ctx ends first, the request
 // ends with ErrCanceled or ErrDeadline. The error is the result's Err.
 func (b *Batcher) Do(ctx context.Context, req *Request) (Result, error) {
+	if req.Stream {
+		err := invalid("stream", "Do returns the whole answer: submit a streamed request with Submit and read its deltas")
+		return Result{Err: err}, err
+	}
 	token, _ := b.tokenPool.Get().(chan struct{})
 	if token == nil {
 		token = make(chan struct{}, 1)

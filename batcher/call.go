@@ -67,7 +67,8 @@ type Call struct {
 	state          atomic.Uint32
 	run            atomic.Pointer[batchRun] // the batch carrying it now, if any
 
-	group *dedupGroup // set once at admission for dedupable requests
+	stream *streamState // a streamed request's delta buffer; set once at admission
+	group  *dedupGroup  // set once at admission for dedupable requests
 	timer *time.Timer // a dedup follower's deadline
 	cache *CacheKey   // set once at admission when its answer is to be cached
 
@@ -158,6 +159,9 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	if !c.state.CompareAndSwap(callPending, callDone) {
 		return false
 	}
+	if c.stream != nil {
+		c.stream.end(&r)
+	}
 	r.Timings.Total = now.Sub(c.admitted)
 	c.result = r
 	if c.cache != nil {
@@ -192,7 +196,7 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	c.b.callEnded()
 	group := c.group
 	if c.token {
-		c.recycle = byRun && sink == nil && group == nil && c.timer == nil &&
+		c.recycle = byRun && sink == nil && group == nil && c.timer == nil && c.stream == nil &&
 			evictClass(c.req.Priority) < 0 && !c.queued.Load() &&
 			!c.b.aborted.Load() // abort may have copied b.runs before the run untracked
 		// From the send on, a recycled call is Do's again: this goroutine

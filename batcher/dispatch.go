@@ -16,8 +16,10 @@ import (
 
 // The dispatch concerns wrap the configured Backend, outermost first:
 //
-//	breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{Backend}}}}
+//	breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{streamBackend{Backend}}}}}
 //
+// streamBackend turns a streamed request's batch into the backend's Stream
+// call (stream.go).
 // recoverBackend is innermost, so that a panic becomes an error every other
 // layer sees. attemptTimeout bounds the backend call itself and calls the
 // end of its own deadline a timeout (not the batch's cancellation).
@@ -30,7 +32,7 @@ import (
 // and a retry puts a request back into its lane, possibly into another
 // batch (retry.go).
 func decorate(impl Backend, s *backendState) Backend {
-	return breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{impl}, s.cfg.AttemptTimeout, s.cfg.Retry.MaxRetries + 1}, s}}
+	return breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{streamBackend{impl}}, s.cfg.AttemptTimeout, s.cfg.Retry.MaxRetries + 1}, s}}
 }
 
 // recoverBackend turns a backend's panic into an error, so that one bad
@@ -71,6 +73,9 @@ func (d attemptTimeout) timeoutFor(b *Batch, now time.Time) time.Duration {
 }
 
 func (d attemptTimeout) Dispatch(ctx context.Context, b *Batch, out []Response) error {
+	if b.stream != nil {
+		return d.dispatchStream(ctx, b, out)
+	}
 	now := time.Now()
 	timeout := d.timeoutFor(b, now)
 	if !now.Add(timeout).Before(b.deadline) {
@@ -306,6 +311,9 @@ func (r *batchRun) run() {
 		}
 	}
 	r.batch.Requests = r.reqs
+	if l.key.stream {
+		r.batch.stream = r.live[0].stream
+	}
 	var ctx context.Context = r.ctx
 	if b.tracer != nil {
 		ctx = r.startSpan(ctx, r.live)
@@ -403,7 +411,7 @@ func (r *batchRun) run() {
 		if e != nil && !end.Before(c.deadline) {
 			e = ErrDeadline // the batch context ran out with the request's time
 		}
-		if e != nil && (b.retryLater(c, r, e, end) || b.fallBack(c, r, e, end)) {
+		if e != nil && c.retryable() && (b.retryLater(c, r, e, end) || b.fallBack(c, r, e, end)) {
 			r.end() // the run lets go of it
 			continue
 		}

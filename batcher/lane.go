@@ -28,12 +28,13 @@ type laneKey struct {
 	seed      int64
 	set       uint8 // which of temp, topP, seed are set
 	stop      string
+	stream    bool // streamed requests: batches of one (stream.go)
 }
 
 // same is k == *o, cheapest fields first, and the route's name not
 // compared: the same rc is the same route.
 func (k *laneKey) same(o *laneKey) bool {
-	return k.rc == o.rc && k.target == o.target && k.maxTokens == o.maxTokens && k.set == o.set &&
+	return k.rc == o.rc && k.target == o.target && k.stream == o.stream && k.maxTokens == o.maxTokens && k.set == o.set &&
 		k.temp == o.temp && k.topP == o.topP && k.seed == o.seed && k.stop == o.stop
 }
 
@@ -51,6 +52,11 @@ func keyOf(r *Request, rc *routeConfig, target uint8) laneKey {
 func keyWith(r *Request, rc *routeConfig, target uint8, shared ParamSet) laneKey {
 	k := laneKey{route: rc.Name, rc: rc, target: target}
 	if rc.Op == OpEmbedding {
+		return k
+	}
+	if r.Stream {
+		// Alone upstream: no parameter needs a lane of its own.
+		k.stream = true
 		return k
 	}
 	p := &r.Params
@@ -79,6 +85,9 @@ func keyWith(r *Request, rc *routeConfig, target uint8, shared ParamSet) laneKey
 func (k laneKey) name(op Operation, backend string) string {
 	if op == OpEmbedding {
 		return k.route + "@" + backend
+	}
+	if k.stream {
+		return k.route + "@" + backend + "{stream}"
 	}
 	var params []string
 	if k.maxTokens != 0 { // 0: max_tokens is not shared on this target
@@ -158,6 +167,7 @@ type lane struct {
 	key     laneKey
 	name    string
 	route   *routeConfig
+	bc      *BatchConfig // route.Batch, or streamBatch for streamed requests
 	be      *backendState
 	trigger chan struct{}
 
@@ -205,11 +215,16 @@ type ending struct {
 
 func newLane(b *Batcher, key laneKey, rc *routeConfig) *lane {
 	be := rc.targets[key.target].be
+	bc := &rc.Batch
+	if key.stream {
+		bc = &streamBatch
+	}
 	return &lane{
 		b:       b,
 		key:     key,
 		name:    key.name(rc.Op, be.name),
 		route:   rc,
+		bc:      bc,
 		be:      be,
 		trigger: make(chan struct{}, 1),
 		timer:   time.NewTimer(math.MaxInt64),
@@ -279,7 +294,7 @@ func (l *lane) wakeFor(due, deadline int64, size int32) bool {
 	if wake == 0 {
 		return true // awake, or idle: no timer of its own will read the inbox
 	}
-	bc := &l.route.Batch
+	bc := l.bc
 	return due < wake || deadline < wake || int(size) >= bc.MaxBatchSize || bc.MaxBatchTokens > 0 ||
 		(int(size) >= bc.MinBatchSize && l.partials.Load() == 0)
 }
@@ -342,7 +357,7 @@ func (l *lane) step() (exit bool) {
 	l.drain()
 	b := l.b
 	closing := b.closing.Load()
-	bc := &l.route.Batch
+	bc := l.bc
 	if b.aborted.Load() { // shutdown's deadline passed: end whatever came in since
 		for len(l.heap) > 0 {
 			l.end(l.heap[0], ErrShutdown)
@@ -796,7 +811,7 @@ func (l *lane) order(now time.Time, visit func(c *Call) bool) {
 // budgets. Only a backend with rate budgets needs the exact figure, which
 // takes a walk of the queue; others get a bound.
 func (l *lane) plan(now time.Time) cost {
-	bc := &l.route.Batch
+	bc := l.bc
 	if !l.be.limitedA.Load() {
 		return cost{requests: l.be.calls(l.route.Name, l.route.Op, min(len(l.heap), bc.MaxBatchSize)), tokens: l.tokens}
 	}
@@ -818,7 +833,7 @@ func (l *lane) fits(n int, got cost, c *Call, caps cost) bool {
 	if n == 0 {
 		return true
 	}
-	bc := &l.route.Batch
+	bc := l.bc
 	return n < bc.MaxBatchSize &&
 		(bc.MaxBatchTokens == 0 || got.tokens+c.tokens <= bc.MaxBatchTokens) &&
 		got.tokens+c.tokens <= caps.tokens &&
@@ -870,7 +885,7 @@ func (l *lane) cut(now time.Time) {
 		}
 	}
 	l.be.settle(pm, got)
-	if r.partial = len(r.calls) < l.route.Batch.MaxBatchSize; r.partial {
+	if r.partial = len(r.calls) < l.bc.MaxBatchSize; r.partial {
 		l.partials.Add(1)
 	}
 	l.inFlight.Add(int32(len(r.calls)))

@@ -151,6 +151,8 @@ type metrics struct {
 	upCalls   metric.Int64Counter
 	budgetReq metric.Int64Counter
 	budgetTok metric.Int64Counter
+	ttft      metric.Float64Histogram // gen_ai.server.time_to_first_token (stream.go)
+	tpot      metric.Float64Histogram // gen_ai.server.time_per_output_token
 
 	// routes and pairs are replaced whole (copy on write) when SetRoutes
 	// adds routes, under addMu; entries are never removed, so that a
@@ -318,6 +320,8 @@ func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
 	m.upCalls = counter("batcher.upstream.calls", "{call}", "Batches sent upstream, by backend and outcome.")
 	m.budgetReq = counter("batcher.budget.requests.used", "{request}", "Upstream requests spent against the backend's RPM budget.")
 	m.budgetTok = counter("batcher.budget.tokens.used", "{token}", "Tokens spent against the backend's TPM budget (reported usage, else the reservation).")
+	m.ttft = fhist("gen_ai.server.time_to_first_token", "s", "Streamed requests: time from admission to the first delta, for successful answers.", ttftBuckets)
+	m.tpot = fhist("gen_ai.server.time_per_output_token", "s", "Streamed requests: time per output token after the first, for successful answers.", tpotBuckets)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -368,6 +372,9 @@ func (m *metrics) finished(c *Call, r *Result) {
 	m.duration.Record(ctx, r.Timings.Total.Seconds(), rm.doneRec[p][o]...)
 	if r.Timings.Queued > 0 {
 		m.queueWait.Record(ctx, r.Timings.Queued.Seconds(), rm.byPrioRec[p]...)
+	}
+	if c.stream != nil && r.Err == nil {
+		m.streamed(c, r)
 	}
 }
 

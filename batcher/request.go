@@ -144,6 +144,9 @@ type Request struct {
 	Tenant string
 	// Cache is what the request asks of the response cache (WithCache).
 	Cache CacheMode
+	// Stream asks for the answer's deltas as the model generates them
+	// (Call.Deltas; stream.go). A streamed request goes upstream alone.
+	Stream bool
 }
 
 // PolicyMaxRetries in RetryOverride.MaxRetries keeps the backend policy's
@@ -205,6 +208,9 @@ type Timings struct {
 	Queued    time.Duration // admission until its first upstream call
 	Upstream  time.Duration // time in upstream calls, over all attempts
 	Total     time.Duration // admission until the terminal result
+	// FirstToken is a streamed request's time from admission to its first
+	// delta; 0 when none came.
+	FirstToken time.Duration
 }
 
 // Result is a request's terminal result. Err is nil on success.
@@ -222,6 +228,10 @@ type Result struct {
 	// Cached: the answer came from the response cache, not the upstream.
 	Cached  bool
 	Timings Timings
+	// Partial: a streamed request failed after deltas had reached its
+	// caller; Text holds the answer as far as it was streamed, Err what
+	// ended it.
+	Partial bool
 
 	Err error
 }

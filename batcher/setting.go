@@ -217,6 +217,8 @@ type config struct {
 	logger          *slog.Logger
 	coordinator     Coordinator
 	cache           Cache
+	streamBuffer    int
+	streamMaxUnread int
 }
 
 // routeConfig is a Route with every default resolved.
@@ -246,6 +248,9 @@ func newConfig(opts []Option) (*config, error) {
 		agingStep:     DefaultAgingStep,
 		idleLane:      DefaultIdleLaneTimeout,
 		maxLanes:      DefaultMaxLanes,
+
+		streamBuffer:    DefaultStreamBuffer,
+		streamMaxUnread: DefaultStreamMaxUnread,
 	}
 	for _, o := range opts {
 		o(c)
@@ -268,6 +273,12 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	if c.maxLanes < 1 {
 		errs = append(errs, fmt.Errorf("max lanes: must be at least 1, got %d", c.maxLanes))
+	}
+	if c.streamBuffer < 1 {
+		errs = append(errs, fmt.Errorf("stream buffer: must be at least 1 delta, got %d", c.streamBuffer))
+	}
+	if c.streamMaxUnread < 1 {
+		errs = append(errs, fmt.Errorf("stream max unread: must be at least 1 byte, got %d", c.streamMaxUnread))
 	}
 	if c.idleLane <= 0 {
 		errs = append(errs, fmt.Errorf("idle lane timeout: must be positive, got %v", c.idleLane))

@@ -110,6 +110,14 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 	if r.Dedup > DedupOff {
 		return invalid("dedup", "unknown mode %d", r.Dedup)
 	}
+	if r.Stream {
+		if rc.Op == OpEmbedding {
+			return invalid("stream", "route %q serves embeddings, which are not streamed", rc.Name)
+		}
+		if r.Dedup == DedupOn {
+			return invalid("dedup", "must not be on for a streamed request: it goes upstream alone")
+		}
+	}
 	return nil
 }
 
