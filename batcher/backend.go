@@ -25,7 +25,7 @@ type Batch struct {
 
 	stream   *streamState // a streamed request's buffer (the batch holds it alone)
 	deadline time.Time    // the latest deadline among its requests
-	verdict  func(error) // the breaker's, told by the breakerVerdict layer
+	verdict  func(error)  // the breaker's, told by the breakerVerdict layer
 }
 
 // Response is one request's answer from a Backend. Err set means that request

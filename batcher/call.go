@@ -69,8 +69,8 @@ type Call struct {
 
 	stream *streamState // a streamed request's delta buffer; set once at admission
 	group  *dedupGroup  // set once at admission for dedupable requests
-	timer *time.Timer // a dedup follower's deadline
-	cache *CacheKey   // set once at admission when its answer is to be cached
+	timer  *time.Timer  // a dedup follower's deadline
+	cache  *CacheKey    // set once at admission when its answer is to be cached
 
 	// evMu orders a request's events: none is emitted after its EventDone.
 	// Taken only when the request has a Sink.
