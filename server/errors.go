@@ -82,6 +82,9 @@ func toStatus(err error) *status.Status {
 		return status.New(codes.DeadlineExceeded, "request deadline exceeded")
 	case errors.Is(err, batcher.ErrCanceled):
 		return status.New(codes.Canceled, "request cancelled")
+	case errors.Is(err, batcher.ErrStreamOverflow):
+		// The caller's own slowness: the message says which limit.
+		return status.New(codes.ResourceExhausted, "stream cancelled: the caller read its deltas too slowly ("+err.Error()+")")
 	}
 	var ue *batcher.UpstreamError
 	if errors.As(err, &ue) {

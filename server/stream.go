@@ -86,6 +86,8 @@ type stream struct {
 
 	mu        sync.Mutex
 	out       []*batcherv1.SubmitStreamResponse // to send, in order
+	streaming []*batcher.Call                   // streamed requests with deltas waiting (sent before out)
+	spareStr  []*batcher.Call                   // streaming's other buffer, sender-owned between takes
 	spare     []*batcherv1.SubmitStreamResponse // out's other buffer, sender-owned between takes
 	items     map[string]*item                  // accepted (or being submitted) and not terminal, by id
 	closed    bool                              // the sender is gone: drop messages, cancel late admissions
@@ -144,7 +146,12 @@ func (st *stream) run() error {
 		case <-st.ctx.Done():
 			return status.FromContextError(st.ctx.Err()).Err()
 		}
-		msgs, end, final, endErr := st.take(shutting)
+		msgs, streaming, end, final, endErr := st.take(shutting)
+		// Deltas first: every delta of a request precedes its Completion
+		// (the core notifies before it ends the call; see DeltasReady).
+		if err := st.sendDeltas(streaming); err != nil {
+			return err
+		}
 		answered := 0
 		for i, m := range msgs {
 			if err := st.gs.Send(m); err != nil {
@@ -176,21 +183,22 @@ func (st *stream) run() error {
 // after them, whether a final summary is owed, and the stream's status.
 // Once no request is in flight and nothing more can be accepted, no message
 // can be added to out, so out is the last of them.
-func (st *stream) take(shutting bool) (msgs []*batcherv1.SubmitStreamResponse, end, final bool, err error) {
+func (st *stream) take(shutting bool) (msgs []*batcherv1.SubmitStreamResponse, ready []*batcher.Call, end, final bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	msgs, st.out, st.spare = st.out, st.spare, nil
+	ready, st.streaming, st.spareStr = st.streaming, st.spareStr, nil
 	switch {
 	case st.firstErr != nil: // nothing was accepted: no summary owed
-		return msgs, true, false, st.firstErr.Err()
+		return msgs, ready, true, false, st.firstErr.Err()
 	case len(st.items) > 0:
-		return msgs, false, false, nil
+		return msgs, ready, false, false, nil
 	case st.recvDone:
-		return msgs, true, true, st.recvErr
+		return msgs, ready, true, true, st.recvErr
 	case shutting:
-		return msgs, true, true, status.Error(grpccodes.Unavailable, "server shutting down")
+		return msgs, ready, true, true, status.Error(grpccodes.Unavailable, "server shutting down")
 	}
-	return msgs, false, false, nil
+	return msgs, ready, false, false, nil
 }
 
 // giveBack returns a drained buffer for the next take.

@@ -59,6 +59,7 @@ func toCore(pr *batcherv1.Request, dst *batcher.Request) *status.Status {
 		dst.Input = batcher.Input{}
 	}
 
+	dst.Stream = pr.GetStream()
 	dst.Params = batcher.Params{}
 	if p := pr.GetParams(); p != nil {
 		if p.MaxTokens != nil {
@@ -162,8 +163,16 @@ func (m *completionMsg) fill(req *batcher.Request, r *batcher.Result) *batcherv1
 	setDuration(&m.d[3], r.Timings.Total)
 	m.t.BatchWait, m.t.Queued, m.t.Upstream, m.t.Total = &m.d[0], &m.d[1], &m.d[2], &m.d[3]
 	c.Timings = &m.t
+	if r.Timings.FirstToken > 0 {
+		c.TimeToFirstToken = durationpb.New(r.Timings.FirstToken)
+	}
 	if r.Err != nil {
 		c.Error = toStatus(r.Err).Proto()
+		if r.Partial { // the text the caller was streamed before the failure
+			c.Partial = true
+			m.text.Text = r.Text
+			c.Output = &m.text
+		}
 		return c
 	}
 	if int(r.FinishReason) < len(finishReasons) {

@@ -1,0 +1,131 @@
+package server
+
+import (
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc/status"
+)
+
+// Streamed requests (Request.stream): their deltas reach the caller as
+// Delta messages, on SubmitStream interleaved with everything else, or as
+// the whole answer of SubmitStreamed.
+
+// DeltasReady implements batcher.DeltaNotifier: a streamed request of the
+// stream has deltas waiting. The sender takes them, before the messages
+// queued with them, so that they precede the request's Completion. Called
+// with the request's delta buffer locked: it only queues the call.
+func (st *stream) DeltasReady(c *batcher.Call) {
+	st.mu.Lock()
+	if !st.closed {
+		st.streaming = append(st.streaming, c)
+	}
+	st.mu.Unlock()
+	st.wake()
+}
+
+// sendDeltas sends the deltas waiting on the calls of ready, and gives the
+// slice back for the next take. While a send blocks (the caller reads
+// slowly) the deltas wait in the core's bounded buffers, which coalesce
+// and then cancel the request (batcher.ErrStreamOverflow).
+func (st *stream) sendDeltas(ready []*batcher.Call) error {
+	if len(ready) == 0 {
+		return nil
+	}
+	var ds []batcher.Delta
+	var err error
+	for i, c := range ready {
+		ready[i] = nil
+		if err != nil {
+			continue
+		}
+		ds, _ = c.Deltas(ds[:0])
+		id := c.Request().ID
+		for j := range ds {
+			m := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Delta{Delta: toDelta(id, &ds[j])}}
+			if err = st.gs.Send(m); err != nil {
+				break
+			}
+		}
+		clear(ds)
+	}
+	st.mu.Lock()
+	if st.spareStr == nil {
+		st.spareStr = ready[:0]
+	}
+	st.mu.Unlock()
+	return err
+}
+
+// toDelta translates one delta of request id.
+func toDelta(id string, d *batcher.Delta) *batcherv1.Delta {
+	m := &batcherv1.Delta{Id: id, Text: d.Text, Refusal: d.Refusal}
+	if len(d.ToolCalls) > 0 {
+		m.ToolCalls = make([]*batcherv1.ToolCallDelta, len(d.ToolCalls))
+		for i, t := range d.ToolCalls {
+			m.ToolCalls[i] = &batcherv1.ToolCallDelta{Index: t.Index, Id: t.ID, Name: t.Name, Arguments: t.Arguments}
+		}
+	}
+	if d.FinishReason != batcher.FinishUnspecified && int(d.FinishReason) < len(finishReasons) {
+		m.FinishReason = finishReasons[d.FinishReason]
+	}
+	if u := d.Usage; u != nil {
+		m.Usage = &batcherv1.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.Total()}
+	}
+	return m
+}
+
+// SubmitStreamed runs one request streamed: its deltas as they come, then
+// its Completion. The RPC's context bounds it as Submit's does; when the
+// caller goes away the request is cancelled and its upstream call closed
+// at once.
+//
+// Why a server-streaming RPC beside SubmitStream: for one interactive
+// answer it is what gRPC callers expect (a plain iterator in every
+// language's generated stub, deadlines and cancellation per call, and one
+// status at the end), with no stream of one's own to manage.
+func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv1.BatcherService_SubmitStreamedServer) error {
+	ctx := ss.Context()
+	req := new(batcher.Request)
+	if st := toCore(in.GetRequest(), req); st != nil {
+		return st.Err()
+	}
+	req.Stream = true
+	req.Tenant = s.tenantOf(ctx)
+	if req.ID == "" {
+		req.ID = s.newID()
+	}
+	c, err := s.core.Submit(ctx, req)
+	if err != nil {
+		st := toStatus(err)
+		s.logUnexpected(ctx, st.Code(), req.ID, err)
+		return st.Err()
+	}
+	defer c.Cancel() // a no-op once it ended; else the caller left: close upstream
+	var ds []batcher.Delta
+	for more := true; more; {
+		select {
+		case <-c.DeltasReady():
+		case <-ctx.Done():
+			c.Cancel()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		ds, more = c.Deltas(ds[:0])
+		for i := range ds {
+			if err := ss.Send(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Delta{Delta: toDelta(req.ID, &ds[i])}}); err != nil {
+				return err
+			}
+		}
+		clear(ds)
+	}
+	res := c.Result()
+	var m completionMsg
+	if err := ss.Send(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Completion{Completion: m.fill(req, &res)}}); err != nil {
+		return err
+	}
+	if res.Err != nil {
+		st := toStatus(res.Err)
+		s.logUnexpected(ctx, st.Code(), req.ID, res.Err)
+		return st.Err()
+	}
+	return nil
+}

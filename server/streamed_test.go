@@ -1,0 +1,223 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// streamFake streams the words of "echo: <last message>" one delta each.
+// After the first delta of each call it waits for gate (or ctx's end); it
+// fails after failAfter deltas when failAfter is positive.
+type streamFake struct {
+	gate      chan struct{}
+	failAfter int
+
+	mu      sync.Mutex
+	firsts  int
+	firstCh chan struct{} // one send per call's first delta
+	ended   chan error    // ctx.Err() as each Stream returns
+}
+
+func newStreamFake() *streamFake {
+	g := make(chan struct{})
+	close(g)
+	return &streamFake{gate: g, firstCh: make(chan struct{}, 4096), ended: make(chan error, 4096)}
+}
+
+func (f *streamFake) Dispatch(context.Context, *batcher.Batch, []batcher.Response) error {
+	return errors.New("streamFake: only streams")
+}
+
+func (f *streamFake) Stream(ctx context.Context, b *batcher.Batch, w batcher.DeltaWriter) (resp batcher.Response, err error) {
+	defer func() { f.ended <- ctx.Err() }()
+	msgs := b.Requests[0].Input.Messages
+	words := strings.SplitAfter("echo: "+msgs[len(msgs)-1].Content, " ")
+	for i, word := range words {
+		if f.failAfter > 0 && i == f.failAfter {
+			return resp, &batcher.UpstreamError{Class: batcher.ClassNetwork, Message: "connection cut mid-stream"}
+		}
+		if err := w.WriteDelta(&batcher.Delta{Text: word}); err != nil {
+			return resp, err
+		}
+		if i == 0 {
+			f.firstCh <- struct{}{}
+			select {
+			case <-f.gate:
+			case <-ctx.Done():
+				return resp, ctx.Err()
+			}
+		}
+	}
+	return batcher.Response{FinishReason: batcher.FinishStop, Usage: batcher.Usage{PromptTokens: 2, CompletionTokens: int32(len(words))}}, nil
+}
+
+const routeStream = "stream-chat"
+
+// newStreamEnv is newEnv with a route whose backend streams.
+func newStreamEnv(t *testing.T, sf *streamFake, opts ...envOption) *env {
+	t.Helper()
+	return newEnv(t, newFake(), append([]envOption{withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "streamer", Backend: sf, MaxConcurrency: 512,
+			Retry: batcher.RetryPolicy{MaxRetries: 2}}),
+		batcher.WithRoute(batcher.Route{Name: routeStream, Op: batcher.OpChat, Backend: "streamer"}),
+	)}, opts...)...)
+}
+
+func streamedReq(id, text string) *batcherv1.Request {
+	r := chatReq(id, text)
+	r.Model, r.Stream = routeStream, true
+	return r
+}
+
+// TestSubmitStreamInterleavesDeltas: many streamed and plain requests on
+// one SubmitStream. Every streamed request's deltas come tagged with its
+// id, interleaved with the other requests' messages, all before its
+// Completion, and concatenate to its text; plain requests get no delta.
+func TestSubmitStreamInterleavesDeltas(t *testing.T) {
+	sf := newStreamFake()
+	gate := make(chan struct{}) // every first delta, then the rest
+	sf.gate = gate
+	e := newStreamEnv(t, sf)
+	ctx := testCtx(t)
+	s := e.openStream(t, ctx)
+	const n = 40
+	for i := range n {
+		s.send(reqMsg(streamedReq(fmt.Sprintf("s%d", i), fmt.Sprintf("one two three %d", i))))
+		s.send(reqMsg(chatReq(fmt.Sprintf("p%d", i), "plain")))
+	}
+	for range n {
+		<-sf.firstCh
+	}
+	deltas := map[string][]string{}
+	done := map[string]*batcherv1.Completion{}
+	sawFirsts := 0
+	for len(done) < 2*n {
+		m := s.next()
+		if d := m.GetDelta(); d != nil {
+			if done[d.GetId()] != nil {
+				t.Fatalf("delta of %s after its completion", d.GetId())
+			}
+			if len(deltas[d.GetId()]) == 0 {
+				sawFirsts++
+			}
+			deltas[d.GetId()] = append(deltas[d.GetId()], d.GetText())
+			if sawFirsts == n && gate != nil {
+				// Every request's first delta came before any second one:
+				// they interleave.
+				for id, ds := range deltas {
+					if len(ds) != 1 {
+						t.Fatalf("%s: %d deltas before the gate opened", id, len(ds))
+					}
+				}
+				close(gate)
+				gate = nil
+			}
+			continue
+		}
+		if c := m.GetCompletion(); c != nil {
+			done[c.GetId()] = c
+			continue
+		}
+		if m.GetEvent() != nil {
+			continue
+		}
+		t.Fatalf("unexpected message %v", m)
+	}
+	for i := range n {
+		id := fmt.Sprintf("s%d", i)
+		c := done[id]
+		want := fmt.Sprintf("echo: one two three %d", i)
+		if got := strings.Join(deltas[id], ""); got != want || c.GetText() != want || c.GetError() != nil {
+			t.Errorf("%s: deltas %q, completion %q (%v), want %q", id, got, c.GetText(), c.GetError(), want)
+		}
+		if c.GetTimeToFirstToken() == nil || c.GetBatchSize() != 1 {
+			t.Errorf("%s: completion %v: want a time to first token and a batch of 1", id, c)
+		}
+		if p := fmt.Sprintf("p%d", i); len(deltas[p]) != 0 || done[p].GetText() != "echo: plain" {
+			t.Errorf("%s: %d deltas, completion %v", p, len(deltas[p]), done[p])
+		}
+	}
+}
+
+// TestSubmitStreamCancelMidStream: a Cancel for a streamed request whose
+// deltas are flowing closes its upstream call at once, and its Completion
+// is CANCELLED, partial, with the text streamed so far.
+func TestSubmitStreamCancelMidStream(t *testing.T) {
+	sf := newStreamFake()
+	sf.gate = make(chan struct{}) // held after the first delta
+	e := newStreamEnv(t, sf)
+	s := e.openStream(t, testCtx(t))
+	s.send(reqMsg(streamedReq("s", "never finished")))
+	d := s.until(func(m *batcherv1.SubmitStreamResponse) bool { return m.GetDelta() != nil }).GetDelta()
+	if d.GetId() != "s" || d.GetText() != "echo: " {
+		t.Fatalf("first delta %v", d)
+	}
+	s.send(cancelMsg("s"))
+	if err := <-sf.ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("upstream call ended with %v, want its context cancelled", err)
+	}
+	c := s.until(func(m *batcherv1.SubmitStreamResponse) bool { return m.GetCompletion() != nil }).GetCompletion()
+	if codes.Code(c.GetError().GetCode()) != codes.Canceled || !c.GetPartial() || c.GetText() != "echo: " {
+		t.Fatalf("completion %v, want CANCELLED, partial", c)
+	}
+}
+
+// TestSubmitStreamedRPC: the server-streaming RPC sends the deltas, then
+// the Completion; a failure after the first delta is not retried: the
+// Completion is partial and the RPC ends with the failure's status.
+func TestSubmitStreamedRPC(t *testing.T) {
+	sf := newStreamFake()
+	e := newStreamEnv(t, sf)
+	ctx := testCtx(t)
+	read := func(r *batcherv1.Request) (text string, c *batcherv1.Completion, err error) {
+		rs, err := e.client.SubmitStreamed(ctx, &batcherv1.SubmitStreamedRequest{Request: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			m, err := rs.Recv()
+			if errors.Is(err, io.EOF) {
+				return text, c, nil
+			}
+			if err != nil {
+				return text, c, err
+			}
+			if c != nil {
+				t.Fatalf("message after the completion: %v", m)
+			}
+			if d := m.GetDelta(); d != nil {
+				text += d.GetText()
+			}
+			c = m.GetCompletion()
+		}
+	}
+	r := chatReq("", "a b c") // stream need not be set; the route need not be
+	r.Model = routeStream
+	text, c, err := read(r)
+	if err != nil || text != "echo: a b c" || c.GetText() != text || c.GetFinishReason() != batcherv1.FinishReason_FINISH_REASON_STOP {
+		t.Fatalf("text %q, completion %v, err %v", text, c, err)
+	}
+
+	sf.failAfter = 2
+	text, c, err = read(streamedReq("f", "a b c"))
+	if status.Code(err) != codes.Unavailable || text != "echo: a " || !c.GetPartial() || c.GetText() != text || c.GetAttempts() != 1 {
+		t.Fatalf("text %q, completion %v, err %v: want UNAVAILABLE after a partial answer, one attempt", text, c, err)
+	}
+
+	bad := streamedReq("e", "x")
+	bad.Model = routeEmbed
+	bad.Input = &batcherv1.Request_Embedding{Embedding: &batcherv1.EmbeddingInput{Text: "x"}}
+	if _, _, err := read(bad); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "request.stream") {
+		t.Fatalf("an embedding streamed: %v, want INVALID_ARGUMENT naming request.stream", err)
+	}
+}
