@@ -27,6 +27,13 @@ type Config struct {
 	// PerToken is added for each generated token of the call's longest
 	// output. Must not be negative.
 	PerToken time.Duration
+	// TimeToFirstToken is a streamed call's wait before its first delta
+	// (Stream). 0: BaseLatency. Must not be negative.
+	TimeToFirstToken time.Duration
+	// TokensPerSecond is a streamed call's pace after its first delta, one
+	// word (token) a delta. 0: one token per PerToken (instant when that is
+	// 0 too). Must not be negative.
+	TokensPerSecond float64
 
 	// MaxConcurrency bounds the calls in flight; 0 means no bound. A call
 	// beyond it fails at once with a 429 rate-limit error, as real providers
@@ -93,6 +100,12 @@ func (c *Config) Validate() error {
 	}
 	if c.PerToken < 0 {
 		bad("per_token", "must not be negative, got %v", c.PerToken)
+	}
+	if c.TimeToFirstToken < 0 {
+		bad("time_to_first_token", "must not be negative, got %v", c.TimeToFirstToken)
+	}
+	if math.IsNaN(c.TokensPerSecond) || math.IsInf(c.TokensPerSecond, 0) || c.TokensPerSecond < 0 {
+		bad("tokens_per_second", "must be a finite number, not negative, got %v", c.TokensPerSecond)
 	}
 	for _, f := range []struct {
 		name string

@@ -92,7 +92,7 @@ func (p *Provider) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher
 		}
 	}
 	if !p.cfg.FanOut || len(b.Requests) == 1 {
-		err := p.call(ctx, b.Model, b.Op, b.MaxTokens, b.Requests, out)
+		err := p.call(ctx, b.Model, b.Op, b.MaxTokens, b.Requests, out, nil)
 		if err == nil {
 			b.RateLimit = p.limits.info(time.Now())
 		}
@@ -102,7 +102,7 @@ func (p *Provider) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher
 	var wg sync.WaitGroup
 	for i := range b.Requests {
 		wg.Go(func() {
-			if err := p.call(ctx, b.Model, b.Op, b.MaxTokens, b.Requests[i:i+1], out[i:i+1]); err != nil {
+			if err := p.call(ctx, b.Model, b.Op, b.MaxTokens, b.Requests[i:i+1], out[i:i+1], nil); err != nil {
 				out[i] = batcher.Response{Err: err}
 			}
 		})
@@ -119,7 +119,7 @@ func (p *Provider) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher
 func (p *Provider) Call(ctx context.Context, model string, in batcher.Input, params batcher.Params) (batcher.Response, error) {
 	req := [1]*batcher.Request{{Input: in, Params: params}}
 	var out [1]batcher.Response
-	if err := p.call(ctx, model, in.Op, 0, req[:], out[:]); err != nil {
+	if err := p.call(ctx, model, in.Op, 0, req[:], out[:], nil); err != nil {
 		return batcher.Response{Err: err}, err
 	}
 	return out[0], out[0].Err
@@ -127,7 +127,9 @@ func (p *Provider) Call(ctx context.Context, model string, in batcher.Input, par
 
 // call is one upstream call carrying reqs. It fills out for the inputs that
 // got an answer and returns the error of a call that failed as a whole.
-func (p *Provider) call(ctx context.Context, model string, op batcher.Operation, maxTokens int32, reqs []*batcher.Request, out []batcher.Response) error {
+// With w set (Stream: one request), the answer goes to w word by word at
+// the streaming pace instead of after the call's latency.
+func (p *Provider) call(ctx context.Context, model string, op batcher.Operation, maxTokens int32, reqs []*batcher.Request, out []batcher.Response, w batcher.DeltaWriter) error {
 	p.stats.calls.Add(1)
 	p.stats.items.Add(int64(len(reqs)))
 	if n := len(reqs); p.cfg.MaxBatchSize > 0 && n > p.cfg.MaxBatchSize {
@@ -244,7 +246,13 @@ func (p *Provider) call(ctx context.Context, model string, op batcher.Operation,
 		promptSum += int64(u.PromptTokens)
 		completionSum += int64(u.CompletionTokens)
 	}
-	if err := wait(ctx, p.cfg.BaseLatency+time.Duration(longest)*p.cfg.PerToken); err != nil {
+	if w != nil && out[0].Err == nil {
+		if err := p.stream(ctx, w, out[0].Text); err != nil {
+			clear(out)
+			p.stats.canceled.Add(1)
+			return err
+		}
+	} else if err := wait(ctx, p.cfg.BaseLatency+time.Duration(longest)*p.cfg.PerToken); err != nil {
 		clear(out)
 		p.stats.canceled.Add(1)
 		return err

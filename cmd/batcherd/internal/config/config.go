@@ -22,6 +22,9 @@ const (
 	// The embedded simulated provider's defaults.
 	DefaultSimBaseLatency = 50 * time.Millisecond
 	DefaultSimPerToken    = time.Millisecond
+	// A streamed answer's pace, slow enough to watch (make run).
+	DefaultSimTimeToFirstToken = 200 * time.Millisecond
+	DefaultSimTokensPerSecond  = 25
 )
 
 // Config is batcherd's whole configuration, as its YAML file spells it.
@@ -145,6 +148,10 @@ type Sim struct {
 	BaseLatency *Duration `yaml:"base_latency"`
 	// PerToken: default DefaultSimPerToken.
 	PerToken *Duration `yaml:"per_token"`
+	// TimeToFirstToken and TokensPerSecond pace streamed answers: default
+	// DefaultSimTimeToFirstToken and DefaultSimTokensPerSecond.
+	TimeToFirstToken *Duration `yaml:"time_to_first_token"`
+	TokensPerSecond  *float64  `yaml:"tokens_per_second"`
 	// MaxConcurrency is the provider's own bound, beyond which it answers
 	// 429; 0: none. Distinct from the backend's max_concurrency, the core's
 	// own bound.

@@ -162,6 +162,8 @@ func (b *Backend) simConfig() *sim.Config {
 	c := &sim.Config{
 		BaseLatency:        DefaultSimBaseLatency,
 		PerToken:           DefaultSimPerToken,
+		TimeToFirstToken:   DefaultSimTimeToFirstToken,
+		TokensPerSecond:    DefaultSimTokensPerSecond,
 		MaxConcurrency:     s.MaxConcurrency,
 		RPM:                s.RPM,
 		TPM:                s.TPM,
@@ -179,6 +181,12 @@ func (b *Backend) simConfig() *sim.Config {
 	}
 	if s.PerToken != nil {
 		c.PerToken = s.PerToken.D()
+	}
+	if s.TimeToFirstToken != nil {
+		c.TimeToFirstToken = s.TimeToFirstToken.D()
+	}
+	if s.TokensPerSecond != nil {
+		c.TokensPerSecond = *s.TokensPerSecond
 	}
 	if len(s.Models) > 0 {
 		c.Models = make(map[string]sim.Model, len(s.Models))
