@@ -99,10 +99,10 @@ func (st setup) build(tb testing.TB) built {
 			tb.Fatal(err)
 		}
 		cleanups = append(cleanups, sec.Close)
-		unary, stream := security.AdminServiceOnly()
+		unary, stream := security.AdminServiceOnly(batcherv1.AdminService_ServiceDesc.ServiceName)
 		gsOpts = append(gsOpts, sec.GRPCServerOptions()...)
 		gsOpts = append(gsOpts, grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
-		bd.server = append(bd.server, server.WithTenantFunc(security.TenantName))
+		bd.server = append(bd.server, server.WithAccessFunc(security.AccessFrom))
 	}
 	if st.accessLog {
 		f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)

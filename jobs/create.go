@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/batcherhq/batcher/batcher"
 )
 
 // layout places an input's tasks: K tasks an input, its runs group by group
@@ -53,6 +55,9 @@ type Creator struct {
 	// tenant's quota when lower (tenantMax).
 	maxItems  int64
 	tenantMax bool
+	// access is the creating tenant's, which Add admits every item's
+	// routes with; nil: every route.
+	access *batcher.Access
 }
 
 // createChunk is how many tasks a Creator buffers before writing them.
@@ -69,6 +74,9 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
 		return nil, err
 	}
 	t, _ := tenantOf(ctx)
+	if err := admitSpec(t.Access, &spec); err != nil {
+		return nil, err
+	}
 	j := &Job{ID: newID("job_"), Tenant: t.Name, Spec: spec, State: StateValidating, CreatedAt: time.Now()}
 	if err := m.cfg.Store.CreateJob(ctx, j, t.MaxJobs); err != nil {
 		return nil, err
@@ -80,7 +88,7 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
 		c.Abort()
 		return nil, err
 	}
-	c := &Creator{m: m, job: j, lay: layoutOf(&spec), maxItems: m.cfg.MaxItems}
+	c := &Creator{m: m, job: j, lay: layoutOf(&spec), maxItems: m.cfg.MaxItems, access: t.Access}
 	if t.MaxItems > 0 && t.MaxItems < c.maxItems {
 		c.maxItems, c.tenantMax = t.MaxItems, true
 	}
@@ -98,6 +106,9 @@ func (c *Creator) Add(ctx context.Context, customID string, req *ItemRequest) er
 	}
 	if customID == "" {
 		customID = "item-" + strconv.FormatInt(c.items, 10)
+	}
+	if err := c.admit(customID, req); err != nil {
+		return err
 	}
 	if msg := c.check(req); msg != "" {
 		return c.addInvalid(ctx, customID, msg)
@@ -166,6 +177,73 @@ func (c *Creator) addInvalid(ctx context.Context, customID, msg string) error {
 	c.buf = append(c.buf, Task{Seq: item * c.lay.k, Item: item, Group: GroupNone, CustomID: customID, Line: c.items,
 		State: ItemFailed, Result: errorRecord(CodeInvalidRequest, "%s", msg)})
 	return c.flushIfFull(ctx)
+}
+
+// admitSpec admits every route and the priority that spec names for the
+// tenant (batcher.Access.Admit): the default model, each run group's model
+// and next_model, the judge's model. In lower mode the spec's priority is
+// lowered in place. The error wraps batcher.ErrForbidden and names the
+// field.
+func admitSpec(a *batcher.Access, spec *Spec) error {
+	if a.Unrestricted() {
+		return nil
+	}
+	admit := func(field, route string) error {
+		if route == "" {
+			return nil
+		}
+		r := batcher.Request{Route: route, Priority: spec.Priority}
+		if err := a.Admit(&r); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		return nil
+	}
+	p, err := a.CapPriority(spec.Priority)
+	if err != nil {
+		return fmt.Errorf("spec.priority: %w", err)
+	}
+	spec.Priority = p
+	if err := admit("spec.model", spec.Model); err != nil {
+		return err
+	}
+	for i, g := range spec.Groups {
+		field := fmt.Sprintf("spec.run_groups[%d]", i)
+		if err := admit(field+".model", g.Model); err != nil {
+			return err
+		}
+		if err := admit(field+".next_model", g.NextModel); err != nil {
+			return err
+		}
+	}
+	if spec.Judge != nil {
+		return admit("spec.judge.model", spec.Judge.Model)
+	}
+	return nil
+}
+
+// admit admits each route the item names or runs on, with the job's
+// priority, for the creating tenant. A refused item refuses the whole job
+// (the caller aborts it): the error wraps batcher.ErrForbidden and names
+// the line and the item's custom id.
+func (c *Creator) admit(customID string, req *ItemRequest) error {
+	if c.access.Unrestricted() {
+		return nil
+	}
+	spec := &c.job.Spec
+	routes := []string{cmp.Or(req.Model, spec.Model)}
+	for _, g := range spec.Groups {
+		routes = append(routes, cmp.Or(g.Model, req.Model, spec.Model))
+	}
+	for _, route := range routes {
+		if route == "" {
+			continue // check names the missing model
+		}
+		r := batcher.Request{Route: route, Priority: spec.Priority}
+		if err := c.access.Admit(&r); err != nil {
+			return fmt.Errorf("line %d (custom_id %q): %w", c.items, cut(customID), err)
+		}
+	}
+	return nil
 }
 
 // check returns why req cannot run, or "".

@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"fmt"
+
+	"github.com/batcherhq/batcher/batcher"
 )
 
 // Tenant is who makes a call of the Manager, and the quotas its jobs are
@@ -18,6 +20,12 @@ type Tenant struct {
 	MaxJobs int
 	// MaxItems bounds a job's inputs; 0: only Config.MaxItems.
 	MaxItems int64
+	// Access is what the tenant may ask of the core: Begin admits the
+	// spec's routes and priority with it, and Add every item's routes
+	// (batcher.Access.Admit), so that a job naming a route the tenant may
+	// not use is refused whole, with batcher.ErrForbidden, before anything
+	// runs. nil: every route at every priority.
+	Access *batcher.Access
 }
 
 type tenantKey struct{}

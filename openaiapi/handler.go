@@ -269,13 +269,6 @@ func (h *Handler) run(ctx context.Context, reqs []*batcher.Request, several bool
 			return nil, err // the same for every item: no index
 		}
 	}
-	if f := h.cfg.tenantOf; f != nil {
-		if t := f(ctx); t != "" {
-			for _, r := range reqs {
-				r.Tenant = t
-			}
-		}
-	}
 	if len(reqs) == 1 && !several {
 		res, err := h.core.Do(ctx, reqs[0])
 		return []batcher.Result{res}, err

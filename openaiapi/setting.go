@@ -1,7 +1,6 @@
 package openaiapi
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,18 +84,6 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
-// WithTenantFunc names the tenant of each call from its context (batcherd
-// reads the identity its authentication middleware put there); the core
-// weighs and limits requests by it (batcher.Request.Tenant). Default none:
-// requests carry no tenant; nil is ignored.
-func WithTenantFunc(f func(context.Context) string) Option {
-	return func(c *config) {
-		if f != nil {
-			c.tenantOf = f
-		}
-	}
-}
-
 // WithLogger sets where the handler logs. Default slog.Default(); nil is
 // ignored.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -113,7 +100,6 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	propagator     propagation.TextMapPropagator
 	logger         *slog.Logger
-	tenantOf       func(context.Context) string
 }
 
 func newConfig(opts []Option) (*config, error) {

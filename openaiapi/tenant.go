@@ -25,31 +25,24 @@ func TenantOf(ctx context.Context) string {
 	return t.Name
 }
 
-// admit applies the caller's tenant to req before the core sees it: a
-// route it may not use, or a priority above its ceiling in refuse mode, is
-// a 403; in lower mode the priority is lowered. Without a tenant (no
-// authentication middleware) every request passes.
+// admit admits req for ctx's caller before the core sees it, with the one
+// rule every door calls (batcher.Access.Admit, from security.AccessFrom):
+// a route it may not use, or a priority above its ceiling in refuse mode,
+// is a 403; in lower mode the priority is lowered; the request carries the
+// tenant's name for the core's quotas. Without a tenant (no authentication
+// middleware, or the anonymous tenant) every request passes.
 func admit(ctx context.Context, req *batcher.Request) error {
-	t := security.TenantFrom(ctx)
-	if t == nil {
-		return nil
-	}
-	if err := t.CheckRoute(req.Route); err != nil {
-		return err
-	}
-	p, err := t.CapPriority(req.Priority)
-	if err != nil {
-		return err
-	}
-	req.Priority = p
-	return nil
+	return security.AccessFrom(ctx).Admit(req)
 }
 
 // forbidden answers an error wrapping security.ErrForbidden: 403 with the
 // reason, which names the route or priority the caller gave and its
 // tenant, never what exists.
 func forbidden(err error) *Error {
-	if !errors.Is(err, security.ErrForbidden) {
+	if errors.Is(err, batcher.ErrRevoked) {
+		return &Error{Status: http.StatusUnauthorized, Type: TypeAuthentication, Code: "unauthenticated", Message: "unauthenticated"}
+	}
+	if !errors.Is(err, batcher.ErrForbidden) {
 		return nil
 	}
 	return &Error{Status: http.StatusForbidden, Type: TypePermission, Code: "forbidden", Message: err.Error()}
@@ -58,6 +51,5 @@ func forbidden(err error) *Error {
 // modelVisible reports whether ctx's tenant may use the route: /v1/models
 // lists only those, and answers 404 for the others as for unknown ones.
 func modelVisible(ctx context.Context, route string) bool {
-	t := security.TenantFrom(ctx)
-	return t == nil || t.AllowsRoute(route)
+	return security.AccessFrom(ctx).AllowsRoute(route)
 }

@@ -29,14 +29,16 @@
 //   - A tenants file that fails to parse is refused whole on reload; the
 //     old tenants stay in force and the reason is logged. A request keeps
 //     the Tenant it was admitted with.
-//   - At the edge, before the core: a Submit or a stream Request on a route
-//     its tenant may not use, or above its priority ceiling in refuse mode,
-//     gets PERMISSION_DENIED; in lower mode the priority is lowered. On a
-//     stream the refusal is a Rejection and the stream goes on.
+//   - What a tenant may ask (routes, priority ceiling and mode, and the
+//     name its quotas go by) is Tenant.Access, a batcher.Access: the core's
+//     one admission rule, which every door calls on core types after it
+//     translates its wire (server's Submit and SubmitStream, openaiapi,
+//     the jobs creator for each item and each route of a job's spec). This
+//     package reads no request message and rewrites none.
 //
 // Quotas, weights and the admin right are carried on the Tenant for the
-// core and the admin handlers to enforce; this package enforces none of
-// them.
+// core, the jobs manager and the admin handlers to enforce; this package
+// enforces none of them.
 //
 // # Use from other listeners
 //
@@ -44,6 +46,6 @@
 // GRPCServerOptions; an HTTP listener takes TLSConfig("h2", "http/1.1") for
 // its http.Server and wraps its handler in HTTPMiddleware (and RequireAdmin
 // for the admin API); every listener wraps its net.Listener with Listener
-// and checks its address with CheckBind. Handlers read TenantFrom(ctx) and
-// call Tenant.CheckRoute and Tenant.CapPriority.
+// and checks its address with CheckBind. Doors read AccessFrom(ctx) and
+// call its Admit for every request.
 package security

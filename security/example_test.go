@@ -15,9 +15,9 @@ func ExampleHashToken() {
 	// Output: sha256:7771a0cec1279f8ca878a66c694f3344b16bee8128c78b8ef5fd0656b35b02ee
 }
 
-// A handler reads the caller's tenant from the context and applies its
-// route and priority rules.
-func ExampleTenantFrom() {
+// A door reads what the caller may ask from the context and admits each
+// request with it, after translating its wire (batcher.Access.Admit).
+func ExampleAccessFrom() {
 	ts, err := security.ParseTenants([]byte(`
 tenants:
   - name: search
@@ -30,11 +30,11 @@ tenants:
 	}
 	ctx := security.WithTenant(context.Background(), ts.Tenant("search"))
 
-	t := security.TenantFrom(ctx)
-	fmt.Println(t.Name, t.CheckRoute("gpt-4o-mini") == nil, t.CheckRoute("o1") != nil)
-	p, _ := t.CapPriority(batcher.PriorityUrgent)
-	fmt.Println(p)
+	a := security.AccessFrom(ctx)
+	req := &batcher.Request{Route: "gpt-4o-mini", Priority: batcher.PriorityUrgent}
+	fmt.Println(a.Admit(req), req.Priority, req.Tenant)
+	fmt.Println(a.Admit(&batcher.Request{Route: "o1"}))
 	// Output:
-	// search true true
-	// normal
+	// <nil> normal search
+	// forbidden: tenant "search" may not use route "o1"
 }

@@ -106,12 +106,7 @@ func newFairEnv(t *testing.T, sameTenant bool) *fairEnv {
 	if err := sec.OnTenants(func(ts *Tenants) error { return e.core.SetTenants(ts.Policies()) }); err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(e.core, server.WithLogger(quiet), server.WithTenantFunc(func(ctx context.Context) string {
-		if t := TenantFrom(ctx); t != nil {
-			return t.Name
-		}
-		return ""
-	}))
+	srv := server.New(e.core, server.WithLogger(quiet), server.WithAccessFunc(AccessFrom))
 	gs := server.NewGRPCServer(nil, sec.GRPCServerOptions()...)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -247,8 +247,8 @@ func (s *Security) TLSConfig(nextProtos ...string) *tls.Config {
 }
 
 // GRPCServerOptions returns the options that secure a gRPC server: the
-// TLS credentials (when on), the limits, and authentication and edge
-// checks as interceptors (after any given earlier, such as recovery).
+// TLS credentials (when on), the limits, and authentication as
+// interceptors (after any given earlier, such as recovery).
 func (s *Security) GRPCServerOptions() []grpc.ServerOption {
 	opts := s.cfg.Limits.serverOptions()
 	if s.tls != nil {

@@ -130,76 +130,44 @@ func TestTokensOverTLS(t *testing.T) {
 	}
 }
 
-func TestEdgeRoutesAndPriority(t *testing.T) {
-	p := newPKI(t)
-	tokA, tokB := newToken(t), newToken(t)
-	writeFile(t, p.tenantsFile, tenantsYAML(tokA, tokB))
-	sec, err := New(Config{TenantsFile: p.tenantsFile, ReloadInterval: -1})
+// TestTenantAccess: a tenant's routes, ceiling and mode from the tenants
+// file reach the core's one admission rule (Tenant.Access, AccessFrom);
+// the anonymous tenant and a call without a tenant admit everything.
+func TestTenantAccess(t *testing.T) {
+	ts, err := ParseTenants(tenantsYAML(newToken(t), newToken(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sec.Close()
-	c := dial(t, serve(t, sec), nil)
-	ctx := testCtx(t)
-	a, b := withToken(ctx, tokA), withToken(ctx, tokB)
-
-	_, err = submit(a, c, "embed", 0)
-	wantCode(t, err, codes.PermissionDenied)
-	if !strings.Contains(status.Convert(err).Message(), `route "embed"`) {
-		t.Errorf("message %q does not name the route", status.Convert(err).Message())
+	search, batch := ts.Tenant("search").Access(), ts.Tenant("batch").Access()
+	if search.Tenant != "search" || ts.Tenant("search").Access() != search {
+		t.Fatalf("search's access %+v is not built once", search)
 	}
-	// search's ceiling is NORMAL, lowered.
-	got, err := submit(a, c, "chat", batcherv1.Priority_PRIORITY_URGENT)
-	if err != nil || got.GetMetadata()["priority"] != "PRIORITY_NORMAL" {
-		t.Fatalf("urgent from search: %v %v, want lowered to normal", got, err)
+	admit := func(a *batcher.Access, route string, p batcher.Priority) (batcher.Request, error) {
+		r := batcher.Request{Route: route, Priority: p}
+		return r, a.Admit(&r)
 	}
-	got, err = submit(a, c, "chat", batcherv1.Priority_PRIORITY_DEFERRABLE)
-	if err != nil || got.GetMetadata()["priority"] != "PRIORITY_DEFERRABLE" {
-		t.Fatalf("deferrable from search: %v %v, want kept", got, err)
+	if _, err := admit(search, "embed", batcher.PriorityLow); !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), `route "embed"`) {
+		t.Errorf("search on embed: %v, want forbidden naming the route", err)
 	}
-	// batch's ceiling is LOW, refused; UNSPECIFIED is NORMAL.
-	for _, pr := range []batcherv1.Priority{batcherv1.Priority_PRIORITY_UNSPECIFIED, batcherv1.Priority_PRIORITY_HIGH} {
-		_, err = submit(b, c, "chat", pr)
-		wantCode(t, err, codes.PermissionDenied)
+	if r, err := admit(search, "chat", batcher.PriorityUrgent); err != nil || r.Priority != batcher.PriorityNormal || r.Tenant != "search" {
+		t.Errorf("search urgent: %+v %v, want lowered to normal, as search", r, err)
 	}
-	if _, err = submit(b, c, "chat", batcherv1.Priority_PRIORITY_LOW); err != nil {
-		t.Fatal(err)
-	}
-
-	// On a stream, a refused request gets a Rejection and the stream goes on.
-	s, err := c.SubmitStream(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func(id, model string, pr batcherv1.Priority) {
-		t.Helper()
-		if err := s.Send(&batcherv1.SubmitStreamRequest{Kind: &batcherv1.SubmitStreamRequest_Request{
-			Request: &batcherv1.Request{Id: id, Model: model, Priority: pr}}}); err != nil {
-			t.Fatal(err)
+	for _, p := range []batcher.Priority{batcher.PriorityNormal, batcher.PriorityHigh} {
+		if _, err := admit(batch, "chat", p); !errors.Is(err, ErrForbidden) {
+			t.Errorf("batch at %v: %v, want forbidden (refuse mode)", p, err)
 		}
 	}
-	send("1", "embed", 0)
-	send("2", "chat", batcherv1.Priority_PRIORITY_HIGH)
-	_ = s.CloseSend()
-	var msgs []*batcherv1.SubmitStreamResponse
-	for {
-		m, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs = append(msgs, m)
+	if r, err := admit(batch, "anything", batcher.PriorityLow); err != nil || r.Tenant != "batch" {
+		t.Errorf("batch at low: %+v %v", r, err)
 	}
-	if len(msgs) != 2 {
-		t.Fatalf("got %d messages, want 2: %v", len(msgs), msgs)
+	if a := anonymous.Access(); a != nil {
+		t.Errorf("the anonymous tenant's access %+v, want nil", a)
 	}
-	if r := msgs[0].GetRejection(); r.GetId() != "1" || codes.Code(r.GetError().GetCode()) != codes.PermissionDenied {
-		t.Errorf("first message %v, want a PERMISSION_DENIED rejection of 1", msgs[0])
+	if a := AccessFrom(context.Background()); a != nil {
+		t.Errorf("AccessFrom without a tenant: %+v", a)
 	}
-	if c := msgs[1].GetCompletion(); c.GetId() != "2" || c.GetMetadata()["priority"] != "PRIORITY_NORMAL" {
-		t.Errorf("second message %v, want the completion of 2 at normal", msgs[1])
+	if a := AccessFrom(WithTenant(context.Background(), ts.Tenant("batch"))); a != batch {
+		t.Errorf("AccessFrom: %+v", a)
 	}
 }
 
@@ -702,9 +670,10 @@ func TestParseTenantsErrors(t *testing.T) {
 	}
 }
 
-// TestEdgeWithRealServer runs the edge checks in front of the real server
-// and core: on one stream, refused requests get Rejections from the edge
-// while the server's completions flow, and the stream ends OK.
+// TestEdgeWithRealServer runs batcherd's admission (server.WithAccessFunc
+// with AccessFrom) in front of the real core: on one stream, refused
+// requests get Rejections while the completions flow, and the stream ends
+// OK.
 func TestEdgeWithRealServer(t *testing.T) {
 	p := newPKI(t)
 	tokA := newToken(t)
@@ -885,41 +854,4 @@ func TestMTLSOptional(t *testing.T) {
 	forced.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &rogue, nil }
 	_, err = submit(withToken(ctx, tokA), dial(t, addr, forced), "chat", 0)
 	wantCode(t, err, codes.Unavailable)
-}
-
-// ctxStream is a grpc.ServerStream that only has a context.
-type ctxStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s ctxStream) Context() context.Context { return s.ctx }
-
-// TestEdgeStreamWrapsOnlyRestrictedTenants: a SubmitStream of a tenant that
-// may use every route at every priority (the anonymous one without a
-// tenants file) runs on its own stream, with no check or lock per message;
-// one with a route list or a lower ceiling gets the checking wrapper.
-func TestEdgeStreamWrapsOnlyRestrictedTenants(t *testing.T) {
-	info := &grpc.StreamServerInfo{FullMethod: batcherv1.BatcherService_SubmitStream_FullMethodName}
-	for _, tc := range []struct {
-		name    string
-		tenant  *Tenant
-		wrapped bool
-	}{
-		{"anonymous", anonymous, false},
-		{"every route, urgent allowed", &Tenant{Name: "a", MaxPriority: batcher.PriorityUrgent}, false},
-		{"a route list", &Tenant{Name: "b", Routes: []string{"chat"}, MaxPriority: batcher.PriorityUrgent}, true},
-		{"a ceiling", &Tenant{Name: "c", MaxPriority: batcher.PriorityNormal}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ss := ctxStream{ctx: WithTenant(t.Context(), tc.tenant)}
-			var got grpc.ServerStream
-			if err := edgeStream(nil, ss, info, func(_ any, s grpc.ServerStream) error { got = s; return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if _, wrapped := got.(*edgeStreamWrapper); wrapped != tc.wrapped {
-				t.Errorf("handler got %T, wrapped %v, want %v", got, wrapped, tc.wrapped)
-			}
-		})
-	}
 }

@@ -2,9 +2,6 @@ package security
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
 
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -31,6 +28,8 @@ type Tenant struct {
 	Admin bool
 	// Quotas are carried for the core to enforce; this package does not.
 	Quotas Quotas
+
+	access *batcher.Access // built by ParseTenants from the fields above
 }
 
 // Quotas are a tenant's limits; 0 is none. The core enforces RPM, TPM,
@@ -54,78 +53,44 @@ type Quotas struct {
 }
 
 // PriorityMode says what happens to a request above its tenant's
-// MaxPriority.
-type PriorityMode uint8
+// MaxPriority: batcher.PriorityLower or batcher.PriorityRefuse.
+type PriorityMode = batcher.PriorityMode
 
+// The priority modes, as the core names them.
 const (
-	// PriorityLower lowers the request to the tenant's MaxPriority.
-	PriorityLower PriorityMode = iota
-	// PriorityRefuse refuses it with PERMISSION_DENIED (HTTP 403).
-	PriorityRefuse
+	PriorityLower  = batcher.PriorityLower
+	PriorityRefuse = batcher.PriorityRefuse
 )
 
-func (m PriorityMode) String() string {
-	if m == PriorityRefuse {
-		return "refuse"
-	}
-	return "lower"
-}
-
 // ErrForbidden is wrapped by the errors of a valid identity's request that
-// its tenant may not make: PERMISSION_DENIED, HTTP 403.
-var ErrForbidden = errors.New("forbidden")
+// its tenant may not make: PERMISSION_DENIED, HTTP 403. It is the core's
+// batcher.ErrForbidden: the rule is batcher.Access.Admit.
+var ErrForbidden = batcher.ErrForbidden
 
 // anonymous is the tenant of every caller when authentication is off.
 var anonymous = &Tenant{Name: AnonymousName, MaxPriority: batcher.PriorityUrgent, Weight: 1, Admin: true}
 
-// unrestricted reports whether t may use every route at every priority:
-// the edge checks would pass each of its requests unchanged.
-func (t *Tenant) unrestricted() bool {
-	return len(t.Routes) == 0 && rank(t.MaxPriority) == rank(batcher.PriorityUrgent)
+// Access returns what t may ask of the core, for every door to admit its
+// requests with (batcher.Access.Admit): its routes, priority ceiling and
+// mode, and its name, which the core's quotas and weights go by. The
+// anonymous tenant's is nil: everything is admitted, under no tenant. The
+// result is shared; do not change it.
+func (t *Tenant) Access() *batcher.Access {
+	if t == nil || t == anonymous {
+		return nil
+	}
+	if t.access != nil {
+		return t.access
+	}
+	return t.newAccess() // a Tenant not made by ParseTenants
+}
+
+func (t *Tenant) newAccess() *batcher.Access {
+	return &batcher.Access{Tenant: t.Name, Routes: t.Routes, MaxPriority: t.MaxPriority, PriorityMode: t.PriorityMode}
 }
 
 // AllowsRoute reports whether t may use the route.
-func (t *Tenant) AllowsRoute(route string) bool {
-	return len(t.Routes) == 0 || slices.Contains(t.Routes, route)
-}
-
-// CheckRoute returns an error wrapping ErrForbidden when t may not use the
-// route. The message names the route the caller gave and the tenant, never
-// the routes that exist.
-func (t *Tenant) CheckRoute(route string) error {
-	if t.AllowsRoute(route) {
-		return nil
-	}
-	return fmt.Errorf("%w: tenant %q may not use route %q", ErrForbidden, t.Name, route)
-}
-
-// CapPriority returns p, or t's MaxPriority when p is above it and t's mode
-// is PriorityLower; in PriorityRefuse mode a p above the ceiling is an
-// error wrapping ErrForbidden.
-func (t *Tenant) CapPriority(p batcher.Priority) (batcher.Priority, error) {
-	if rank(p) >= rank(t.MaxPriority) {
-		return p, nil
-	}
-	if t.PriorityMode == PriorityRefuse {
-		return p, fmt.Errorf("%w: priority %v is above tenant %q's ceiling %v", ErrForbidden, p, t.Name, t.MaxPriority)
-	}
-	return t.MaxPriority, nil
-}
-
-// rank orders priorities: lower is more urgent.
-func rank(p batcher.Priority) int {
-	switch p {
-	case batcher.PriorityUrgent:
-		return 0
-	case batcher.PriorityHigh:
-		return 1
-	case batcher.PriorityLow:
-		return 3
-	case batcher.PriorityDeferrable:
-		return 4
-	}
-	return 2 // normal
-}
+func (t *Tenant) AllowsRoute(route string) bool { return t.Access().AllowsRoute(route) }
 
 type tenantKey struct{}
 
@@ -134,19 +99,19 @@ func WithTenant(ctx context.Context, t *Tenant) context.Context {
 	return context.WithValue(ctx, tenantKey{}, t)
 }
 
-// TenantName names the tenant the authentication middleware put into ctx,
-// or "" when none did: the tenant function of server.WithTenantFunc and
-// openaiapi.WithTenantFunc.
-func TenantName(ctx context.Context) string {
-	if t := TenantFrom(ctx); t != nil {
-		return t.Name
-	}
-	return ""
-}
-
 // TenantFrom returns the tenant the authentication middleware put into ctx,
 // or nil when there is none (the call did not pass through it).
 func TenantFrom(ctx context.Context) *Tenant {
 	t, _ := ctx.Value(tenantKey{}).(*Tenant)
 	return t
+}
+
+// AccessFrom returns what ctx's caller may ask of the core (Tenant.Access
+// of TenantFrom), for every door to admit its requests with
+// (batcher.Access.Admit): nil, which admits everything, when the call did
+// not pass through the authentication middleware or its caller is the
+// anonymous tenant. The access function of server.WithAccessFunc and
+// openaiapi.WithAccessFunc.
+func AccessFrom(ctx context.Context) *batcher.Access {
+	return TenantFrom(ctx).Access()
 }

@@ -255,6 +255,7 @@ func ParseTenants(data []byte) (*Tenants, error) {
 		if len(s.Tokens)+len(s.JWTSubjects)+len(s.SPIFFEIDs)+len(s.CertSubjects) == 0 {
 			add(path, "has no credential: give tokens, jwt_subjects, spiffe_ids or cert_subjects")
 		}
+		t.access = t.newAccess()
 		ts.list = append(ts.list, t)
 	}
 	if err := errors.Join(errs...); err != nil {

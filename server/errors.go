@@ -25,7 +25,9 @@ const maxUpstreamMessage = 256
 //
 // Bad input becomes INVALID_ARGUMENT naming the field (relative to the
 // Request message, under "request."); a full queue RESOURCE_EXHAUSTED with a
-// RetryInfo; a tenant's quota RESOURCE_EXHAUSTED naming the quota, with a
+// RetryInfo; a route or priority the tenant may not use PERMISSION_DENIED;
+// a revoked credential UNAUTHENTICATED; a tenant's quota
+// RESOURCE_EXHAUSTED naming the quota, with a
 // RetryInfo when a retry can pass; an exhausted rate budget
 // RESOURCE_EXHAUSTED; shutdown and a
 // missing backend UNAVAILABLE; deadlines and
@@ -46,6 +48,12 @@ func toStatus(err error) *status.Status {
 	switch {
 	case errors.Is(err, batcher.ErrInvalid):
 		return status.New(codes.InvalidArgument, "invalid request")
+	case errors.Is(err, batcher.ErrForbidden):
+		// The message names the route or priority the caller gave and its
+		// own tenant (batcher.AccessError), never what exists.
+		return status.New(codes.PermissionDenied, err.Error())
+	case errors.Is(err, batcher.ErrRevoked):
+		return status.New(codes.Unauthenticated, "unauthenticated: credential revoked")
 	case errors.Is(err, batcher.ErrQuotaExceeded):
 		// The message names the caller's own tenant and the quota, for
 		// example `tenant "team-a": quota tpm 20000 exceeded`.

@@ -59,6 +59,10 @@ func (s *JobService) jobsStatus(err error) error {
 		return status.Error(codes.NotFound, msg)
 	case errors.Is(err, jobs.ErrInvalid), errors.Is(err, jobs.ErrEmpty):
 		return status.Error(codes.InvalidArgument, msg)
+	case errors.Is(err, batcher.ErrForbidden):
+		// The message names the field or line, and the route or priority
+		// the tenant may not use (batcher.AccessError).
+		return status.Error(codes.PermissionDenied, msg)
 	case errors.Is(err, jobs.ErrQuota):
 		return quotaStatus(err, msg)
 	case errors.Is(err, jobs.ErrTooManyItems):

@@ -77,25 +77,31 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
-// WithTenantFunc names the tenant of each request from its RPC's context
-// (batcherd reads the identity its authentication interceptor put there,
-// security.TenantFrom); the core weighs and limits requests by it
-// (batcher.Request.Tenant). Default none: requests carry no tenant; nil is
-// ignored.
-func WithTenantFunc(f func(context.Context) string) Option {
-	return func(c *config) { c.tenantOf = f }
+// WithAccessFunc says what the caller of each RPC may ask of the core,
+// from the RPC's context (batcherd: security.AccessFrom, the identity its
+// authentication interceptor put there). Submit and every request of a
+// SubmitStream are admitted with it after translation
+// (batcher.Access.Admit): a route the tenant may not use, or a priority
+// above its ceiling in refuse mode, is PERMISSION_DENIED (on a stream a
+// Rejection, and the stream goes on); the request carries the tenant's
+// name, which the core's weights and quotas go by. A stream whose Access
+// is revoked refuses new requests with UNAUTHENTICATED, finishes what it
+// accepted and ends. Default none: every request is admitted with no
+// tenant; nil is ignored.
+func WithAccessFunc(f func(context.Context) *batcher.Access) Option {
+	return func(c *config) { c.accessOf = f }
 }
 
-// tenantOf names the tenant of a request made in ctx, or "".
-func (s *Server) tenantOf(ctx context.Context) string {
-	if f := s.cfg.tenantOf; f != nil {
+// accessOf returns what the caller of ctx's RPC may ask, or nil: anything.
+func (s *Server) accessOf(ctx context.Context) *batcher.Access {
+	if f := s.cfg.accessOf; f != nil {
 		return f(ctx)
 	}
-	return ""
+	return nil
 }
 
 type config struct {
-	tenantOf       func(context.Context) string
+	accessOf       func(context.Context) *batcher.Access
 	window         int
 	maxStreams     int
 	maxPending     int

@@ -36,6 +36,7 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 		s:          s,
 		gs:         gs,
 		ctx:        gs.Context(),
+		access:     s.accessOf(gs.Context()),
 		window:     make(chan struct{}, s.cfg.window),
 		nudge:      make(chan struct{}, 1),
 		ready:      make(chan struct{}),
@@ -69,10 +70,11 @@ type stream struct {
 	s       *Server
 	gs      batcherv1.BatcherService_SubmitStreamServer
 	ctx     context.Context
-	window  chan struct{} // tokens: one per received message still owed an answer
-	nudge   chan struct{} // capacity 1: out has news for the sender
-	ready   chan struct{} // closed by the receiver once the first message is handled
-	stopped chan struct{} // closed by the sender when the stream ends
+	access  *batcher.Access // the caller's, found once; admits each request
+	window  chan struct{}   // tokens: one per received message still owed an answer
+	nudge   chan struct{}   // capacity 1: out has news for the sender
+	ready   chan struct{}   // closed by the receiver once the first message is handled
+	stopped chan struct{}   // closed by the sender when the stream ends
 
 	// Receiver-owned; interval is read by the sender once ready is closed.
 	interval  time.Duration
@@ -448,7 +450,10 @@ func (st *stream) request(pr *batcherv1.Request) {
 		st.reject(ctx, id, bad)
 		return
 	}
-	it.req.Tenant = st.s.tenantOf(ctx)
+	if err := st.access.Admit(&it.req); err != nil {
+		st.reject(ctx, id, toStatus(err))
+		return
+	}
 	if id == "" {
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return

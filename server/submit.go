@@ -19,7 +19,9 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 	if st := toCore(in.GetRequest(), req); st != nil {
 		return nil, st.Err()
 	}
-	req.Tenant = s.tenantOf(ctx)
+	if err := s.accessOf(ctx).Admit(req); err != nil {
+		return nil, toStatus(err).Err()
+	}
 	if req.ID == "" {
 		req.ID = s.newID()
 	}

@@ -14,17 +14,17 @@ import (
 )
 
 // tenantFromMetadata stands in for the authentication layer: the tenant is
-// the "x-test-tenant" metadata.
-func tenantFromMetadata(ctx context.Context) string {
+// the "x-test-tenant" metadata, with every route at every priority.
+func tenantFromMetadata(ctx context.Context) *batcher.Access {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get("x-test-tenant"); len(v) > 0 {
-		return v[0]
+		return &batcher.Access{Tenant: v[0], MaxPriority: batcher.PriorityUrgent}
 	}
-	return ""
+	return nil
 }
 
 func TestTenantQuotaOverGRPC(t *testing.T) {
-	e := newEnv(t, newFake(), withServer(WithTenantFunc(tenantFromMetadata)))
+	e := newEnv(t, newFake(), withServer(WithAccessFunc(tenantFromMetadata)))
 	if err := e.core.SetTenants([]batcher.TenantPolicy{{Name: "team-a", Quotas: batcher.TenantQuotas{RPM: 1}}}); err != nil {
 		t.Fatal(err)
 	}

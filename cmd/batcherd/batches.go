@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/openaiapi"
 	"github.com/batcherhq/batcher/server"
@@ -241,6 +242,11 @@ func feed(ctx context.Context, c *jobs.Creator, f io.Reader, endpoint string) *o
 // input a 400 naming param, a closing manager a 503, anything else a 500.
 func jobError(err error, param string) *openaiapi.Error {
 	switch {
+	case errors.Is(err, batcher.ErrForbidden):
+		// The message names the line, its custom_id and the route or
+		// priority the tenant may not use (jobs' Creator).
+		return &openaiapi.Error{Status: http.StatusForbidden, Type: openaiapi.TypePermission, Code: "forbidden", Param: param,
+			Message: strings.TrimPrefix(err.Error(), "jobs: ")}
 	case errors.Is(err, jobs.ErrQuota) && errors.Is(err, jobs.ErrTooManyItems):
 		return &openaiapi.Error{Status: http.StatusTooManyRequests, Type: openaiapi.TypeRateLimit, Code: "items_per_job_quota",
 			Param: param, Message: strings.TrimPrefix(err.Error(), "jobs: ")}

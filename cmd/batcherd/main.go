@@ -106,7 +106,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitConfig
 	}
-	srv := server.New(core, append(built.Server, server.WithLogger(log), server.WithTenantFunc(security.TenantName))...)
+	srv := server.New(core, append(built.Server, server.WithLogger(log), server.WithAccessFunc(security.AccessFrom))...)
 	// Without tracing, otelgrpc gets a no-op provider rather than the
 	// global one: it still carries the caller's trace context to the
 	// request (logs, upstream headers), without a span object per RPC.

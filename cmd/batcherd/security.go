@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/security"
 )
@@ -71,11 +72,11 @@ func startSecurity(cfg *config.Config, log *slog.Logger) (*daemonSecurity, error
 }
 
 // grpcOptions are the gRPC server's security options: TLS, limits,
-// authentication and the edge checks, then the admin right on the
+// authentication, then the admin right on the
 // AdminService (WatchStats), which an anonymous caller (no tenants file)
 // has.
 func (d *daemonSecurity) grpcOptions() []grpc.ServerOption {
-	unary, stream := security.AdminServiceOnly()
+	unary, stream := security.AdminServiceOnly(batcherv1.AdminService_ServiceDesc.ServiceName)
 	return append(d.GRPCServerOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
 }
 
@@ -111,7 +112,8 @@ func serveHTTP(sec *security.Security, srv *http.Server, lis net.Listener) error
 
 // jobsScope scopes ctx's calls of the jobs manager (gRPC JobService and
 // the HTTP batch API) to the caller's tenant, from the authentication
-// middleware, with its jobs and items_per_job quotas. Without a tenants
+// middleware, with its jobs and items_per_job quotas and its Access, which
+// the jobs creator admits every route and the priority of a new job with. Without a tenants
 // file the caller is the anonymous tenant and the calls are unscoped:
 // they see every job, as batcherd did before tenants.
 func jobsScope(ctx context.Context) context.Context {
@@ -119,7 +121,7 @@ func jobsScope(ctx context.Context) context.Context {
 	if t == nil || t.Name == security.AnonymousName {
 		return ctx
 	}
-	return jobs.WithTenant(ctx, jobs.Tenant{Name: t.Name, MaxJobs: t.Quotas.Jobs, MaxItems: int64(t.Quotas.ItemsPerJob)})
+	return jobs.WithTenant(ctx, jobs.Tenant{Name: t.Name, MaxJobs: t.Quotas.Jobs, MaxItems: int64(t.Quotas.ItemsPerJob), Access: t.Access()})
 }
 
 // Close stops the SIGHUP handler and the watcher. Idempotent.

@@ -26,13 +26,14 @@ import (
 	"github.com/batcherhq/batcher/security"
 )
 
-// tenantsEnv is batcherd over TLS with three tenants: team-a (every
-// route), team-b (sim-embed only) and ops (admin), a data directory for
+// tenantsEnv is batcherd over TLS with four tenants: team-a (every
+// route), team-b (sim-embed only), ops (admin) and restricted
+// (restrictedTenant), a data directory for
 // jobs and files, and the three listeners' addresses.
 type tenantsEnv struct {
 	grpcAddr, httpAddr, adminAddr string
 	pool                          *x509.CertPool
-	tokA, tokB, tokAdmin          string
+	tokA, tokB, tokAdmin, tokR    string
 	stop                          func()
 	exit                          <-chan int
 	logs                          *logScanner
@@ -48,7 +49,7 @@ func startTenants(t *testing.T, extra ...string) *tenantsEnv {
 	t.Helper()
 	dir := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t, dir)
-	e := &tenantsEnv{pool: pool, tokA: newToken(), tokB: newToken(), tokAdmin: newToken()}
+	e := &tenantsEnv{pool: pool, tokA: newToken(), tokB: newToken(), tokAdmin: newToken(), tokR: newToken()}
 	tenants := filepath.Join(dir, "tenants.yaml")
 	if err := os.WriteFile(tenants, []byte(fmt.Sprintf(`tenants:
   - name: team-a
@@ -60,7 +61,7 @@ func startTenants(t *testing.T, extra ...string) *tenantsEnv {
   - name: ops
     tokens: [%s]
     admin: true
-`, security.HashToken(e.tokA), security.HashToken(e.tokB), security.HashToken(e.tokAdmin))), 0o600); err != nil {
+`+restrictedTenant, security.HashToken(e.tokA), security.HashToken(e.tokB), security.HashToken(e.tokAdmin), security.HashToken(e.tokR))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"--listen=127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--tenants", tenants,
@@ -128,7 +129,7 @@ func (e *tenantsEnv) finish(t *testing.T) {
 	if code := <-e.exit; code != exitOK {
 		t.Fatalf("exit %d\n%s", code, e.logs)
 	}
-	for _, tok := range []string{e.tokA, e.tokB, e.tokAdmin} {
+	for _, tok := range []string{e.tokA, e.tokB, e.tokAdmin, e.tokR} {
 		if strings.Contains(e.logs.String(), tok) {
 			t.Fatalf("a token reached the log")
 		}
