@@ -90,7 +90,9 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 		return st.Err()
 	}
 	req.Stream = true
-	req.Tenant = s.tenantOf(ctx)
+	if err := s.accessOf(ctx).Admit(req); err != nil {
+		return toStatus(err).Err()
+	}
 	if req.ID == "" {
 		req.ID = s.newID()
 	}

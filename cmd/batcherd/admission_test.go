@@ -107,6 +107,22 @@ func (e *tenantsEnv) stream(t *testing.T, tok string, r *batcherv1.Request) refu
 	return refusal{err: got}
 }
 
+// streamed calls SubmitStreamed with r and returns its status.
+func (e *tenantsEnv) streamed(t *testing.T, tok string, r *batcherv1.Request) refusal {
+	s, err := batcherv1.NewBatcherServiceClient(e.conn(t, tok)).SubmitStreamed(t.Context(), &batcherv1.SubmitStreamedRequest{Request: r})
+	if err != nil {
+		return refusal{err: err}
+	}
+	for {
+		if _, err := s.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			return refusal{err: err}
+		}
+	}
+}
+
 // createJob sends spec and one message of items and returns CreateJob's
 // status.
 func (e *tenantsEnv) createJob(t *testing.T, tok string, spec *batcherv1.JobSpec, items *batcherv1.JobItems) refusal {
@@ -193,6 +209,11 @@ func admissionDoors() []admissionDoor {
 			allowed: func(t *testing.T, e *tenantsEnv, tok string) refusal {
 				return e.stream(t, tok, embedItem("sim-embed", deferrable))
 			},
+		},
+		{
+			name: "SubmitStreamed", method: batcherv1.BatcherService_SubmitStreamed_FullMethodName,
+			route:    func(t *testing.T, e *tenantsEnv, tok string) refusal { return e.streamed(t, tok, chatItem("sim-chat")) },
+			priority: func(t *testing.T, e *tenantsEnv, tok string) refusal { return e.streamed(t, tok, chatItem("sim-embed")) },
 		},
 		{
 			name: "CreateJob items", method: batcherv1.JobService_CreateJob_FullMethodName,
