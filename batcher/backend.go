@@ -35,7 +35,17 @@ type Response struct {
 	Embedding    []float32
 	FinishReason FinishReason
 	Usage        Usage
-	Err          error
+	// Chat only (see Result).
+	ToolCalls []ToolCall
+	Refusal   string
+	Logprobs  *Logprobs
+	Choices   []Choice
+	Err       error
+}
+
+// empty reports whether r holds no answer.
+func (r *Response) empty() bool {
+	return r.Text == "" && r.Embedding == nil && r.ToolCalls == nil && r.Refusal == "" && r.Choices == nil
 }
 
 // Backend sends batches to a provider.
@@ -68,10 +78,16 @@ const (
 	ParamTopP
 	ParamSeed
 	ParamStop
+	// ParamRich is everything else that shapes an answer and that one
+	// upstream call may carry once for a whole batch: tools, tool choice,
+	// response format, the parameters beyond the five above, user and
+	// extra body fields. A backend that never sends a request that sets
+	// any of it together with others (it fans them out) need not share it.
+	ParamRich
 
 	// AllParams is every parameter: what a batch shares unless its backend
 	// says otherwise.
-	AllParams = ParamMaxTokens | ParamTemperature | ParamTopP | ParamSeed | ParamStop
+	AllParams = ParamMaxTokens | ParamTemperature | ParamTopP | ParamSeed | ParamStop | ParamRich
 )
 
 // Has reports whether s holds every parameter of p.

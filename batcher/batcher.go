@@ -189,6 +189,15 @@ func (set *backendSet) resolveTargets(rc *routeConfig) error {
 		if ps, ok := be.cfg.Backend.(ParamSharer); ok {
 			shared = ps.SharedParams(rc.Name, model, rc.Op) & AllParams
 		}
+		var f Features
+		if fd, ok := be.cfg.Backend.(FeatureDeclarer); ok {
+			f = fd.Features(rc.Name, model, rc.Op) & AllFeatures
+		}
+		if i == 0 {
+			rc.features = f
+		} else {
+			rc.features &= f
+		}
 		rc.targets = append(rc.targets, target{be: be, model: model, shared: shared})
 	}
 	rc.hot = make([]atomic.Pointer[lane], len(rc.targets))
@@ -460,6 +469,9 @@ func ctxErr(ctx context.Context) error {
 // about four bytes a token, plus the tokens it may generate.
 func estimateTokens(r *Request, rc *routeConfig) int {
 	n := r.Input.Size()/4 + 1
+	if r.Rich() {
+		n += r.richTokens()
+	}
 	if rc.Op != OpEmbedding {
 		mt := r.Params.MaxTokens
 		if mt == 0 {

@@ -405,7 +405,7 @@ func (r *batchRun) run() {
 		c.upstream += elapsed
 		resp := &out[i]
 		e := resp.Err
-		if e == nil && err != nil && resp.Text == "" && resp.Embedding == nil {
+		if e == nil && err != nil && resp.empty() {
 			e = err
 		}
 		if e != nil && !end.Before(c.deadline) {
@@ -430,6 +430,7 @@ func (r *batchRun) run() {
 			res.Err = e
 		} else {
 			res.Text, res.Embedding, res.FinishReason, res.Usage = resp.Text, resp.Embedding, resp.FinishReason, resp.Usage
+			res.ToolCalls, res.Refusal, res.Logprobs, res.Choices = resp.ToolCalls, resp.Refusal, resp.Logprobs, resp.Choices
 		}
 		c.finishAs(res, end, true)
 	}

@@ -45,6 +45,7 @@ func appendIdentity(dst []byte, r *Request, rc *routeConfig) []byte {
 		m := &in.Messages[i]
 		dst = appendString(dst, m.Role)
 		dst = appendString(dst, m.Content)
+		dst = m.appendKey(dst)
 	}
 	dst = appendString(dst, in.Prompt)
 	dst = appendString(dst, in.Text)
@@ -66,7 +67,7 @@ func appendIdentity(dst []byte, r *Request, rc *routeConfig) []byte {
 	for _, s := range p.Stop {
 		dst = appendString(dst, s)
 	}
-	return dst
+	return appendRich(dst, r) // chat.go: tools, response format, the other parameters
 }
 
 func appendString(dst []byte, s string) []byte {

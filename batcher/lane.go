@@ -3,6 +3,7 @@ package batcher
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/bits"
 	"runtime"
@@ -29,13 +30,14 @@ type laneKey struct {
 	set       uint8 // which of temp, topP, seed are set
 	stop      string
 	stream    bool // streamed requests: batches of one (stream.go)
+	rich      string // richKey: empty for a plain request
 }
 
 // same is k == *o, cheapest fields first, and the route's name not
 // compared: the same rc is the same route.
 func (k *laneKey) same(o *laneKey) bool {
 	return k.rc == o.rc && k.target == o.target && k.stream == o.stream && k.maxTokens == o.maxTokens && k.set == o.set &&
-		k.temp == o.temp && k.topP == o.topP && k.seed == o.seed && k.stop == o.stop
+		k.temp == o.temp && k.topP == o.topP && k.seed == o.seed && k.stop == o.stop && k.rich == o.rich
 }
 
 const (
@@ -78,6 +80,9 @@ func keyWith(r *Request, rc *routeConfig, target uint8, shared ParamSet) laneKey
 	if len(p.Stop) > 0 && shared.Has(ParamStop) {
 		k.stop = strings.Join(p.Stop, "\x00")
 	}
+	if shared.Has(ParamRich) {
+		k.rich = richKey(r)
+	}
 	return k
 }
 
@@ -104,6 +109,11 @@ func (k laneKey) name(op Operation, backend string) string {
 	}
 	if k.stop != "" {
 		params = append(params, "stop="+strconv.Quote(strings.ReplaceAll(k.stop, "\x00", "|")))
+	}
+	if k.rich != "" {
+		h := fnv.New32a()
+		h.Write([]byte(k.rich))
+		params = append(params, "chat="+strconv.FormatUint(uint64(h.Sum32()), 16))
 	}
 	if len(params) == 0 {
 		return k.route + "@" + backend

@@ -78,6 +78,14 @@ const (
 type Message struct {
 	Role    string
 	Content string
+	// Parts, when set, is the content as parts (Content is then empty).
+	Parts []ContentPart
+	// Name optionally names the participant.
+	Name string
+	// ToolCalls are an assistant message's tool calls.
+	ToolCalls []ToolCall
+	// ToolCallID is the call a tool message answers.
+	ToolCallID string
 }
 
 // Input is a request's input. Op says which of its fields is set.
@@ -94,7 +102,18 @@ func (in *Input) Size() int {
 	case OpChat:
 		n := 0
 		for i := range in.Messages {
-			n += len(in.Messages[i].Content)
+			m := &in.Messages[i]
+			n += len(m.Content)
+			if m.rich() {
+				n += len(m.Name) + len(m.ToolCallID)
+				for j := range m.Parts {
+					n += len(m.Parts[j].Text) + len(m.Parts[j].ImageURL)
+				}
+				for j := range m.ToolCalls {
+					c := &m.ToolCalls[j]
+					n += len(c.ID) + len(c.Name) + len(c.Arguments)
+				}
+			}
 		}
 		return n
 	case OpCompletion:
@@ -112,6 +131,15 @@ type Params struct {
 	TopP        *float32
 	Stop        []string
 	Seed        *int64
+
+	// The parameters only some backends honour (see Features).
+	PresencePenalty  *float32
+	FrequencyPenalty *float32
+	N                int32 // choices to generate; 0 and 1: one
+	LogitBias        map[string]float32
+	Logprobs         bool
+	TopLogprobs      *int32
+	ReasoningEffort  string
 }
 
 // Request is one model call.
@@ -147,6 +175,19 @@ type Request struct {
 	// Stream asks for the answer's deltas as the model generates them
 	// (Call.Deltas; stream.go). A streamed request goes upstream alone.
 	Stream bool
+
+	// Chat only: the functions the model may call, whether and which it
+	// must, whether it may call several at once (nil: the upstream's
+	// default), and the answer's shape (chat.go).
+	Tools             []Tool
+	ToolChoice        ToolChoice
+	ParallelToolCalls *bool
+	ResponseFormat    ResponseFormat
+	// User names the end user, forwarded to the upstream.
+	User string
+	// Extra holds provider-specific body fields as one JSON object,
+	// forwarded verbatim by backends that declare FeatureExtraBody.
+	Extra []byte
 }
 
 // PolicyMaxRetries in RetryOverride.MaxRetries keeps the backend policy's
@@ -219,6 +260,12 @@ type Result struct {
 	Embedding    []float32
 	FinishReason FinishReason
 	Usage        Usage
+	// A chat answer's tool calls, refusal and log probabilities; with
+	// Params.N > 1 every choice, Choices[0] being the one above.
+	ToolCalls []ToolCall
+	Refusal   string
+	Logprobs  *Logprobs
+	Choices   []Choice
 
 	BatchID      string
 	BatchSize    int

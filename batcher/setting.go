@@ -230,6 +230,8 @@ type routeConfig struct {
 	// route share one lane, and this spares them the lane map's lock and
 	// hash. Any goroutine may store; a lane found closed is dropped.
 	hot []atomic.Pointer[lane]
+	// features is what every target honours (FeatureDeclarer).
+	features Features
 }
 
 type target struct {

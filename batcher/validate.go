@@ -54,6 +54,12 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 			if m.Content != "" {
 				empty = false
 			}
+			if m.rich() {
+				if ve := validateMessage(m, i, rc.features); ve != nil {
+					return ve
+				}
+				empty = empty && len(m.Parts) == 0 && len(m.ToolCalls) == 0
+			}
 		}
 		if empty {
 			return invalid("input.chat.messages", "every message is empty")
@@ -87,6 +93,9 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 		if s == "" || len(s) > MaxStopBytes {
 			return invalid("params.stop["+strconv.Itoa(i)+"]", "must be 1 to %d bytes, got %d", MaxStopBytes, len(s))
 		}
+	}
+	if ve := validateRich(r, in.Op, rc.features); ve != nil {
+		return ve
 	}
 	if r.Timeout < 0 {
 		return invalid("timeout", "must not be negative, got %v", r.Timeout)

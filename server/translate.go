@@ -50,6 +50,11 @@ func toCore(pr *batcherv1.Request, dst *batcher.Request) *status.Status {
 		dst.Input = batcher.Input{Op: batcher.OpChat, Messages: make([]batcher.Message, len(msgs))}
 		for i, m := range msgs {
 			dst.Input.Messages[i] = batcher.Message{Role: m.GetRole(), Content: m.GetContent()}
+			if len(m.Parts) > 0 || m.Name != "" || len(m.ToolCalls) > 0 || m.ToolCallId != "" {
+				if st := messageToCore(m, i, &dst.Input.Messages[i]); st != nil {
+					return st
+				}
+			}
 		}
 	case *batcherv1.Request_Completion:
 		dst.Input = batcher.Input{Op: batcher.OpCompletion, Prompt: in.Completion.GetPrompt()}
@@ -72,6 +77,15 @@ func toCore(pr *batcherv1.Request, dst *batcher.Request) *status.Status {
 		dst.Params.TopP = p.TopP
 		dst.Params.Stop = p.Stop
 		dst.Params.Seed = p.Seed
+		if p.PresencePenalty != nil || p.FrequencyPenalty != nil || p.N != nil || len(p.LogitBias) > 0 ||
+			p.Logprobs || p.TopLogprobs != nil || p.ReasoningEffort != "" {
+			if st := richParamsToCore(p, &dst.Params); st != nil {
+				return st
+			}
+		}
+	}
+	if st := chatOptionsToCore(pr, dst); st != nil {
+		return st
 	}
 
 	dst.Timeout = 0
@@ -127,6 +141,7 @@ var finishReasons = [...]batcherv1.FinishReason{
 	batcher.FinishStop:          batcherv1.FinishReason_FINISH_REASON_STOP,
 	batcher.FinishLength:        batcherv1.FinishReason_FINISH_REASON_LENGTH,
 	batcher.FinishContentFilter: batcherv1.FinishReason_FINISH_REASON_CONTENT_FILTER,
+	batcher.FinishToolCalls:     batcherv1.FinishReason_FINISH_REASON_TOOL_CALLS,
 }
 
 // completion translates a request's terminal result. It copies what it
@@ -189,6 +204,9 @@ func (m *completionMsg) fill(req *batcher.Request, r *batcher.Result) *batcherv1
 	} else {
 		m.text.Text = r.Text
 		c.Output = &m.text
+	}
+	if r.ToolCalls != nil || r.Refusal != "" || r.Logprobs != nil || r.Choices != nil {
+		outputMessages(c, r)
 	}
 	return c
 }

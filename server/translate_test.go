@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestToCore(t *testing.T) {
 	switch {
 	case got.ID != "x" || got.Route != "m" || got.Priority != batcher.PriorityDeferrable:
 		t.Fatalf("id/route/priority = %q %q %v", got.ID, got.Route, got.Priority)
-	case got.Input.Op != batcher.OpChat || len(got.Input.Messages) != 2 || got.Input.Messages[1] != (batcher.Message{Role: "user", Content: "hi"}):
+	case got.Input.Op != batcher.OpChat || len(got.Input.Messages) != 2 || !reflect.DeepEqual(got.Input.Messages[1], batcher.Message{Role: "user", Content: "hi"}):
 		t.Fatalf("input = %+v", got.Input)
 	case p.MaxTokens != 7 || *p.Temperature != 0.5 || *p.TopP != 0.9 || *p.Seed != 42 || len(p.Stop) != 1:
 		t.Fatalf("params = %+v", p)
@@ -164,7 +165,7 @@ func FuzzTranslateRequest(f *testing.F) {
 	nan.Params = &batcherv1.GenerationParams{Temperature: proto.Float32(float32(math.NaN())), TopP: proto.Float32(float32(math.Inf(1)))}
 	huge := chatReq("h", "x")
 	huge.Timeout = &durationpb.Duration{Seconds: math.MaxInt64}
-	seeds = append(seeds, nan, huge)
+	seeds = append(seeds, nan, huge, richChatReq("r"))
 	for _, r := range seeds {
 		b, err := proto.Marshal(&batcherv1.SubmitRequest{Request: r})
 		if err != nil {

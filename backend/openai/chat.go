@@ -134,9 +134,11 @@ func chatAnswer(resp *chatResponse, ep string) (string, batcher.FinishReason, er
 
 // packable reports whether request r may go in a pack, and returns its
 // shared system prompt and its user turn: any system or developer messages,
-// then exactly one user message, and no stop sequences.
+// then exactly one user message, and no stop sequences. A request with
+// anything beyond text (tools, a response format, images, parameters a
+// pack cannot state per item) never packs: it goes as its own call.
 func packable(r *batcher.Request) (system, user string, ok bool) {
-	if len(r.Params.Stop) > 0 {
+	if len(r.Params.Stop) > 0 || r.Rich() {
 		return "", "", false
 	}
 	msgs := r.Input.Messages

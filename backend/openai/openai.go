@@ -170,11 +170,16 @@ func (b *Backend) UpstreamCalls(route string, op batcher.Operation, n int) int {
 // SharedParams tells the core which generation parameters one batch of
 // route must share (batcher.ParamSharer): none for a chat route that does
 // not pack, whose requests go upstream one call each with their own
-// parameters; all of them for a packing route (a pack is one call) and for
+// parameters; all but ParamRich for a packing route (a pack is one call,
+// and a rich request never packs); all of them for
 // completions and embeddings (one call carries the batch).
 func (b *Backend) SharedParams(route, _ string, op batcher.Operation) batcher.ParamSet {
-	if op == batcher.OpChat && !b.cfg.packs(route) {
-		return 0
+	if op == batcher.OpChat {
+		if !b.cfg.packs(route) {
+			return 0
+		}
+		// Rich requests never pack (packable): they need not split lanes.
+		return batcher.AllParams &^ batcher.ParamRich
 	}
 	return batcher.AllParams
 }

@@ -70,3 +70,29 @@ func TestLogLimiter(t *testing.T) {
 		t.Fatalf("after the interval: %v, %d suppressed; want true, 3", ok, n)
 	}
 }
+
+// TestRichRequestsNeverPack: a request with tools, a response format, an
+// image or a parameter beyond the plain five goes as its own call.
+func TestRichRequestsNeverPack(t *testing.T) {
+	plain := func() *batcher.Request {
+		return &batcher.Request{Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "hi"}}}}
+	}
+	if _, _, ok := packable(plain()); !ok {
+		t.Fatal("a plain request does not pack")
+	}
+	for name, edit := range map[string]func(r *batcher.Request){
+		"tools":  func(r *batcher.Request) { r.Tools = []batcher.Tool{{Name: "f"}} },
+		"format": func(r *batcher.Request) { r.ResponseFormat.Type = batcher.FormatJSONObject },
+		"image": func(r *batcher.Request) {
+			r.Input.Messages[0] = batcher.Message{Role: "user", Parts: []batcher.ContentPart{{Kind: batcher.PartImage, ImageURL: "https://x"}}}
+		},
+		"logprobs": func(r *batcher.Request) { r.Params.Logprobs = true },
+		"extra":    func(r *batcher.Request) { r.Extra = []byte(`{"a":1}`) },
+	} {
+		r := plain()
+		edit(r)
+		if _, _, ok := packable(r); ok {
+			t.Errorf("%s: packable", name)
+		}
+	}
+}

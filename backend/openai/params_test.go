@@ -41,7 +41,7 @@ func TestFanOutCallsCarryEachRequestsParams(t *testing.T) {
 		want  batcher.ParamSet
 	}{
 		{"chat", batcher.OpChat, 0},
-		{"packed", batcher.OpChat, batcher.AllParams},
+		{"packed", batcher.OpChat, batcher.AllParams &^ batcher.ParamRich},
 		{"complete", batcher.OpCompletion, batcher.AllParams},
 		{"embed", batcher.OpEmbedding, batcher.AllParams},
 	} {

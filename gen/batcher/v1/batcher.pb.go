@@ -11,6 +11,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -144,6 +145,116 @@ func (Dedup) EnumDescriptor() ([]byte, []int) {
 	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{1}
 }
 
+// ToolChoiceMode says whether the model must call a tool.
+type ToolChoiceMode int32
+
+const (
+	// The upstream's default: auto when tools are given.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	ToolChoiceMode_TOOL_CHOICE_MODE_AUTO        ToolChoiceMode = 1
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE        ToolChoiceMode = 2
+	ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED    ToolChoiceMode = 3
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_AUTO",
+		2: "TOOL_CHOICE_MODE_NONE",
+		3: "TOOL_CHOICE_MODE_REQUIRED",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_AUTO":        1,
+		"TOOL_CHOICE_MODE_NONE":        2,
+		"TOOL_CHOICE_MODE_REQUIRED":    3,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_batcher_v1_batcher_proto_enumTypes[2].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_batcher_v1_batcher_proto_enumTypes[2]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{2}
+}
+
+// ResponseFormatType is the shape of the answer.
+type ResponseFormatType int32
+
+const (
+	// Text.
+	ResponseFormatType_RESPONSE_FORMAT_TYPE_UNSPECIFIED ResponseFormatType = 0
+	ResponseFormatType_RESPONSE_FORMAT_TYPE_TEXT        ResponseFormatType = 1
+	// Any JSON object.
+	ResponseFormatType_RESPONSE_FORMAT_TYPE_JSON_OBJECT ResponseFormatType = 2
+	// JSON validating against the schema.
+	ResponseFormatType_RESPONSE_FORMAT_TYPE_JSON_SCHEMA ResponseFormatType = 3
+)
+
+// Enum value maps for ResponseFormatType.
+var (
+	ResponseFormatType_name = map[int32]string{
+		0: "RESPONSE_FORMAT_TYPE_UNSPECIFIED",
+		1: "RESPONSE_FORMAT_TYPE_TEXT",
+		2: "RESPONSE_FORMAT_TYPE_JSON_OBJECT",
+		3: "RESPONSE_FORMAT_TYPE_JSON_SCHEMA",
+	}
+	ResponseFormatType_value = map[string]int32{
+		"RESPONSE_FORMAT_TYPE_UNSPECIFIED": 0,
+		"RESPONSE_FORMAT_TYPE_TEXT":        1,
+		"RESPONSE_FORMAT_TYPE_JSON_OBJECT": 2,
+		"RESPONSE_FORMAT_TYPE_JSON_SCHEMA": 3,
+	}
+)
+
+func (x ResponseFormatType) Enum() *ResponseFormatType {
+	p := new(ResponseFormatType)
+	*p = x
+	return p
+}
+
+func (x ResponseFormatType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResponseFormatType) Descriptor() protoreflect.EnumDescriptor {
+	return file_batcher_v1_batcher_proto_enumTypes[3].Descriptor()
+}
+
+func (ResponseFormatType) Type() protoreflect.EnumType {
+	return &file_batcher_v1_batcher_proto_enumTypes[3]
+}
+
+func (x ResponseFormatType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResponseFormatType.Descriptor instead.
+func (ResponseFormatType) EnumDescriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{3}
+}
+
 // FinishReason says why generation stopped.
 type FinishReason int32
 
@@ -152,6 +263,8 @@ const (
 	FinishReason_FINISH_REASON_STOP           FinishReason = 1
 	FinishReason_FINISH_REASON_LENGTH         FinishReason = 2
 	FinishReason_FINISH_REASON_CONTENT_FILTER FinishReason = 3
+	// The model called tools: the message holds the calls.
+	FinishReason_FINISH_REASON_TOOL_CALLS FinishReason = 4
 )
 
 // Enum value maps for FinishReason.
@@ -161,12 +274,14 @@ var (
 		1: "FINISH_REASON_STOP",
 		2: "FINISH_REASON_LENGTH",
 		3: "FINISH_REASON_CONTENT_FILTER",
+		4: "FINISH_REASON_TOOL_CALLS",
 	}
 	FinishReason_value = map[string]int32{
 		"FINISH_REASON_UNSPECIFIED":    0,
 		"FINISH_REASON_STOP":           1,
 		"FINISH_REASON_LENGTH":         2,
 		"FINISH_REASON_CONTENT_FILTER": 3,
+		"FINISH_REASON_TOOL_CALLS":     4,
 	}
 )
 
@@ -181,11 +296,11 @@ func (x FinishReason) String() string {
 }
 
 func (FinishReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_batcher_v1_batcher_proto_enumTypes[2].Descriptor()
+	return file_batcher_v1_batcher_proto_enumTypes[4].Descriptor()
 }
 
 func (FinishReason) Type() protoreflect.EnumType {
-	return &file_batcher_v1_batcher_proto_enumTypes[2]
+	return &file_batcher_v1_batcher_proto_enumTypes[4]
 }
 
 func (x FinishReason) Number() protoreflect.EnumNumber {
@@ -194,7 +309,7 @@ func (x FinishReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FinishReason.Descriptor instead.
 func (FinishReason) EnumDescriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{2}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{4}
 }
 
 // Verbosity chooses what a stream sends back.
@@ -234,11 +349,11 @@ func (x Verbosity) String() string {
 }
 
 func (Verbosity) Descriptor() protoreflect.EnumDescriptor {
-	return file_batcher_v1_batcher_proto_enumTypes[3].Descriptor()
+	return file_batcher_v1_batcher_proto_enumTypes[5].Descriptor()
 }
 
 func (Verbosity) Type() protoreflect.EnumType {
-	return &file_batcher_v1_batcher_proto_enumTypes[3]
+	return &file_batcher_v1_batcher_proto_enumTypes[5]
 }
 
 func (x Verbosity) Number() protoreflect.EnumNumber {
@@ -247,7 +362,7 @@ func (x Verbosity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Verbosity.Descriptor instead.
 func (Verbosity) EnumDescriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{3}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{5}
 }
 
 // Request is one model call.
@@ -284,7 +399,28 @@ type Request struct {
 	// which still holds the whole answer. Chat and completion routes only. A
 	// streamed request goes upstream alone: it is never batched with others
 	// or shared with an identical request (dedup must not be DEDUP_ON).
-	Stream        bool `protobuf:"varint,20,opt,name=stream,proto3" json:"stream,omitempty"`
+	Stream bool `protobuf:"varint,20,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Functions the model may call (chat only). At most 128 tools; a route
+	// whose backend cannot take tools refuses them by name.
+	Tools []*Tool `protobuf:"bytes,13,rep,name=tools,proto3" json:"tools,omitempty"`
+	// Whether and which tool the model must call; unset: the upstream's
+	// default (auto when tools are given).
+	ToolChoice *ToolChoice `protobuf:"bytes,14,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// Whether the model may call several tools in one answer; unset: the
+	// upstream's default.
+	ParallelToolCalls *bool `protobuf:"varint,15,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"`
+	// The shape of the answer: text (the default), any JSON object, or JSON
+	// validating against a schema.
+	ResponseFormat *ResponseFormat `protobuf:"bytes,16,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"`
+	// Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+	// upstreams as top-level fields of the call. At most 16 KiB once encoded
+	// as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+	// refused, and so is any extra field on a backend that cannot forward
+	// them.
+	ExtraBody *structpb.Struct `protobuf:"bytes,17,opt,name=extra_body,json=extraBody,proto3" json:"extra_body,omitempty"`
+	// The end user the call is made for, forwarded as OpenAI's "user". At
+	// most 256 bytes.
+	User          string `protobuf:"bytes,18,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +559,48 @@ func (x *Request) GetStream() bool {
 	return false
 }
 
+func (x *Request) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *Request) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *Request) GetParallelToolCalls() bool {
+	if x != nil && x.ParallelToolCalls != nil {
+		return *x.ParallelToolCalls
+	}
+	return false
+}
+
+func (x *Request) GetResponseFormat() *ResponseFormat {
+	if x != nil {
+		return x.ResponseFormat
+	}
+	return nil
+}
+
+func (x *Request) GetExtraBody() *structpb.Struct {
+	if x != nil {
+		return x.ExtraBody
+	}
+	return nil
+}
+
+func (x *Request) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type isRequest_Input interface {
 	isRequest_Input()
 }
@@ -493,9 +671,19 @@ func (x *ChatInput) GetMessages() []*ChatMessage {
 // ChatMessage is one turn of a conversation.
 type ChatMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "system", "user", "assistant" or "tool".
-	Role          string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
-	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// "system", "developer", "user", "assistant" or "tool".
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// The message's text. A message with parts leaves it empty.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// The message's content as parts (text and images), for callers that
+	// send more than text. At most 64 parts; content must then be empty.
+	Parts []*ContentPart `protobuf:"bytes,3,rep,name=parts,proto3" json:"parts,omitempty"`
+	// An optional name of the participant. At most 64 bytes.
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// On an assistant message: the tool calls it made.
+	ToolCalls []*ToolCall `protobuf:"bytes,5,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// On a tool message: the id of the tool call it answers (required there).
+	ToolCallId    string `protobuf:"bytes,6,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -544,6 +732,473 @@ func (x *ChatMessage) GetContent() string {
 	return ""
 }
 
+func (x *ChatMessage) GetParts() []*ContentPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *ChatMessage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ChatMessage) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *ChatMessage) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+// ContentPart is one part of a message's content.
+type ContentPart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*ContentPart_Text
+	//	*ContentPart_Image
+	Part          isContentPart_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContentPart) Reset() {
+	*x = ContentPart{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContentPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContentPart) ProtoMessage() {}
+
+func (x *ContentPart) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContentPart.ProtoReflect.Descriptor instead.
+func (*ContentPart) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ContentPart) GetPart() isContentPart_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *ContentPart) GetText() string {
+	if x != nil {
+		if x, ok := x.Part.(*ContentPart_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *ContentPart) GetImage() *ImagePart {
+	if x != nil {
+		if x, ok := x.Part.(*ContentPart_Image); ok {
+			return x.Image
+		}
+	}
+	return nil
+}
+
+type isContentPart_Part interface {
+	isContentPart_Part()
+}
+
+type ContentPart_Text struct {
+	Text string `protobuf:"bytes,1,opt,name=text,proto3,oneof"`
+}
+
+type ContentPart_Image struct {
+	Image *ImagePart `protobuf:"bytes,2,opt,name=image,proto3,oneof"` // Field numbers 3 to 9 are kept for audio and file parts.
+}
+
+func (*ContentPart_Text) isContentPart_Part() {}
+
+func (*ContentPart_Image) isContentPart_Part() {}
+
+// ImagePart is an image given by URL: https, or a data URL
+// ("data:image/png;base64,...").
+type ImagePart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Url   string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// "auto" (the default), "low" or "high".
+	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImagePart) Reset() {
+	*x = ImagePart{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImagePart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImagePart) ProtoMessage() {}
+
+func (x *ImagePart) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImagePart.ProtoReflect.Descriptor instead.
+func (*ImagePart) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ImagePart) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ImagePart) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// ToolCall is one function call made by the model.
+type ToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id, which the tool message answering it names.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The function's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The function's arguments, a JSON object as text. The model wrote it:
+	// it may not be valid JSON unless the tool is strict.
+	Arguments     string `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ToolCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCall) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+// Tool is a function the model may call.
+type Tool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 64 bytes of a-z, A-Z, 0-9, _ and -.
+	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The arguments' JSON Schema; unset: no arguments.
+	Parameters *structpb.Struct `protobuf:"bytes,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	// Whether the model must follow the schema exactly.
+	Strict        bool `protobuf:"varint,4,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tool) Reset() {
+	*x = Tool{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tool) ProtoMessage() {}
+
+func (x *Tool) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tool.ProtoReflect.Descriptor instead.
+func (*Tool) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Tool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tool) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Tool) GetParameters() *structpb.Struct {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *Tool) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+// ToolChoice is a tool-calling mode, or the one function the model must call.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Choice:
+	//
+	//	*ToolChoice_Mode
+	//	*ToolChoice_Function
+	Choice        isToolChoice_Choice `protobuf_oneof:"choice"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ToolChoice) GetChoice() isToolChoice_Choice {
+	if x != nil {
+		return x.Choice
+	}
+	return nil
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		if x, ok := x.Choice.(*ToolChoice_Mode); ok {
+			return x.Mode
+		}
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetFunction() string {
+	if x != nil {
+		if x, ok := x.Choice.(*ToolChoice_Function); ok {
+			return x.Function
+		}
+	}
+	return ""
+}
+
+type isToolChoice_Choice interface {
+	isToolChoice_Choice()
+}
+
+type ToolChoice_Mode struct {
+	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=batcher.v1.ToolChoiceMode,oneof"`
+}
+
+type ToolChoice_Function struct {
+	// The name of a tool of the request.
+	Function string `protobuf:"bytes,2,opt,name=function,proto3,oneof"`
+}
+
+func (*ToolChoice_Mode) isToolChoice_Choice() {}
+
+func (*ToolChoice_Function) isToolChoice_Choice() {}
+
+// ResponseFormat says what shape the answer must take.
+type ResponseFormat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  ResponseFormatType     `protobuf:"varint,1,opt,name=type,proto3,enum=batcher.v1.ResponseFormatType" json:"type,omitempty"`
+	// JSON_SCHEMA only: the schema's name (1 to 64 bytes of a-z, A-Z, 0-9,
+	// _ and -), its description, the schema, and whether the answer must
+	// follow it exactly.
+	Name          string           `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string           `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Schema        *structpb.Struct `protobuf:"bytes,4,opt,name=schema,proto3" json:"schema,omitempty"`
+	Strict        bool             `protobuf:"varint,5,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResponseFormat) Reset() {
+	*x = ResponseFormat{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResponseFormat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResponseFormat) ProtoMessage() {}
+
+func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
+func (*ResponseFormat) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResponseFormat) GetType() ResponseFormatType {
+	if x != nil {
+		return x.Type
+	}
+	return ResponseFormatType_RESPONSE_FORMAT_TYPE_UNSPECIFIED
+}
+
+func (x *ResponseFormat) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResponseFormat) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ResponseFormat) GetSchema() *structpb.Struct {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
+}
+
+func (x *ResponseFormat) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
 // CompletionInput is a text completion prompt.
 type CompletionInput struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -554,7 +1209,7 @@ type CompletionInput struct {
 
 func (x *CompletionInput) Reset() {
 	*x = CompletionInput{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[3]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +1221,7 @@ func (x *CompletionInput) String() string {
 func (*CompletionInput) ProtoMessage() {}
 
 func (x *CompletionInput) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[3]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +1234,7 @@ func (x *CompletionInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionInput.ProtoReflect.Descriptor instead.
 func (*CompletionInput) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{3}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CompletionInput) GetPrompt() string {
@@ -599,7 +1254,7 @@ type EmbeddingInput struct {
 
 func (x *EmbeddingInput) Reset() {
 	*x = EmbeddingInput{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[4]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +1266,7 @@ func (x *EmbeddingInput) String() string {
 func (*EmbeddingInput) ProtoMessage() {}
 
 func (x *EmbeddingInput) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[4]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +1279,7 @@ func (x *EmbeddingInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbeddingInput.ProtoReflect.Descriptor instead.
 func (*EmbeddingInput) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{4}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EmbeddingInput) GetText() string {
@@ -645,15 +1300,30 @@ type GenerationParams struct {
 	// Greater than 0, at most 1.
 	TopP *float32 `protobuf:"fixed32,3,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
 	// At most 4 sequences.
-	Stop          []string `protobuf:"bytes,4,rep,name=stop,proto3" json:"stop,omitempty"`
-	Seed          *int64   `protobuf:"varint,5,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stop []string `protobuf:"bytes,4,rep,name=stop,proto3" json:"stop,omitempty"`
+	Seed *int64   `protobuf:"varint,5,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// -2 to 2.
+	PresencePenalty *float32 `protobuf:"fixed32,6,opt,name=presence_penalty,json=presencePenalty,proto3,oneof" json:"presence_penalty,omitempty"`
+	// -2 to 2.
+	FrequencyPenalty *float32 `protobuf:"fixed32,7,opt,name=frequency_penalty,json=frequencyPenalty,proto3,oneof" json:"frequency_penalty,omitempty"`
+	// How many choices to generate: 1 (the default) to 8.
+	N *int32 `protobuf:"varint,8,opt,name=n,proto3,oneof" json:"n,omitempty"`
+	// Token id (as decimal text) to a bias of -100 to 100. At most 300
+	// entries.
+	LogitBias map[string]float32 `protobuf:"bytes,9,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
+	// Whether to return the output tokens' log probabilities.
+	Logprobs bool `protobuf:"varint,10,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// 0 to 20 most likely tokens per position; needs logprobs.
+	TopLogprobs *int32 `protobuf:"varint,11,opt,name=top_logprobs,json=topLogprobs,proto3,oneof" json:"top_logprobs,omitempty"`
+	// For reasoning models: "minimal", "low", "medium" or "high".
+	ReasoningEffort string `protobuf:"bytes,12,opt,name=reasoning_effort,json=reasoningEffort,proto3" json:"reasoning_effort,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GenerationParams) Reset() {
 	*x = GenerationParams{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[5]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +1335,7 @@ func (x *GenerationParams) String() string {
 func (*GenerationParams) ProtoMessage() {}
 
 func (x *GenerationParams) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[5]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +1348,7 @@ func (x *GenerationParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationParams.ProtoReflect.Descriptor instead.
 func (*GenerationParams) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{5}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GenerationParams) GetMaxTokens() int32 {
@@ -714,6 +1384,55 @@ func (x *GenerationParams) GetSeed() int64 {
 		return *x.Seed
 	}
 	return 0
+}
+
+func (x *GenerationParams) GetPresencePenalty() float32 {
+	if x != nil && x.PresencePenalty != nil {
+		return *x.PresencePenalty
+	}
+	return 0
+}
+
+func (x *GenerationParams) GetFrequencyPenalty() float32 {
+	if x != nil && x.FrequencyPenalty != nil {
+		return *x.FrequencyPenalty
+	}
+	return 0
+}
+
+func (x *GenerationParams) GetN() int32 {
+	if x != nil && x.N != nil {
+		return *x.N
+	}
+	return 0
+}
+
+func (x *GenerationParams) GetLogitBias() map[string]float32 {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
+}
+
+func (x *GenerationParams) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *GenerationParams) GetTopLogprobs() int32 {
+	if x != nil && x.TopLogprobs != nil {
+		return *x.TopLogprobs
+	}
+	return 0
+}
+
+func (x *GenerationParams) GetReasoningEffort() string {
+	if x != nil {
+		return x.ReasoningEffort
+	}
+	return ""
 }
 
 // Completion is a request's terminal result.
@@ -753,13 +1472,19 @@ type Completion struct {
 	// A streamed request's time from admission to its first delta; unset
 	// when no delta was sent.
 	TimeToFirstToken *durationpb.Duration `protobuf:"bytes,21,opt,name=time_to_first_token,json=timeToFirstToken,proto3" json:"time_to_first_token,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A chat answer that holds more than text (tool calls, a refusal, log
+	// probabilities): the whole message. text then holds its content too.
+	// Unset for a plain text answer, whose text says it all.
+	Message *OutputMessage `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
+	// With params.n > 1: every choice, in order; message is choices[0].
+	Choices       []*OutputMessage `protobuf:"bytes,15,rep,name=choices,proto3" json:"choices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Completion) Reset() {
 	*x = Completion{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[6]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +1496,7 @@ func (x *Completion) String() string {
 func (*Completion) ProtoMessage() {}
 
 func (x *Completion) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[6]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +1509,7 @@ func (x *Completion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completion.ProtoReflect.Descriptor instead.
 func (*Completion) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{6}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Completion) GetId() string {
@@ -903,6 +1628,20 @@ func (x *Completion) GetTimeToFirstToken() *durationpb.Duration {
 	return nil
 }
 
+func (x *Completion) GetMessage() *OutputMessage {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *Completion) GetChoices() []*OutputMessage {
+	if x != nil {
+		return x.Choices
+	}
+	return nil
+}
+
 type isCompletion_Output interface {
 	isCompletion_Output()
 }
@@ -919,6 +1658,270 @@ func (*Completion_Text) isCompletion_Output() {}
 
 func (*Completion_Embedding) isCompletion_Output() {}
 
+// OutputMessage is the assistant message a chat call answered with.
+type OutputMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The text; empty when the model only called tools.
+	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Set when the model refused; content is then empty.
+	Refusal   string      `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	ToolCalls []*ToolCall `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// Set when the request asked for logprobs.
+	Logprobs      *Logprobs    `protobuf:"bytes,4,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	FinishReason  FinishReason `protobuf:"varint,5,opt,name=finish_reason,json=finishReason,proto3,enum=batcher.v1.FinishReason" json:"finish_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputMessage) Reset() {
+	*x = OutputMessage{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputMessage) ProtoMessage() {}
+
+func (x *OutputMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputMessage.ProtoReflect.Descriptor instead.
+func (*OutputMessage) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OutputMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *OutputMessage) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+func (x *OutputMessage) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *OutputMessage) GetLogprobs() *Logprobs {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *OutputMessage) GetFinishReason() FinishReason {
+	if x != nil {
+		return x.FinishReason
+	}
+	return FinishReason_FINISH_REASON_UNSPECIFIED
+}
+
+// Logprobs are the log probabilities of an answer's tokens.
+type Logprobs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Content       []*TokenLogprob        `protobuf:"bytes,1,rep,name=content,proto3" json:"content,omitempty"`
+	Refusal       []*TokenLogprob        `protobuf:"bytes,2,rep,name=refusal,proto3" json:"refusal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Logprobs) Reset() {
+	*x = Logprobs{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Logprobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Logprobs) ProtoMessage() {}
+
+func (x *Logprobs) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Logprobs.ProtoReflect.Descriptor instead.
+func (*Logprobs) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Logprobs) GetContent() []*TokenLogprob {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *Logprobs) GetRefusal() []*TokenLogprob {
+	if x != nil {
+		return x.Refusal
+	}
+	return nil
+}
+
+// TokenLogprob is one output token, its log probability, and the most
+// likely tokens at its position.
+type TokenLogprob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Logprob       float64                `protobuf:"fixed64,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	Bytes         []byte                 `protobuf:"bytes,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	TopLogprobs   []*TopLogprob          `protobuf:"bytes,4,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprob) Reset() {
+	*x = TokenLogprob{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprob) ProtoMessage() {}
+
+func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
+func (*TokenLogprob) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TokenLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TokenLogprob) GetLogprob() float64 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
+func (x *TokenLogprob) GetTopLogprobs() []*TopLogprob {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return nil
+}
+
+// TopLogprob is one of the most likely tokens at a position.
+type TopLogprob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Logprob       float64                `protobuf:"fixed64,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	Bytes         []byte                 `protobuf:"bytes,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLogprob) Reset() {
+	*x = TopLogprob{}
+	mi := &file_batcher_v1_batcher_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLogprob) ProtoMessage() {}
+
+func (x *TopLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_batcher_v1_batcher_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
+func (*TopLogprob) Descriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TopLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TopLogprob) GetLogprob() float64 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
 // Embedding is an embedding vector.
 type Embedding struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -929,7 +1932,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[7]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1944,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[7]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1957,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{7}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Embedding) GetValues() []float32 {
@@ -976,7 +1979,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[8]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1991,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[8]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +2004,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{8}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Usage) GetPromptTokens() int32 {
@@ -1043,7 +2046,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[9]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +2058,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[9]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +2071,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{9}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Timings) GetBatchWait() *durationpb.Duration {
@@ -1109,7 +2112,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[10]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +2124,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[10]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +2137,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{10}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SubmitRequest) GetRequest() *Request {
@@ -1154,7 +2157,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[11]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +2169,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[11]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +2182,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{11}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SubmitResponse) GetCompletion() *Completion {
@@ -1201,7 +2204,7 @@ type StreamOptions struct {
 
 func (x *StreamOptions) Reset() {
 	*x = StreamOptions{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[12]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +2216,7 @@ func (x *StreamOptions) String() string {
 func (*StreamOptions) ProtoMessage() {}
 
 func (x *StreamOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[12]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +2229,7 @@ func (x *StreamOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOptions.ProtoReflect.Descriptor instead.
 func (*StreamOptions) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{12}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamOptions) GetVerbosity() Verbosity {
@@ -1253,7 +2256,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[13]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +2268,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[13]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +2281,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{13}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Cancel) GetId() string {
@@ -1298,7 +2301,7 @@ type Flush struct {
 
 func (x *Flush) Reset() {
 	*x = Flush{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[14]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +2313,7 @@ func (x *Flush) String() string {
 func (*Flush) ProtoMessage() {}
 
 func (x *Flush) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[14]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +2326,7 @@ func (x *Flush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flush.ProtoReflect.Descriptor instead.
 func (*Flush) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{14}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{24}
 }
 
 // SubmitStreamedRequest is the input of SubmitStreamed.
@@ -1336,7 +2339,7 @@ type SubmitStreamedRequest struct {
 
 func (x *SubmitStreamedRequest) Reset() {
 	*x = SubmitStreamedRequest{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[15]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +2351,7 @@ func (x *SubmitStreamedRequest) String() string {
 func (*SubmitStreamedRequest) ProtoMessage() {}
 
 func (x *SubmitStreamedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[15]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +2364,7 @@ func (x *SubmitStreamedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitStreamedRequest.ProtoReflect.Descriptor instead.
 func (*SubmitStreamedRequest) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{15}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubmitStreamedRequest) GetRequest() *Request {
@@ -1386,7 +2389,7 @@ type SubmitStreamedResponse struct {
 
 func (x *SubmitStreamedResponse) Reset() {
 	*x = SubmitStreamedResponse{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[16]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +2401,7 @@ func (x *SubmitStreamedResponse) String() string {
 func (*SubmitStreamedResponse) ProtoMessage() {}
 
 func (x *SubmitStreamedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[16]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +2414,7 @@ func (x *SubmitStreamedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitStreamedResponse.ProtoReflect.Descriptor instead.
 func (*SubmitStreamedResponse) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{16}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SubmitStreamedResponse) GetKind() isSubmitStreamedResponse_Kind {
@@ -1479,7 +2482,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[17]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +2494,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[17]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +2507,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{17}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Delta) GetId() string {
@@ -1573,7 +2576,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[18]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +2588,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[18]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +2601,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{18}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ToolCallDelta) GetIndex() int32 {
@@ -1645,7 +2648,7 @@ type SubmitStreamRequest struct {
 
 func (x *SubmitStreamRequest) Reset() {
 	*x = SubmitStreamRequest{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[19]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +2660,7 @@ func (x *SubmitStreamRequest) String() string {
 func (*SubmitStreamRequest) ProtoMessage() {}
 
 func (x *SubmitStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[19]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +2673,7 @@ func (x *SubmitStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitStreamRequest.ProtoReflect.Descriptor instead.
 func (*SubmitStreamRequest) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{19}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SubmitStreamRequest) GetKind() isSubmitStreamRequest_Kind {
@@ -1761,7 +2764,7 @@ type SubmitStreamResponse struct {
 
 func (x *SubmitStreamResponse) Reset() {
 	*x = SubmitStreamResponse{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[20]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +2776,7 @@ func (x *SubmitStreamResponse) String() string {
 func (*SubmitStreamResponse) ProtoMessage() {}
 
 func (x *SubmitStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[20]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +2789,7 @@ func (x *SubmitStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitStreamResponse.ProtoReflect.Descriptor instead.
 func (*SubmitStreamResponse) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{20}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SubmitStreamResponse) GetKind() isSubmitStreamResponse_Kind {
@@ -1889,7 +2892,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[21]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2904,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[21]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2917,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{21}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Rejection) GetId() string {
@@ -1949,7 +2952,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[22]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2964,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[22]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2977,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{22}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Event) GetId() string {
@@ -2073,7 +3076,7 @@ type Queued struct {
 
 func (x *Queued) Reset() {
 	*x = Queued{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[23]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +3088,7 @@ func (x *Queued) String() string {
 func (*Queued) ProtoMessage() {}
 
 func (x *Queued) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[23]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +3101,7 @@ func (x *Queued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queued.ProtoReflect.Descriptor instead.
 func (*Queued) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{23}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Queued) GetLane() string {
@@ -2119,7 +3122,7 @@ type Batched struct {
 
 func (x *Batched) Reset() {
 	*x = Batched{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[24]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +3134,7 @@ func (x *Batched) String() string {
 func (*Batched) ProtoMessage() {}
 
 func (x *Batched) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[24]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +3147,7 @@ func (x *Batched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batched.ProtoReflect.Descriptor instead.
 func (*Batched) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{24}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Batched) GetBatchId() string {
@@ -2174,7 +3177,7 @@ type Dispatched struct {
 
 func (x *Dispatched) Reset() {
 	*x = Dispatched{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[25]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +3189,7 @@ func (x *Dispatched) String() string {
 func (*Dispatched) ProtoMessage() {}
 
 func (x *Dispatched) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[25]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +3202,7 @@ func (x *Dispatched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dispatched.ProtoReflect.Descriptor instead.
 func (*Dispatched) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{25}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Dispatched) GetBatchId() string {
@@ -2239,7 +3242,7 @@ type Retrying struct {
 
 func (x *Retrying) Reset() {
 	*x = Retrying{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[26]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +3254,7 @@ func (x *Retrying) String() string {
 func (*Retrying) ProtoMessage() {}
 
 func (x *Retrying) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[26]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +3267,7 @@ func (x *Retrying) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retrying.ProtoReflect.Descriptor instead.
 func (*Retrying) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{26}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Retrying) GetAttempt() int32 {
@@ -2314,7 +3317,7 @@ type StreamSummary struct {
 
 func (x *StreamSummary) Reset() {
 	*x = StreamSummary{}
-	mi := &file_batcher_v1_batcher_proto_msgTypes[27]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +3329,7 @@ func (x *StreamSummary) String() string {
 func (*StreamSummary) ProtoMessage() {}
 
 func (x *StreamSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_batcher_v1_batcher_proto_msgTypes[27]
+	mi := &file_batcher_v1_batcher_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +3342,7 @@ func (x *StreamSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSummary.ProtoReflect.Descriptor instead.
 func (*StreamSummary) Descriptor() ([]byte, []int) {
-	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{27}
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StreamSummary) GetTime() *timestamppb.Timestamp {
@@ -2403,7 +3406,7 @@ var File_batcher_v1_batcher_proto protoreflect.FileDescriptor
 const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\n" +
 	"\x18batcher/v1/batcher.proto\x12\n" +
-	"batcher.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xfc\x04\n" +
+	"batcher.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xbb\a\n" +
 	"\aRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x120\n" +
@@ -2422,31 +3425,91 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"tracestate\x18\v \x01(\tR\n" +
 	"tracestate\x12'\n" +
 	"\x05dedup\x18\f \x01(\x0e2\x11.batcher.v1.DedupR\x05dedup\x12\x16\n" +
-	"\x06stream\x18\x14 \x01(\bR\x06stream\x1a;\n" +
+	"\x06stream\x18\x14 \x01(\bR\x06stream\x12&\n" +
+	"\x05tools\x18\r \x03(\v2\x10.batcher.v1.ToolR\x05tools\x127\n" +
+	"\vtool_choice\x18\x0e \x01(\v2\x16.batcher.v1.ToolChoiceR\n" +
+	"toolChoice\x123\n" +
+	"\x13parallel_tool_calls\x18\x0f \x01(\bH\x01R\x11parallelToolCalls\x88\x01\x01\x12C\n" +
+	"\x0fresponse_format\x18\x10 \x01(\v2\x1a.batcher.v1.ResponseFormatR\x0eresponseFormat\x126\n" +
+	"\n" +
+	"extra_body\x18\x11 \x01(\v2\x17.google.protobuf.StructR\textraBody\x12\x12\n" +
+	"\x04user\x18\x12 \x01(\tR\x04user\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
-	"\x05input\"@\n" +
+	"\x05inputB\x16\n" +
+	"\x14_parallel_tool_calls\"@\n" +
 	"\tChatInput\x123\n" +
-	"\bmessages\x18\x01 \x03(\v2\x17.batcher.v1.ChatMessageR\bmessages\";\n" +
+	"\bmessages\x18\x01 \x03(\v2\x17.batcher.v1.ChatMessageR\bmessages\"\xd5\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\")\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12-\n" +
+	"\x05parts\x18\x03 \x03(\v2\x17.batcher.v1.ContentPartR\x05parts\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x123\n" +
+	"\n" +
+	"tool_calls\x18\x05 \x03(\v2\x14.batcher.v1.ToolCallR\ttoolCalls\x12 \n" +
+	"\ftool_call_id\x18\x06 \x01(\tR\n" +
+	"toolCallId\"Z\n" +
+	"\vContentPart\x12\x14\n" +
+	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12-\n" +
+	"\x05image\x18\x02 \x01(\v2\x15.batcher.v1.ImagePartH\x00R\x05imageB\x06\n" +
+	"\x04part\"5\n" +
+	"\tImagePart\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"L\n" +
+	"\bToolCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\x8d\x01\n" +
+	"\x04Tool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x127\n" +
+	"\n" +
+	"parameters\x18\x03 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"parameters\x12\x16\n" +
+	"\x06strict\x18\x04 \x01(\bR\x06strict\"f\n" +
+	"\n" +
+	"ToolChoice\x120\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1a.batcher.v1.ToolChoiceModeH\x00R\x04mode\x12\x1c\n" +
+	"\bfunction\x18\x02 \x01(\tH\x00R\bfunctionB\b\n" +
+	"\x06choice\"\xc3\x01\n" +
+	"\x0eResponseFormat\x122\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1e.batcher.v1.ResponseFormatTypeR\x04type\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12/\n" +
+	"\x06schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06schema\x12\x16\n" +
+	"\x06strict\x18\x05 \x01(\bR\x06strict\")\n" +
 	"\x0fCompletionInput\x12\x16\n" +
 	"\x06prompt\x18\x01 \x01(\tR\x06prompt\"$\n" +
 	"\x0eEmbeddingInput\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\xd6\x01\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"\x86\x05\n" +
 	"\x10GenerationParams\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
 	"\vtemperature\x18\x02 \x01(\x02H\x01R\vtemperature\x88\x01\x01\x12\x18\n" +
 	"\x05top_p\x18\x03 \x01(\x02H\x02R\x04topP\x88\x01\x01\x12\x12\n" +
 	"\x04stop\x18\x04 \x03(\tR\x04stop\x12\x17\n" +
-	"\x04seed\x18\x05 \x01(\x03H\x03R\x04seed\x88\x01\x01B\r\n" +
+	"\x04seed\x18\x05 \x01(\x03H\x03R\x04seed\x88\x01\x01\x12.\n" +
+	"\x10presence_penalty\x18\x06 \x01(\x02H\x04R\x0fpresencePenalty\x88\x01\x01\x120\n" +
+	"\x11frequency_penalty\x18\a \x01(\x02H\x05R\x10frequencyPenalty\x88\x01\x01\x12\x11\n" +
+	"\x01n\x18\b \x01(\x05H\x06R\x01n\x88\x01\x01\x12J\n" +
+	"\n" +
+	"logit_bias\x18\t \x03(\v2+.batcher.v1.GenerationParams.LogitBiasEntryR\tlogitBias\x12\x1a\n" +
+	"\blogprobs\x18\n" +
+	" \x01(\bR\blogprobs\x12&\n" +
+	"\ftop_logprobs\x18\v \x01(\x05H\aR\vtopLogprobs\x88\x01\x01\x12)\n" +
+	"\x10reasoning_effort\x18\f \x01(\tR\x0freasoningEffort\x1a<\n" +
+	"\x0eLogitBiasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01B\r\n" +
 	"\v_max_tokensB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
-	"\x05_seed\"\xab\x05\n" +
+	"\x05_seedB\x13\n" +
+	"\x11_presence_penaltyB\x14\n" +
+	"\x12_frequency_penaltyB\x04\n" +
+	"\x02_nB\x0f\n" +
+	"\r_top_logprobs\"\x95\x06\n" +
 	"\n" +
 	"Completion\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -2465,11 +3528,33 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\bmetadata\x18\f \x03(\v2$.batcher.v1.Completion.MetadataEntryR\bmetadata\x12\"\n" +
 	"\fdeduplicated\x18\r \x01(\bR\fdeduplicated\x12\x18\n" +
 	"\apartial\x18\x14 \x01(\bR\apartial\x12H\n" +
-	"\x13time_to_first_token\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstToken\x1a;\n" +
+	"\x13time_to_first_token\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstToken\x123\n" +
+	"\amessage\x18\x0e \x01(\v2\x19.batcher.v1.OutputMessageR\amessage\x123\n" +
+	"\achoices\x18\x0f \x03(\v2\x19.batcher.v1.OutputMessageR\achoices\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
-	"\x06output\"#\n" +
+	"\x06output\"\xe9\x01\n" +
+	"\rOutputMessage\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12\x18\n" +
+	"\arefusal\x18\x02 \x01(\tR\arefusal\x123\n" +
+	"\n" +
+	"tool_calls\x18\x03 \x03(\v2\x14.batcher.v1.ToolCallR\ttoolCalls\x120\n" +
+	"\blogprobs\x18\x04 \x01(\v2\x14.batcher.v1.LogprobsR\blogprobs\x12=\n" +
+	"\rfinish_reason\x18\x05 \x01(\x0e2\x18.batcher.v1.FinishReasonR\ffinishReason\"r\n" +
+	"\bLogprobs\x122\n" +
+	"\acontent\x18\x01 \x03(\v2\x18.batcher.v1.TokenLogprobR\acontent\x122\n" +
+	"\arefusal\x18\x02 \x03(\v2\x18.batcher.v1.TokenLogprobR\arefusal\"\x8f\x01\n" +
+	"\fTokenLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x01R\alogprob\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\fR\x05bytes\x129\n" +
+	"\ftop_logprobs\x18\x04 \x03(\v2\x16.batcher.v1.TopLogprobR\vtopLogprobs\"R\n" +
+	"\n" +
+	"TopLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x01R\alogprob\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\fR\x05bytes\"#\n" +
 	"\tEmbedding\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\x02R\x06values\"|\n" +
 	"\x05Usage\x12#\n" +
@@ -2581,12 +3666,23 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\x05Dedup\x12\x15\n" +
 	"\x11DEDUP_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bDEDUP_ON\x10\x01\x12\r\n" +
-	"\tDEDUP_OFF\x10\x02*\x81\x01\n" +
+	"\tDEDUP_OFF\x10\x02*\x87\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03*\xa5\x01\n" +
+	"\x12ResponseFormatType\x12$\n" +
+	" RESPONSE_FORMAT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19RESPONSE_FORMAT_TYPE_TEXT\x10\x01\x12$\n" +
+	" RESPONSE_FORMAT_TYPE_JSON_OBJECT\x10\x02\x12$\n" +
+	" RESPONSE_FORMAT_TYPE_JSON_SCHEMA\x10\x03*\x9f\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x18\n" +
 	"\x14FINISH_REASON_LENGTH\x10\x02\x12 \n" +
-	"\x1cFINISH_REASON_CONTENT_FILTER\x10\x03*T\n" +
+	"\x1cFINISH_REASON_CONTENT_FILTER\x10\x03\x12\x1c\n" +
+	"\x18FINISH_REASON_TOOL_CALLS\x10\x04*T\n" +
 	"\tVerbosity\x12\x19\n" +
 	"\x15VERBOSITY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15VERBOSITY_COMPLETIONS\x10\x01\x12\x11\n" +
@@ -2609,106 +3705,140 @@ func file_batcher_v1_batcher_proto_rawDescGZIP() []byte {
 	return file_batcher_v1_batcher_proto_rawDescData
 }
 
-var file_batcher_v1_batcher_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_batcher_v1_batcher_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_batcher_v1_batcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_batcher_v1_batcher_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_batcher_v1_batcher_proto_goTypes = []any{
 	(Priority)(0),                  // 0: batcher.v1.Priority
 	(Dedup)(0),                     // 1: batcher.v1.Dedup
-	(FinishReason)(0),              // 2: batcher.v1.FinishReason
-	(Verbosity)(0),                 // 3: batcher.v1.Verbosity
-	(*Request)(nil),                // 4: batcher.v1.Request
-	(*ChatInput)(nil),              // 5: batcher.v1.ChatInput
-	(*ChatMessage)(nil),            // 6: batcher.v1.ChatMessage
-	(*CompletionInput)(nil),        // 7: batcher.v1.CompletionInput
-	(*EmbeddingInput)(nil),         // 8: batcher.v1.EmbeddingInput
-	(*GenerationParams)(nil),       // 9: batcher.v1.GenerationParams
-	(*Completion)(nil),             // 10: batcher.v1.Completion
-	(*Embedding)(nil),              // 11: batcher.v1.Embedding
-	(*Usage)(nil),                  // 12: batcher.v1.Usage
-	(*Timings)(nil),                // 13: batcher.v1.Timings
-	(*SubmitRequest)(nil),          // 14: batcher.v1.SubmitRequest
-	(*SubmitResponse)(nil),         // 15: batcher.v1.SubmitResponse
-	(*StreamOptions)(nil),          // 16: batcher.v1.StreamOptions
-	(*Cancel)(nil),                 // 17: batcher.v1.Cancel
-	(*Flush)(nil),                  // 18: batcher.v1.Flush
-	(*SubmitStreamedRequest)(nil),  // 19: batcher.v1.SubmitStreamedRequest
-	(*SubmitStreamedResponse)(nil), // 20: batcher.v1.SubmitStreamedResponse
-	(*Delta)(nil),                  // 21: batcher.v1.Delta
-	(*ToolCallDelta)(nil),          // 22: batcher.v1.ToolCallDelta
-	(*SubmitStreamRequest)(nil),    // 23: batcher.v1.SubmitStreamRequest
-	(*SubmitStreamResponse)(nil),   // 24: batcher.v1.SubmitStreamResponse
-	(*Rejection)(nil),              // 25: batcher.v1.Rejection
-	(*Event)(nil),                  // 26: batcher.v1.Event
-	(*Queued)(nil),                 // 27: batcher.v1.Queued
-	(*Batched)(nil),                // 28: batcher.v1.Batched
-	(*Dispatched)(nil),             // 29: batcher.v1.Dispatched
-	(*Retrying)(nil),               // 30: batcher.v1.Retrying
-	(*StreamSummary)(nil),          // 31: batcher.v1.StreamSummary
-	nil,                            // 32: batcher.v1.Request.MetadataEntry
-	nil,                            // 33: batcher.v1.Completion.MetadataEntry
-	(*durationpb.Duration)(nil),    // 34: google.protobuf.Duration
-	(*status.Status)(nil),          // 35: google.rpc.Status
-	(*timestamppb.Timestamp)(nil),  // 36: google.protobuf.Timestamp
+	(ToolChoiceMode)(0),            // 2: batcher.v1.ToolChoiceMode
+	(ResponseFormatType)(0),        // 3: batcher.v1.ResponseFormatType
+	(FinishReason)(0),              // 4: batcher.v1.FinishReason
+	(Verbosity)(0),                 // 5: batcher.v1.Verbosity
+	(*Request)(nil),                // 6: batcher.v1.Request
+	(*ChatInput)(nil),              // 7: batcher.v1.ChatInput
+	(*ChatMessage)(nil),            // 8: batcher.v1.ChatMessage
+	(*ContentPart)(nil),            // 9: batcher.v1.ContentPart
+	(*ImagePart)(nil),              // 10: batcher.v1.ImagePart
+	(*ToolCall)(nil),               // 11: batcher.v1.ToolCall
+	(*Tool)(nil),                   // 12: batcher.v1.Tool
+	(*ToolChoice)(nil),             // 13: batcher.v1.ToolChoice
+	(*ResponseFormat)(nil),         // 14: batcher.v1.ResponseFormat
+	(*CompletionInput)(nil),        // 15: batcher.v1.CompletionInput
+	(*EmbeddingInput)(nil),         // 16: batcher.v1.EmbeddingInput
+	(*GenerationParams)(nil),       // 17: batcher.v1.GenerationParams
+	(*Completion)(nil),             // 18: batcher.v1.Completion
+	(*OutputMessage)(nil),          // 19: batcher.v1.OutputMessage
+	(*Logprobs)(nil),               // 20: batcher.v1.Logprobs
+	(*TokenLogprob)(nil),           // 21: batcher.v1.TokenLogprob
+	(*TopLogprob)(nil),             // 22: batcher.v1.TopLogprob
+	(*Embedding)(nil),              // 23: batcher.v1.Embedding
+	(*Usage)(nil),                  // 24: batcher.v1.Usage
+	(*Timings)(nil),                // 25: batcher.v1.Timings
+	(*SubmitRequest)(nil),          // 26: batcher.v1.SubmitRequest
+	(*SubmitResponse)(nil),         // 27: batcher.v1.SubmitResponse
+	(*StreamOptions)(nil),          // 28: batcher.v1.StreamOptions
+	(*Cancel)(nil),                 // 29: batcher.v1.Cancel
+	(*Flush)(nil),                  // 30: batcher.v1.Flush
+	(*SubmitStreamedRequest)(nil),  // 31: batcher.v1.SubmitStreamedRequest
+	(*SubmitStreamedResponse)(nil), // 32: batcher.v1.SubmitStreamedResponse
+	(*Delta)(nil),                  // 33: batcher.v1.Delta
+	(*ToolCallDelta)(nil),          // 34: batcher.v1.ToolCallDelta
+	(*SubmitStreamRequest)(nil),    // 35: batcher.v1.SubmitStreamRequest
+	(*SubmitStreamResponse)(nil),   // 36: batcher.v1.SubmitStreamResponse
+	(*Rejection)(nil),              // 37: batcher.v1.Rejection
+	(*Event)(nil),                  // 38: batcher.v1.Event
+	(*Queued)(nil),                 // 39: batcher.v1.Queued
+	(*Batched)(nil),                // 40: batcher.v1.Batched
+	(*Dispatched)(nil),             // 41: batcher.v1.Dispatched
+	(*Retrying)(nil),               // 42: batcher.v1.Retrying
+	(*StreamSummary)(nil),          // 43: batcher.v1.StreamSummary
+	nil,                            // 44: batcher.v1.Request.MetadataEntry
+	nil,                            // 45: batcher.v1.GenerationParams.LogitBiasEntry
+	nil,                            // 46: batcher.v1.Completion.MetadataEntry
+	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 48: google.protobuf.Struct
+	(*status.Status)(nil),          // 49: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
 }
 var file_batcher_v1_batcher_proto_depIdxs = []int32{
 	0,  // 0: batcher.v1.Request.priority:type_name -> batcher.v1.Priority
-	5,  // 1: batcher.v1.Request.chat:type_name -> batcher.v1.ChatInput
-	7,  // 2: batcher.v1.Request.completion:type_name -> batcher.v1.CompletionInput
-	8,  // 3: batcher.v1.Request.embedding:type_name -> batcher.v1.EmbeddingInput
-	9,  // 4: batcher.v1.Request.params:type_name -> batcher.v1.GenerationParams
-	34, // 5: batcher.v1.Request.timeout:type_name -> google.protobuf.Duration
-	32, // 6: batcher.v1.Request.metadata:type_name -> batcher.v1.Request.MetadataEntry
+	7,  // 1: batcher.v1.Request.chat:type_name -> batcher.v1.ChatInput
+	15, // 2: batcher.v1.Request.completion:type_name -> batcher.v1.CompletionInput
+	16, // 3: batcher.v1.Request.embedding:type_name -> batcher.v1.EmbeddingInput
+	17, // 4: batcher.v1.Request.params:type_name -> batcher.v1.GenerationParams
+	47, // 5: batcher.v1.Request.timeout:type_name -> google.protobuf.Duration
+	44, // 6: batcher.v1.Request.metadata:type_name -> batcher.v1.Request.MetadataEntry
 	1,  // 7: batcher.v1.Request.dedup:type_name -> batcher.v1.Dedup
-	6,  // 8: batcher.v1.ChatInput.messages:type_name -> batcher.v1.ChatMessage
-	11, // 9: batcher.v1.Completion.embedding:type_name -> batcher.v1.Embedding
-	2,  // 10: batcher.v1.Completion.finish_reason:type_name -> batcher.v1.FinishReason
-	12, // 11: batcher.v1.Completion.usage:type_name -> batcher.v1.Usage
-	13, // 12: batcher.v1.Completion.timings:type_name -> batcher.v1.Timings
-	35, // 13: batcher.v1.Completion.error:type_name -> google.rpc.Status
-	33, // 14: batcher.v1.Completion.metadata:type_name -> batcher.v1.Completion.MetadataEntry
-	34, // 15: batcher.v1.Completion.time_to_first_token:type_name -> google.protobuf.Duration
-	34, // 16: batcher.v1.Timings.batch_wait:type_name -> google.protobuf.Duration
-	34, // 17: batcher.v1.Timings.queued:type_name -> google.protobuf.Duration
-	34, // 18: batcher.v1.Timings.upstream:type_name -> google.protobuf.Duration
-	34, // 19: batcher.v1.Timings.total:type_name -> google.protobuf.Duration
-	4,  // 20: batcher.v1.SubmitRequest.request:type_name -> batcher.v1.Request
-	10, // 21: batcher.v1.SubmitResponse.completion:type_name -> batcher.v1.Completion
-	3,  // 22: batcher.v1.StreamOptions.verbosity:type_name -> batcher.v1.Verbosity
-	34, // 23: batcher.v1.StreamOptions.summary_interval:type_name -> google.protobuf.Duration
-	4,  // 24: batcher.v1.SubmitStreamedRequest.request:type_name -> batcher.v1.Request
-	21, // 25: batcher.v1.SubmitStreamedResponse.delta:type_name -> batcher.v1.Delta
-	10, // 26: batcher.v1.SubmitStreamedResponse.completion:type_name -> batcher.v1.Completion
-	22, // 27: batcher.v1.Delta.tool_calls:type_name -> batcher.v1.ToolCallDelta
-	2,  // 28: batcher.v1.Delta.finish_reason:type_name -> batcher.v1.FinishReason
-	12, // 29: batcher.v1.Delta.usage:type_name -> batcher.v1.Usage
-	16, // 30: batcher.v1.SubmitStreamRequest.options:type_name -> batcher.v1.StreamOptions
-	4,  // 31: batcher.v1.SubmitStreamRequest.request:type_name -> batcher.v1.Request
-	17, // 32: batcher.v1.SubmitStreamRequest.cancel:type_name -> batcher.v1.Cancel
-	18, // 33: batcher.v1.SubmitStreamRequest.flush:type_name -> batcher.v1.Flush
-	26, // 34: batcher.v1.SubmitStreamResponse.event:type_name -> batcher.v1.Event
-	10, // 35: batcher.v1.SubmitStreamResponse.completion:type_name -> batcher.v1.Completion
-	25, // 36: batcher.v1.SubmitStreamResponse.rejection:type_name -> batcher.v1.Rejection
-	31, // 37: batcher.v1.SubmitStreamResponse.summary:type_name -> batcher.v1.StreamSummary
-	21, // 38: batcher.v1.SubmitStreamResponse.delta:type_name -> batcher.v1.Delta
-	35, // 39: batcher.v1.Rejection.error:type_name -> google.rpc.Status
-	36, // 40: batcher.v1.Event.time:type_name -> google.protobuf.Timestamp
-	27, // 41: batcher.v1.Event.queued:type_name -> batcher.v1.Queued
-	28, // 42: batcher.v1.Event.batched:type_name -> batcher.v1.Batched
-	29, // 43: batcher.v1.Event.dispatched:type_name -> batcher.v1.Dispatched
-	30, // 44: batcher.v1.Event.retrying:type_name -> batcher.v1.Retrying
-	34, // 45: batcher.v1.Retrying.delay:type_name -> google.protobuf.Duration
-	36, // 46: batcher.v1.StreamSummary.time:type_name -> google.protobuf.Timestamp
-	14, // 47: batcher.v1.BatcherService.Submit:input_type -> batcher.v1.SubmitRequest
-	23, // 48: batcher.v1.BatcherService.SubmitStream:input_type -> batcher.v1.SubmitStreamRequest
-	19, // 49: batcher.v1.BatcherService.SubmitStreamed:input_type -> batcher.v1.SubmitStreamedRequest
-	15, // 50: batcher.v1.BatcherService.Submit:output_type -> batcher.v1.SubmitResponse
-	24, // 51: batcher.v1.BatcherService.SubmitStream:output_type -> batcher.v1.SubmitStreamResponse
-	20, // 52: batcher.v1.BatcherService.SubmitStreamed:output_type -> batcher.v1.SubmitStreamedResponse
-	50, // [50:53] is the sub-list for method output_type
-	47, // [47:50] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	12, // 8: batcher.v1.Request.tools:type_name -> batcher.v1.Tool
+	13, // 9: batcher.v1.Request.tool_choice:type_name -> batcher.v1.ToolChoice
+	14, // 10: batcher.v1.Request.response_format:type_name -> batcher.v1.ResponseFormat
+	48, // 11: batcher.v1.Request.extra_body:type_name -> google.protobuf.Struct
+	8,  // 12: batcher.v1.ChatInput.messages:type_name -> batcher.v1.ChatMessage
+	9,  // 13: batcher.v1.ChatMessage.parts:type_name -> batcher.v1.ContentPart
+	11, // 14: batcher.v1.ChatMessage.tool_calls:type_name -> batcher.v1.ToolCall
+	10, // 15: batcher.v1.ContentPart.image:type_name -> batcher.v1.ImagePart
+	48, // 16: batcher.v1.Tool.parameters:type_name -> google.protobuf.Struct
+	2,  // 17: batcher.v1.ToolChoice.mode:type_name -> batcher.v1.ToolChoiceMode
+	3,  // 18: batcher.v1.ResponseFormat.type:type_name -> batcher.v1.ResponseFormatType
+	48, // 19: batcher.v1.ResponseFormat.schema:type_name -> google.protobuf.Struct
+	45, // 20: batcher.v1.GenerationParams.logit_bias:type_name -> batcher.v1.GenerationParams.LogitBiasEntry
+	23, // 21: batcher.v1.Completion.embedding:type_name -> batcher.v1.Embedding
+	4,  // 22: batcher.v1.Completion.finish_reason:type_name -> batcher.v1.FinishReason
+	24, // 23: batcher.v1.Completion.usage:type_name -> batcher.v1.Usage
+	25, // 24: batcher.v1.Completion.timings:type_name -> batcher.v1.Timings
+	49, // 25: batcher.v1.Completion.error:type_name -> google.rpc.Status
+	46, // 26: batcher.v1.Completion.metadata:type_name -> batcher.v1.Completion.MetadataEntry
+	47, // 27: batcher.v1.Completion.time_to_first_token:type_name -> google.protobuf.Duration
+	19, // 28: batcher.v1.Completion.message:type_name -> batcher.v1.OutputMessage
+	19, // 29: batcher.v1.Completion.choices:type_name -> batcher.v1.OutputMessage
+	11, // 30: batcher.v1.OutputMessage.tool_calls:type_name -> batcher.v1.ToolCall
+	20, // 31: batcher.v1.OutputMessage.logprobs:type_name -> batcher.v1.Logprobs
+	4,  // 32: batcher.v1.OutputMessage.finish_reason:type_name -> batcher.v1.FinishReason
+	21, // 33: batcher.v1.Logprobs.content:type_name -> batcher.v1.TokenLogprob
+	21, // 34: batcher.v1.Logprobs.refusal:type_name -> batcher.v1.TokenLogprob
+	22, // 35: batcher.v1.TokenLogprob.top_logprobs:type_name -> batcher.v1.TopLogprob
+	47, // 36: batcher.v1.Timings.batch_wait:type_name -> google.protobuf.Duration
+	47, // 37: batcher.v1.Timings.queued:type_name -> google.protobuf.Duration
+	47, // 38: batcher.v1.Timings.upstream:type_name -> google.protobuf.Duration
+	47, // 39: batcher.v1.Timings.total:type_name -> google.protobuf.Duration
+	6,  // 40: batcher.v1.SubmitRequest.request:type_name -> batcher.v1.Request
+	18, // 41: batcher.v1.SubmitResponse.completion:type_name -> batcher.v1.Completion
+	5,  // 42: batcher.v1.StreamOptions.verbosity:type_name -> batcher.v1.Verbosity
+	47, // 43: batcher.v1.StreamOptions.summary_interval:type_name -> google.protobuf.Duration
+	6,  // 44: batcher.v1.SubmitStreamedRequest.request:type_name -> batcher.v1.Request
+	33, // 45: batcher.v1.SubmitStreamedResponse.delta:type_name -> batcher.v1.Delta
+	18, // 46: batcher.v1.SubmitStreamedResponse.completion:type_name -> batcher.v1.Completion
+	34, // 47: batcher.v1.Delta.tool_calls:type_name -> batcher.v1.ToolCallDelta
+	4,  // 48: batcher.v1.Delta.finish_reason:type_name -> batcher.v1.FinishReason
+	24, // 49: batcher.v1.Delta.usage:type_name -> batcher.v1.Usage
+	28, // 50: batcher.v1.SubmitStreamRequest.options:type_name -> batcher.v1.StreamOptions
+	6,  // 51: batcher.v1.SubmitStreamRequest.request:type_name -> batcher.v1.Request
+	29, // 52: batcher.v1.SubmitStreamRequest.cancel:type_name -> batcher.v1.Cancel
+	30, // 53: batcher.v1.SubmitStreamRequest.flush:type_name -> batcher.v1.Flush
+	38, // 54: batcher.v1.SubmitStreamResponse.event:type_name -> batcher.v1.Event
+	18, // 55: batcher.v1.SubmitStreamResponse.completion:type_name -> batcher.v1.Completion
+	37, // 56: batcher.v1.SubmitStreamResponse.rejection:type_name -> batcher.v1.Rejection
+	43, // 57: batcher.v1.SubmitStreamResponse.summary:type_name -> batcher.v1.StreamSummary
+	33, // 58: batcher.v1.SubmitStreamResponse.delta:type_name -> batcher.v1.Delta
+	49, // 59: batcher.v1.Rejection.error:type_name -> google.rpc.Status
+	50, // 60: batcher.v1.Event.time:type_name -> google.protobuf.Timestamp
+	39, // 61: batcher.v1.Event.queued:type_name -> batcher.v1.Queued
+	40, // 62: batcher.v1.Event.batched:type_name -> batcher.v1.Batched
+	41, // 63: batcher.v1.Event.dispatched:type_name -> batcher.v1.Dispatched
+	42, // 64: batcher.v1.Event.retrying:type_name -> batcher.v1.Retrying
+	47, // 65: batcher.v1.Retrying.delay:type_name -> google.protobuf.Duration
+	50, // 66: batcher.v1.StreamSummary.time:type_name -> google.protobuf.Timestamp
+	26, // 67: batcher.v1.BatcherService.Submit:input_type -> batcher.v1.SubmitRequest
+	35, // 68: batcher.v1.BatcherService.SubmitStream:input_type -> batcher.v1.SubmitStreamRequest
+	31, // 69: batcher.v1.BatcherService.SubmitStreamed:input_type -> batcher.v1.SubmitStreamedRequest
+	27, // 70: batcher.v1.BatcherService.Submit:output_type -> batcher.v1.SubmitResponse
+	36, // 71: batcher.v1.BatcherService.SubmitStream:output_type -> batcher.v1.SubmitStreamResponse
+	32, // 72: batcher.v1.BatcherService.SubmitStreamed:output_type -> batcher.v1.SubmitStreamedResponse
+	70, // [70:73] is the sub-list for method output_type
+	67, // [67:70] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_batcher_v1_batcher_proto_init() }
@@ -2721,29 +3851,37 @@ func file_batcher_v1_batcher_proto_init() {
 		(*Request_Completion)(nil),
 		(*Request_Embedding)(nil),
 	}
-	file_batcher_v1_batcher_proto_msgTypes[5].OneofWrappers = []any{}
-	file_batcher_v1_batcher_proto_msgTypes[6].OneofWrappers = []any{
+	file_batcher_v1_batcher_proto_msgTypes[3].OneofWrappers = []any{
+		(*ContentPart_Text)(nil),
+		(*ContentPart_Image)(nil),
+	}
+	file_batcher_v1_batcher_proto_msgTypes[7].OneofWrappers = []any{
+		(*ToolChoice_Mode)(nil),
+		(*ToolChoice_Function)(nil),
+	}
+	file_batcher_v1_batcher_proto_msgTypes[11].OneofWrappers = []any{}
+	file_batcher_v1_batcher_proto_msgTypes[12].OneofWrappers = []any{
 		(*Completion_Text)(nil),
 		(*Completion_Embedding)(nil),
 	}
-	file_batcher_v1_batcher_proto_msgTypes[16].OneofWrappers = []any{
+	file_batcher_v1_batcher_proto_msgTypes[26].OneofWrappers = []any{
 		(*SubmitStreamedResponse_Delta)(nil),
 		(*SubmitStreamedResponse_Completion)(nil),
 	}
-	file_batcher_v1_batcher_proto_msgTypes[19].OneofWrappers = []any{
+	file_batcher_v1_batcher_proto_msgTypes[29].OneofWrappers = []any{
 		(*SubmitStreamRequest_Options)(nil),
 		(*SubmitStreamRequest_Request)(nil),
 		(*SubmitStreamRequest_Cancel)(nil),
 		(*SubmitStreamRequest_Flush)(nil),
 	}
-	file_batcher_v1_batcher_proto_msgTypes[20].OneofWrappers = []any{
+	file_batcher_v1_batcher_proto_msgTypes[30].OneofWrappers = []any{
 		(*SubmitStreamResponse_Event)(nil),
 		(*SubmitStreamResponse_Completion)(nil),
 		(*SubmitStreamResponse_Rejection)(nil),
 		(*SubmitStreamResponse_Summary)(nil),
 		(*SubmitStreamResponse_Delta)(nil),
 	}
-	file_batcher_v1_batcher_proto_msgTypes[22].OneofWrappers = []any{
+	file_batcher_v1_batcher_proto_msgTypes[32].OneofWrappers = []any{
 		(*Event_Queued)(nil),
 		(*Event_Batched)(nil),
 		(*Event_Dispatched)(nil),
@@ -2754,8 +3892,8 @@ func file_batcher_v1_batcher_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_batcher_v1_batcher_proto_rawDesc), len(file_batcher_v1_batcher_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   30,
+			NumEnums:      6,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,36 @@ public final class BatcherProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_batcher_v1_ChatMessage_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_ContentPart_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_ContentPart_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_ImagePart_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_ImagePart_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_ToolCall_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_ToolCall_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_Tool_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_Tool_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_ToolChoice_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_ToolChoice_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_ResponseFormat_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_ResponseFormat_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_batcher_v1_CompletionInput_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -50,6 +80,11 @@ public final class BatcherProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_batcher_v1_GenerationParams_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_GenerationParams_LogitBiasEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_GenerationParams_LogitBiasEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_batcher_v1_Completion_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -59,6 +94,26 @@ public final class BatcherProto {
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_batcher_v1_Completion_MetadataEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_OutputMessage_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_OutputMessage_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_Logprobs_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_Logprobs_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_TokenLogprob_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_TokenLogprob_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_TopLogprob_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_TopLogprob_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
     internal_static_batcher_v1_Embedding_descriptor;
   static final 
@@ -174,146 +229,212 @@ public final class BatcherProto {
   static {
     java.lang.String[] descriptorData = {
       "\n\030batcher/v1/batcher.proto\022\nbatcher.v1\032\036" +
-      "google/protobuf/duration.proto\032\037google/p" +
-      "rotobuf/timestamp.proto\032\027google/rpc/stat" +
-      "us.proto\"\374\004\n\007Request\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\005" +
-      "model\030\002 \001(\tR\005model\0220\n\010priority\030\003 \001(\0162\024.b" +
-      "atcher.v1.PriorityR\010priority\022+\n\004chat\030\004 \001" +
-      "(\0132\025.batcher.v1.ChatInputH\000R\004chat\022=\n\ncom" +
-      "pletion\030\005 \001(\0132\033.batcher.v1.CompletionInp" +
-      "utH\000R\ncompletion\022:\n\tembedding\030\006 \001(\0132\032.ba" +
-      "tcher.v1.EmbeddingInputH\000R\tembedding\0224\n\006" +
-      "params\030\007 \001(\0132\034.batcher.v1.GenerationPara" +
-      "msR\006params\0223\n\007timeout\030\010 \001(\0132\031.google.pro" +
-      "tobuf.DurationR\007timeout\022=\n\010metadata\030\t \003(" +
-      "\0132!.batcher.v1.Request.MetadataEntryR\010me" +
-      "tadata\022 \n\013traceparent\030\n \001(\tR\013traceparent" +
-      "\022\036\n\ntracestate\030\013 \001(\tR\ntracestate\022\'\n\005dedu" +
-      "p\030\014 \001(\0162\021.batcher.v1.DedupR\005dedup\022\026\n\006str" +
-      "eam\030\024 \001(\010R\006stream\032;\n\rMetadataEntry\022\020\n\003ke" +
-      "y\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\tR\005value:\0028\001B\007" +
-      "\n\005input\"@\n\tChatInput\0223\n\010messages\030\001 \003(\0132\027" +
-      ".batcher.v1.ChatMessageR\010messages\";\n\013Cha" +
-      "tMessage\022\022\n\004role\030\001 \001(\tR\004role\022\030\n\007content\030" +
-      "\002 \001(\tR\007content\")\n\017CompletionInput\022\026\n\006pro" +
-      "mpt\030\001 \001(\tR\006prompt\"$\n\016EmbeddingInput\022\022\n\004t" +
-      "ext\030\001 \001(\tR\004text\"\326\001\n\020GenerationParams\022\"\n\n" +
-      "max_tokens\030\001 \001(\005H\000R\tmaxTokens\210\001\001\022%\n\013temp" +
-      "erature\030\002 \001(\002H\001R\013temperature\210\001\001\022\030\n\005top_p" +
-      "\030\003 \001(\002H\002R\004topP\210\001\001\022\022\n\004stop\030\004 \003(\tR\004stop\022\027\n" +
-      "\004seed\030\005 \001(\003H\003R\004seed\210\001\001B\r\n\013_max_tokensB\016\n" +
-      "\014_temperatureB\010\n\006_top_pB\007\n\005_seed\"\253\005\n\nCom" +
-      "pletion\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\004text\030\002 \001(\tH\000R" +
-      "\004text\0225\n\tembedding\030\003 \001(\0132\025.batcher.v1.Em" +
-      "beddingH\000R\tembedding\022=\n\rfinish_reason\030\004 " +
-      "\001(\0162\030.batcher.v1.FinishReasonR\014finishRea" +
-      "son\022\'\n\005usage\030\005 \001(\0132\021.batcher.v1.UsageR\005u" +
-      "sage\022\031\n\010batch_id\030\006 \001(\tR\007batchId\022\035\n\nbatch" +
-      "_size\030\007 \001(\005R\tbatchSize\022\032\n\010attempts\030\010 \001(\005" +
-      "R\010attempts\022-\n\007timings\030\t \001(\0132\023.batcher.v1" +
-      ".TimingsR\007timings\022(\n\005error\030\n \001(\0132\022.googl" +
-      "e.rpc.StatusR\005error\022\030\n\007backend\030\013 \001(\tR\007ba" +
-      "ckend\022@\n\010metadata\030\014 \003(\0132$.batcher.v1.Com" +
-      "pletion.MetadataEntryR\010metadata\022\"\n\014dedup" +
-      "licated\030\r \001(\010R\014deduplicated\022\030\n\007partial\030\024" +
-      " \001(\010R\007partial\022H\n\023time_to_first_token\030\025 \001" +
-      "(\0132\031.google.protobuf.DurationR\020timeToFir" +
-      "stToken\032;\n\rMetadataEntry\022\020\n\003key\030\001 \001(\tR\003k" +
-      "ey\022\024\n\005value\030\002 \001(\tR\005value:\0028\001B\010\n\006output\"#" +
-      "\n\tEmbedding\022\026\n\006values\030\001 \003(\002R\006values\"|\n\005U" +
-      "sage\022#\n\rprompt_tokens\030\001 \001(\005R\014promptToken" +
-      "s\022+\n\021completion_tokens\030\002 \001(\005R\020completion" +
-      "Tokens\022!\n\014total_tokens\030\003 \001(\005R\013totalToken" +
-      "s\"\336\001\n\007Timings\0228\n\nbatch_wait\030\001 \001(\0132\031.goog" +
-      "le.protobuf.DurationR\tbatchWait\0221\n\006queue" +
-      "d\030\002 \001(\0132\031.google.protobuf.DurationR\006queu" +
-      "ed\0225\n\010upstream\030\003 \001(\0132\031.google.protobuf.D" +
-      "urationR\010upstream\022/\n\005total\030\004 \001(\0132\031.googl" +
-      "e.protobuf.DurationR\005total\">\n\rSubmitRequ" +
-      "est\022-\n\007request\030\001 \001(\0132\023.batcher.v1.Reques" +
-      "tR\007request\"H\n\016SubmitResponse\0226\n\ncompleti" +
-      "on\030\001 \001(\0132\026.batcher.v1.CompletionR\ncomple" +
-      "tion\"\212\001\n\rStreamOptions\0223\n\tverbosity\030\001 \001(" +
-      "\0162\025.batcher.v1.VerbosityR\tverbosity\022D\n\020s" +
-      "ummary_interval\030\002 \001(\0132\031.google.protobuf." +
-      "DurationR\017summaryInterval\"\030\n\006Cancel\022\016\n\002i" +
-      "d\030\001 \001(\tR\002id\"\007\n\005Flush\"F\n\025SubmitStreamedRe" +
-      "quest\022-\n\007request\030\001 \001(\0132\023.batcher.v1.Requ" +
-      "estR\007request\"\205\001\n\026SubmitStreamedResponse\022" +
-      ")\n\005delta\030\001 \001(\0132\021.batcher.v1.DeltaH\000R\005del" +
-      "ta\0228\n\ncompletion\030\002 \001(\0132\026.batcher.v1.Comp" +
-      "letionH\000R\ncompletionB\006\n\004kind\"\375\001\n\005Delta\022\016" +
-      "\n\002id\030\001 \001(\tR\002id\022\024\n\005index\030\002 \001(\005R\005index\022\022\n\004" +
-      "text\030\003 \001(\tR\004text\022\030\n\007refusal\030\004 \001(\tR\007refus" +
-      "al\0228\n\ntool_calls\030\005 \003(\0132\031.batcher.v1.Tool" +
-      "CallDeltaR\ttoolCalls\022=\n\rfinish_reason\030\006 " +
-      "\001(\0162\030.batcher.v1.FinishReasonR\014finishRea" +
-      "son\022\'\n\005usage\030\007 \001(\0132\021.batcher.v1.UsageR\005u" +
-      "sage\"g\n\rToolCallDelta\022\024\n\005index\030\001 \001(\005R\005in" +
-      "dex\022\016\n\002id\030\002 \001(\tR\002id\022\022\n\004name\030\003 \001(\tR\004name\022" +
-      "\034\n\targuments\030\004 \001(\tR\targuments\"\336\001\n\023Submit" +
-      "StreamRequest\0225\n\007options\030\001 \001(\0132\031.batcher" +
-      ".v1.StreamOptionsH\000R\007options\022/\n\007request\030" +
-      "\002 \001(\0132\023.batcher.v1.RequestH\000R\007request\022,\n" +
-      "\006cancel\030\003 \001(\0132\022.batcher.v1.CancelH\000R\006can" +
-      "cel\022)\n\005flush\030\004 \001(\0132\021.batcher.v1.FlushH\000R" +
-      "\005flushB\006\n\004kind\"\234\002\n\024SubmitStreamResponse\022" +
-      ")\n\005event\030\001 \001(\0132\021.batcher.v1.EventH\000R\005eve" +
-      "nt\0228\n\ncompletion\030\002 \001(\0132\026.batcher.v1.Comp" +
-      "letionH\000R\ncompletion\0225\n\trejection\030\003 \001(\0132" +
-      "\025.batcher.v1.RejectionH\000R\trejection\0225\n\007s" +
-      "ummary\030\004 \001(\0132\031.batcher.v1.StreamSummaryH" +
-      "\000R\007summary\022)\n\005delta\030\005 \001(\0132\021.batcher.v1.D" +
-      "eltaH\000R\005deltaB\006\n\004kind\"E\n\tRejection\022\016\n\002id" +
-      "\030\001 \001(\tR\002id\022(\n\005error\030\002 \001(\0132\022.google.rpc.S" +
-      "tatusR\005error\"\234\002\n\005Event\022\016\n\002id\030\001 \001(\tR\002id\022." +
-      "\n\004time\030\002 \001(\0132\032.google.protobuf.Timestamp" +
-      "R\004time\022,\n\006queued\030\003 \001(\0132\022.batcher.v1.Queu" +
-      "edH\000R\006queued\022/\n\007batched\030\004 \001(\0132\023.batcher." +
-      "v1.BatchedH\000R\007batched\0228\n\ndispatched\030\005 \001(" +
-      "\0132\026.batcher.v1.DispatchedH\000R\ndispatched\022" +
-      "2\n\010retrying\030\006 \001(\0132\024.batcher.v1.RetryingH" +
-      "\000R\010retryingB\006\n\004kind\"\034\n\006Queued\022\022\n\004lane\030\001 " +
-      "\001(\tR\004lane\"C\n\007Batched\022\031\n\010batch_id\030\001 \001(\tR\007" +
-      "batchId\022\035\n\nbatch_size\030\002 \001(\005R\tbatchSize\"[" +
-      "\n\nDispatched\022\031\n\010batch_id\030\001 \001(\tR\007batchId\022" +
-      "\030\n\007attempt\030\002 \001(\005R\007attempt\022\030\n\007backend\030\003 \001" +
-      "(\tR\007backend\"\207\001\n\010Retrying\022\030\n\007attempt\030\001 \001(" +
-      "\005R\007attempt\022/\n\005delay\030\002 \001(\0132\031.google.proto" +
-      "buf.DurationR\005delay\022\026\n\006reason\030\003 \001(\tR\006rea" +
-      "son\022\030\n\007message\030\004 \001(\tR\007message\"\202\002\n\rStream" +
-      "Summary\022.\n\004time\030\001 \001(\0132\032.google.protobuf." +
-      "TimestampR\004time\022\034\n\tsubmitted\030\002 \001(\003R\tsubm" +
-      "itted\022\033\n\tin_flight\030\003 \001(\003R\010inFlight\022\034\n\tco" +
-      "mpleted\030\004 \001(\003R\tcompleted\022\026\n\006failed\030\005 \001(\003" +
-      "R\006failed\022\032\n\010rejected\030\006 \001(\003R\010rejected\022\036\n\n" +
-      "throughput\030\007 \001(\001R\nthroughput\022\024\n\005final\030\010 " +
-      "\001(\010R\005final*\214\001\n\010Priority\022\030\n\024PRIORITY_UNSP" +
-      "ECIFIED\020\000\022\023\n\017PRIORITY_URGENT\020\001\022\021\n\rPRIORI" +
-      "TY_HIGH\020\002\022\023\n\017PRIORITY_NORMAL\020\003\022\020\n\014PRIORI" +
-      "TY_LOW\020\004\022\027\n\023PRIORITY_DEFERRABLE\020\005*;\n\005Ded" +
-      "up\022\025\n\021DEDUP_UNSPECIFIED\020\000\022\014\n\010DEDUP_ON\020\001\022" +
-      "\r\n\tDEDUP_OFF\020\002*\201\001\n\014FinishReason\022\035\n\031FINIS" +
-      "H_REASON_UNSPECIFIED\020\000\022\026\n\022FINISH_REASON_" +
-      "STOP\020\001\022\030\n\024FINISH_REASON_LENGTH\020\002\022 \n\034FINI" +
-      "SH_REASON_CONTENT_FILTER\020\003*T\n\tVerbosity\022" +
-      "\031\n\025VERBOSITY_UNSPECIFIED\020\000\022\031\n\025VERBOSITY_" +
-      "COMPLETIONS\020\001\022\021\n\rVERBOSITY_ALL\020\0022\203\002\n\016Bat" +
-      "cherService\022?\n\006Submit\022\031.batcher.v1.Submi" +
-      "tRequest\032\032.batcher.v1.SubmitResponse\022U\n\014" +
-      "SubmitStream\022\037.batcher.v1.SubmitStreamRe" +
-      "quest\032 .batcher.v1.SubmitStreamResponse(" +
-      "\0010\001\022Y\n\016SubmitStreamed\022!.batcher.v1.Submi" +
-      "tStreamedRequest\032\".batcher.v1.SubmitStre" +
-      "amedResponse0\001Ba\n\030com.batcherhq.batcher." +
-      "v1B\014BatcherProtoP\001Z5github.com/batcherhq" +
-      "/batcher/gen/batcher/v1;batcherv1b\006proto" +
-      "3"
+      "google/protobuf/duration.proto\032\034google/p" +
+      "rotobuf/struct.proto\032\037google/protobuf/ti" +
+      "mestamp.proto\032\027google/rpc/status.proto\"\273" +
+      "\007\n\007Request\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\005model\030\002 \001(" +
+      "\tR\005model\0220\n\010priority\030\003 \001(\0162\024.batcher.v1." +
+      "PriorityR\010priority\022+\n\004chat\030\004 \001(\0132\025.batch" +
+      "er.v1.ChatInputH\000R\004chat\022=\n\ncompletion\030\005 " +
+      "\001(\0132\033.batcher.v1.CompletionInputH\000R\ncomp" +
+      "letion\022:\n\tembedding\030\006 \001(\0132\032.batcher.v1.E" +
+      "mbeddingInputH\000R\tembedding\0224\n\006params\030\007 \001" +
+      "(\0132\034.batcher.v1.GenerationParamsR\006params" +
+      "\0223\n\007timeout\030\010 \001(\0132\031.google.protobuf.Dura" +
+      "tionR\007timeout\022=\n\010metadata\030\t \003(\0132!.batche" +
+      "r.v1.Request.MetadataEntryR\010metadata\022 \n\013" +
+      "traceparent\030\n \001(\tR\013traceparent\022\036\n\ntraces" +
+      "tate\030\013 \001(\tR\ntracestate\022\'\n\005dedup\030\014 \001(\0162\021." +
+      "batcher.v1.DedupR\005dedup\022\026\n\006stream\030\024 \001(\010R" +
+      "\006stream\022&\n\005tools\030\r \003(\0132\020.batcher.v1.Tool" +
+      "R\005tools\0227\n\013tool_choice\030\016 \001(\0132\026.batcher.v" +
+      "1.ToolChoiceR\ntoolChoice\0223\n\023parallel_too" +
+      "l_calls\030\017 \001(\010H\001R\021parallelToolCalls\210\001\001\022C\n" +
+      "\017response_format\030\020 \001(\0132\032.batcher.v1.Resp" +
+      "onseFormatR\016responseFormat\0226\n\nextra_body" +
+      "\030\021 \001(\0132\027.google.protobuf.StructR\textraBo" +
+      "dy\022\022\n\004user\030\022 \001(\tR\004user\032;\n\rMetadataEntry\022" +
+      "\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\tR\005value:" +
+      "\0028\001B\007\n\005inputB\026\n\024_parallel_tool_calls\"@\n\t" +
+      "ChatInput\0223\n\010messages\030\001 \003(\0132\027.batcher.v1" +
+      ".ChatMessageR\010messages\"\325\001\n\013ChatMessage\022\022" +
+      "\n\004role\030\001 \001(\tR\004role\022\030\n\007content\030\002 \001(\tR\007con" +
+      "tent\022-\n\005parts\030\003 \003(\0132\027.batcher.v1.Content" +
+      "PartR\005parts\022\022\n\004name\030\004 \001(\tR\004name\0223\n\ntool_" +
+      "calls\030\005 \003(\0132\024.batcher.v1.ToolCallR\ttoolC" +
+      "alls\022 \n\014tool_call_id\030\006 \001(\tR\ntoolCallId\"Z" +
+      "\n\013ContentPart\022\024\n\004text\030\001 \001(\tH\000R\004text\022-\n\005i" +
+      "mage\030\002 \001(\0132\025.batcher.v1.ImagePartH\000R\005ima" +
+      "geB\006\n\004part\"5\n\tImagePart\022\020\n\003url\030\001 \001(\tR\003ur" +
+      "l\022\026\n\006detail\030\002 \001(\tR\006detail\"L\n\010ToolCall\022\016\n" +
+      "\002id\030\001 \001(\tR\002id\022\022\n\004name\030\002 \001(\tR\004name\022\034\n\targ" +
+      "uments\030\003 \001(\tR\targuments\"\215\001\n\004Tool\022\022\n\004name" +
+      "\030\001 \001(\tR\004name\022 \n\013description\030\002 \001(\tR\013descr" +
+      "iption\0227\n\nparameters\030\003 \001(\0132\027.google.prot" +
+      "obuf.StructR\nparameters\022\026\n\006strict\030\004 \001(\010R" +
+      "\006strict\"f\n\nToolChoice\0220\n\004mode\030\001 \001(\0162\032.ba" +
+      "tcher.v1.ToolChoiceModeH\000R\004mode\022\034\n\010funct" +
+      "ion\030\002 \001(\tH\000R\010functionB\010\n\006choice\"\303\001\n\016Resp" +
+      "onseFormat\0222\n\004type\030\001 \001(\0162\036.batcher.v1.Re" +
+      "sponseFormatTypeR\004type\022\022\n\004name\030\002 \001(\tR\004na" +
+      "me\022 \n\013description\030\003 \001(\tR\013description\022/\n\006" +
+      "schema\030\004 \001(\0132\027.google.protobuf.StructR\006s" +
+      "chema\022\026\n\006strict\030\005 \001(\010R\006strict\")\n\017Complet" +
+      "ionInput\022\026\n\006prompt\030\001 \001(\tR\006prompt\"$\n\016Embe" +
+      "ddingInput\022\022\n\004text\030\001 \001(\tR\004text\"\206\005\n\020Gener" +
+      "ationParams\022\"\n\nmax_tokens\030\001 \001(\005H\000R\tmaxTo" +
+      "kens\210\001\001\022%\n\013temperature\030\002 \001(\002H\001R\013temperat" +
+      "ure\210\001\001\022\030\n\005top_p\030\003 \001(\002H\002R\004topP\210\001\001\022\022\n\004stop" +
+      "\030\004 \003(\tR\004stop\022\027\n\004seed\030\005 \001(\003H\003R\004seed\210\001\001\022.\n" +
+      "\020presence_penalty\030\006 \001(\002H\004R\017presencePenal" +
+      "ty\210\001\001\0220\n\021frequency_penalty\030\007 \001(\002H\005R\020freq" +
+      "uencyPenalty\210\001\001\022\021\n\001n\030\010 \001(\005H\006R\001n\210\001\001\022J\n\nlo" +
+      "git_bias\030\t \003(\0132+.batcher.v1.GenerationPa" +
+      "rams.LogitBiasEntryR\tlogitBias\022\032\n\010logpro" +
+      "bs\030\n \001(\010R\010logprobs\022&\n\014top_logprobs\030\013 \001(\005" +
+      "H\007R\013topLogprobs\210\001\001\022)\n\020reasoning_effort\030\014" +
+      " \001(\tR\017reasoningEffort\032<\n\016LogitBiasEntry\022" +
+      "\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\002R\005value:" +
+      "\0028\001B\r\n\013_max_tokensB\016\n\014_temperatureB\010\n\006_t" +
+      "op_pB\007\n\005_seedB\023\n\021_presence_penaltyB\024\n\022_f" +
+      "requency_penaltyB\004\n\002_nB\017\n\r_top_logprobs\"" +
+      "\225\006\n\nCompletion\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\004text\030\002" +
+      " \001(\tH\000R\004text\0225\n\tembedding\030\003 \001(\0132\025.batche" +
+      "r.v1.EmbeddingH\000R\tembedding\022=\n\rfinish_re" +
+      "ason\030\004 \001(\0162\030.batcher.v1.FinishReasonR\014fi" +
+      "nishReason\022\'\n\005usage\030\005 \001(\0132\021.batcher.v1.U" +
+      "sageR\005usage\022\031\n\010batch_id\030\006 \001(\tR\007batchId\022\035" +
+      "\n\nbatch_size\030\007 \001(\005R\tbatchSize\022\032\n\010attempt" +
+      "s\030\010 \001(\005R\010attempts\022-\n\007timings\030\t \001(\0132\023.bat" +
+      "cher.v1.TimingsR\007timings\022(\n\005error\030\n \001(\0132" +
+      "\022.google.rpc.StatusR\005error\022\030\n\007backend\030\013 " +
+      "\001(\tR\007backend\022@\n\010metadata\030\014 \003(\0132$.batcher" +
+      ".v1.Completion.MetadataEntryR\010metadata\022\"" +
+      "\n\014deduplicated\030\r \001(\010R\014deduplicated\022\030\n\007pa" +
+      "rtial\030\024 \001(\010R\007partial\022H\n\023time_to_first_to" +
+      "ken\030\025 \001(\0132\031.google.protobuf.DurationR\020ti" +
+      "meToFirstToken\0223\n\007message\030\016 \001(\0132\031.batche" +
+      "r.v1.OutputMessageR\007message\0223\n\007choices\030\017" +
+      " \003(\0132\031.batcher.v1.OutputMessageR\007choices" +
+      "\032;\n\rMetadataEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005v" +
+      "alue\030\002 \001(\tR\005value:\0028\001B\010\n\006output\"\351\001\n\rOutp" +
+      "utMessage\022\030\n\007content\030\001 \001(\tR\007content\022\030\n\007r" +
+      "efusal\030\002 \001(\tR\007refusal\0223\n\ntool_calls\030\003 \003(" +
+      "\0132\024.batcher.v1.ToolCallR\ttoolCalls\0220\n\010lo" +
+      "gprobs\030\004 \001(\0132\024.batcher.v1.LogprobsR\010logp" +
+      "robs\022=\n\rfinish_reason\030\005 \001(\0162\030.batcher.v1" +
+      ".FinishReasonR\014finishReason\"r\n\010Logprobs\022" +
+      "2\n\007content\030\001 \003(\0132\030.batcher.v1.TokenLogpr" +
+      "obR\007content\0222\n\007refusal\030\002 \003(\0132\030.batcher.v" +
+      "1.TokenLogprobR\007refusal\"\217\001\n\014TokenLogprob" +
+      "\022\024\n\005token\030\001 \001(\tR\005token\022\030\n\007logprob\030\002 \001(\001R" +
+      "\007logprob\022\024\n\005bytes\030\003 \001(\014R\005bytes\0229\n\014top_lo" +
+      "gprobs\030\004 \003(\0132\026.batcher.v1.TopLogprobR\013to" +
+      "pLogprobs\"R\n\nTopLogprob\022\024\n\005token\030\001 \001(\tR\005" +
+      "token\022\030\n\007logprob\030\002 \001(\001R\007logprob\022\024\n\005bytes" +
+      "\030\003 \001(\014R\005bytes\"#\n\tEmbedding\022\026\n\006values\030\001 \003" +
+      "(\002R\006values\"|\n\005Usage\022#\n\rprompt_tokens\030\001 \001" +
+      "(\005R\014promptTokens\022+\n\021completion_tokens\030\002 " +
+      "\001(\005R\020completionTokens\022!\n\014total_tokens\030\003 " +
+      "\001(\005R\013totalTokens\"\336\001\n\007Timings\0228\n\nbatch_wa" +
+      "it\030\001 \001(\0132\031.google.protobuf.DurationR\tbat" +
+      "chWait\0221\n\006queued\030\002 \001(\0132\031.google.protobuf" +
+      ".DurationR\006queued\0225\n\010upstream\030\003 \001(\0132\031.go" +
+      "ogle.protobuf.DurationR\010upstream\022/\n\005tota" +
+      "l\030\004 \001(\0132\031.google.protobuf.DurationR\005tota" +
+      "l\">\n\rSubmitRequest\022-\n\007request\030\001 \001(\0132\023.ba" +
+      "tcher.v1.RequestR\007request\"H\n\016SubmitRespo" +
+      "nse\0226\n\ncompletion\030\001 \001(\0132\026.batcher.v1.Com" +
+      "pletionR\ncompletion\"\212\001\n\rStreamOptions\0223\n" +
+      "\tverbosity\030\001 \001(\0162\025.batcher.v1.VerbosityR" +
+      "\tverbosity\022D\n\020summary_interval\030\002 \001(\0132\031.g" +
+      "oogle.protobuf.DurationR\017summaryInterval" +
+      "\"\030\n\006Cancel\022\016\n\002id\030\001 \001(\tR\002id\"\007\n\005Flush\"F\n\025S" +
+      "ubmitStreamedRequest\022-\n\007request\030\001 \001(\0132\023." +
+      "batcher.v1.RequestR\007request\"\205\001\n\026SubmitSt" +
+      "reamedResponse\022)\n\005delta\030\001 \001(\0132\021.batcher." +
+      "v1.DeltaH\000R\005delta\0228\n\ncompletion\030\002 \001(\0132\026." +
+      "batcher.v1.CompletionH\000R\ncompletionB\006\n\004k" +
+      "ind\"\375\001\n\005Delta\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\005index\030\002" +
+      " \001(\005R\005index\022\022\n\004text\030\003 \001(\tR\004text\022\030\n\007refus" +
+      "al\030\004 \001(\tR\007refusal\0228\n\ntool_calls\030\005 \003(\0132\031." +
+      "batcher.v1.ToolCallDeltaR\ttoolCalls\022=\n\rf" +
+      "inish_reason\030\006 \001(\0162\030.batcher.v1.FinishRe" +
+      "asonR\014finishReason\022\'\n\005usage\030\007 \001(\0132\021.batc" +
+      "her.v1.UsageR\005usage\"g\n\rToolCallDelta\022\024\n\005" +
+      "index\030\001 \001(\005R\005index\022\016\n\002id\030\002 \001(\tR\002id\022\022\n\004na" +
+      "me\030\003 \001(\tR\004name\022\034\n\targuments\030\004 \001(\tR\targum" +
+      "ents\"\336\001\n\023SubmitStreamRequest\0225\n\007options\030" +
+      "\001 \001(\0132\031.batcher.v1.StreamOptionsH\000R\007opti" +
+      "ons\022/\n\007request\030\002 \001(\0132\023.batcher.v1.Reques" +
+      "tH\000R\007request\022,\n\006cancel\030\003 \001(\0132\022.batcher.v" +
+      "1.CancelH\000R\006cancel\022)\n\005flush\030\004 \001(\0132\021.batc" +
+      "her.v1.FlushH\000R\005flushB\006\n\004kind\"\234\002\n\024Submit" +
+      "StreamResponse\022)\n\005event\030\001 \001(\0132\021.batcher." +
+      "v1.EventH\000R\005event\0228\n\ncompletion\030\002 \001(\0132\026." +
+      "batcher.v1.CompletionH\000R\ncompletion\0225\n\tr" +
+      "ejection\030\003 \001(\0132\025.batcher.v1.RejectionH\000R" +
+      "\trejection\0225\n\007summary\030\004 \001(\0132\031.batcher.v1" +
+      ".StreamSummaryH\000R\007summary\022)\n\005delta\030\005 \001(\013" +
+      "2\021.batcher.v1.DeltaH\000R\005deltaB\006\n\004kind\"E\n\t" +
+      "Rejection\022\016\n\002id\030\001 \001(\tR\002id\022(\n\005error\030\002 \001(\013" +
+      "2\022.google.rpc.StatusR\005error\"\234\002\n\005Event\022\016\n" +
+      "\002id\030\001 \001(\tR\002id\022.\n\004time\030\002 \001(\0132\032.google.pro" +
+      "tobuf.TimestampR\004time\022,\n\006queued\030\003 \001(\0132\022." +
+      "batcher.v1.QueuedH\000R\006queued\022/\n\007batched\030\004" +
+      " \001(\0132\023.batcher.v1.BatchedH\000R\007batched\0228\n\n" +
+      "dispatched\030\005 \001(\0132\026.batcher.v1.Dispatched" +
+      "H\000R\ndispatched\0222\n\010retrying\030\006 \001(\0132\024.batch" +
+      "er.v1.RetryingH\000R\010retryingB\006\n\004kind\"\034\n\006Qu" +
+      "eued\022\022\n\004lane\030\001 \001(\tR\004lane\"C\n\007Batched\022\031\n\010b" +
+      "atch_id\030\001 \001(\tR\007batchId\022\035\n\nbatch_size\030\002 \001" +
+      "(\005R\tbatchSize\"[\n\nDispatched\022\031\n\010batch_id\030" +
+      "\001 \001(\tR\007batchId\022\030\n\007attempt\030\002 \001(\005R\007attempt" +
+      "\022\030\n\007backend\030\003 \001(\tR\007backend\"\207\001\n\010Retrying\022" +
+      "\030\n\007attempt\030\001 \001(\005R\007attempt\022/\n\005delay\030\002 \001(\013" +
+      "2\031.google.protobuf.DurationR\005delay\022\026\n\006re" +
+      "ason\030\003 \001(\tR\006reason\022\030\n\007message\030\004 \001(\tR\007mes" +
+      "sage\"\202\002\n\rStreamSummary\022.\n\004time\030\001 \001(\0132\032.g" +
+      "oogle.protobuf.TimestampR\004time\022\034\n\tsubmit" +
+      "ted\030\002 \001(\003R\tsubmitted\022\033\n\tin_flight\030\003 \001(\003R" +
+      "\010inFlight\022\034\n\tcompleted\030\004 \001(\003R\tcompleted\022" +
+      "\026\n\006failed\030\005 \001(\003R\006failed\022\032\n\010rejected\030\006 \001(" +
+      "\003R\010rejected\022\036\n\nthroughput\030\007 \001(\001R\nthrough" +
+      "put\022\024\n\005final\030\010 \001(\010R\005final*\214\001\n\010Priority\022\030" +
+      "\n\024PRIORITY_UNSPECIFIED\020\000\022\023\n\017PRIORITY_URG" +
+      "ENT\020\001\022\021\n\rPRIORITY_HIGH\020\002\022\023\n\017PRIORITY_NOR" +
+      "MAL\020\003\022\020\n\014PRIORITY_LOW\020\004\022\027\n\023PRIORITY_DEFE" +
+      "RRABLE\020\005*;\n\005Dedup\022\025\n\021DEDUP_UNSPECIFIED\020\000" +
+      "\022\014\n\010DEDUP_ON\020\001\022\r\n\tDEDUP_OFF\020\002*\207\001\n\016ToolCh" +
+      "oiceMode\022 \n\034TOOL_CHOICE_MODE_UNSPECIFIED" +
+      "\020\000\022\031\n\025TOOL_CHOICE_MODE_AUTO\020\001\022\031\n\025TOOL_CH" +
+      "OICE_MODE_NONE\020\002\022\035\n\031TOOL_CHOICE_MODE_REQ" +
+      "UIRED\020\003*\245\001\n\022ResponseFormatType\022$\n RESPON" +
+      "SE_FORMAT_TYPE_UNSPECIFIED\020\000\022\035\n\031RESPONSE" +
+      "_FORMAT_TYPE_TEXT\020\001\022$\n RESPONSE_FORMAT_T" +
+      "YPE_JSON_OBJECT\020\002\022$\n RESPONSE_FORMAT_TYP" +
+      "E_JSON_SCHEMA\020\003*\237\001\n\014FinishReason\022\035\n\031FINI" +
+      "SH_REASON_UNSPECIFIED\020\000\022\026\n\022FINISH_REASON" +
+      "_STOP\020\001\022\030\n\024FINISH_REASON_LENGTH\020\002\022 \n\034FIN" +
+      "ISH_REASON_CONTENT_FILTER\020\003\022\034\n\030FINISH_RE" +
+      "ASON_TOOL_CALLS\020\004*T\n\tVerbosity\022\031\n\025VERBOS" +
+      "ITY_UNSPECIFIED\020\000\022\031\n\025VERBOSITY_COMPLETIO" +
+      "NS\020\001\022\021\n\rVERBOSITY_ALL\020\0022\203\002\n\016BatcherServi" +
+      "ce\022?\n\006Submit\022\031.batcher.v1.SubmitRequest\032" +
+      "\032.batcher.v1.SubmitResponse\022U\n\014SubmitStr" +
+      "eam\022\037.batcher.v1.SubmitStreamRequest\032 .b" +
+      "atcher.v1.SubmitStreamResponse(\0010\001\022Y\n\016Su" +
+      "bmitStreamed\022!.batcher.v1.SubmitStreamed" +
+      "Request\032\".batcher.v1.SubmitStreamedRespo" +
+      "nse0\001Ba\n\030com.batcherhq.batcher.v1B\014Batch" +
+      "erProtoP\001Z5github.com/batcherhq/batcher/" +
+      "gen/batcher/v1;batcherv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
         new com.google.protobuf.Descriptors.FileDescriptor[] {
           com.google.protobuf.DurationProto.getDescriptor(),
+          com.google.protobuf.StructProto.getDescriptor(),
           com.google.protobuf.TimestampProto.getDescriptor(),
           com.google.rpc.StatusProto.getDescriptor(),
         });
@@ -322,7 +443,7 @@ public final class BatcherProto {
     internal_static_batcher_v1_Request_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Request_descriptor,
-        new java.lang.String[] { "Id", "Model", "Priority", "Chat", "Completion", "Embedding", "Params", "Timeout", "Metadata", "Traceparent", "Tracestate", "Dedup", "Stream", "Input", });
+        new java.lang.String[] { "Id", "Model", "Priority", "Chat", "Completion", "Embedding", "Params", "Timeout", "Metadata", "Traceparent", "Tracestate", "Dedup", "Stream", "Tools", "ToolChoice", "ParallelToolCalls", "ResponseFormat", "ExtraBody", "User", "Input", "ParallelToolCalls", });
     internal_static_batcher_v1_Request_MetadataEntry_descriptor =
       internal_static_batcher_v1_Request_descriptor.getNestedTypes().get(0);
     internal_static_batcher_v1_Request_MetadataEntry_fieldAccessorTable = new
@@ -340,164 +461,231 @@ public final class BatcherProto {
     internal_static_batcher_v1_ChatMessage_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_ChatMessage_descriptor,
-        new java.lang.String[] { "Role", "Content", });
-    internal_static_batcher_v1_CompletionInput_descriptor =
+        new java.lang.String[] { "Role", "Content", "Parts", "Name", "ToolCalls", "ToolCallId", });
+    internal_static_batcher_v1_ContentPart_descriptor =
       getDescriptor().getMessageTypes().get(3);
+    internal_static_batcher_v1_ContentPart_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_ContentPart_descriptor,
+        new java.lang.String[] { "Text", "Image", "Part", });
+    internal_static_batcher_v1_ImagePart_descriptor =
+      getDescriptor().getMessageTypes().get(4);
+    internal_static_batcher_v1_ImagePart_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_ImagePart_descriptor,
+        new java.lang.String[] { "Url", "Detail", });
+    internal_static_batcher_v1_ToolCall_descriptor =
+      getDescriptor().getMessageTypes().get(5);
+    internal_static_batcher_v1_ToolCall_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_ToolCall_descriptor,
+        new java.lang.String[] { "Id", "Name", "Arguments", });
+    internal_static_batcher_v1_Tool_descriptor =
+      getDescriptor().getMessageTypes().get(6);
+    internal_static_batcher_v1_Tool_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_Tool_descriptor,
+        new java.lang.String[] { "Name", "Description", "Parameters", "Strict", });
+    internal_static_batcher_v1_ToolChoice_descriptor =
+      getDescriptor().getMessageTypes().get(7);
+    internal_static_batcher_v1_ToolChoice_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_ToolChoice_descriptor,
+        new java.lang.String[] { "Mode", "Function", "Choice", });
+    internal_static_batcher_v1_ResponseFormat_descriptor =
+      getDescriptor().getMessageTypes().get(8);
+    internal_static_batcher_v1_ResponseFormat_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_ResponseFormat_descriptor,
+        new java.lang.String[] { "Type", "Name", "Description", "Schema", "Strict", });
+    internal_static_batcher_v1_CompletionInput_descriptor =
+      getDescriptor().getMessageTypes().get(9);
     internal_static_batcher_v1_CompletionInput_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_CompletionInput_descriptor,
         new java.lang.String[] { "Prompt", });
     internal_static_batcher_v1_EmbeddingInput_descriptor =
-      getDescriptor().getMessageTypes().get(4);
+      getDescriptor().getMessageTypes().get(10);
     internal_static_batcher_v1_EmbeddingInput_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_EmbeddingInput_descriptor,
         new java.lang.String[] { "Text", });
     internal_static_batcher_v1_GenerationParams_descriptor =
-      getDescriptor().getMessageTypes().get(5);
+      getDescriptor().getMessageTypes().get(11);
     internal_static_batcher_v1_GenerationParams_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_GenerationParams_descriptor,
-        new java.lang.String[] { "MaxTokens", "Temperature", "TopP", "Stop", "Seed", "MaxTokens", "Temperature", "TopP", "Seed", });
+        new java.lang.String[] { "MaxTokens", "Temperature", "TopP", "Stop", "Seed", "PresencePenalty", "FrequencyPenalty", "N", "LogitBias", "Logprobs", "TopLogprobs", "ReasoningEffort", "MaxTokens", "Temperature", "TopP", "Seed", "PresencePenalty", "FrequencyPenalty", "N", "TopLogprobs", });
+    internal_static_batcher_v1_GenerationParams_LogitBiasEntry_descriptor =
+      internal_static_batcher_v1_GenerationParams_descriptor.getNestedTypes().get(0);
+    internal_static_batcher_v1_GenerationParams_LogitBiasEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_GenerationParams_LogitBiasEntry_descriptor,
+        new java.lang.String[] { "Key", "Value", });
     internal_static_batcher_v1_Completion_descriptor =
-      getDescriptor().getMessageTypes().get(6);
+      getDescriptor().getMessageTypes().get(12);
     internal_static_batcher_v1_Completion_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Completion_descriptor,
-        new java.lang.String[] { "Id", "Text", "Embedding", "FinishReason", "Usage", "BatchId", "BatchSize", "Attempts", "Timings", "Error", "Backend", "Metadata", "Deduplicated", "Partial", "TimeToFirstToken", "Output", });
+        new java.lang.String[] { "Id", "Text", "Embedding", "FinishReason", "Usage", "BatchId", "BatchSize", "Attempts", "Timings", "Error", "Backend", "Metadata", "Deduplicated", "Partial", "TimeToFirstToken", "Message", "Choices", "Output", });
     internal_static_batcher_v1_Completion_MetadataEntry_descriptor =
       internal_static_batcher_v1_Completion_descriptor.getNestedTypes().get(0);
     internal_static_batcher_v1_Completion_MetadataEntry_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Completion_MetadataEntry_descriptor,
         new java.lang.String[] { "Key", "Value", });
+    internal_static_batcher_v1_OutputMessage_descriptor =
+      getDescriptor().getMessageTypes().get(13);
+    internal_static_batcher_v1_OutputMessage_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_OutputMessage_descriptor,
+        new java.lang.String[] { "Content", "Refusal", "ToolCalls", "Logprobs", "FinishReason", });
+    internal_static_batcher_v1_Logprobs_descriptor =
+      getDescriptor().getMessageTypes().get(14);
+    internal_static_batcher_v1_Logprobs_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_Logprobs_descriptor,
+        new java.lang.String[] { "Content", "Refusal", });
+    internal_static_batcher_v1_TokenLogprob_descriptor =
+      getDescriptor().getMessageTypes().get(15);
+    internal_static_batcher_v1_TokenLogprob_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_TokenLogprob_descriptor,
+        new java.lang.String[] { "Token", "Logprob", "Bytes", "TopLogprobs", });
+    internal_static_batcher_v1_TopLogprob_descriptor =
+      getDescriptor().getMessageTypes().get(16);
+    internal_static_batcher_v1_TopLogprob_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_TopLogprob_descriptor,
+        new java.lang.String[] { "Token", "Logprob", "Bytes", });
     internal_static_batcher_v1_Embedding_descriptor =
-      getDescriptor().getMessageTypes().get(7);
+      getDescriptor().getMessageTypes().get(17);
     internal_static_batcher_v1_Embedding_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Embedding_descriptor,
         new java.lang.String[] { "Values", });
     internal_static_batcher_v1_Usage_descriptor =
-      getDescriptor().getMessageTypes().get(8);
+      getDescriptor().getMessageTypes().get(18);
     internal_static_batcher_v1_Usage_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Usage_descriptor,
         new java.lang.String[] { "PromptTokens", "CompletionTokens", "TotalTokens", });
     internal_static_batcher_v1_Timings_descriptor =
-      getDescriptor().getMessageTypes().get(9);
+      getDescriptor().getMessageTypes().get(19);
     internal_static_batcher_v1_Timings_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Timings_descriptor,
         new java.lang.String[] { "BatchWait", "Queued", "Upstream", "Total", });
     internal_static_batcher_v1_SubmitRequest_descriptor =
-      getDescriptor().getMessageTypes().get(10);
+      getDescriptor().getMessageTypes().get(20);
     internal_static_batcher_v1_SubmitRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_SubmitRequest_descriptor,
         new java.lang.String[] { "Request", });
     internal_static_batcher_v1_SubmitResponse_descriptor =
-      getDescriptor().getMessageTypes().get(11);
+      getDescriptor().getMessageTypes().get(21);
     internal_static_batcher_v1_SubmitResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_SubmitResponse_descriptor,
         new java.lang.String[] { "Completion", });
     internal_static_batcher_v1_StreamOptions_descriptor =
-      getDescriptor().getMessageTypes().get(12);
+      getDescriptor().getMessageTypes().get(22);
     internal_static_batcher_v1_StreamOptions_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_StreamOptions_descriptor,
         new java.lang.String[] { "Verbosity", "SummaryInterval", });
     internal_static_batcher_v1_Cancel_descriptor =
-      getDescriptor().getMessageTypes().get(13);
+      getDescriptor().getMessageTypes().get(23);
     internal_static_batcher_v1_Cancel_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Cancel_descriptor,
         new java.lang.String[] { "Id", });
     internal_static_batcher_v1_Flush_descriptor =
-      getDescriptor().getMessageTypes().get(14);
+      getDescriptor().getMessageTypes().get(24);
     internal_static_batcher_v1_Flush_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Flush_descriptor,
         new java.lang.String[] { });
     internal_static_batcher_v1_SubmitStreamedRequest_descriptor =
-      getDescriptor().getMessageTypes().get(15);
+      getDescriptor().getMessageTypes().get(25);
     internal_static_batcher_v1_SubmitStreamedRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_SubmitStreamedRequest_descriptor,
         new java.lang.String[] { "Request", });
     internal_static_batcher_v1_SubmitStreamedResponse_descriptor =
-      getDescriptor().getMessageTypes().get(16);
+      getDescriptor().getMessageTypes().get(26);
     internal_static_batcher_v1_SubmitStreamedResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_SubmitStreamedResponse_descriptor,
         new java.lang.String[] { "Delta", "Completion", "Kind", });
     internal_static_batcher_v1_Delta_descriptor =
-      getDescriptor().getMessageTypes().get(17);
+      getDescriptor().getMessageTypes().get(27);
     internal_static_batcher_v1_Delta_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Delta_descriptor,
         new java.lang.String[] { "Id", "Index", "Text", "Refusal", "ToolCalls", "FinishReason", "Usage", });
     internal_static_batcher_v1_ToolCallDelta_descriptor =
-      getDescriptor().getMessageTypes().get(18);
+      getDescriptor().getMessageTypes().get(28);
     internal_static_batcher_v1_ToolCallDelta_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_ToolCallDelta_descriptor,
         new java.lang.String[] { "Index", "Id", "Name", "Arguments", });
     internal_static_batcher_v1_SubmitStreamRequest_descriptor =
-      getDescriptor().getMessageTypes().get(19);
+      getDescriptor().getMessageTypes().get(29);
     internal_static_batcher_v1_SubmitStreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_SubmitStreamRequest_descriptor,
         new java.lang.String[] { "Options", "Request", "Cancel", "Flush", "Kind", });
     internal_static_batcher_v1_SubmitStreamResponse_descriptor =
-      getDescriptor().getMessageTypes().get(20);
+      getDescriptor().getMessageTypes().get(30);
     internal_static_batcher_v1_SubmitStreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_SubmitStreamResponse_descriptor,
         new java.lang.String[] { "Event", "Completion", "Rejection", "Summary", "Delta", "Kind", });
     internal_static_batcher_v1_Rejection_descriptor =
-      getDescriptor().getMessageTypes().get(21);
+      getDescriptor().getMessageTypes().get(31);
     internal_static_batcher_v1_Rejection_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Rejection_descriptor,
         new java.lang.String[] { "Id", "Error", });
     internal_static_batcher_v1_Event_descriptor =
-      getDescriptor().getMessageTypes().get(22);
+      getDescriptor().getMessageTypes().get(32);
     internal_static_batcher_v1_Event_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Event_descriptor,
         new java.lang.String[] { "Id", "Time", "Queued", "Batched", "Dispatched", "Retrying", "Kind", });
     internal_static_batcher_v1_Queued_descriptor =
-      getDescriptor().getMessageTypes().get(23);
+      getDescriptor().getMessageTypes().get(33);
     internal_static_batcher_v1_Queued_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Queued_descriptor,
         new java.lang.String[] { "Lane", });
     internal_static_batcher_v1_Batched_descriptor =
-      getDescriptor().getMessageTypes().get(24);
+      getDescriptor().getMessageTypes().get(34);
     internal_static_batcher_v1_Batched_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Batched_descriptor,
         new java.lang.String[] { "BatchId", "BatchSize", });
     internal_static_batcher_v1_Dispatched_descriptor =
-      getDescriptor().getMessageTypes().get(25);
+      getDescriptor().getMessageTypes().get(35);
     internal_static_batcher_v1_Dispatched_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Dispatched_descriptor,
         new java.lang.String[] { "BatchId", "Attempt", "Backend", });
     internal_static_batcher_v1_Retrying_descriptor =
-      getDescriptor().getMessageTypes().get(26);
+      getDescriptor().getMessageTypes().get(36);
     internal_static_batcher_v1_Retrying_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Retrying_descriptor,
         new java.lang.String[] { "Attempt", "Delay", "Reason", "Message", });
     internal_static_batcher_v1_StreamSummary_descriptor =
-      getDescriptor().getMessageTypes().get(27);
+      getDescriptor().getMessageTypes().get(37);
     internal_static_batcher_v1_StreamSummary_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_StreamSummary_descriptor,
         new java.lang.String[] { "Time", "Submitted", "InFlight", "Completed", "Failed", "Rejected", "Throughput", "Final", });
     com.google.protobuf.DurationProto.getDescriptor();
+    com.google.protobuf.StructProto.getDescriptor();
     com.google.protobuf.TimestampProto.getDescriptor();
     com.google.rpc.StatusProto.getDescriptor();
   }

@@ -22,6 +22,10 @@ private static final long serialVersionUID = 0L;
   private ChatMessage() {
     role_ = "";
     content_ = "";
+    parts_ = java.util.Collections.emptyList();
+    name_ = "";
+    toolCalls_ = java.util.Collections.emptyList();
+    toolCallId_ = "";
   }
 
   @java.lang.Override
@@ -54,7 +58,7 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object role_ = "";
   /**
    * <pre>
-   * "system", "user", "assistant" or "tool".
+   * "system", "developer", "user", "assistant" or "tool".
    * </pre>
    *
    * <code>string role = 1 [json_name = "role"];</code>
@@ -75,7 +79,7 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * "system", "user", "assistant" or "tool".
+   * "system", "developer", "user", "assistant" or "tool".
    * </pre>
    *
    * <code>string role = 1 [json_name = "role"];</code>
@@ -100,6 +104,10 @@ private static final long serialVersionUID = 0L;
   @SuppressWarnings("serial")
   private volatile java.lang.Object content_ = "";
   /**
+   * <pre>
+   * The message's text. A message with parts leaves it empty.
+   * </pre>
+   *
    * <code>string content = 2 [json_name = "content"];</code>
    * @return The content.
    */
@@ -117,6 +125,10 @@ private static final long serialVersionUID = 0L;
     }
   }
   /**
+   * <pre>
+   * The message's text. A message with parts leaves it empty.
+   * </pre>
+   *
    * <code>string content = 2 [json_name = "content"];</code>
    * @return The bytes for content.
    */
@@ -129,6 +141,227 @@ private static final long serialVersionUID = 0L;
           com.google.protobuf.ByteString.copyFromUtf8(
               (java.lang.String) ref);
       content_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int PARTS_FIELD_NUMBER = 3;
+  @SuppressWarnings("serial")
+  private java.util.List<com.batcherhq.batcher.v1.ContentPart> parts_;
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<com.batcherhq.batcher.v1.ContentPart> getPartsList() {
+    return parts_;
+  }
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends com.batcherhq.batcher.v1.ContentPartOrBuilder> 
+      getPartsOrBuilderList() {
+    return parts_;
+  }
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  @java.lang.Override
+  public int getPartsCount() {
+    return parts_.size();
+  }
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ContentPart getParts(int index) {
+    return parts_.get(index);
+  }
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ContentPartOrBuilder getPartsOrBuilder(
+      int index) {
+    return parts_.get(index);
+  }
+
+  public static final int NAME_FIELD_NUMBER = 4;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object name_ = "";
+  /**
+   * <pre>
+   * An optional name of the participant. At most 64 bytes.
+   * </pre>
+   *
+   * <code>string name = 4 [json_name = "name"];</code>
+   * @return The name.
+   */
+  @java.lang.Override
+  public java.lang.String getName() {
+    java.lang.Object ref = name_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      name_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * An optional name of the participant. At most 64 bytes.
+   * </pre>
+   *
+   * <code>string name = 4 [json_name = "name"];</code>
+   * @return The bytes for name.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getNameBytes() {
+    java.lang.Object ref = name_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      name_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int TOOL_CALLS_FIELD_NUMBER = 5;
+  @SuppressWarnings("serial")
+  private java.util.List<com.batcherhq.batcher.v1.ToolCall> toolCalls_;
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<com.batcherhq.batcher.v1.ToolCall> getToolCallsList() {
+    return toolCalls_;
+  }
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends com.batcherhq.batcher.v1.ToolCallOrBuilder> 
+      getToolCallsOrBuilderList() {
+    return toolCalls_;
+  }
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  @java.lang.Override
+  public int getToolCallsCount() {
+    return toolCalls_.size();
+  }
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ToolCall getToolCalls(int index) {
+    return toolCalls_.get(index);
+  }
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ToolCallOrBuilder getToolCallsOrBuilder(
+      int index) {
+    return toolCalls_.get(index);
+  }
+
+  public static final int TOOL_CALL_ID_FIELD_NUMBER = 6;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object toolCallId_ = "";
+  /**
+   * <pre>
+   * On a tool message: the id of the tool call it answers (required there).
+   * </pre>
+   *
+   * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+   * @return The toolCallId.
+   */
+  @java.lang.Override
+  public java.lang.String getToolCallId() {
+    java.lang.Object ref = toolCallId_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      toolCallId_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * On a tool message: the id of the tool call it answers (required there).
+   * </pre>
+   *
+   * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+   * @return The bytes for toolCallId.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getToolCallIdBytes() {
+    java.lang.Object ref = toolCallId_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      toolCallId_ = b;
       return b;
     } else {
       return (com.google.protobuf.ByteString) ref;
@@ -155,6 +388,18 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(content_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 2, content_);
     }
+    for (int i = 0; i < parts_.size(); i++) {
+      output.writeMessage(3, parts_.get(i));
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(name_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 4, name_);
+    }
+    for (int i = 0; i < toolCalls_.size(); i++) {
+      output.writeMessage(5, toolCalls_.get(i));
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(toolCallId_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 6, toolCallId_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -169,6 +414,20 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(content_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(2, content_);
+    }
+    for (int i = 0; i < parts_.size(); i++) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(3, parts_.get(i));
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(name_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(4, name_);
+    }
+    for (int i = 0; i < toolCalls_.size(); i++) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(5, toolCalls_.get(i));
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(toolCallId_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(6, toolCallId_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -189,6 +448,14 @@ private static final long serialVersionUID = 0L;
         .equals(other.getRole())) return false;
     if (!getContent()
         .equals(other.getContent())) return false;
+    if (!getPartsList()
+        .equals(other.getPartsList())) return false;
+    if (!getName()
+        .equals(other.getName())) return false;
+    if (!getToolCallsList()
+        .equals(other.getToolCallsList())) return false;
+    if (!getToolCallId()
+        .equals(other.getToolCallId())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -204,6 +471,18 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getRole().hashCode();
     hash = (37 * hash) + CONTENT_FIELD_NUMBER;
     hash = (53 * hash) + getContent().hashCode();
+    if (getPartsCount() > 0) {
+      hash = (37 * hash) + PARTS_FIELD_NUMBER;
+      hash = (53 * hash) + getPartsList().hashCode();
+    }
+    hash = (37 * hash) + NAME_FIELD_NUMBER;
+    hash = (53 * hash) + getName().hashCode();
+    if (getToolCallsCount() > 0) {
+      hash = (37 * hash) + TOOL_CALLS_FIELD_NUMBER;
+      hash = (53 * hash) + getToolCallsList().hashCode();
+    }
+    hash = (37 * hash) + TOOL_CALL_ID_FIELD_NUMBER;
+    hash = (53 * hash) + getToolCallId().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -339,6 +618,22 @@ private static final long serialVersionUID = 0L;
       bitField0_ = 0;
       role_ = "";
       content_ = "";
+      if (partsBuilder_ == null) {
+        parts_ = java.util.Collections.emptyList();
+      } else {
+        parts_ = null;
+        partsBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00000004);
+      name_ = "";
+      if (toolCallsBuilder_ == null) {
+        toolCalls_ = java.util.Collections.emptyList();
+      } else {
+        toolCalls_ = null;
+        toolCallsBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00000010);
+      toolCallId_ = "";
       return this;
     }
 
@@ -365,9 +660,31 @@ private static final long serialVersionUID = 0L;
     @java.lang.Override
     public com.batcherhq.batcher.v1.ChatMessage buildPartial() {
       com.batcherhq.batcher.v1.ChatMessage result = new com.batcherhq.batcher.v1.ChatMessage(this);
+      buildPartialRepeatedFields(result);
       if (bitField0_ != 0) { buildPartial0(result); }
       onBuilt();
       return result;
+    }
+
+    private void buildPartialRepeatedFields(com.batcherhq.batcher.v1.ChatMessage result) {
+      if (partsBuilder_ == null) {
+        if (((bitField0_ & 0x00000004) != 0)) {
+          parts_ = java.util.Collections.unmodifiableList(parts_);
+          bitField0_ = (bitField0_ & ~0x00000004);
+        }
+        result.parts_ = parts_;
+      } else {
+        result.parts_ = partsBuilder_.build();
+      }
+      if (toolCallsBuilder_ == null) {
+        if (((bitField0_ & 0x00000010) != 0)) {
+          toolCalls_ = java.util.Collections.unmodifiableList(toolCalls_);
+          bitField0_ = (bitField0_ & ~0x00000010);
+        }
+        result.toolCalls_ = toolCalls_;
+      } else {
+        result.toolCalls_ = toolCallsBuilder_.build();
+      }
     }
 
     private void buildPartial0(com.batcherhq.batcher.v1.ChatMessage result) {
@@ -377,6 +694,12 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000002) != 0)) {
         result.content_ = content_;
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.name_ = name_;
+      }
+      if (((from_bitField0_ & 0x00000020) != 0)) {
+        result.toolCallId_ = toolCallId_;
       }
     }
 
@@ -434,6 +757,68 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000002;
         onChanged();
       }
+      if (partsBuilder_ == null) {
+        if (!other.parts_.isEmpty()) {
+          if (parts_.isEmpty()) {
+            parts_ = other.parts_;
+            bitField0_ = (bitField0_ & ~0x00000004);
+          } else {
+            ensurePartsIsMutable();
+            parts_.addAll(other.parts_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.parts_.isEmpty()) {
+          if (partsBuilder_.isEmpty()) {
+            partsBuilder_.dispose();
+            partsBuilder_ = null;
+            parts_ = other.parts_;
+            bitField0_ = (bitField0_ & ~0x00000004);
+            partsBuilder_ = 
+              com.google.protobuf.GeneratedMessageV3.alwaysUseFieldBuilders ?
+                 getPartsFieldBuilder() : null;
+          } else {
+            partsBuilder_.addAllMessages(other.parts_);
+          }
+        }
+      }
+      if (!other.getName().isEmpty()) {
+        name_ = other.name_;
+        bitField0_ |= 0x00000008;
+        onChanged();
+      }
+      if (toolCallsBuilder_ == null) {
+        if (!other.toolCalls_.isEmpty()) {
+          if (toolCalls_.isEmpty()) {
+            toolCalls_ = other.toolCalls_;
+            bitField0_ = (bitField0_ & ~0x00000010);
+          } else {
+            ensureToolCallsIsMutable();
+            toolCalls_.addAll(other.toolCalls_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.toolCalls_.isEmpty()) {
+          if (toolCallsBuilder_.isEmpty()) {
+            toolCallsBuilder_.dispose();
+            toolCallsBuilder_ = null;
+            toolCalls_ = other.toolCalls_;
+            bitField0_ = (bitField0_ & ~0x00000010);
+            toolCallsBuilder_ = 
+              com.google.protobuf.GeneratedMessageV3.alwaysUseFieldBuilders ?
+                 getToolCallsFieldBuilder() : null;
+          } else {
+            toolCallsBuilder_.addAllMessages(other.toolCalls_);
+          }
+        }
+      }
+      if (!other.getToolCallId().isEmpty()) {
+        toolCallId_ = other.toolCallId_;
+        bitField0_ |= 0x00000020;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -470,6 +855,42 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000002;
               break;
             } // case 18
+            case 26: {
+              com.batcherhq.batcher.v1.ContentPart m =
+                  input.readMessage(
+                      com.batcherhq.batcher.v1.ContentPart.parser(),
+                      extensionRegistry);
+              if (partsBuilder_ == null) {
+                ensurePartsIsMutable();
+                parts_.add(m);
+              } else {
+                partsBuilder_.addMessage(m);
+              }
+              break;
+            } // case 26
+            case 34: {
+              name_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 34
+            case 42: {
+              com.batcherhq.batcher.v1.ToolCall m =
+                  input.readMessage(
+                      com.batcherhq.batcher.v1.ToolCall.parser(),
+                      extensionRegistry);
+              if (toolCallsBuilder_ == null) {
+                ensureToolCallsIsMutable();
+                toolCalls_.add(m);
+              } else {
+                toolCallsBuilder_.addMessage(m);
+              }
+              break;
+            } // case 42
+            case 50: {
+              toolCallId_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000020;
+              break;
+            } // case 50
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -490,7 +911,7 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object role_ = "";
     /**
      * <pre>
-     * "system", "user", "assistant" or "tool".
+     * "system", "developer", "user", "assistant" or "tool".
      * </pre>
      *
      * <code>string role = 1 [json_name = "role"];</code>
@@ -510,7 +931,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * "system", "user", "assistant" or "tool".
+     * "system", "developer", "user", "assistant" or "tool".
      * </pre>
      *
      * <code>string role = 1 [json_name = "role"];</code>
@@ -531,7 +952,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * "system", "user", "assistant" or "tool".
+     * "system", "developer", "user", "assistant" or "tool".
      * </pre>
      *
      * <code>string role = 1 [json_name = "role"];</code>
@@ -548,7 +969,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * "system", "user", "assistant" or "tool".
+     * "system", "developer", "user", "assistant" or "tool".
      * </pre>
      *
      * <code>string role = 1 [json_name = "role"];</code>
@@ -562,7 +983,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * "system", "user", "assistant" or "tool".
+     * "system", "developer", "user", "assistant" or "tool".
      * </pre>
      *
      * <code>string role = 1 [json_name = "role"];</code>
@@ -581,6 +1002,10 @@ private static final long serialVersionUID = 0L;
 
     private java.lang.Object content_ = "";
     /**
+     * <pre>
+     * The message's text. A message with parts leaves it empty.
+     * </pre>
+     *
      * <code>string content = 2 [json_name = "content"];</code>
      * @return The content.
      */
@@ -597,6 +1022,10 @@ private static final long serialVersionUID = 0L;
       }
     }
     /**
+     * <pre>
+     * The message's text. A message with parts leaves it empty.
+     * </pre>
+     *
      * <code>string content = 2 [json_name = "content"];</code>
      * @return The bytes for content.
      */
@@ -614,6 +1043,10 @@ private static final long serialVersionUID = 0L;
       }
     }
     /**
+     * <pre>
+     * The message's text. A message with parts leaves it empty.
+     * </pre>
+     *
      * <code>string content = 2 [json_name = "content"];</code>
      * @param value The content to set.
      * @return This builder for chaining.
@@ -627,6 +1060,10 @@ private static final long serialVersionUID = 0L;
       return this;
     }
     /**
+     * <pre>
+     * The message's text. A message with parts leaves it empty.
+     * </pre>
+     *
      * <code>string content = 2 [json_name = "content"];</code>
      * @return This builder for chaining.
      */
@@ -637,6 +1074,10 @@ private static final long serialVersionUID = 0L;
       return this;
     }
     /**
+     * <pre>
+     * The message's text. A message with parts leaves it empty.
+     * </pre>
+     *
      * <code>string content = 2 [json_name = "content"];</code>
      * @param value The bytes for content to set.
      * @return This builder for chaining.
@@ -647,6 +1088,832 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       content_ = value;
       bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+
+    private java.util.List<com.batcherhq.batcher.v1.ContentPart> parts_ =
+      java.util.Collections.emptyList();
+    private void ensurePartsIsMutable() {
+      if (!((bitField0_ & 0x00000004) != 0)) {
+        parts_ = new java.util.ArrayList<com.batcherhq.batcher.v1.ContentPart>(parts_);
+        bitField0_ |= 0x00000004;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        com.batcherhq.batcher.v1.ContentPart, com.batcherhq.batcher.v1.ContentPart.Builder, com.batcherhq.batcher.v1.ContentPartOrBuilder> partsBuilder_;
+
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public java.util.List<com.batcherhq.batcher.v1.ContentPart> getPartsList() {
+      if (partsBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(parts_);
+      } else {
+        return partsBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public int getPartsCount() {
+      if (partsBuilder_ == null) {
+        return parts_.size();
+      } else {
+        return partsBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public com.batcherhq.batcher.v1.ContentPart getParts(int index) {
+      if (partsBuilder_ == null) {
+        return parts_.get(index);
+      } else {
+        return partsBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder setParts(
+        int index, com.batcherhq.batcher.v1.ContentPart value) {
+      if (partsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensurePartsIsMutable();
+        parts_.set(index, value);
+        onChanged();
+      } else {
+        partsBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder setParts(
+        int index, com.batcherhq.batcher.v1.ContentPart.Builder builderForValue) {
+      if (partsBuilder_ == null) {
+        ensurePartsIsMutable();
+        parts_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        partsBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder addParts(com.batcherhq.batcher.v1.ContentPart value) {
+      if (partsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensurePartsIsMutable();
+        parts_.add(value);
+        onChanged();
+      } else {
+        partsBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder addParts(
+        int index, com.batcherhq.batcher.v1.ContentPart value) {
+      if (partsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensurePartsIsMutable();
+        parts_.add(index, value);
+        onChanged();
+      } else {
+        partsBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder addParts(
+        com.batcherhq.batcher.v1.ContentPart.Builder builderForValue) {
+      if (partsBuilder_ == null) {
+        ensurePartsIsMutable();
+        parts_.add(builderForValue.build());
+        onChanged();
+      } else {
+        partsBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder addParts(
+        int index, com.batcherhq.batcher.v1.ContentPart.Builder builderForValue) {
+      if (partsBuilder_ == null) {
+        ensurePartsIsMutable();
+        parts_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        partsBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder addAllParts(
+        java.lang.Iterable<? extends com.batcherhq.batcher.v1.ContentPart> values) {
+      if (partsBuilder_ == null) {
+        ensurePartsIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, parts_);
+        onChanged();
+      } else {
+        partsBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder clearParts() {
+      if (partsBuilder_ == null) {
+        parts_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00000004);
+        onChanged();
+      } else {
+        partsBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public Builder removeParts(int index) {
+      if (partsBuilder_ == null) {
+        ensurePartsIsMutable();
+        parts_.remove(index);
+        onChanged();
+      } else {
+        partsBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public com.batcherhq.batcher.v1.ContentPart.Builder getPartsBuilder(
+        int index) {
+      return getPartsFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public com.batcherhq.batcher.v1.ContentPartOrBuilder getPartsOrBuilder(
+        int index) {
+      if (partsBuilder_ == null) {
+        return parts_.get(index);  } else {
+        return partsBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public java.util.List<? extends com.batcherhq.batcher.v1.ContentPartOrBuilder> 
+         getPartsOrBuilderList() {
+      if (partsBuilder_ != null) {
+        return partsBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(parts_);
+      }
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public com.batcherhq.batcher.v1.ContentPart.Builder addPartsBuilder() {
+      return getPartsFieldBuilder().addBuilder(
+          com.batcherhq.batcher.v1.ContentPart.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public com.batcherhq.batcher.v1.ContentPart.Builder addPartsBuilder(
+        int index) {
+      return getPartsFieldBuilder().addBuilder(
+          index, com.batcherhq.batcher.v1.ContentPart.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * The message's content as parts (text and images), for callers that
+     * send more than text. At most 64 parts; content must then be empty.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+     */
+    public java.util.List<com.batcherhq.batcher.v1.ContentPart.Builder> 
+         getPartsBuilderList() {
+      return getPartsFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        com.batcherhq.batcher.v1.ContentPart, com.batcherhq.batcher.v1.ContentPart.Builder, com.batcherhq.batcher.v1.ContentPartOrBuilder> 
+        getPartsFieldBuilder() {
+      if (partsBuilder_ == null) {
+        partsBuilder_ = new com.google.protobuf.RepeatedFieldBuilderV3<
+            com.batcherhq.batcher.v1.ContentPart, com.batcherhq.batcher.v1.ContentPart.Builder, com.batcherhq.batcher.v1.ContentPartOrBuilder>(
+                parts_,
+                ((bitField0_ & 0x00000004) != 0),
+                getParentForChildren(),
+                isClean());
+        parts_ = null;
+      }
+      return partsBuilder_;
+    }
+
+    private java.lang.Object name_ = "";
+    /**
+     * <pre>
+     * An optional name of the participant. At most 64 bytes.
+     * </pre>
+     *
+     * <code>string name = 4 [json_name = "name"];</code>
+     * @return The name.
+     */
+    public java.lang.String getName() {
+      java.lang.Object ref = name_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        name_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * An optional name of the participant. At most 64 bytes.
+     * </pre>
+     *
+     * <code>string name = 4 [json_name = "name"];</code>
+     * @return The bytes for name.
+     */
+    public com.google.protobuf.ByteString
+        getNameBytes() {
+      java.lang.Object ref = name_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        name_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * An optional name of the participant. At most 64 bytes.
+     * </pre>
+     *
+     * <code>string name = 4 [json_name = "name"];</code>
+     * @param value The name to set.
+     * @return This builder for chaining.
+     */
+    public Builder setName(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      name_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * An optional name of the participant. At most 64 bytes.
+     * </pre>
+     *
+     * <code>string name = 4 [json_name = "name"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearName() {
+      name_ = getDefaultInstance().getName();
+      bitField0_ = (bitField0_ & ~0x00000008);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * An optional name of the participant. At most 64 bytes.
+     * </pre>
+     *
+     * <code>string name = 4 [json_name = "name"];</code>
+     * @param value The bytes for name to set.
+     * @return This builder for chaining.
+     */
+    public Builder setNameBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      name_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+
+    private java.util.List<com.batcherhq.batcher.v1.ToolCall> toolCalls_ =
+      java.util.Collections.emptyList();
+    private void ensureToolCallsIsMutable() {
+      if (!((bitField0_ & 0x00000010) != 0)) {
+        toolCalls_ = new java.util.ArrayList<com.batcherhq.batcher.v1.ToolCall>(toolCalls_);
+        bitField0_ |= 0x00000010;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        com.batcherhq.batcher.v1.ToolCall, com.batcherhq.batcher.v1.ToolCall.Builder, com.batcherhq.batcher.v1.ToolCallOrBuilder> toolCallsBuilder_;
+
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public java.util.List<com.batcherhq.batcher.v1.ToolCall> getToolCallsList() {
+      if (toolCallsBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(toolCalls_);
+      } else {
+        return toolCallsBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public int getToolCallsCount() {
+      if (toolCallsBuilder_ == null) {
+        return toolCalls_.size();
+      } else {
+        return toolCallsBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public com.batcherhq.batcher.v1.ToolCall getToolCalls(int index) {
+      if (toolCallsBuilder_ == null) {
+        return toolCalls_.get(index);
+      } else {
+        return toolCallsBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder setToolCalls(
+        int index, com.batcherhq.batcher.v1.ToolCall value) {
+      if (toolCallsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureToolCallsIsMutable();
+        toolCalls_.set(index, value);
+        onChanged();
+      } else {
+        toolCallsBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder setToolCalls(
+        int index, com.batcherhq.batcher.v1.ToolCall.Builder builderForValue) {
+      if (toolCallsBuilder_ == null) {
+        ensureToolCallsIsMutable();
+        toolCalls_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        toolCallsBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder addToolCalls(com.batcherhq.batcher.v1.ToolCall value) {
+      if (toolCallsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureToolCallsIsMutable();
+        toolCalls_.add(value);
+        onChanged();
+      } else {
+        toolCallsBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder addToolCalls(
+        int index, com.batcherhq.batcher.v1.ToolCall value) {
+      if (toolCallsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureToolCallsIsMutable();
+        toolCalls_.add(index, value);
+        onChanged();
+      } else {
+        toolCallsBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder addToolCalls(
+        com.batcherhq.batcher.v1.ToolCall.Builder builderForValue) {
+      if (toolCallsBuilder_ == null) {
+        ensureToolCallsIsMutable();
+        toolCalls_.add(builderForValue.build());
+        onChanged();
+      } else {
+        toolCallsBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder addToolCalls(
+        int index, com.batcherhq.batcher.v1.ToolCall.Builder builderForValue) {
+      if (toolCallsBuilder_ == null) {
+        ensureToolCallsIsMutable();
+        toolCalls_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        toolCallsBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder addAllToolCalls(
+        java.lang.Iterable<? extends com.batcherhq.batcher.v1.ToolCall> values) {
+      if (toolCallsBuilder_ == null) {
+        ensureToolCallsIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, toolCalls_);
+        onChanged();
+      } else {
+        toolCallsBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder clearToolCalls() {
+      if (toolCallsBuilder_ == null) {
+        toolCalls_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00000010);
+        onChanged();
+      } else {
+        toolCallsBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public Builder removeToolCalls(int index) {
+      if (toolCallsBuilder_ == null) {
+        ensureToolCallsIsMutable();
+        toolCalls_.remove(index);
+        onChanged();
+      } else {
+        toolCallsBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public com.batcherhq.batcher.v1.ToolCall.Builder getToolCallsBuilder(
+        int index) {
+      return getToolCallsFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public com.batcherhq.batcher.v1.ToolCallOrBuilder getToolCallsOrBuilder(
+        int index) {
+      if (toolCallsBuilder_ == null) {
+        return toolCalls_.get(index);  } else {
+        return toolCallsBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public java.util.List<? extends com.batcherhq.batcher.v1.ToolCallOrBuilder> 
+         getToolCallsOrBuilderList() {
+      if (toolCallsBuilder_ != null) {
+        return toolCallsBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(toolCalls_);
+      }
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public com.batcherhq.batcher.v1.ToolCall.Builder addToolCallsBuilder() {
+      return getToolCallsFieldBuilder().addBuilder(
+          com.batcherhq.batcher.v1.ToolCall.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public com.batcherhq.batcher.v1.ToolCall.Builder addToolCallsBuilder(
+        int index) {
+      return getToolCallsFieldBuilder().addBuilder(
+          index, com.batcherhq.batcher.v1.ToolCall.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * On an assistant message: the tool calls it made.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+     */
+    public java.util.List<com.batcherhq.batcher.v1.ToolCall.Builder> 
+         getToolCallsBuilderList() {
+      return getToolCallsFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        com.batcherhq.batcher.v1.ToolCall, com.batcherhq.batcher.v1.ToolCall.Builder, com.batcherhq.batcher.v1.ToolCallOrBuilder> 
+        getToolCallsFieldBuilder() {
+      if (toolCallsBuilder_ == null) {
+        toolCallsBuilder_ = new com.google.protobuf.RepeatedFieldBuilderV3<
+            com.batcherhq.batcher.v1.ToolCall, com.batcherhq.batcher.v1.ToolCall.Builder, com.batcherhq.batcher.v1.ToolCallOrBuilder>(
+                toolCalls_,
+                ((bitField0_ & 0x00000010) != 0),
+                getParentForChildren(),
+                isClean());
+        toolCalls_ = null;
+      }
+      return toolCallsBuilder_;
+    }
+
+    private java.lang.Object toolCallId_ = "";
+    /**
+     * <pre>
+     * On a tool message: the id of the tool call it answers (required there).
+     * </pre>
+     *
+     * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+     * @return The toolCallId.
+     */
+    public java.lang.String getToolCallId() {
+      java.lang.Object ref = toolCallId_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        toolCallId_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * On a tool message: the id of the tool call it answers (required there).
+     * </pre>
+     *
+     * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+     * @return The bytes for toolCallId.
+     */
+    public com.google.protobuf.ByteString
+        getToolCallIdBytes() {
+      java.lang.Object ref = toolCallId_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        toolCallId_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * On a tool message: the id of the tool call it answers (required there).
+     * </pre>
+     *
+     * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+     * @param value The toolCallId to set.
+     * @return This builder for chaining.
+     */
+    public Builder setToolCallId(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      toolCallId_ = value;
+      bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * On a tool message: the id of the tool call it answers (required there).
+     * </pre>
+     *
+     * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearToolCallId() {
+      toolCallId_ = getDefaultInstance().getToolCallId();
+      bitField0_ = (bitField0_ & ~0x00000020);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * On a tool message: the id of the tool call it answers (required there).
+     * </pre>
+     *
+     * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+     * @param value The bytes for toolCallId to set.
+     * @return This builder for chaining.
+     */
+    public Builder setToolCallIdBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      toolCallId_ = value;
+      bitField0_ |= 0x00000020;
       onChanged();
       return this;
     }

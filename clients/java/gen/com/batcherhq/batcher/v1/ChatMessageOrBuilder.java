@@ -9,7 +9,7 @@ public interface ChatMessageOrBuilder extends
 
   /**
    * <pre>
-   * "system", "user", "assistant" or "tool".
+   * "system", "developer", "user", "assistant" or "tool".
    * </pre>
    *
    * <code>string role = 1 [json_name = "role"];</code>
@@ -18,7 +18,7 @@ public interface ChatMessageOrBuilder extends
   java.lang.String getRole();
   /**
    * <pre>
-   * "system", "user", "assistant" or "tool".
+   * "system", "developer", "user", "assistant" or "tool".
    * </pre>
    *
    * <code>string role = 1 [json_name = "role"];</code>
@@ -28,14 +28,155 @@ public interface ChatMessageOrBuilder extends
       getRoleBytes();
 
   /**
+   * <pre>
+   * The message's text. A message with parts leaves it empty.
+   * </pre>
+   *
    * <code>string content = 2 [json_name = "content"];</code>
    * @return The content.
    */
   java.lang.String getContent();
   /**
+   * <pre>
+   * The message's text. A message with parts leaves it empty.
+   * </pre>
+   *
    * <code>string content = 2 [json_name = "content"];</code>
    * @return The bytes for content.
    */
   com.google.protobuf.ByteString
       getContentBytes();
+
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  java.util.List<com.batcherhq.batcher.v1.ContentPart> 
+      getPartsList();
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  com.batcherhq.batcher.v1.ContentPart getParts(int index);
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  int getPartsCount();
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  java.util.List<? extends com.batcherhq.batcher.v1.ContentPartOrBuilder> 
+      getPartsOrBuilderList();
+  /**
+   * <pre>
+   * The message's content as parts (text and images), for callers that
+   * send more than text. At most 64 parts; content must then be empty.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ContentPart parts = 3 [json_name = "parts"];</code>
+   */
+  com.batcherhq.batcher.v1.ContentPartOrBuilder getPartsOrBuilder(
+      int index);
+
+  /**
+   * <pre>
+   * An optional name of the participant. At most 64 bytes.
+   * </pre>
+   *
+   * <code>string name = 4 [json_name = "name"];</code>
+   * @return The name.
+   */
+  java.lang.String getName();
+  /**
+   * <pre>
+   * An optional name of the participant. At most 64 bytes.
+   * </pre>
+   *
+   * <code>string name = 4 [json_name = "name"];</code>
+   * @return The bytes for name.
+   */
+  com.google.protobuf.ByteString
+      getNameBytes();
+
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  java.util.List<com.batcherhq.batcher.v1.ToolCall> 
+      getToolCallsList();
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  com.batcherhq.batcher.v1.ToolCall getToolCalls(int index);
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  int getToolCallsCount();
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  java.util.List<? extends com.batcherhq.batcher.v1.ToolCallOrBuilder> 
+      getToolCallsOrBuilderList();
+  /**
+   * <pre>
+   * On an assistant message: the tool calls it made.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.ToolCall tool_calls = 5 [json_name = "toolCalls"];</code>
+   */
+  com.batcherhq.batcher.v1.ToolCallOrBuilder getToolCallsOrBuilder(
+      int index);
+
+  /**
+   * <pre>
+   * On a tool message: the id of the tool call it answers (required there).
+   * </pre>
+   *
+   * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+   * @return The toolCallId.
+   */
+  java.lang.String getToolCallId();
+  /**
+   * <pre>
+   * On a tool message: the id of the tool call it answers (required there).
+   * </pre>
+   *
+   * <code>string tool_call_id = 6 [json_name = "toolCallId"];</code>
+   * @return The bytes for toolCallId.
+   */
+  com.google.protobuf.ByteString
+      getToolCallIdBytes();
 }

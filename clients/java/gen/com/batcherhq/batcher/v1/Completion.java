@@ -24,6 +24,7 @@ private static final long serialVersionUID = 0L;
     finishReason_ = 0;
     batchId_ = "";
     backend_ = "";
+    choices_ = java.util.Collections.emptyList();
   }
 
   @java.lang.Override
@@ -638,6 +639,111 @@ java.lang.String defaultValue) {
     return timeToFirstToken_ == null ? com.google.protobuf.Duration.getDefaultInstance() : timeToFirstToken_;
   }
 
+  public static final int MESSAGE_FIELD_NUMBER = 14;
+  private com.batcherhq.batcher.v1.OutputMessage message_;
+  /**
+   * <pre>
+   * A chat answer that holds more than text (tool calls, a refusal, log
+   * probabilities): the whole message. text then holds its content too.
+   * Unset for a plain text answer, whose text says it all.
+   * </pre>
+   *
+   * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+   * @return Whether the message field is set.
+   */
+  @java.lang.Override
+  public boolean hasMessage() {
+    return message_ != null;
+  }
+  /**
+   * <pre>
+   * A chat answer that holds more than text (tool calls, a refusal, log
+   * probabilities): the whole message. text then holds its content too.
+   * Unset for a plain text answer, whose text says it all.
+   * </pre>
+   *
+   * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+   * @return The message.
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.OutputMessage getMessage() {
+    return message_ == null ? com.batcherhq.batcher.v1.OutputMessage.getDefaultInstance() : message_;
+  }
+  /**
+   * <pre>
+   * A chat answer that holds more than text (tool calls, a refusal, log
+   * probabilities): the whole message. text then holds its content too.
+   * Unset for a plain text answer, whose text says it all.
+   * </pre>
+   *
+   * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.OutputMessageOrBuilder getMessageOrBuilder() {
+    return message_ == null ? com.batcherhq.batcher.v1.OutputMessage.getDefaultInstance() : message_;
+  }
+
+  public static final int CHOICES_FIELD_NUMBER = 15;
+  @SuppressWarnings("serial")
+  private java.util.List<com.batcherhq.batcher.v1.OutputMessage> choices_;
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<com.batcherhq.batcher.v1.OutputMessage> getChoicesList() {
+    return choices_;
+  }
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends com.batcherhq.batcher.v1.OutputMessageOrBuilder> 
+      getChoicesOrBuilderList() {
+    return choices_;
+  }
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  @java.lang.Override
+  public int getChoicesCount() {
+    return choices_.size();
+  }
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.OutputMessage getChoices(int index) {
+    return choices_.get(index);
+  }
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.OutputMessageOrBuilder getChoicesOrBuilder(
+      int index) {
+    return choices_.get(index);
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -693,6 +799,12 @@ java.lang.String defaultValue) {
         12);
     if (deduplicated_ != false) {
       output.writeBool(13, deduplicated_);
+    }
+    if (message_ != null) {
+      output.writeMessage(14, getMessage());
+    }
+    for (int i = 0; i < choices_.size(); i++) {
+      output.writeMessage(15, choices_.get(i));
     }
     if (partial_ != false) {
       output.writeBool(20, partial_);
@@ -763,6 +875,14 @@ java.lang.String defaultValue) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(13, deduplicated_);
     }
+    if (message_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(14, getMessage());
+    }
+    for (int i = 0; i < choices_.size(); i++) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(15, choices_.get(i));
+    }
     if (partial_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(20, partial_);
@@ -823,6 +943,13 @@ java.lang.String defaultValue) {
       if (!getTimeToFirstToken()
           .equals(other.getTimeToFirstToken())) return false;
     }
+    if (hasMessage() != other.hasMessage()) return false;
+    if (hasMessage()) {
+      if (!getMessage()
+          .equals(other.getMessage())) return false;
+    }
+    if (!getChoicesList()
+        .equals(other.getChoicesList())) return false;
     if (!getOutputCase().equals(other.getOutputCase())) return false;
     switch (outputCase_) {
       case 2:
@@ -884,6 +1011,14 @@ java.lang.String defaultValue) {
     if (hasTimeToFirstToken()) {
       hash = (37 * hash) + TIME_TO_FIRST_TOKEN_FIELD_NUMBER;
       hash = (53 * hash) + getTimeToFirstToken().hashCode();
+    }
+    if (hasMessage()) {
+      hash = (37 * hash) + MESSAGE_FIELD_NUMBER;
+      hash = (53 * hash) + getMessage().hashCode();
+    }
+    if (getChoicesCount() > 0) {
+      hash = (37 * hash) + CHOICES_FIELD_NUMBER;
+      hash = (53 * hash) + getChoicesList().hashCode();
     }
     switch (outputCase_) {
       case 2:
@@ -1084,6 +1219,18 @@ java.lang.String defaultValue) {
         timeToFirstTokenBuilder_.dispose();
         timeToFirstTokenBuilder_ = null;
       }
+      message_ = null;
+      if (messageBuilder_ != null) {
+        messageBuilder_.dispose();
+        messageBuilder_ = null;
+      }
+      if (choicesBuilder_ == null) {
+        choices_ = java.util.Collections.emptyList();
+      } else {
+        choices_ = null;
+        choicesBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00010000);
       outputCase_ = 0;
       output_ = null;
       return this;
@@ -1112,10 +1259,23 @@ java.lang.String defaultValue) {
     @java.lang.Override
     public com.batcherhq.batcher.v1.Completion buildPartial() {
       com.batcherhq.batcher.v1.Completion result = new com.batcherhq.batcher.v1.Completion(this);
+      buildPartialRepeatedFields(result);
       if (bitField0_ != 0) { buildPartial0(result); }
       buildPartialOneofs(result);
       onBuilt();
       return result;
+    }
+
+    private void buildPartialRepeatedFields(com.batcherhq.batcher.v1.Completion result) {
+      if (choicesBuilder_ == null) {
+        if (((bitField0_ & 0x00010000) != 0)) {
+          choices_ = java.util.Collections.unmodifiableList(choices_);
+          bitField0_ = (bitField0_ & ~0x00010000);
+        }
+        result.choices_ = choices_;
+      } else {
+        result.choices_ = choicesBuilder_.build();
+      }
     }
 
     private void buildPartial0(com.batcherhq.batcher.v1.Completion result) {
@@ -1167,6 +1327,11 @@ java.lang.String defaultValue) {
         result.timeToFirstToken_ = timeToFirstTokenBuilder_ == null
             ? timeToFirstToken_
             : timeToFirstTokenBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00008000) != 0)) {
+        result.message_ = messageBuilder_ == null
+            ? message_
+            : messageBuilder_.build();
       }
     }
 
@@ -1267,6 +1432,35 @@ java.lang.String defaultValue) {
       }
       if (other.hasTimeToFirstToken()) {
         mergeTimeToFirstToken(other.getTimeToFirstToken());
+      }
+      if (other.hasMessage()) {
+        mergeMessage(other.getMessage());
+      }
+      if (choicesBuilder_ == null) {
+        if (!other.choices_.isEmpty()) {
+          if (choices_.isEmpty()) {
+            choices_ = other.choices_;
+            bitField0_ = (bitField0_ & ~0x00010000);
+          } else {
+            ensureChoicesIsMutable();
+            choices_.addAll(other.choices_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.choices_.isEmpty()) {
+          if (choicesBuilder_.isEmpty()) {
+            choicesBuilder_.dispose();
+            choicesBuilder_ = null;
+            choices_ = other.choices_;
+            bitField0_ = (bitField0_ & ~0x00010000);
+            choicesBuilder_ = 
+              com.google.protobuf.GeneratedMessageV3.alwaysUseFieldBuilders ?
+                 getChoicesFieldBuilder() : null;
+          } else {
+            choicesBuilder_.addAllMessages(other.choices_);
+          }
+        }
       }
       switch (other.getOutputCase()) {
         case TEXT: {
@@ -1387,6 +1581,26 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00001000;
               break;
             } // case 104
+            case 114: {
+              input.readMessage(
+                  getMessageFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00008000;
+              break;
+            } // case 114
+            case 122: {
+              com.batcherhq.batcher.v1.OutputMessage m =
+                  input.readMessage(
+                      com.batcherhq.batcher.v1.OutputMessage.parser(),
+                      extensionRegistry);
+              if (choicesBuilder_ == null) {
+                ensureChoicesIsMutable();
+                choices_.add(m);
+              } else {
+                choicesBuilder_.addMessage(m);
+              }
+              break;
+            } // case 122
             case 160: {
               partial_ = input.readBool();
               bitField0_ |= 0x00002000;
@@ -2903,6 +3117,491 @@ java.lang.String defaultValue) {
         timeToFirstToken_ = null;
       }
       return timeToFirstTokenBuilder_;
+    }
+
+    private com.batcherhq.batcher.v1.OutputMessage message_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.OutputMessage, com.batcherhq.batcher.v1.OutputMessage.Builder, com.batcherhq.batcher.v1.OutputMessageOrBuilder> messageBuilder_;
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     * @return Whether the message field is set.
+     */
+    public boolean hasMessage() {
+      return ((bitField0_ & 0x00008000) != 0);
+    }
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     * @return The message.
+     */
+    public com.batcherhq.batcher.v1.OutputMessage getMessage() {
+      if (messageBuilder_ == null) {
+        return message_ == null ? com.batcherhq.batcher.v1.OutputMessage.getDefaultInstance() : message_;
+      } else {
+        return messageBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     */
+    public Builder setMessage(com.batcherhq.batcher.v1.OutputMessage value) {
+      if (messageBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        message_ = value;
+      } else {
+        messageBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     */
+    public Builder setMessage(
+        com.batcherhq.batcher.v1.OutputMessage.Builder builderForValue) {
+      if (messageBuilder_ == null) {
+        message_ = builderForValue.build();
+      } else {
+        messageBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     */
+    public Builder mergeMessage(com.batcherhq.batcher.v1.OutputMessage value) {
+      if (messageBuilder_ == null) {
+        if (((bitField0_ & 0x00008000) != 0) &&
+          message_ != null &&
+          message_ != com.batcherhq.batcher.v1.OutputMessage.getDefaultInstance()) {
+          getMessageBuilder().mergeFrom(value);
+        } else {
+          message_ = value;
+        }
+      } else {
+        messageBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     */
+    public Builder clearMessage() {
+      bitField0_ = (bitField0_ & ~0x00008000);
+      message_ = null;
+      if (messageBuilder_ != null) {
+        messageBuilder_.dispose();
+        messageBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     */
+    public com.batcherhq.batcher.v1.OutputMessage.Builder getMessageBuilder() {
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return getMessageFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     */
+    public com.batcherhq.batcher.v1.OutputMessageOrBuilder getMessageOrBuilder() {
+      if (messageBuilder_ != null) {
+        return messageBuilder_.getMessageOrBuilder();
+      } else {
+        return message_ == null ?
+            com.batcherhq.batcher.v1.OutputMessage.getDefaultInstance() : message_;
+      }
+    }
+    /**
+     * <pre>
+     * A chat answer that holds more than text (tool calls, a refusal, log
+     * probabilities): the whole message. text then holds its content too.
+     * Unset for a plain text answer, whose text says it all.
+     * </pre>
+     *
+     * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.OutputMessage, com.batcherhq.batcher.v1.OutputMessage.Builder, com.batcherhq.batcher.v1.OutputMessageOrBuilder> 
+        getMessageFieldBuilder() {
+      if (messageBuilder_ == null) {
+        messageBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.batcherhq.batcher.v1.OutputMessage, com.batcherhq.batcher.v1.OutputMessage.Builder, com.batcherhq.batcher.v1.OutputMessageOrBuilder>(
+                getMessage(),
+                getParentForChildren(),
+                isClean());
+        message_ = null;
+      }
+      return messageBuilder_;
+    }
+
+    private java.util.List<com.batcherhq.batcher.v1.OutputMessage> choices_ =
+      java.util.Collections.emptyList();
+    private void ensureChoicesIsMutable() {
+      if (!((bitField0_ & 0x00010000) != 0)) {
+        choices_ = new java.util.ArrayList<com.batcherhq.batcher.v1.OutputMessage>(choices_);
+        bitField0_ |= 0x00010000;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        com.batcherhq.batcher.v1.OutputMessage, com.batcherhq.batcher.v1.OutputMessage.Builder, com.batcherhq.batcher.v1.OutputMessageOrBuilder> choicesBuilder_;
+
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public java.util.List<com.batcherhq.batcher.v1.OutputMessage> getChoicesList() {
+      if (choicesBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(choices_);
+      } else {
+        return choicesBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public int getChoicesCount() {
+      if (choicesBuilder_ == null) {
+        return choices_.size();
+      } else {
+        return choicesBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public com.batcherhq.batcher.v1.OutputMessage getChoices(int index) {
+      if (choicesBuilder_ == null) {
+        return choices_.get(index);
+      } else {
+        return choicesBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder setChoices(
+        int index, com.batcherhq.batcher.v1.OutputMessage value) {
+      if (choicesBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureChoicesIsMutable();
+        choices_.set(index, value);
+        onChanged();
+      } else {
+        choicesBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder setChoices(
+        int index, com.batcherhq.batcher.v1.OutputMessage.Builder builderForValue) {
+      if (choicesBuilder_ == null) {
+        ensureChoicesIsMutable();
+        choices_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        choicesBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder addChoices(com.batcherhq.batcher.v1.OutputMessage value) {
+      if (choicesBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureChoicesIsMutable();
+        choices_.add(value);
+        onChanged();
+      } else {
+        choicesBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder addChoices(
+        int index, com.batcherhq.batcher.v1.OutputMessage value) {
+      if (choicesBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureChoicesIsMutable();
+        choices_.add(index, value);
+        onChanged();
+      } else {
+        choicesBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder addChoices(
+        com.batcherhq.batcher.v1.OutputMessage.Builder builderForValue) {
+      if (choicesBuilder_ == null) {
+        ensureChoicesIsMutable();
+        choices_.add(builderForValue.build());
+        onChanged();
+      } else {
+        choicesBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder addChoices(
+        int index, com.batcherhq.batcher.v1.OutputMessage.Builder builderForValue) {
+      if (choicesBuilder_ == null) {
+        ensureChoicesIsMutable();
+        choices_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        choicesBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder addAllChoices(
+        java.lang.Iterable<? extends com.batcherhq.batcher.v1.OutputMessage> values) {
+      if (choicesBuilder_ == null) {
+        ensureChoicesIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, choices_);
+        onChanged();
+      } else {
+        choicesBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder clearChoices() {
+      if (choicesBuilder_ == null) {
+        choices_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00010000);
+        onChanged();
+      } else {
+        choicesBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public Builder removeChoices(int index) {
+      if (choicesBuilder_ == null) {
+        ensureChoicesIsMutable();
+        choices_.remove(index);
+        onChanged();
+      } else {
+        choicesBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public com.batcherhq.batcher.v1.OutputMessage.Builder getChoicesBuilder(
+        int index) {
+      return getChoicesFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public com.batcherhq.batcher.v1.OutputMessageOrBuilder getChoicesOrBuilder(
+        int index) {
+      if (choicesBuilder_ == null) {
+        return choices_.get(index);  } else {
+        return choicesBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public java.util.List<? extends com.batcherhq.batcher.v1.OutputMessageOrBuilder> 
+         getChoicesOrBuilderList() {
+      if (choicesBuilder_ != null) {
+        return choicesBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(choices_);
+      }
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public com.batcherhq.batcher.v1.OutputMessage.Builder addChoicesBuilder() {
+      return getChoicesFieldBuilder().addBuilder(
+          com.batcherhq.batcher.v1.OutputMessage.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public com.batcherhq.batcher.v1.OutputMessage.Builder addChoicesBuilder(
+        int index) {
+      return getChoicesFieldBuilder().addBuilder(
+          index, com.batcherhq.batcher.v1.OutputMessage.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * With params.n &gt; 1: every choice, in order; message is choices[0].
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+     */
+    public java.util.List<com.batcherhq.batcher.v1.OutputMessage.Builder> 
+         getChoicesBuilderList() {
+      return getChoicesFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        com.batcherhq.batcher.v1.OutputMessage, com.batcherhq.batcher.v1.OutputMessage.Builder, com.batcherhq.batcher.v1.OutputMessageOrBuilder> 
+        getChoicesFieldBuilder() {
+      if (choicesBuilder_ == null) {
+        choicesBuilder_ = new com.google.protobuf.RepeatedFieldBuilderV3<
+            com.batcherhq.batcher.v1.OutputMessage, com.batcherhq.batcher.v1.OutputMessage.Builder, com.batcherhq.batcher.v1.OutputMessageOrBuilder>(
+                choices_,
+                ((bitField0_ & 0x00010000) != 0),
+                getParentForChildren(),
+                isClean());
+        choices_ = null;
+      }
+      return choicesBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -297,5 +297,82 @@ java.lang.String defaultValue);
    */
   com.google.protobuf.DurationOrBuilder getTimeToFirstTokenOrBuilder();
 
+  /**
+   * <pre>
+   * A chat answer that holds more than text (tool calls, a refusal, log
+   * probabilities): the whole message. text then holds its content too.
+   * Unset for a plain text answer, whose text says it all.
+   * </pre>
+   *
+   * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+   * @return Whether the message field is set.
+   */
+  boolean hasMessage();
+  /**
+   * <pre>
+   * A chat answer that holds more than text (tool calls, a refusal, log
+   * probabilities): the whole message. text then holds its content too.
+   * Unset for a plain text answer, whose text says it all.
+   * </pre>
+   *
+   * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+   * @return The message.
+   */
+  com.batcherhq.batcher.v1.OutputMessage getMessage();
+  /**
+   * <pre>
+   * A chat answer that holds more than text (tool calls, a refusal, log
+   * probabilities): the whole message. text then holds its content too.
+   * Unset for a plain text answer, whose text says it all.
+   * </pre>
+   *
+   * <code>.batcher.v1.OutputMessage message = 14 [json_name = "message"];</code>
+   */
+  com.batcherhq.batcher.v1.OutputMessageOrBuilder getMessageOrBuilder();
+
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  java.util.List<com.batcherhq.batcher.v1.OutputMessage> 
+      getChoicesList();
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  com.batcherhq.batcher.v1.OutputMessage getChoices(int index);
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  int getChoicesCount();
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  java.util.List<? extends com.batcherhq.batcher.v1.OutputMessageOrBuilder> 
+      getChoicesOrBuilderList();
+  /**
+   * <pre>
+   * With params.n &gt; 1: every choice, in order; message is choices[0].
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.OutputMessage choices = 15 [json_name = "choices"];</code>
+   */
+  com.batcherhq.batcher.v1.OutputMessageOrBuilder getChoicesOrBuilder(
+      int index);
+
   public com.batcherhq.batcher.v1.Completion.OutputCase getOutputCase();
 }

@@ -28,6 +28,14 @@ public enum FinishReason
    * <code>FINISH_REASON_CONTENT_FILTER = 3;</code>
    */
   FINISH_REASON_CONTENT_FILTER(3),
+  /**
+   * <pre>
+   * The model called tools: the message holds the calls.
+   * </pre>
+   *
+   * <code>FINISH_REASON_TOOL_CALLS = 4;</code>
+   */
+  FINISH_REASON_TOOL_CALLS(4),
   UNRECOGNIZED(-1),
   ;
 
@@ -47,6 +55,14 @@ public enum FinishReason
    * <code>FINISH_REASON_CONTENT_FILTER = 3;</code>
    */
   public static final int FINISH_REASON_CONTENT_FILTER_VALUE = 3;
+  /**
+   * <pre>
+   * The model called tools: the message holds the calls.
+   * </pre>
+   *
+   * <code>FINISH_REASON_TOOL_CALLS = 4;</code>
+   */
+  public static final int FINISH_REASON_TOOL_CALLS_VALUE = 4;
 
 
   public final int getNumber() {
@@ -77,6 +93,7 @@ public enum FinishReason
       case 1: return FINISH_REASON_STOP;
       case 2: return FINISH_REASON_LENGTH;
       case 3: return FINISH_REASON_CONTENT_FILTER;
+      case 4: return FINISH_REASON_TOOL_CALLS;
       default: return null;
     }
   }
@@ -107,7 +124,7 @@ public enum FinishReason
   }
   public static final com.google.protobuf.Descriptors.EnumDescriptor
       getDescriptor() {
-    return com.batcherhq.batcher.v1.BatcherProto.getDescriptor().getEnumTypes().get(2);
+    return com.batcherhq.batcher.v1.BatcherProto.getDescriptor().getEnumTypes().get(4);
   }
 
   private static final FinishReason[] VALUES = values();

@@ -22,6 +22,7 @@ private static final long serialVersionUID = 0L;
   }
   private GenerationParams() {
     stop_ = com.google.protobuf.LazyStringArrayList.EMPTY;
+    reasoningEffort_ = "";
   }
 
   @java.lang.Override
@@ -41,6 +42,18 @@ private static final long serialVersionUID = 0L;
     return com.batcherhq.batcher.v1.BatcherProto.internal_static_batcher_v1_GenerationParams_descriptor;
   }
 
+  @SuppressWarnings({"rawtypes"})
+  @java.lang.Override
+  protected com.google.protobuf.MapField internalGetMapField(
+      int number) {
+    switch (number) {
+      case 9:
+        return internalGetLogitBias();
+      default:
+        throw new RuntimeException(
+            "Invalid map field number: " + number);
+    }
+  }
   @java.lang.Override
   protected com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internalGetFieldAccessorTable() {
@@ -202,6 +215,273 @@ private static final long serialVersionUID = 0L;
     return seed_;
   }
 
+  public static final int PRESENCE_PENALTY_FIELD_NUMBER = 6;
+  private float presencePenalty_ = 0F;
+  /**
+   * <pre>
+   * -2 to 2.
+   * </pre>
+   *
+   * <code>optional float presence_penalty = 6 [json_name = "presencePenalty"];</code>
+   * @return Whether the presencePenalty field is set.
+   */
+  @java.lang.Override
+  public boolean hasPresencePenalty() {
+    return ((bitField0_ & 0x00000010) != 0);
+  }
+  /**
+   * <pre>
+   * -2 to 2.
+   * </pre>
+   *
+   * <code>optional float presence_penalty = 6 [json_name = "presencePenalty"];</code>
+   * @return The presencePenalty.
+   */
+  @java.lang.Override
+  public float getPresencePenalty() {
+    return presencePenalty_;
+  }
+
+  public static final int FREQUENCY_PENALTY_FIELD_NUMBER = 7;
+  private float frequencyPenalty_ = 0F;
+  /**
+   * <pre>
+   * -2 to 2.
+   * </pre>
+   *
+   * <code>optional float frequency_penalty = 7 [json_name = "frequencyPenalty"];</code>
+   * @return Whether the frequencyPenalty field is set.
+   */
+  @java.lang.Override
+  public boolean hasFrequencyPenalty() {
+    return ((bitField0_ & 0x00000020) != 0);
+  }
+  /**
+   * <pre>
+   * -2 to 2.
+   * </pre>
+   *
+   * <code>optional float frequency_penalty = 7 [json_name = "frequencyPenalty"];</code>
+   * @return The frequencyPenalty.
+   */
+  @java.lang.Override
+  public float getFrequencyPenalty() {
+    return frequencyPenalty_;
+  }
+
+  public static final int N_FIELD_NUMBER = 8;
+  private int n_ = 0;
+  /**
+   * <pre>
+   * How many choices to generate: 1 (the default) to 8.
+   * </pre>
+   *
+   * <code>optional int32 n = 8 [json_name = "n"];</code>
+   * @return Whether the n field is set.
+   */
+  @java.lang.Override
+  public boolean hasN() {
+    return ((bitField0_ & 0x00000040) != 0);
+  }
+  /**
+   * <pre>
+   * How many choices to generate: 1 (the default) to 8.
+   * </pre>
+   *
+   * <code>optional int32 n = 8 [json_name = "n"];</code>
+   * @return The n.
+   */
+  @java.lang.Override
+  public int getN() {
+    return n_;
+  }
+
+  public static final int LOGIT_BIAS_FIELD_NUMBER = 9;
+  private static final class LogitBiasDefaultEntryHolder {
+    static final com.google.protobuf.MapEntry<
+        java.lang.String, java.lang.Float> defaultEntry =
+            com.google.protobuf.MapEntry
+            .<java.lang.String, java.lang.Float>newDefaultInstance(
+                com.batcherhq.batcher.v1.BatcherProto.internal_static_batcher_v1_GenerationParams_LogitBiasEntry_descriptor, 
+                com.google.protobuf.WireFormat.FieldType.STRING,
+                "",
+                com.google.protobuf.WireFormat.FieldType.FLOAT,
+                0F);
+  }
+  @SuppressWarnings("serial")
+  private com.google.protobuf.MapField<
+      java.lang.String, java.lang.Float> logitBias_;
+  private com.google.protobuf.MapField<java.lang.String, java.lang.Float>
+  internalGetLogitBias() {
+    if (logitBias_ == null) {
+      return com.google.protobuf.MapField.emptyMapField(
+          LogitBiasDefaultEntryHolder.defaultEntry);
+    }
+    return logitBias_;
+  }
+  public int getLogitBiasCount() {
+    return internalGetLogitBias().getMap().size();
+  }
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  @java.lang.Override
+  public boolean containsLogitBias(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    return internalGetLogitBias().getMap().containsKey(key);
+  }
+  /**
+   * Use {@link #getLogitBiasMap()} instead.
+   */
+  @java.lang.Override
+  @java.lang.Deprecated
+  public java.util.Map<java.lang.String, java.lang.Float> getLogitBias() {
+    return getLogitBiasMap();
+  }
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  @java.lang.Override
+  public java.util.Map<java.lang.String, java.lang.Float> getLogitBiasMap() {
+    return internalGetLogitBias().getMap();
+  }
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  @java.lang.Override
+  public float getLogitBiasOrDefault(
+      java.lang.String key,
+      float defaultValue) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Float> map =
+        internalGetLogitBias().getMap();
+    return map.containsKey(key) ? map.get(key) : defaultValue;
+  }
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  @java.lang.Override
+  public float getLogitBiasOrThrow(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Float> map =
+        internalGetLogitBias().getMap();
+    if (!map.containsKey(key)) {
+      throw new java.lang.IllegalArgumentException();
+    }
+    return map.get(key);
+  }
+
+  public static final int LOGPROBS_FIELD_NUMBER = 10;
+  private boolean logprobs_ = false;
+  /**
+   * <pre>
+   * Whether to return the output tokens' log probabilities.
+   * </pre>
+   *
+   * <code>bool logprobs = 10 [json_name = "logprobs"];</code>
+   * @return The logprobs.
+   */
+  @java.lang.Override
+  public boolean getLogprobs() {
+    return logprobs_;
+  }
+
+  public static final int TOP_LOGPROBS_FIELD_NUMBER = 11;
+  private int topLogprobs_ = 0;
+  /**
+   * <pre>
+   * 0 to 20 most likely tokens per position; needs logprobs.
+   * </pre>
+   *
+   * <code>optional int32 top_logprobs = 11 [json_name = "topLogprobs"];</code>
+   * @return Whether the topLogprobs field is set.
+   */
+  @java.lang.Override
+  public boolean hasTopLogprobs() {
+    return ((bitField0_ & 0x00000080) != 0);
+  }
+  /**
+   * <pre>
+   * 0 to 20 most likely tokens per position; needs logprobs.
+   * </pre>
+   *
+   * <code>optional int32 top_logprobs = 11 [json_name = "topLogprobs"];</code>
+   * @return The topLogprobs.
+   */
+  @java.lang.Override
+  public int getTopLogprobs() {
+    return topLogprobs_;
+  }
+
+  public static final int REASONING_EFFORT_FIELD_NUMBER = 12;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object reasoningEffort_ = "";
+  /**
+   * <pre>
+   * For reasoning models: "minimal", "low", "medium" or "high".
+   * </pre>
+   *
+   * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+   * @return The reasoningEffort.
+   */
+  @java.lang.Override
+  public java.lang.String getReasoningEffort() {
+    java.lang.Object ref = reasoningEffort_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      reasoningEffort_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * For reasoning models: "minimal", "low", "medium" or "high".
+   * </pre>
+   *
+   * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+   * @return The bytes for reasoningEffort.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getReasoningEffortBytes() {
+    java.lang.Object ref = reasoningEffort_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      reasoningEffort_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -230,6 +510,30 @@ private static final long serialVersionUID = 0L;
     }
     if (((bitField0_ & 0x00000008) != 0)) {
       output.writeInt64(5, seed_);
+    }
+    if (((bitField0_ & 0x00000010) != 0)) {
+      output.writeFloat(6, presencePenalty_);
+    }
+    if (((bitField0_ & 0x00000020) != 0)) {
+      output.writeFloat(7, frequencyPenalty_);
+    }
+    if (((bitField0_ & 0x00000040) != 0)) {
+      output.writeInt32(8, n_);
+    }
+    com.google.protobuf.GeneratedMessageV3
+      .serializeStringMapTo(
+        output,
+        internalGetLogitBias(),
+        LogitBiasDefaultEntryHolder.defaultEntry,
+        9);
+    if (logprobs_ != false) {
+      output.writeBool(10, logprobs_);
+    }
+    if (((bitField0_ & 0x00000080) != 0)) {
+      output.writeInt32(11, topLogprobs_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(reasoningEffort_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 12, reasoningEffort_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -263,6 +567,39 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000008) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeInt64Size(5, seed_);
+    }
+    if (((bitField0_ & 0x00000010) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeFloatSize(6, presencePenalty_);
+    }
+    if (((bitField0_ & 0x00000020) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeFloatSize(7, frequencyPenalty_);
+    }
+    if (((bitField0_ & 0x00000040) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt32Size(8, n_);
+    }
+    for (java.util.Map.Entry<java.lang.String, java.lang.Float> entry
+         : internalGetLogitBias().getMap().entrySet()) {
+      com.google.protobuf.MapEntry<java.lang.String, java.lang.Float>
+      logitBias__ = LogitBiasDefaultEntryHolder.defaultEntry.newBuilderForType()
+          .setKey(entry.getKey())
+          .setValue(entry.getValue())
+          .build();
+      size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(9, logitBias__);
+    }
+    if (logprobs_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(10, logprobs_);
+    }
+    if (((bitField0_ & 0x00000080) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt32Size(11, topLogprobs_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(reasoningEffort_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(12, reasoningEffort_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -303,6 +640,34 @@ private static final long serialVersionUID = 0L;
       if (getSeed()
           != other.getSeed()) return false;
     }
+    if (hasPresencePenalty() != other.hasPresencePenalty()) return false;
+    if (hasPresencePenalty()) {
+      if (java.lang.Float.floatToIntBits(getPresencePenalty())
+          != java.lang.Float.floatToIntBits(
+              other.getPresencePenalty())) return false;
+    }
+    if (hasFrequencyPenalty() != other.hasFrequencyPenalty()) return false;
+    if (hasFrequencyPenalty()) {
+      if (java.lang.Float.floatToIntBits(getFrequencyPenalty())
+          != java.lang.Float.floatToIntBits(
+              other.getFrequencyPenalty())) return false;
+    }
+    if (hasN() != other.hasN()) return false;
+    if (hasN()) {
+      if (getN()
+          != other.getN()) return false;
+    }
+    if (!internalGetLogitBias().equals(
+        other.internalGetLogitBias())) return false;
+    if (getLogprobs()
+        != other.getLogprobs()) return false;
+    if (hasTopLogprobs() != other.hasTopLogprobs()) return false;
+    if (hasTopLogprobs()) {
+      if (getTopLogprobs()
+          != other.getTopLogprobs()) return false;
+    }
+    if (!getReasoningEffort()
+        .equals(other.getReasoningEffort())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -337,6 +702,33 @@ private static final long serialVersionUID = 0L;
       hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
           getSeed());
     }
+    if (hasPresencePenalty()) {
+      hash = (37 * hash) + PRESENCE_PENALTY_FIELD_NUMBER;
+      hash = (53 * hash) + java.lang.Float.floatToIntBits(
+          getPresencePenalty());
+    }
+    if (hasFrequencyPenalty()) {
+      hash = (37 * hash) + FREQUENCY_PENALTY_FIELD_NUMBER;
+      hash = (53 * hash) + java.lang.Float.floatToIntBits(
+          getFrequencyPenalty());
+    }
+    if (hasN()) {
+      hash = (37 * hash) + N_FIELD_NUMBER;
+      hash = (53 * hash) + getN();
+    }
+    if (!internalGetLogitBias().getMap().isEmpty()) {
+      hash = (37 * hash) + LOGIT_BIAS_FIELD_NUMBER;
+      hash = (53 * hash) + internalGetLogitBias().hashCode();
+    }
+    hash = (37 * hash) + LOGPROBS_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getLogprobs());
+    if (hasTopLogprobs()) {
+      hash = (37 * hash) + TOP_LOGPROBS_FIELD_NUMBER;
+      hash = (53 * hash) + getTopLogprobs();
+    }
+    hash = (37 * hash) + REASONING_EFFORT_FIELD_NUMBER;
+    hash = (53 * hash) + getReasoningEffort().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -449,6 +841,28 @@ private static final long serialVersionUID = 0L;
       return com.batcherhq.batcher.v1.BatcherProto.internal_static_batcher_v1_GenerationParams_descriptor;
     }
 
+    @SuppressWarnings({"rawtypes"})
+    protected com.google.protobuf.MapField internalGetMapField(
+        int number) {
+      switch (number) {
+        case 9:
+          return internalGetLogitBias();
+        default:
+          throw new RuntimeException(
+              "Invalid map field number: " + number);
+      }
+    }
+    @SuppressWarnings({"rawtypes"})
+    protected com.google.protobuf.MapField internalGetMutableMapField(
+        int number) {
+      switch (number) {
+        case 9:
+          return internalGetMutableLogitBias();
+        default:
+          throw new RuntimeException(
+              "Invalid map field number: " + number);
+      }
+    }
     @java.lang.Override
     protected com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
         internalGetFieldAccessorTable() {
@@ -477,6 +891,13 @@ private static final long serialVersionUID = 0L;
       stop_ = com.google.protobuf.LazyStringArrayList.EMPTY;
       bitField0_ = (bitField0_ & ~0x00000008);
       seed_ = 0L;
+      presencePenalty_ = 0F;
+      frequencyPenalty_ = 0F;
+      n_ = 0;
+      internalGetMutableLogitBias().clear();
+      logprobs_ = false;
+      topLogprobs_ = 0;
+      reasoningEffort_ = "";
       return this;
     }
 
@@ -535,6 +956,32 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000010) != 0)) {
         result.seed_ = seed_;
         to_bitField0_ |= 0x00000008;
+      }
+      if (((from_bitField0_ & 0x00000020) != 0)) {
+        result.presencePenalty_ = presencePenalty_;
+        to_bitField0_ |= 0x00000010;
+      }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.frequencyPenalty_ = frequencyPenalty_;
+        to_bitField0_ |= 0x00000020;
+      }
+      if (((from_bitField0_ & 0x00000080) != 0)) {
+        result.n_ = n_;
+        to_bitField0_ |= 0x00000040;
+      }
+      if (((from_bitField0_ & 0x00000100) != 0)) {
+        result.logitBias_ = internalGetLogitBias();
+        result.logitBias_.makeImmutable();
+      }
+      if (((from_bitField0_ & 0x00000200) != 0)) {
+        result.logprobs_ = logprobs_;
+      }
+      if (((from_bitField0_ & 0x00000400) != 0)) {
+        result.topLogprobs_ = topLogprobs_;
+        to_bitField0_ |= 0x00000080;
+      }
+      if (((from_bitField0_ & 0x00000800) != 0)) {
+        result.reasoningEffort_ = reasoningEffort_;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -605,6 +1052,29 @@ private static final long serialVersionUID = 0L;
       if (other.hasSeed()) {
         setSeed(other.getSeed());
       }
+      if (other.hasPresencePenalty()) {
+        setPresencePenalty(other.getPresencePenalty());
+      }
+      if (other.hasFrequencyPenalty()) {
+        setFrequencyPenalty(other.getFrequencyPenalty());
+      }
+      if (other.hasN()) {
+        setN(other.getN());
+      }
+      internalGetMutableLogitBias().mergeFrom(
+          other.internalGetLogitBias());
+      bitField0_ |= 0x00000100;
+      if (other.getLogprobs() != false) {
+        setLogprobs(other.getLogprobs());
+      }
+      if (other.hasTopLogprobs()) {
+        setTopLogprobs(other.getTopLogprobs());
+      }
+      if (!other.getReasoningEffort().isEmpty()) {
+        reasoningEffort_ = other.reasoningEffort_;
+        bitField0_ |= 0x00000800;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -657,6 +1127,45 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000010;
               break;
             } // case 40
+            case 53: {
+              presencePenalty_ = input.readFloat();
+              bitField0_ |= 0x00000020;
+              break;
+            } // case 53
+            case 61: {
+              frequencyPenalty_ = input.readFloat();
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 61
+            case 64: {
+              n_ = input.readInt32();
+              bitField0_ |= 0x00000080;
+              break;
+            } // case 64
+            case 74: {
+              com.google.protobuf.MapEntry<java.lang.String, java.lang.Float>
+              logitBias__ = input.readMessage(
+                  LogitBiasDefaultEntryHolder.defaultEntry.getParserForType(), extensionRegistry);
+              internalGetMutableLogitBias().getMutableMap().put(
+                  logitBias__.getKey(), logitBias__.getValue());
+              bitField0_ |= 0x00000100;
+              break;
+            } // case 74
+            case 80: {
+              logprobs_ = input.readBool();
+              bitField0_ |= 0x00000200;
+              break;
+            } // case 80
+            case 88: {
+              topLogprobs_ = input.readInt32();
+              bitField0_ |= 0x00000400;
+              break;
+            } // case 88
+            case 98: {
+              reasoningEffort_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000800;
+              break;
+            } // case 98
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1018,6 +1527,526 @@ private static final long serialVersionUID = 0L;
     public Builder clearSeed() {
       bitField0_ = (bitField0_ & ~0x00000010);
       seed_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private float presencePenalty_ ;
+    /**
+     * <pre>
+     * -2 to 2.
+     * </pre>
+     *
+     * <code>optional float presence_penalty = 6 [json_name = "presencePenalty"];</code>
+     * @return Whether the presencePenalty field is set.
+     */
+    @java.lang.Override
+    public boolean hasPresencePenalty() {
+      return ((bitField0_ & 0x00000020) != 0);
+    }
+    /**
+     * <pre>
+     * -2 to 2.
+     * </pre>
+     *
+     * <code>optional float presence_penalty = 6 [json_name = "presencePenalty"];</code>
+     * @return The presencePenalty.
+     */
+    @java.lang.Override
+    public float getPresencePenalty() {
+      return presencePenalty_;
+    }
+    /**
+     * <pre>
+     * -2 to 2.
+     * </pre>
+     *
+     * <code>optional float presence_penalty = 6 [json_name = "presencePenalty"];</code>
+     * @param value The presencePenalty to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPresencePenalty(float value) {
+      
+      presencePenalty_ = value;
+      bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * -2 to 2.
+     * </pre>
+     *
+     * <code>optional float presence_penalty = 6 [json_name = "presencePenalty"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPresencePenalty() {
+      bitField0_ = (bitField0_ & ~0x00000020);
+      presencePenalty_ = 0F;
+      onChanged();
+      return this;
+    }
+
+    private float frequencyPenalty_ ;
+    /**
+     * <pre>
+     * -2 to 2.
+     * </pre>
+     *
+     * <code>optional float frequency_penalty = 7 [json_name = "frequencyPenalty"];</code>
+     * @return Whether the frequencyPenalty field is set.
+     */
+    @java.lang.Override
+    public boolean hasFrequencyPenalty() {
+      return ((bitField0_ & 0x00000040) != 0);
+    }
+    /**
+     * <pre>
+     * -2 to 2.
+     * </pre>
+     *
+     * <code>optional float frequency_penalty = 7 [json_name = "frequencyPenalty"];</code>
+     * @return The frequencyPenalty.
+     */
+    @java.lang.Override
+    public float getFrequencyPenalty() {
+      return frequencyPenalty_;
+    }
+    /**
+     * <pre>
+     * -2 to 2.
+     * </pre>
+     *
+     * <code>optional float frequency_penalty = 7 [json_name = "frequencyPenalty"];</code>
+     * @param value The frequencyPenalty to set.
+     * @return This builder for chaining.
+     */
+    public Builder setFrequencyPenalty(float value) {
+      
+      frequencyPenalty_ = value;
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * -2 to 2.
+     * </pre>
+     *
+     * <code>optional float frequency_penalty = 7 [json_name = "frequencyPenalty"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearFrequencyPenalty() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      frequencyPenalty_ = 0F;
+      onChanged();
+      return this;
+    }
+
+    private int n_ ;
+    /**
+     * <pre>
+     * How many choices to generate: 1 (the default) to 8.
+     * </pre>
+     *
+     * <code>optional int32 n = 8 [json_name = "n"];</code>
+     * @return Whether the n field is set.
+     */
+    @java.lang.Override
+    public boolean hasN() {
+      return ((bitField0_ & 0x00000080) != 0);
+    }
+    /**
+     * <pre>
+     * How many choices to generate: 1 (the default) to 8.
+     * </pre>
+     *
+     * <code>optional int32 n = 8 [json_name = "n"];</code>
+     * @return The n.
+     */
+    @java.lang.Override
+    public int getN() {
+      return n_;
+    }
+    /**
+     * <pre>
+     * How many choices to generate: 1 (the default) to 8.
+     * </pre>
+     *
+     * <code>optional int32 n = 8 [json_name = "n"];</code>
+     * @param value The n to set.
+     * @return This builder for chaining.
+     */
+    public Builder setN(int value) {
+      
+      n_ = value;
+      bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * How many choices to generate: 1 (the default) to 8.
+     * </pre>
+     *
+     * <code>optional int32 n = 8 [json_name = "n"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearN() {
+      bitField0_ = (bitField0_ & ~0x00000080);
+      n_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.MapField<
+        java.lang.String, java.lang.Float> logitBias_;
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Float>
+        internalGetLogitBias() {
+      if (logitBias_ == null) {
+        return com.google.protobuf.MapField.emptyMapField(
+            LogitBiasDefaultEntryHolder.defaultEntry);
+      }
+      return logitBias_;
+    }
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Float>
+        internalGetMutableLogitBias() {
+      if (logitBias_ == null) {
+        logitBias_ = com.google.protobuf.MapField.newMapField(
+            LogitBiasDefaultEntryHolder.defaultEntry);
+      }
+      if (!logitBias_.isMutable()) {
+        logitBias_ = logitBias_.copy();
+      }
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return logitBias_;
+    }
+    public int getLogitBiasCount() {
+      return internalGetLogitBias().getMap().size();
+    }
+    /**
+     * <pre>
+     * Token id (as decimal text) to a bias of -100 to 100. At most 300
+     * entries.
+     * </pre>
+     *
+     * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+     */
+    @java.lang.Override
+    public boolean containsLogitBias(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      return internalGetLogitBias().getMap().containsKey(key);
+    }
+    /**
+     * Use {@link #getLogitBiasMap()} instead.
+     */
+    @java.lang.Override
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Float> getLogitBias() {
+      return getLogitBiasMap();
+    }
+    /**
+     * <pre>
+     * Token id (as decimal text) to a bias of -100 to 100. At most 300
+     * entries.
+     * </pre>
+     *
+     * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+     */
+    @java.lang.Override
+    public java.util.Map<java.lang.String, java.lang.Float> getLogitBiasMap() {
+      return internalGetLogitBias().getMap();
+    }
+    /**
+     * <pre>
+     * Token id (as decimal text) to a bias of -100 to 100. At most 300
+     * entries.
+     * </pre>
+     *
+     * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+     */
+    @java.lang.Override
+    public float getLogitBiasOrDefault(
+        java.lang.String key,
+        float defaultValue) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Float> map =
+          internalGetLogitBias().getMap();
+      return map.containsKey(key) ? map.get(key) : defaultValue;
+    }
+    /**
+     * <pre>
+     * Token id (as decimal text) to a bias of -100 to 100. At most 300
+     * entries.
+     * </pre>
+     *
+     * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+     */
+    @java.lang.Override
+    public float getLogitBiasOrThrow(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Float> map =
+          internalGetLogitBias().getMap();
+      if (!map.containsKey(key)) {
+        throw new java.lang.IllegalArgumentException();
+      }
+      return map.get(key);
+    }
+    public Builder clearLogitBias() {
+      bitField0_ = (bitField0_ & ~0x00000100);
+      internalGetMutableLogitBias().getMutableMap()
+          .clear();
+      return this;
+    }
+    /**
+     * <pre>
+     * Token id (as decimal text) to a bias of -100 to 100. At most 300
+     * entries.
+     * </pre>
+     *
+     * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+     */
+    public Builder removeLogitBias(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      internalGetMutableLogitBias().getMutableMap()
+          .remove(key);
+      return this;
+    }
+    /**
+     * Use alternate mutation accessors instead.
+     */
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Float>
+        getMutableLogitBias() {
+      bitField0_ |= 0x00000100;
+      return internalGetMutableLogitBias().getMutableMap();
+    }
+    /**
+     * <pre>
+     * Token id (as decimal text) to a bias of -100 to 100. At most 300
+     * entries.
+     * </pre>
+     *
+     * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+     */
+    public Builder putLogitBias(
+        java.lang.String key,
+        float value) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      
+      internalGetMutableLogitBias().getMutableMap()
+          .put(key, value);
+      bitField0_ |= 0x00000100;
+      return this;
+    }
+    /**
+     * <pre>
+     * Token id (as decimal text) to a bias of -100 to 100. At most 300
+     * entries.
+     * </pre>
+     *
+     * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+     */
+    public Builder putAllLogitBias(
+        java.util.Map<java.lang.String, java.lang.Float> values) {
+      internalGetMutableLogitBias().getMutableMap()
+          .putAll(values);
+      bitField0_ |= 0x00000100;
+      return this;
+    }
+
+    private boolean logprobs_ ;
+    /**
+     * <pre>
+     * Whether to return the output tokens' log probabilities.
+     * </pre>
+     *
+     * <code>bool logprobs = 10 [json_name = "logprobs"];</code>
+     * @return The logprobs.
+     */
+    @java.lang.Override
+    public boolean getLogprobs() {
+      return logprobs_;
+    }
+    /**
+     * <pre>
+     * Whether to return the output tokens' log probabilities.
+     * </pre>
+     *
+     * <code>bool logprobs = 10 [json_name = "logprobs"];</code>
+     * @param value The logprobs to set.
+     * @return This builder for chaining.
+     */
+    public Builder setLogprobs(boolean value) {
+      
+      logprobs_ = value;
+      bitField0_ |= 0x00000200;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Whether to return the output tokens' log probabilities.
+     * </pre>
+     *
+     * <code>bool logprobs = 10 [json_name = "logprobs"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearLogprobs() {
+      bitField0_ = (bitField0_ & ~0x00000200);
+      logprobs_ = false;
+      onChanged();
+      return this;
+    }
+
+    private int topLogprobs_ ;
+    /**
+     * <pre>
+     * 0 to 20 most likely tokens per position; needs logprobs.
+     * </pre>
+     *
+     * <code>optional int32 top_logprobs = 11 [json_name = "topLogprobs"];</code>
+     * @return Whether the topLogprobs field is set.
+     */
+    @java.lang.Override
+    public boolean hasTopLogprobs() {
+      return ((bitField0_ & 0x00000400) != 0);
+    }
+    /**
+     * <pre>
+     * 0 to 20 most likely tokens per position; needs logprobs.
+     * </pre>
+     *
+     * <code>optional int32 top_logprobs = 11 [json_name = "topLogprobs"];</code>
+     * @return The topLogprobs.
+     */
+    @java.lang.Override
+    public int getTopLogprobs() {
+      return topLogprobs_;
+    }
+    /**
+     * <pre>
+     * 0 to 20 most likely tokens per position; needs logprobs.
+     * </pre>
+     *
+     * <code>optional int32 top_logprobs = 11 [json_name = "topLogprobs"];</code>
+     * @param value The topLogprobs to set.
+     * @return This builder for chaining.
+     */
+    public Builder setTopLogprobs(int value) {
+      
+      topLogprobs_ = value;
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * 0 to 20 most likely tokens per position; needs logprobs.
+     * </pre>
+     *
+     * <code>optional int32 top_logprobs = 11 [json_name = "topLogprobs"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearTopLogprobs() {
+      bitField0_ = (bitField0_ & ~0x00000400);
+      topLogprobs_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object reasoningEffort_ = "";
+    /**
+     * <pre>
+     * For reasoning models: "minimal", "low", "medium" or "high".
+     * </pre>
+     *
+     * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+     * @return The reasoningEffort.
+     */
+    public java.lang.String getReasoningEffort() {
+      java.lang.Object ref = reasoningEffort_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        reasoningEffort_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * For reasoning models: "minimal", "low", "medium" or "high".
+     * </pre>
+     *
+     * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+     * @return The bytes for reasoningEffort.
+     */
+    public com.google.protobuf.ByteString
+        getReasoningEffortBytes() {
+      java.lang.Object ref = reasoningEffort_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        reasoningEffort_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * For reasoning models: "minimal", "low", "medium" or "high".
+     * </pre>
+     *
+     * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+     * @param value The reasoningEffort to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReasoningEffort(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      reasoningEffort_ = value;
+      bitField0_ |= 0x00000800;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For reasoning models: "minimal", "low", "medium" or "high".
+     * </pre>
+     *
+     * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearReasoningEffort() {
+      reasoningEffort_ = getDefaultInstance().getReasoningEffort();
+      bitField0_ = (bitField0_ & ~0x00000800);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For reasoning models: "minimal", "low", "medium" or "high".
+     * </pre>
+     *
+     * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+     * @param value The bytes for reasoningEffort to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReasoningEffortBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      reasoningEffort_ = value;
+      bitField0_ |= 0x00000800;
       onChanged();
       return this;
     }

@@ -115,4 +115,167 @@ public interface GenerationParamsOrBuilder extends
    * @return The seed.
    */
   long getSeed();
+
+  /**
+   * <pre>
+   * -2 to 2.
+   * </pre>
+   *
+   * <code>optional float presence_penalty = 6 [json_name = "presencePenalty"];</code>
+   * @return Whether the presencePenalty field is set.
+   */
+  boolean hasPresencePenalty();
+  /**
+   * <pre>
+   * -2 to 2.
+   * </pre>
+   *
+   * <code>optional float presence_penalty = 6 [json_name = "presencePenalty"];</code>
+   * @return The presencePenalty.
+   */
+  float getPresencePenalty();
+
+  /**
+   * <pre>
+   * -2 to 2.
+   * </pre>
+   *
+   * <code>optional float frequency_penalty = 7 [json_name = "frequencyPenalty"];</code>
+   * @return Whether the frequencyPenalty field is set.
+   */
+  boolean hasFrequencyPenalty();
+  /**
+   * <pre>
+   * -2 to 2.
+   * </pre>
+   *
+   * <code>optional float frequency_penalty = 7 [json_name = "frequencyPenalty"];</code>
+   * @return The frequencyPenalty.
+   */
+  float getFrequencyPenalty();
+
+  /**
+   * <pre>
+   * How many choices to generate: 1 (the default) to 8.
+   * </pre>
+   *
+   * <code>optional int32 n = 8 [json_name = "n"];</code>
+   * @return Whether the n field is set.
+   */
+  boolean hasN();
+  /**
+   * <pre>
+   * How many choices to generate: 1 (the default) to 8.
+   * </pre>
+   *
+   * <code>optional int32 n = 8 [json_name = "n"];</code>
+   * @return The n.
+   */
+  int getN();
+
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  int getLogitBiasCount();
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  boolean containsLogitBias(
+      java.lang.String key);
+  /**
+   * Use {@link #getLogitBiasMap()} instead.
+   */
+  @java.lang.Deprecated
+  java.util.Map<java.lang.String, java.lang.Float>
+  getLogitBias();
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  java.util.Map<java.lang.String, java.lang.Float>
+  getLogitBiasMap();
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  float getLogitBiasOrDefault(
+      java.lang.String key,
+      float defaultValue);
+  /**
+   * <pre>
+   * Token id (as decimal text) to a bias of -100 to 100. At most 300
+   * entries.
+   * </pre>
+   *
+   * <code>map&lt;string, float&gt; logit_bias = 9 [json_name = "logitBias"];</code>
+   */
+  float getLogitBiasOrThrow(
+      java.lang.String key);
+
+  /**
+   * <pre>
+   * Whether to return the output tokens' log probabilities.
+   * </pre>
+   *
+   * <code>bool logprobs = 10 [json_name = "logprobs"];</code>
+   * @return The logprobs.
+   */
+  boolean getLogprobs();
+
+  /**
+   * <pre>
+   * 0 to 20 most likely tokens per position; needs logprobs.
+   * </pre>
+   *
+   * <code>optional int32 top_logprobs = 11 [json_name = "topLogprobs"];</code>
+   * @return Whether the topLogprobs field is set.
+   */
+  boolean hasTopLogprobs();
+  /**
+   * <pre>
+   * 0 to 20 most likely tokens per position; needs logprobs.
+   * </pre>
+   *
+   * <code>optional int32 top_logprobs = 11 [json_name = "topLogprobs"];</code>
+   * @return The topLogprobs.
+   */
+  int getTopLogprobs();
+
+  /**
+   * <pre>
+   * For reasoning models: "minimal", "low", "medium" or "high".
+   * </pre>
+   *
+   * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+   * @return The reasoningEffort.
+   */
+  java.lang.String getReasoningEffort();
+  /**
+   * <pre>
+   * For reasoning models: "minimal", "low", "medium" or "high".
+   * </pre>
+   *
+   * <code>string reasoning_effort = 12 [json_name = "reasoningEffort"];</code>
+   * @return The bytes for reasoningEffort.
+   */
+  com.google.protobuf.ByteString
+      getReasoningEffortBytes();
 }

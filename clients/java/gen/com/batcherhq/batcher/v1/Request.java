@@ -26,6 +26,8 @@ private static final long serialVersionUID = 0L;
     traceparent_ = "";
     tracestate_ = "";
     dedup_ = 0;
+    tools_ = java.util.Collections.emptyList();
+    user_ = "";
   }
 
   @java.lang.Override
@@ -65,6 +67,7 @@ private static final long serialVersionUID = 0L;
             com.batcherhq.batcher.v1.Request.class, com.batcherhq.batcher.v1.Request.Builder.class);
   }
 
+  private int bitField0_;
   private int inputCase_ = 0;
   private java.lang.Object input_;
   public enum InputCase
@@ -604,6 +607,282 @@ java.lang.String defaultValue) {
     return stream_;
   }
 
+  public static final int TOOLS_FIELD_NUMBER = 13;
+  @SuppressWarnings("serial")
+  private java.util.List<com.batcherhq.batcher.v1.Tool> tools_;
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<com.batcherhq.batcher.v1.Tool> getToolsList() {
+    return tools_;
+  }
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends com.batcherhq.batcher.v1.ToolOrBuilder> 
+      getToolsOrBuilderList() {
+    return tools_;
+  }
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  @java.lang.Override
+  public int getToolsCount() {
+    return tools_.size();
+  }
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.Tool getTools(int index) {
+    return tools_.get(index);
+  }
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ToolOrBuilder getToolsOrBuilder(
+      int index) {
+    return tools_.get(index);
+  }
+
+  public static final int TOOL_CHOICE_FIELD_NUMBER = 14;
+  private com.batcherhq.batcher.v1.ToolChoice toolChoice_;
+  /**
+   * <pre>
+   * Whether and which tool the model must call; unset: the upstream's
+   * default (auto when tools are given).
+   * </pre>
+   *
+   * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+   * @return Whether the toolChoice field is set.
+   */
+  @java.lang.Override
+  public boolean hasToolChoice() {
+    return toolChoice_ != null;
+  }
+  /**
+   * <pre>
+   * Whether and which tool the model must call; unset: the upstream's
+   * default (auto when tools are given).
+   * </pre>
+   *
+   * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+   * @return The toolChoice.
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ToolChoice getToolChoice() {
+    return toolChoice_ == null ? com.batcherhq.batcher.v1.ToolChoice.getDefaultInstance() : toolChoice_;
+  }
+  /**
+   * <pre>
+   * Whether and which tool the model must call; unset: the upstream's
+   * default (auto when tools are given).
+   * </pre>
+   *
+   * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ToolChoiceOrBuilder getToolChoiceOrBuilder() {
+    return toolChoice_ == null ? com.batcherhq.batcher.v1.ToolChoice.getDefaultInstance() : toolChoice_;
+  }
+
+  public static final int PARALLEL_TOOL_CALLS_FIELD_NUMBER = 15;
+  private boolean parallelToolCalls_ = false;
+  /**
+   * <pre>
+   * Whether the model may call several tools in one answer; unset: the
+   * upstream's default.
+   * </pre>
+   *
+   * <code>optional bool parallel_tool_calls = 15 [json_name = "parallelToolCalls"];</code>
+   * @return Whether the parallelToolCalls field is set.
+   */
+  @java.lang.Override
+  public boolean hasParallelToolCalls() {
+    return ((bitField0_ & 0x00000001) != 0);
+  }
+  /**
+   * <pre>
+   * Whether the model may call several tools in one answer; unset: the
+   * upstream's default.
+   * </pre>
+   *
+   * <code>optional bool parallel_tool_calls = 15 [json_name = "parallelToolCalls"];</code>
+   * @return The parallelToolCalls.
+   */
+  @java.lang.Override
+  public boolean getParallelToolCalls() {
+    return parallelToolCalls_;
+  }
+
+  public static final int RESPONSE_FORMAT_FIELD_NUMBER = 16;
+  private com.batcherhq.batcher.v1.ResponseFormat responseFormat_;
+  /**
+   * <pre>
+   * The shape of the answer: text (the default), any JSON object, or JSON
+   * validating against a schema.
+   * </pre>
+   *
+   * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+   * @return Whether the responseFormat field is set.
+   */
+  @java.lang.Override
+  public boolean hasResponseFormat() {
+    return responseFormat_ != null;
+  }
+  /**
+   * <pre>
+   * The shape of the answer: text (the default), any JSON object, or JSON
+   * validating against a schema.
+   * </pre>
+   *
+   * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+   * @return The responseFormat.
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ResponseFormat getResponseFormat() {
+    return responseFormat_ == null ? com.batcherhq.batcher.v1.ResponseFormat.getDefaultInstance() : responseFormat_;
+  }
+  /**
+   * <pre>
+   * The shape of the answer: text (the default), any JSON object, or JSON
+   * validating against a schema.
+   * </pre>
+   *
+   * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+   */
+  @java.lang.Override
+  public com.batcherhq.batcher.v1.ResponseFormatOrBuilder getResponseFormatOrBuilder() {
+    return responseFormat_ == null ? com.batcherhq.batcher.v1.ResponseFormat.getDefaultInstance() : responseFormat_;
+  }
+
+  public static final int EXTRA_BODY_FIELD_NUMBER = 17;
+  private com.google.protobuf.Struct extraBody_;
+  /**
+   * <pre>
+   * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+   * upstreams as top-level fields of the call. At most 16 KiB once encoded
+   * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+   * refused, and so is any extra field on a backend that cannot forward
+   * them.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+   * @return Whether the extraBody field is set.
+   */
+  @java.lang.Override
+  public boolean hasExtraBody() {
+    return extraBody_ != null;
+  }
+  /**
+   * <pre>
+   * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+   * upstreams as top-level fields of the call. At most 16 KiB once encoded
+   * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+   * refused, and so is any extra field on a backend that cannot forward
+   * them.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+   * @return The extraBody.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Struct getExtraBody() {
+    return extraBody_ == null ? com.google.protobuf.Struct.getDefaultInstance() : extraBody_;
+  }
+  /**
+   * <pre>
+   * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+   * upstreams as top-level fields of the call. At most 16 KiB once encoded
+   * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+   * refused, and so is any extra field on a backend that cannot forward
+   * them.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.StructOrBuilder getExtraBodyOrBuilder() {
+    return extraBody_ == null ? com.google.protobuf.Struct.getDefaultInstance() : extraBody_;
+  }
+
+  public static final int USER_FIELD_NUMBER = 18;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object user_ = "";
+  /**
+   * <pre>
+   * The end user the call is made for, forwarded as OpenAI's "user". At
+   * most 256 bytes.
+   * </pre>
+   *
+   * <code>string user = 18 [json_name = "user"];</code>
+   * @return The user.
+   */
+  @java.lang.Override
+  public java.lang.String getUser() {
+    java.lang.Object ref = user_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      user_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The end user the call is made for, forwarded as OpenAI's "user". At
+   * most 256 bytes.
+   * </pre>
+   *
+   * <code>string user = 18 [json_name = "user"];</code>
+   * @return The bytes for user.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getUserBytes() {
+    java.lang.Object ref = user_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      user_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -656,6 +935,24 @@ java.lang.String defaultValue) {
     }
     if (dedup_ != com.batcherhq.batcher.v1.Dedup.DEDUP_UNSPECIFIED.getNumber()) {
       output.writeEnum(12, dedup_);
+    }
+    for (int i = 0; i < tools_.size(); i++) {
+      output.writeMessage(13, tools_.get(i));
+    }
+    if (toolChoice_ != null) {
+      output.writeMessage(14, getToolChoice());
+    }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      output.writeBool(15, parallelToolCalls_);
+    }
+    if (responseFormat_ != null) {
+      output.writeMessage(16, getResponseFormat());
+    }
+    if (extraBody_ != null) {
+      output.writeMessage(17, getExtraBody());
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(user_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 18, user_);
     }
     if (stream_ != false) {
       output.writeBool(20, stream_);
@@ -719,6 +1016,29 @@ java.lang.String defaultValue) {
       size += com.google.protobuf.CodedOutputStream
         .computeEnumSize(12, dedup_);
     }
+    for (int i = 0; i < tools_.size(); i++) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(13, tools_.get(i));
+    }
+    if (toolChoice_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(14, getToolChoice());
+    }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(15, parallelToolCalls_);
+    }
+    if (responseFormat_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(16, getResponseFormat());
+    }
+    if (extraBody_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(17, getExtraBody());
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(user_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(18, user_);
+    }
     if (stream_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(20, stream_);
@@ -762,6 +1082,30 @@ java.lang.String defaultValue) {
     if (dedup_ != other.dedup_) return false;
     if (getStream()
         != other.getStream()) return false;
+    if (!getToolsList()
+        .equals(other.getToolsList())) return false;
+    if (hasToolChoice() != other.hasToolChoice()) return false;
+    if (hasToolChoice()) {
+      if (!getToolChoice()
+          .equals(other.getToolChoice())) return false;
+    }
+    if (hasParallelToolCalls() != other.hasParallelToolCalls()) return false;
+    if (hasParallelToolCalls()) {
+      if (getParallelToolCalls()
+          != other.getParallelToolCalls()) return false;
+    }
+    if (hasResponseFormat() != other.hasResponseFormat()) return false;
+    if (hasResponseFormat()) {
+      if (!getResponseFormat()
+          .equals(other.getResponseFormat())) return false;
+    }
+    if (hasExtraBody() != other.hasExtraBody()) return false;
+    if (hasExtraBody()) {
+      if (!getExtraBody()
+          .equals(other.getExtraBody())) return false;
+    }
+    if (!getUser()
+        .equals(other.getUser())) return false;
     if (!getInputCase().equals(other.getInputCase())) return false;
     switch (inputCase_) {
       case 4:
@@ -817,6 +1161,29 @@ java.lang.String defaultValue) {
     hash = (37 * hash) + STREAM_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getStream());
+    if (getToolsCount() > 0) {
+      hash = (37 * hash) + TOOLS_FIELD_NUMBER;
+      hash = (53 * hash) + getToolsList().hashCode();
+    }
+    if (hasToolChoice()) {
+      hash = (37 * hash) + TOOL_CHOICE_FIELD_NUMBER;
+      hash = (53 * hash) + getToolChoice().hashCode();
+    }
+    if (hasParallelToolCalls()) {
+      hash = (37 * hash) + PARALLEL_TOOL_CALLS_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+          getParallelToolCalls());
+    }
+    if (hasResponseFormat()) {
+      hash = (37 * hash) + RESPONSE_FORMAT_FIELD_NUMBER;
+      hash = (53 * hash) + getResponseFormat().hashCode();
+    }
+    if (hasExtraBody()) {
+      hash = (37 * hash) + EXTRA_BODY_FIELD_NUMBER;
+      hash = (53 * hash) + getExtraBody().hashCode();
+    }
+    hash = (37 * hash) + USER_FIELD_NUMBER;
+    hash = (53 * hash) + getUser().hashCode();
     switch (inputCase_) {
       case 4:
         hash = (37 * hash) + CHAT_FIELD_NUMBER;
@@ -1015,6 +1382,30 @@ java.lang.String defaultValue) {
       tracestate_ = "";
       dedup_ = 0;
       stream_ = false;
+      if (toolsBuilder_ == null) {
+        tools_ = java.util.Collections.emptyList();
+      } else {
+        tools_ = null;
+        toolsBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00002000);
+      toolChoice_ = null;
+      if (toolChoiceBuilder_ != null) {
+        toolChoiceBuilder_.dispose();
+        toolChoiceBuilder_ = null;
+      }
+      parallelToolCalls_ = false;
+      responseFormat_ = null;
+      if (responseFormatBuilder_ != null) {
+        responseFormatBuilder_.dispose();
+        responseFormatBuilder_ = null;
+      }
+      extraBody_ = null;
+      if (extraBodyBuilder_ != null) {
+        extraBodyBuilder_.dispose();
+        extraBodyBuilder_ = null;
+      }
+      user_ = "";
       inputCase_ = 0;
       input_ = null;
       return this;
@@ -1043,10 +1434,23 @@ java.lang.String defaultValue) {
     @java.lang.Override
     public com.batcherhq.batcher.v1.Request buildPartial() {
       com.batcherhq.batcher.v1.Request result = new com.batcherhq.batcher.v1.Request(this);
+      buildPartialRepeatedFields(result);
       if (bitField0_ != 0) { buildPartial0(result); }
       buildPartialOneofs(result);
       onBuilt();
       return result;
+    }
+
+    private void buildPartialRepeatedFields(com.batcherhq.batcher.v1.Request result) {
+      if (toolsBuilder_ == null) {
+        if (((bitField0_ & 0x00002000) != 0)) {
+          tools_ = java.util.Collections.unmodifiableList(tools_);
+          bitField0_ = (bitField0_ & ~0x00002000);
+        }
+        result.tools_ = tools_;
+      } else {
+        result.tools_ = toolsBuilder_.build();
+      }
     }
 
     private void buildPartial0(com.batcherhq.batcher.v1.Request result) {
@@ -1086,6 +1490,30 @@ java.lang.String defaultValue) {
       if (((from_bitField0_ & 0x00001000) != 0)) {
         result.stream_ = stream_;
       }
+      if (((from_bitField0_ & 0x00004000) != 0)) {
+        result.toolChoice_ = toolChoiceBuilder_ == null
+            ? toolChoice_
+            : toolChoiceBuilder_.build();
+      }
+      int to_bitField0_ = 0;
+      if (((from_bitField0_ & 0x00008000) != 0)) {
+        result.parallelToolCalls_ = parallelToolCalls_;
+        to_bitField0_ |= 0x00000001;
+      }
+      if (((from_bitField0_ & 0x00010000) != 0)) {
+        result.responseFormat_ = responseFormatBuilder_ == null
+            ? responseFormat_
+            : responseFormatBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00020000) != 0)) {
+        result.extraBody_ = extraBodyBuilder_ == null
+            ? extraBody_
+            : extraBodyBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00040000) != 0)) {
+        result.user_ = user_;
+      }
+      result.bitField0_ |= to_bitField0_;
     }
 
     private void buildPartialOneofs(com.batcherhq.batcher.v1.Request result) {
@@ -1186,6 +1614,49 @@ java.lang.String defaultValue) {
       }
       if (other.getStream() != false) {
         setStream(other.getStream());
+      }
+      if (toolsBuilder_ == null) {
+        if (!other.tools_.isEmpty()) {
+          if (tools_.isEmpty()) {
+            tools_ = other.tools_;
+            bitField0_ = (bitField0_ & ~0x00002000);
+          } else {
+            ensureToolsIsMutable();
+            tools_.addAll(other.tools_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.tools_.isEmpty()) {
+          if (toolsBuilder_.isEmpty()) {
+            toolsBuilder_.dispose();
+            toolsBuilder_ = null;
+            tools_ = other.tools_;
+            bitField0_ = (bitField0_ & ~0x00002000);
+            toolsBuilder_ = 
+              com.google.protobuf.GeneratedMessageV3.alwaysUseFieldBuilders ?
+                 getToolsFieldBuilder() : null;
+          } else {
+            toolsBuilder_.addAllMessages(other.tools_);
+          }
+        }
+      }
+      if (other.hasToolChoice()) {
+        mergeToolChoice(other.getToolChoice());
+      }
+      if (other.hasParallelToolCalls()) {
+        setParallelToolCalls(other.getParallelToolCalls());
+      }
+      if (other.hasResponseFormat()) {
+        mergeResponseFormat(other.getResponseFormat());
+      }
+      if (other.hasExtraBody()) {
+        mergeExtraBody(other.getExtraBody());
+      }
+      if (!other.getUser().isEmpty()) {
+        user_ = other.user_;
+        bitField0_ |= 0x00040000;
+        onChanged();
       }
       switch (other.getInputCase()) {
         case CHAT: {
@@ -1304,6 +1775,50 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00000800;
               break;
             } // case 96
+            case 106: {
+              com.batcherhq.batcher.v1.Tool m =
+                  input.readMessage(
+                      com.batcherhq.batcher.v1.Tool.parser(),
+                      extensionRegistry);
+              if (toolsBuilder_ == null) {
+                ensureToolsIsMutable();
+                tools_.add(m);
+              } else {
+                toolsBuilder_.addMessage(m);
+              }
+              break;
+            } // case 106
+            case 114: {
+              input.readMessage(
+                  getToolChoiceFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00004000;
+              break;
+            } // case 114
+            case 120: {
+              parallelToolCalls_ = input.readBool();
+              bitField0_ |= 0x00008000;
+              break;
+            } // case 120
+            case 130: {
+              input.readMessage(
+                  getResponseFormatFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00010000;
+              break;
+            } // case 130
+            case 138: {
+              input.readMessage(
+                  getExtraBodyFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00020000;
+              break;
+            } // case 138
+            case 146: {
+              user_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00040000;
+              break;
+            } // case 146
             case 160: {
               stream_ = input.readBool();
               bitField0_ |= 0x00001000;
@@ -2726,6 +3241,1012 @@ java.lang.String defaultValue) {
     public Builder clearStream() {
       bitField0_ = (bitField0_ & ~0x00001000);
       stream_ = false;
+      onChanged();
+      return this;
+    }
+
+    private java.util.List<com.batcherhq.batcher.v1.Tool> tools_ =
+      java.util.Collections.emptyList();
+    private void ensureToolsIsMutable() {
+      if (!((bitField0_ & 0x00002000) != 0)) {
+        tools_ = new java.util.ArrayList<com.batcherhq.batcher.v1.Tool>(tools_);
+        bitField0_ |= 0x00002000;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        com.batcherhq.batcher.v1.Tool, com.batcherhq.batcher.v1.Tool.Builder, com.batcherhq.batcher.v1.ToolOrBuilder> toolsBuilder_;
+
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public java.util.List<com.batcherhq.batcher.v1.Tool> getToolsList() {
+      if (toolsBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(tools_);
+      } else {
+        return toolsBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public int getToolsCount() {
+      if (toolsBuilder_ == null) {
+        return tools_.size();
+      } else {
+        return toolsBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public com.batcherhq.batcher.v1.Tool getTools(int index) {
+      if (toolsBuilder_ == null) {
+        return tools_.get(index);
+      } else {
+        return toolsBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder setTools(
+        int index, com.batcherhq.batcher.v1.Tool value) {
+      if (toolsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureToolsIsMutable();
+        tools_.set(index, value);
+        onChanged();
+      } else {
+        toolsBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder setTools(
+        int index, com.batcherhq.batcher.v1.Tool.Builder builderForValue) {
+      if (toolsBuilder_ == null) {
+        ensureToolsIsMutable();
+        tools_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        toolsBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder addTools(com.batcherhq.batcher.v1.Tool value) {
+      if (toolsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureToolsIsMutable();
+        tools_.add(value);
+        onChanged();
+      } else {
+        toolsBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder addTools(
+        int index, com.batcherhq.batcher.v1.Tool value) {
+      if (toolsBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureToolsIsMutable();
+        tools_.add(index, value);
+        onChanged();
+      } else {
+        toolsBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder addTools(
+        com.batcherhq.batcher.v1.Tool.Builder builderForValue) {
+      if (toolsBuilder_ == null) {
+        ensureToolsIsMutable();
+        tools_.add(builderForValue.build());
+        onChanged();
+      } else {
+        toolsBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder addTools(
+        int index, com.batcherhq.batcher.v1.Tool.Builder builderForValue) {
+      if (toolsBuilder_ == null) {
+        ensureToolsIsMutable();
+        tools_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        toolsBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder addAllTools(
+        java.lang.Iterable<? extends com.batcherhq.batcher.v1.Tool> values) {
+      if (toolsBuilder_ == null) {
+        ensureToolsIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, tools_);
+        onChanged();
+      } else {
+        toolsBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder clearTools() {
+      if (toolsBuilder_ == null) {
+        tools_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00002000);
+        onChanged();
+      } else {
+        toolsBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public Builder removeTools(int index) {
+      if (toolsBuilder_ == null) {
+        ensureToolsIsMutable();
+        tools_.remove(index);
+        onChanged();
+      } else {
+        toolsBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public com.batcherhq.batcher.v1.Tool.Builder getToolsBuilder(
+        int index) {
+      return getToolsFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public com.batcherhq.batcher.v1.ToolOrBuilder getToolsOrBuilder(
+        int index) {
+      if (toolsBuilder_ == null) {
+        return tools_.get(index);  } else {
+        return toolsBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public java.util.List<? extends com.batcherhq.batcher.v1.ToolOrBuilder> 
+         getToolsOrBuilderList() {
+      if (toolsBuilder_ != null) {
+        return toolsBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(tools_);
+      }
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public com.batcherhq.batcher.v1.Tool.Builder addToolsBuilder() {
+      return getToolsFieldBuilder().addBuilder(
+          com.batcherhq.batcher.v1.Tool.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public com.batcherhq.batcher.v1.Tool.Builder addToolsBuilder(
+        int index) {
+      return getToolsFieldBuilder().addBuilder(
+          index, com.batcherhq.batcher.v1.Tool.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * Functions the model may call (chat only). At most 128 tools; a route
+     * whose backend cannot take tools refuses them by name.
+     * </pre>
+     *
+     * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+     */
+    public java.util.List<com.batcherhq.batcher.v1.Tool.Builder> 
+         getToolsBuilderList() {
+      return getToolsFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilderV3<
+        com.batcherhq.batcher.v1.Tool, com.batcherhq.batcher.v1.Tool.Builder, com.batcherhq.batcher.v1.ToolOrBuilder> 
+        getToolsFieldBuilder() {
+      if (toolsBuilder_ == null) {
+        toolsBuilder_ = new com.google.protobuf.RepeatedFieldBuilderV3<
+            com.batcherhq.batcher.v1.Tool, com.batcherhq.batcher.v1.Tool.Builder, com.batcherhq.batcher.v1.ToolOrBuilder>(
+                tools_,
+                ((bitField0_ & 0x00002000) != 0),
+                getParentForChildren(),
+                isClean());
+        tools_ = null;
+      }
+      return toolsBuilder_;
+    }
+
+    private com.batcherhq.batcher.v1.ToolChoice toolChoice_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.ToolChoice, com.batcherhq.batcher.v1.ToolChoice.Builder, com.batcherhq.batcher.v1.ToolChoiceOrBuilder> toolChoiceBuilder_;
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     * @return Whether the toolChoice field is set.
+     */
+    public boolean hasToolChoice() {
+      return ((bitField0_ & 0x00004000) != 0);
+    }
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     * @return The toolChoice.
+     */
+    public com.batcherhq.batcher.v1.ToolChoice getToolChoice() {
+      if (toolChoiceBuilder_ == null) {
+        return toolChoice_ == null ? com.batcherhq.batcher.v1.ToolChoice.getDefaultInstance() : toolChoice_;
+      } else {
+        return toolChoiceBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     */
+    public Builder setToolChoice(com.batcherhq.batcher.v1.ToolChoice value) {
+      if (toolChoiceBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        toolChoice_ = value;
+      } else {
+        toolChoiceBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     */
+    public Builder setToolChoice(
+        com.batcherhq.batcher.v1.ToolChoice.Builder builderForValue) {
+      if (toolChoiceBuilder_ == null) {
+        toolChoice_ = builderForValue.build();
+      } else {
+        toolChoiceBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     */
+    public Builder mergeToolChoice(com.batcherhq.batcher.v1.ToolChoice value) {
+      if (toolChoiceBuilder_ == null) {
+        if (((bitField0_ & 0x00004000) != 0) &&
+          toolChoice_ != null &&
+          toolChoice_ != com.batcherhq.batcher.v1.ToolChoice.getDefaultInstance()) {
+          getToolChoiceBuilder().mergeFrom(value);
+        } else {
+          toolChoice_ = value;
+        }
+      } else {
+        toolChoiceBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     */
+    public Builder clearToolChoice() {
+      bitField0_ = (bitField0_ & ~0x00004000);
+      toolChoice_ = null;
+      if (toolChoiceBuilder_ != null) {
+        toolChoiceBuilder_.dispose();
+        toolChoiceBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     */
+    public com.batcherhq.batcher.v1.ToolChoice.Builder getToolChoiceBuilder() {
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return getToolChoiceFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     */
+    public com.batcherhq.batcher.v1.ToolChoiceOrBuilder getToolChoiceOrBuilder() {
+      if (toolChoiceBuilder_ != null) {
+        return toolChoiceBuilder_.getMessageOrBuilder();
+      } else {
+        return toolChoice_ == null ?
+            com.batcherhq.batcher.v1.ToolChoice.getDefaultInstance() : toolChoice_;
+      }
+    }
+    /**
+     * <pre>
+     * Whether and which tool the model must call; unset: the upstream's
+     * default (auto when tools are given).
+     * </pre>
+     *
+     * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.ToolChoice, com.batcherhq.batcher.v1.ToolChoice.Builder, com.batcherhq.batcher.v1.ToolChoiceOrBuilder> 
+        getToolChoiceFieldBuilder() {
+      if (toolChoiceBuilder_ == null) {
+        toolChoiceBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.batcherhq.batcher.v1.ToolChoice, com.batcherhq.batcher.v1.ToolChoice.Builder, com.batcherhq.batcher.v1.ToolChoiceOrBuilder>(
+                getToolChoice(),
+                getParentForChildren(),
+                isClean());
+        toolChoice_ = null;
+      }
+      return toolChoiceBuilder_;
+    }
+
+    private boolean parallelToolCalls_ ;
+    /**
+     * <pre>
+     * Whether the model may call several tools in one answer; unset: the
+     * upstream's default.
+     * </pre>
+     *
+     * <code>optional bool parallel_tool_calls = 15 [json_name = "parallelToolCalls"];</code>
+     * @return Whether the parallelToolCalls field is set.
+     */
+    @java.lang.Override
+    public boolean hasParallelToolCalls() {
+      return ((bitField0_ & 0x00008000) != 0);
+    }
+    /**
+     * <pre>
+     * Whether the model may call several tools in one answer; unset: the
+     * upstream's default.
+     * </pre>
+     *
+     * <code>optional bool parallel_tool_calls = 15 [json_name = "parallelToolCalls"];</code>
+     * @return The parallelToolCalls.
+     */
+    @java.lang.Override
+    public boolean getParallelToolCalls() {
+      return parallelToolCalls_;
+    }
+    /**
+     * <pre>
+     * Whether the model may call several tools in one answer; unset: the
+     * upstream's default.
+     * </pre>
+     *
+     * <code>optional bool parallel_tool_calls = 15 [json_name = "parallelToolCalls"];</code>
+     * @param value The parallelToolCalls to set.
+     * @return This builder for chaining.
+     */
+    public Builder setParallelToolCalls(boolean value) {
+      
+      parallelToolCalls_ = value;
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Whether the model may call several tools in one answer; unset: the
+     * upstream's default.
+     * </pre>
+     *
+     * <code>optional bool parallel_tool_calls = 15 [json_name = "parallelToolCalls"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearParallelToolCalls() {
+      bitField0_ = (bitField0_ & ~0x00008000);
+      parallelToolCalls_ = false;
+      onChanged();
+      return this;
+    }
+
+    private com.batcherhq.batcher.v1.ResponseFormat responseFormat_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.ResponseFormat, com.batcherhq.batcher.v1.ResponseFormat.Builder, com.batcherhq.batcher.v1.ResponseFormatOrBuilder> responseFormatBuilder_;
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     * @return Whether the responseFormat field is set.
+     */
+    public boolean hasResponseFormat() {
+      return ((bitField0_ & 0x00010000) != 0);
+    }
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     * @return The responseFormat.
+     */
+    public com.batcherhq.batcher.v1.ResponseFormat getResponseFormat() {
+      if (responseFormatBuilder_ == null) {
+        return responseFormat_ == null ? com.batcherhq.batcher.v1.ResponseFormat.getDefaultInstance() : responseFormat_;
+      } else {
+        return responseFormatBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     */
+    public Builder setResponseFormat(com.batcherhq.batcher.v1.ResponseFormat value) {
+      if (responseFormatBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        responseFormat_ = value;
+      } else {
+        responseFormatBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00010000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     */
+    public Builder setResponseFormat(
+        com.batcherhq.batcher.v1.ResponseFormat.Builder builderForValue) {
+      if (responseFormatBuilder_ == null) {
+        responseFormat_ = builderForValue.build();
+      } else {
+        responseFormatBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00010000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     */
+    public Builder mergeResponseFormat(com.batcherhq.batcher.v1.ResponseFormat value) {
+      if (responseFormatBuilder_ == null) {
+        if (((bitField0_ & 0x00010000) != 0) &&
+          responseFormat_ != null &&
+          responseFormat_ != com.batcherhq.batcher.v1.ResponseFormat.getDefaultInstance()) {
+          getResponseFormatBuilder().mergeFrom(value);
+        } else {
+          responseFormat_ = value;
+        }
+      } else {
+        responseFormatBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00010000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     */
+    public Builder clearResponseFormat() {
+      bitField0_ = (bitField0_ & ~0x00010000);
+      responseFormat_ = null;
+      if (responseFormatBuilder_ != null) {
+        responseFormatBuilder_.dispose();
+        responseFormatBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     */
+    public com.batcherhq.batcher.v1.ResponseFormat.Builder getResponseFormatBuilder() {
+      bitField0_ |= 0x00010000;
+      onChanged();
+      return getResponseFormatFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     */
+    public com.batcherhq.batcher.v1.ResponseFormatOrBuilder getResponseFormatOrBuilder() {
+      if (responseFormatBuilder_ != null) {
+        return responseFormatBuilder_.getMessageOrBuilder();
+      } else {
+        return responseFormat_ == null ?
+            com.batcherhq.batcher.v1.ResponseFormat.getDefaultInstance() : responseFormat_;
+      }
+    }
+    /**
+     * <pre>
+     * The shape of the answer: text (the default), any JSON object, or JSON
+     * validating against a schema.
+     * </pre>
+     *
+     * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.batcherhq.batcher.v1.ResponseFormat, com.batcherhq.batcher.v1.ResponseFormat.Builder, com.batcherhq.batcher.v1.ResponseFormatOrBuilder> 
+        getResponseFormatFieldBuilder() {
+      if (responseFormatBuilder_ == null) {
+        responseFormatBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.batcherhq.batcher.v1.ResponseFormat, com.batcherhq.batcher.v1.ResponseFormat.Builder, com.batcherhq.batcher.v1.ResponseFormatOrBuilder>(
+                getResponseFormat(),
+                getParentForChildren(),
+                isClean());
+        responseFormat_ = null;
+      }
+      return responseFormatBuilder_;
+    }
+
+    private com.google.protobuf.Struct extraBody_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Struct, com.google.protobuf.Struct.Builder, com.google.protobuf.StructOrBuilder> extraBodyBuilder_;
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     * @return Whether the extraBody field is set.
+     */
+    public boolean hasExtraBody() {
+      return ((bitField0_ & 0x00020000) != 0);
+    }
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     * @return The extraBody.
+     */
+    public com.google.protobuf.Struct getExtraBody() {
+      if (extraBodyBuilder_ == null) {
+        return extraBody_ == null ? com.google.protobuf.Struct.getDefaultInstance() : extraBody_;
+      } else {
+        return extraBodyBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     */
+    public Builder setExtraBody(com.google.protobuf.Struct value) {
+      if (extraBodyBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        extraBody_ = value;
+      } else {
+        extraBodyBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     */
+    public Builder setExtraBody(
+        com.google.protobuf.Struct.Builder builderForValue) {
+      if (extraBodyBuilder_ == null) {
+        extraBody_ = builderForValue.build();
+      } else {
+        extraBodyBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     */
+    public Builder mergeExtraBody(com.google.protobuf.Struct value) {
+      if (extraBodyBuilder_ == null) {
+        if (((bitField0_ & 0x00020000) != 0) &&
+          extraBody_ != null &&
+          extraBody_ != com.google.protobuf.Struct.getDefaultInstance()) {
+          getExtraBodyBuilder().mergeFrom(value);
+        } else {
+          extraBody_ = value;
+        }
+      } else {
+        extraBodyBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     */
+    public Builder clearExtraBody() {
+      bitField0_ = (bitField0_ & ~0x00020000);
+      extraBody_ = null;
+      if (extraBodyBuilder_ != null) {
+        extraBodyBuilder_.dispose();
+        extraBodyBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     */
+    public com.google.protobuf.Struct.Builder getExtraBodyBuilder() {
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return getExtraBodyFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     */
+    public com.google.protobuf.StructOrBuilder getExtraBodyOrBuilder() {
+      if (extraBodyBuilder_ != null) {
+        return extraBodyBuilder_.getMessageOrBuilder();
+      } else {
+        return extraBody_ == null ?
+            com.google.protobuf.Struct.getDefaultInstance() : extraBody_;
+      }
+    }
+    /**
+     * <pre>
+     * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+     * upstreams as top-level fields of the call. At most 16 KiB once encoded
+     * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+     * refused, and so is any extra field on a backend that cannot forward
+     * them.
+     * </pre>
+     *
+     * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Struct, com.google.protobuf.Struct.Builder, com.google.protobuf.StructOrBuilder> 
+        getExtraBodyFieldBuilder() {
+      if (extraBodyBuilder_ == null) {
+        extraBodyBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Struct, com.google.protobuf.Struct.Builder, com.google.protobuf.StructOrBuilder>(
+                getExtraBody(),
+                getParentForChildren(),
+                isClean());
+        extraBody_ = null;
+      }
+      return extraBodyBuilder_;
+    }
+
+    private java.lang.Object user_ = "";
+    /**
+     * <pre>
+     * The end user the call is made for, forwarded as OpenAI's "user". At
+     * most 256 bytes.
+     * </pre>
+     *
+     * <code>string user = 18 [json_name = "user"];</code>
+     * @return The user.
+     */
+    public java.lang.String getUser() {
+      java.lang.Object ref = user_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        user_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The end user the call is made for, forwarded as OpenAI's "user". At
+     * most 256 bytes.
+     * </pre>
+     *
+     * <code>string user = 18 [json_name = "user"];</code>
+     * @return The bytes for user.
+     */
+    public com.google.protobuf.ByteString
+        getUserBytes() {
+      java.lang.Object ref = user_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        user_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The end user the call is made for, forwarded as OpenAI's "user". At
+     * most 256 bytes.
+     * </pre>
+     *
+     * <code>string user = 18 [json_name = "user"];</code>
+     * @param value The user to set.
+     * @return This builder for chaining.
+     */
+    public Builder setUser(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      user_ = value;
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The end user the call is made for, forwarded as OpenAI's "user". At
+     * most 256 bytes.
+     * </pre>
+     *
+     * <code>string user = 18 [json_name = "user"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearUser() {
+      user_ = getDefaultInstance().getUser();
+      bitField0_ = (bitField0_ & ~0x00040000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The end user the call is made for, forwarded as OpenAI's "user". At
+     * most 256 bytes.
+     * </pre>
+     *
+     * <code>string user = 18 [json_name = "user"];</code>
+     * @param value The bytes for user to set.
+     * @return This builder for chaining.
+     */
+    public Builder setUserBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      user_ = value;
+      bitField0_ |= 0x00040000;
       onChanged();
       return this;
     }

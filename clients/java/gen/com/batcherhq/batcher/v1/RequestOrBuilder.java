@@ -265,5 +265,196 @@ java.lang.String defaultValue);
    */
   boolean getStream();
 
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  java.util.List<com.batcherhq.batcher.v1.Tool> 
+      getToolsList();
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  com.batcherhq.batcher.v1.Tool getTools(int index);
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  int getToolsCount();
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  java.util.List<? extends com.batcherhq.batcher.v1.ToolOrBuilder> 
+      getToolsOrBuilderList();
+  /**
+   * <pre>
+   * Functions the model may call (chat only). At most 128 tools; a route
+   * whose backend cannot take tools refuses them by name.
+   * </pre>
+   *
+   * <code>repeated .batcher.v1.Tool tools = 13 [json_name = "tools"];</code>
+   */
+  com.batcherhq.batcher.v1.ToolOrBuilder getToolsOrBuilder(
+      int index);
+
+  /**
+   * <pre>
+   * Whether and which tool the model must call; unset: the upstream's
+   * default (auto when tools are given).
+   * </pre>
+   *
+   * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+   * @return Whether the toolChoice field is set.
+   */
+  boolean hasToolChoice();
+  /**
+   * <pre>
+   * Whether and which tool the model must call; unset: the upstream's
+   * default (auto when tools are given).
+   * </pre>
+   *
+   * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+   * @return The toolChoice.
+   */
+  com.batcherhq.batcher.v1.ToolChoice getToolChoice();
+  /**
+   * <pre>
+   * Whether and which tool the model must call; unset: the upstream's
+   * default (auto when tools are given).
+   * </pre>
+   *
+   * <code>.batcher.v1.ToolChoice tool_choice = 14 [json_name = "toolChoice"];</code>
+   */
+  com.batcherhq.batcher.v1.ToolChoiceOrBuilder getToolChoiceOrBuilder();
+
+  /**
+   * <pre>
+   * Whether the model may call several tools in one answer; unset: the
+   * upstream's default.
+   * </pre>
+   *
+   * <code>optional bool parallel_tool_calls = 15 [json_name = "parallelToolCalls"];</code>
+   * @return Whether the parallelToolCalls field is set.
+   */
+  boolean hasParallelToolCalls();
+  /**
+   * <pre>
+   * Whether the model may call several tools in one answer; unset: the
+   * upstream's default.
+   * </pre>
+   *
+   * <code>optional bool parallel_tool_calls = 15 [json_name = "parallelToolCalls"];</code>
+   * @return The parallelToolCalls.
+   */
+  boolean getParallelToolCalls();
+
+  /**
+   * <pre>
+   * The shape of the answer: text (the default), any JSON object, or JSON
+   * validating against a schema.
+   * </pre>
+   *
+   * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+   * @return Whether the responseFormat field is set.
+   */
+  boolean hasResponseFormat();
+  /**
+   * <pre>
+   * The shape of the answer: text (the default), any JSON object, or JSON
+   * validating against a schema.
+   * </pre>
+   *
+   * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+   * @return The responseFormat.
+   */
+  com.batcherhq.batcher.v1.ResponseFormat getResponseFormat();
+  /**
+   * <pre>
+   * The shape of the answer: text (the default), any JSON object, or JSON
+   * validating against a schema.
+   * </pre>
+   *
+   * <code>.batcher.v1.ResponseFormat response_format = 16 [json_name = "responseFormat"];</code>
+   */
+  com.batcherhq.batcher.v1.ResponseFormatOrBuilder getResponseFormatOrBuilder();
+
+  /**
+   * <pre>
+   * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+   * upstreams as top-level fields of the call. At most 16 KiB once encoded
+   * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+   * refused, and so is any extra field on a backend that cannot forward
+   * them.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+   * @return Whether the extraBody field is set.
+   */
+  boolean hasExtraBody();
+  /**
+   * <pre>
+   * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+   * upstreams as top-level fields of the call. At most 16 KiB once encoded
+   * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+   * refused, and so is any extra field on a backend that cannot forward
+   * them.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+   * @return The extraBody.
+   */
+  com.google.protobuf.Struct getExtraBody();
+  /**
+   * <pre>
+   * Provider-specific body fields, forwarded verbatim to OpenAI-compatible
+   * upstreams as top-level fields of the call. At most 16 KiB once encoded
+   * as JSON; a field Batcher sets itself (model, messages, tools, ...) is
+   * refused, and so is any extra field on a backend that cannot forward
+   * them.
+   * </pre>
+   *
+   * <code>.google.protobuf.Struct extra_body = 17 [json_name = "extraBody"];</code>
+   */
+  com.google.protobuf.StructOrBuilder getExtraBodyOrBuilder();
+
+  /**
+   * <pre>
+   * The end user the call is made for, forwarded as OpenAI's "user". At
+   * most 256 bytes.
+   * </pre>
+   *
+   * <code>string user = 18 [json_name = "user"];</code>
+   * @return The user.
+   */
+  java.lang.String getUser();
+  /**
+   * <pre>
+   * The end user the call is made for, forwarded as OpenAI's "user". At
+   * most 256 bytes.
+   * </pre>
+   *
+   * <code>string user = 18 [json_name = "user"];</code>
+   * @return The bytes for user.
+   */
+  com.google.protobuf.ByteString
+      getUserBytes();
+
   public com.batcherhq.batcher.v1.Request.InputCase getInputCase();
 }

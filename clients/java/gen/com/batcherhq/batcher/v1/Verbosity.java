@@ -122,7 +122,7 @@ public enum Verbosity
   }
   public static final com.google.protobuf.Descriptors.EnumDescriptor
       getDescriptor() {
-    return com.batcherhq.batcher.v1.BatcherProto.getDescriptor().getEnumTypes().get(3);
+    return com.batcherhq.batcher.v1.BatcherProto.getDescriptor().getEnumTypes().get(5);
   }
 
   private static final Verbosity[] VALUES = values();

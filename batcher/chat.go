@@ -1,0 +1,316 @@
+package batcher
+
+import (
+	"encoding/binary"
+	"slices"
+	"strconv"
+)
+
+// The chat surface beyond text: content parts, tools and tool calls,
+// response formats, and the parameters and fields that only some backends
+// honour. A plain text request sets none of it and costs nothing for it:
+// Request.Rich is false, its lane and dedup keys are what they were, and
+// its Result's ToolCalls, Refusal, Logprobs and Choices stay nil.
+
+// PartKind is the kind of a content part.
+type PartKind uint8
+
+// The content part kinds.
+const (
+	PartText PartKind = iota + 1
+	PartImage
+)
+
+// ContentPart is one part of a message's content: text or an image.
+type ContentPart struct {
+	Kind PartKind
+	Text string // PartText
+	// ImageURL is an https URL or a data URL (PartImage); Detail is "",
+	// "auto", "low" or "high".
+	ImageURL string
+	Detail   string
+}
+
+// ToolCall is one function call made by the model.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string // a JSON object as text, as the model wrote it
+}
+
+// Tool is a function the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	// Parameters is the arguments' JSON Schema as a JSON object; nil: no
+	// arguments.
+	Parameters []byte
+	Strict     bool
+}
+
+// ToolChoiceMode says whether the model must call a tool.
+type ToolChoiceMode uint8
+
+// The tool choice modes.
+const (
+	ToolChoiceDefault  ToolChoiceMode = iota // unset: the upstream's default
+	ToolChoiceAuto                           // the model decides
+	ToolChoiceNone                           // no tool call
+	ToolChoiceRequired                       // at least one tool call
+	ToolChoiceFunction                       // a call of ToolChoice.Function
+)
+
+// ToolChoice is a tool-calling mode, or the one function the model must
+// call (Mode ToolChoiceFunction).
+type ToolChoice struct {
+	Mode     ToolChoiceMode
+	Function string
+}
+
+// FormatType is the shape of an answer.
+type FormatType uint8
+
+// The response format types.
+const (
+	FormatDefault    FormatType = iota // unset: text
+	FormatText                         // text, asked for explicitly
+	FormatJSONObject                   // any JSON object
+	FormatJSONSchema                   // JSON validating against Schema
+)
+
+// ResponseFormat says what shape an answer must take.
+type ResponseFormat struct {
+	Type FormatType
+	// FormatJSONSchema only.
+	Name        string
+	Description string
+	Schema      []byte // a JSON object
+	Strict      bool
+}
+
+// FinishToolCalls: the model called tools (see Result.ToolCalls).
+const FinishToolCalls FinishReason = FinishContentFilter + 1
+
+// Logprobs are the log probabilities of an answer's tokens.
+type Logprobs struct {
+	Content []TokenLogprob
+	Refusal []TokenLogprob
+}
+
+// TokenLogprob is one output token, its log probability, and the most
+// likely tokens at its position.
+type TokenLogprob struct {
+	Token   string
+	Logprob float64
+	Bytes   []byte
+	Top     []TopLogprob
+}
+
+// TopLogprob is one of the most likely tokens at a position.
+type TopLogprob struct {
+	Token   string
+	Logprob float64
+	Bytes   []byte
+}
+
+// Choice is one of the n answers of a chat request with Params.N > 1.
+type Choice struct {
+	Text         string
+	ToolCalls    []ToolCall
+	Refusal      string
+	Logprobs     *Logprobs
+	FinishReason FinishReason
+}
+
+// Rich reports whether r asks for anything beyond plain text chat: content
+// parts, names, tool calls or tool answers in its messages, tools, a
+// response format, a parameter beyond the five every backend takes, a user
+// or extra body fields. Only a plain request may be packed into one prompt
+// with others (backend/openai's packs).
+func (r *Request) Rich() bool {
+	if r.richFields() {
+		return true
+	}
+	for i := range r.Input.Messages {
+		if r.Input.Messages[i].rich() {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Message) rich() bool {
+	return len(m.Parts) > 0 || m.Name != "" || len(m.ToolCalls) > 0 || m.ToolCallID != ""
+}
+
+// Text returns the message's text: Content, or its text parts joined by
+// newlines.
+func (m *Message) Text() string {
+	if len(m.Parts) == 0 {
+		return m.Content
+	}
+	n := 0
+	for _, p := range m.Parts {
+		if p.Kind == PartText {
+			n += len(p.Text) + 1
+		}
+	}
+	b := make([]byte, 0, n)
+	for _, p := range m.Parts {
+		if p.Kind == PartText {
+			if len(b) > 0 {
+				b = append(b, '\n')
+			}
+			b = append(b, p.Text...)
+		}
+	}
+	return string(b)
+}
+
+// richFields reports whether r sets any request-level field or parameter
+// beyond plain text (Rich without looking at the messages).
+func (r *Request) richFields() bool {
+	p := &r.Params
+	return len(r.Tools) > 0 || r.ToolChoice != (ToolChoice{}) || r.ParallelToolCalls != nil ||
+		r.ResponseFormat.Type != FormatDefault || len(r.Extra) > 0 || r.User != "" ||
+		p.PresencePenalty != nil || p.FrequencyPenalty != nil || p.N > 1 || len(p.LogitBias) > 0 ||
+		p.Logprobs || p.TopLogprobs != nil || p.ReasoningEffort != ""
+}
+
+// richKey encodes everything of r beyond plain text that shapes its answer,
+// except its messages (the dedup key's input holds those): empty for a
+// plain request. Two requests with different keys never share a lane on a
+// target that shares ParamRich, nor a deduplicated answer.
+func richKey(r *Request) string {
+	if !r.richFields() {
+		return ""
+	}
+	return string(appendRich(make([]byte, 0, 128), r))
+}
+
+// appendRich appends the encoding of r's fields beyond plain text, except
+// its messages, each length-prefixed or behind a presence byte.
+func appendRich(b []byte, r *Request) []byte {
+	p := &r.Params
+	b = appendLen(b, len(r.Tools))
+	for i := range r.Tools {
+		t := &r.Tools[i]
+		b = appendStr(b, t.Name)
+		b = appendStr(b, t.Description)
+		b = appendBytes(b, t.Parameters)
+		b = appendBool(b, t.Strict)
+	}
+	b = append(b, byte(r.ToolChoice.Mode))
+	b = appendStr(b, r.ToolChoice.Function)
+	b = appendOpt(b, r.ParallelToolCalls != nil, r.ParallelToolCalls != nil && *r.ParallelToolCalls)
+	rf := &r.ResponseFormat
+	b = append(b, byte(rf.Type))
+	b = appendStr(b, rf.Name)
+	b = appendStr(b, rf.Description)
+	b = appendBytes(b, rf.Schema)
+	b = appendBool(b, rf.Strict)
+	b = appendStr(b, r.User)
+	b = appendBytes(b, r.Extra)
+	b = appendF32(b, p.PresencePenalty)
+	b = appendF32(b, p.FrequencyPenalty)
+	b = strconv.AppendInt(b, int64(p.N), 10)
+	b = appendBool(b, p.Logprobs)
+	if p.TopLogprobs != nil {
+		b = strconv.AppendInt(b, int64(*p.TopLogprobs), 10)
+	}
+	b = append(b, ';')
+	b = appendStr(b, p.ReasoningEffort)
+	b = appendLen(b, len(p.LogitBias))
+	if len(p.LogitBias) > 0 {
+		keys := make([]string, 0, len(p.LogitBias))
+		for k := range p.LogitBias {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = appendStr(b, k)
+			b = strconv.AppendFloat(b, float64(p.LogitBias[k]), 'g', -1, 32)
+		}
+	}
+	return b
+}
+
+// appendKey appends the message's fields beyond role and content, for the
+// dedup key.
+func (m *Message) appendKey(b []byte) []byte {
+	b = appendStr(b, m.Name)
+	b = appendStr(b, m.ToolCallID)
+	b = appendLen(b, len(m.Parts))
+	for _, p := range m.Parts {
+		b = append(b, byte(p.Kind))
+		b = appendStr(b, p.Text)
+		b = appendStr(b, p.ImageURL)
+		b = appendStr(b, p.Detail)
+	}
+	b = appendLen(b, len(m.ToolCalls))
+	for _, c := range m.ToolCalls {
+		b = appendStr(b, c.ID)
+		b = appendStr(b, c.Name)
+		b = appendStr(b, c.Arguments)
+	}
+	return b
+}
+
+// Image token estimates: OpenAI's for a low-detail image, and for a
+// 1024x1024 one at high detail.
+const (
+	lowImageTokens  = 85
+	highImageTokens = 765
+)
+
+// richTokens estimates the prompt tokens of r's fields beyond text: tool
+// definitions, the response schema, tool calls in its messages, and a
+// fixed cost per image in place of its URL's bytes (which Input.Size
+// counts, and which a data URL would make far too many): the result may be
+// negative, to take those bytes back.
+func (r *Request) richTokens() int {
+	n := 0
+	for i := range r.Tools {
+		t := &r.Tools[i]
+		n += (len(t.Name)+len(t.Description)+len(t.Parameters))/4 + 8
+	}
+	n += len(r.ResponseFormat.Schema) / 4
+	for i := range r.Input.Messages {
+		for _, p := range r.Input.Messages[i].Parts {
+			if p.Kind != PartImage {
+				continue
+			}
+			n -= len(p.ImageURL) / 4
+			if p.Detail == "low" {
+				n += lowImageTokens
+			} else {
+				n += highImageTokens
+			}
+		}
+	}
+	return n
+}
+
+func appendLen(b []byte, n int) []byte { return binary.AppendUvarint(b, uint64(n)) }
+
+func appendStr(b []byte, s string) []byte { return append(appendLen(b, len(s)), s...) }
+
+func appendBytes(b, s []byte) []byte { return append(appendLen(b, len(s)), s...) }
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func appendOpt(b []byte, set, v bool) []byte {
+	return appendBool(appendBool(b, set), v)
+}
+
+func appendF32(b []byte, f *float32) []byte {
+	if f == nil {
+		return append(b, 'u')
+	}
+	return strconv.AppendFloat(append(b, 'f'), float64(*f), 'g', -1, 32)
+}
