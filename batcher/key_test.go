@@ -22,6 +22,7 @@ var notAnswer = map[string]string{
 	"Request.Retry":    "how often to try, not what",
 	"Request.Tenant":   "keyed beside the Identity: dedupKey.tenant, CacheKey.Tenant",
 	"Request.Cache":    "says whether to cache, not what",
+	"Request.Stream":   "how the answer arrives, not what it is",
 }
 
 func TestIdentityCoversEveryField(t *testing.T) {
