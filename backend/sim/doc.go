@@ -8,6 +8,15 @@
 //     the prompt, then hashed words); max_tokens only truncates it, and a stop
 //     sequence cuts it. An embedding is a unit vector derived by hashing the
 //     model and the text.
+//   - Chat routes honour tools, response formats, images, names, n and
+//     logprobs (Features; chat.go): a request whose tool_choice names a
+//     function, or whose last user message names a tool, gets a call of
+//     it with arguments generated from its parameters' schema; json_object
+//     gets a JSON object and json_schema JSON generated from the schema and
+//     checked against it with a JSON Schema validator
+//     (santhosh-tekuri/jsonschema). What it could only ignore (penalties,
+//     logit_bias, reasoning_effort, user, extra body fields) it does not
+//     declare, so the core refuses it by name.
 //   - Latency is BaseLatency plus PerToken for each generated token. A native
 //     batch is one call: it takes the latency of its longest output.
 //   - With FanOut, a batch becomes one concurrent call per input, each

@@ -127,9 +127,22 @@ func inputHash(model string, in *batcher.Input, p *batcher.Params) uint64 {
 	h.Write([]byte{byte(in.Op)})
 	switch in.Op {
 	case batcher.OpChat:
-		for _, m := range in.Messages {
+		for i := range in.Messages {
+			m := &in.Messages[i]
 			writeString(h, m.Role)
 			writeString(h, m.Content)
+			if len(m.Parts) > 0 || len(m.ToolCalls) > 0 || m.ToolCallID != "" || m.Name != "" {
+				writeString(h, m.Name)
+				writeString(h, m.ToolCallID)
+				for _, p := range m.Parts {
+					writeString(h, p.Text)
+					writeString(h, p.ImageURL)
+				}
+				for _, c := range m.ToolCalls {
+					writeString(h, c.Name)
+					writeString(h, c.Arguments)
+				}
+			}
 		}
 	case batcher.OpCompletion:
 		writeString(h, in.Prompt)
@@ -169,8 +182,8 @@ func lastText(in *batcher.Input) string {
 	switch in.Op {
 	case batcher.OpChat:
 		for i := len(in.Messages) - 1; i >= 0; i-- {
-			if in.Messages[i].Content != "" {
-				return in.Messages[i].Content
+			if t := in.Messages[i].Text(); t != "" {
+				return t
 			}
 		}
 	case batcher.OpCompletion:

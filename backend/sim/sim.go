@@ -24,11 +24,13 @@ type Provider struct {
 	inFlight atomic.Int64
 	samples  atomic.Uint64 // numbers the calls that sample, from the seed
 	stats    counters
+	schemas  schemaCache // compiled JSON Schemas of requests (chat.go)
 }
 
 var (
-	_ batcher.Backend        = (*Provider)(nil)
-	_ batcher.UpstreamCaller = (*Provider)(nil)
+	_ batcher.Backend         = (*Provider)(nil)
+	_ batcher.UpstreamCaller  = (*Provider)(nil)
+	_ batcher.FeatureDeclarer = (*Provider)(nil)
 )
 
 // New returns a provider for cfg, or an error naming every bad field.
@@ -242,6 +244,16 @@ func (p *Provider) call(ctx context.Context, model string, op batcher.Operation,
 			u.CompletionTokens = c.tokens
 			longest = max(longest, c.tokens)
 			out[i] = batcher.Response{Text: c.text, FinishReason: c.finish, Usage: u}
+			if op == batcher.OpChat && r.Rich() {
+				resp, err := p.answerChat(model, r, c, resolved[i], sample)
+				if err != nil {
+					p.stats.itemFailures.Add(1)
+					out[i] = batcher.Response{Err: err}
+					continue
+				}
+				resp.Usage = u
+				out[i] = resp
+			}
 		}
 		promptSum += int64(u.PromptTokens)
 		completionSum += int64(u.CompletionTokens)
