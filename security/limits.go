@@ -17,6 +17,15 @@ const (
 	DefaultMaxRecvMsgBytes      = 4 << 20 // gRPC's own default
 	DefaultMaxSendMsgBytes      = 64 << 20
 	DefaultHandshakeTimeout     = 10 * time.Second
+	// DefaultMaxHeaderBytes bounds the headers of one request on every
+	// listener (gRPC's HTTP/2 header list, the HTTP listeners' headers):
+	// room for a JWT of MaxTokenBytes and trace headers, while a caller
+	// that has not authenticated yet cannot make the process hold more.
+	// grpc-go's own default is 16 MiB, net/http's 1 MiB.
+	DefaultMaxHeaderBytes = 16 << 10
+	// MinMaxHeaderBytes and MaxMaxHeaderBytes bound MaxHeaderBytes.
+	MinMaxHeaderBytes = 4 << 10
+	MaxMaxHeaderBytes = 16 << 20
 	// DefaultKeepaliveMinTime is the shortest interval between a client's
 	// pings that the server tolerates; a client pinging more often gets
 	// GOAWAY (too_many_pings). gRPC's own default is 5 minutes.
@@ -41,6 +50,14 @@ type Limits struct {
 	MaxSendMsgBytes int
 	// HandshakeTimeout bounds a new connection's TLS and HTTP/2 handshake.
 	HandshakeTimeout time.Duration
+	// MaxHeaderBytes bounds one request's headers, names and values, on
+	// every listener: the gRPC server's MaxHeaderListSize, and the HTTP
+	// listeners' http.Server.MaxHeaderBytes (HTTP/1.1 and HTTP/2). It is
+	// checked before authentication; a request over it is refused (gRPC:
+	// the stream is reset with RST_STREAM or the connection closed; HTTP:
+	// 431) before its headers are held. Default DefaultMaxHeaderBytes;
+	// MinMaxHeaderBytes to MaxMaxHeaderBytes.
+	MaxHeaderBytes int
 	// KeepaliveMinTime and KeepalivePermitWithoutStream are the ping
 	// enforcement policy against ping floods.
 	KeepaliveMinTime             time.Duration
@@ -86,6 +103,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxRecvMsgBytes, DefaultMaxRecvMsgBytes)
 	def(&l.MaxSendMsgBytes, DefaultMaxSendMsgBytes)
 	defD(&l.HandshakeTimeout, DefaultHandshakeTimeout)
+	def(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	defD(&l.KeepaliveMinTime, DefaultKeepaliveMinTime)
 	defD(&l.KeepaliveTime, DefaultKeepaliveTime)
 	defD(&l.KeepaliveTimeout, DefaultKeepaliveTimeout)
@@ -125,6 +143,7 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
 		grpc.MaxSendMsgSize(l.MaxSendMsgBytes),
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
+		grpc.MaxHeaderListSize(uint32(min(max(l.MaxHeaderBytes, 1), MaxMaxHeaderBytes))),
 	}
 	if l.StreamWindowBytes > 0 {
 		opts = append(opts, grpc.StaticStreamWindowSize(int32(min(max(l.StreamWindowBytes, MinWindowBytes), math.MaxInt32))))

@@ -75,6 +75,9 @@ func New(cfg Config) (*Security, error) {
 	if cfg.JWT != nil && cfg.TenantsFile == "" {
 		return nil, errors.New("security: JWT authentication needs a tenants file, which maps JWT subjects to tenants")
 	}
+	if n := cfg.Limits.MaxHeaderBytes; n != 0 && (n < MinMaxHeaderBytes || n > MaxMaxHeaderBytes) {
+		return nil, fmt.Errorf("security: limits: max header bytes: must be %d to %d, got %d", MinMaxHeaderBytes, MaxMaxHeaderBytes, n)
+	}
 	s := &Security{cfg: cfg, log: cfg.Logger, auth: &Authenticator{log: cfg.Logger}}
 	if cfg.TLS != nil {
 		t, err := NewTLS(*cfg.TLS)
@@ -259,6 +262,11 @@ func (s *Security) GRPCServerOptions() []grpc.ServerOption {
 		grpc.ChainStreamInterceptor(s.auth.StreamInterceptors()...),
 	)
 }
+
+// MaxHeaderBytes is Limits.MaxHeaderBytes with its default: every HTTP
+// listener sets it as its http.Server's MaxHeaderBytes, which bounds
+// HTTP/1.1 headers and HTTP/2 header lists alike.
+func (s *Security) MaxHeaderBytes() int { return s.cfg.Limits.withDefaults().MaxHeaderBytes }
 
 // Listener bounds lis's open connections (Limits.MaxConnections). TLS is
 // not done here: the gRPC server's credentials do it, and an HTTP server

@@ -212,8 +212,10 @@ func admissionDoors() []admissionDoor {
 		},
 		{
 			name: "SubmitStreamed", method: batcherv1.BatcherService_SubmitStreamed_FullMethodName,
-			route:    func(t *testing.T, e *tenantsEnv, tok string) refusal { return e.streamed(t, tok, chatItem("sim-chat")) },
-			priority: func(t *testing.T, e *tenantsEnv, tok string) refusal { return e.streamed(t, tok, chatItem("sim-embed")) },
+			route: func(t *testing.T, e *tenantsEnv, tok string) refusal { return e.streamed(t, tok, chatItem("sim-chat")) },
+			priority: func(t *testing.T, e *tenantsEnv, tok string) refusal {
+				return e.streamed(t, tok, chatItem("sim-embed"))
+			},
 		},
 		{
 			name: "CreateJob items", method: batcherv1.JobService_CreateJob_FullMethodName,

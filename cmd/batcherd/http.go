@@ -83,6 +83,7 @@ func startHTTP(cfg *config.Config, core *batcher.Batcher, sec *security.Security
 		// front door's own tokens, if any, apply.
 		Handler:           sec.HTTPMiddleware(f.Handler),
 		ReadHeaderTimeout: httpReadHeaderTimeout,
+		MaxHeaderBytes:    sec.MaxHeaderBytes(), // before authentication: bounded like gRPC's
 		IdleTimeout:       httpIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

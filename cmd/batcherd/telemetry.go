@@ -108,7 +108,7 @@ func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs
 		return fmt.Errorf("admin listener %s: %w", o.cfg.AdminListen, err)
 	}
 	o.admin = admin.New(admin.Config{Sampler: o.sampler, Metrics: o.tel.Metrics, Pprof: o.cfg.Pprof})
-	o.http = &http.Server{Handler: adminHandler(sec, o.admin), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(o.log.Handler(), slog.LevelWarn)}
+	o.http = &http.Server{Handler: adminHandler(sec, o.admin), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: sec.MaxHeaderBytes(), ErrorLog: slog.NewLogLogger(o.log.Handler(), slog.LevelWarn)}
 	o.http.RegisterOnShutdown(o.admin.Close)
 	o.served = make(chan error, 1)
 	lis = sec.Listener(lis)

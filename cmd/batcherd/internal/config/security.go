@@ -59,12 +59,16 @@ type JWT struct {
 // (security.Limits).
 type Limits struct {
 	// MaxConnections: -1 for no bound.
-	MaxConnections       int       `yaml:"max_connections"`
-	MaxConcurrentStreams int       `yaml:"max_concurrent_streams"`
-	MaxRecvMsgBytes      int       `yaml:"max_recv_msg_bytes"`
-	MaxSendMsgBytes      int       `yaml:"max_send_msg_bytes"`
-	HandshakeTimeout     Duration  `yaml:"handshake_timeout"`
-	Keepalive            Keepalive `yaml:"keepalive"`
+	MaxConnections       int      `yaml:"max_connections"`
+	MaxConcurrentStreams int      `yaml:"max_concurrent_streams"`
+	MaxRecvMsgBytes      int      `yaml:"max_recv_msg_bytes"`
+	MaxSendMsgBytes      int      `yaml:"max_send_msg_bytes"`
+	HandshakeTimeout     Duration `yaml:"handshake_timeout"`
+	// MaxHeaderBytes bounds one request's headers on every listener
+	// (gRPC, the HTTP front door, the admin listener), before
+	// authentication (security.Limits.MaxHeaderBytes).
+	MaxHeaderBytes int       `yaml:"max_header_bytes"`
+	Keepalive      Keepalive `yaml:"keepalive"`
 	// StreamWindowBytes and ConnWindowBytes, when set (at least 65535),
 	// fix the HTTP/2 receive windows of each stream and each connection
 	// (security.Limits); 0: grpc-go's dynamic windows. A fixed stream
@@ -101,6 +105,7 @@ func DefaultSecurity() Security {
 			MaxRecvMsgBytes:      security.DefaultMaxRecvMsgBytes,
 			MaxSendMsgBytes:      security.DefaultMaxSendMsgBytes,
 			HandshakeTimeout:     Duration(security.DefaultHandshakeTimeout),
+			MaxHeaderBytes:       security.DefaultMaxHeaderBytes,
 			Keepalive: Keepalive{
 				MinTime: Duration(security.DefaultKeepaliveMinTime),
 				Time:    Duration(security.DefaultKeepaliveTime),
@@ -203,6 +208,9 @@ func (s *Security) validate(listen string, e *errs) {
 			e.add("security.limits."+v.path, "must be at least 1, got %d", v.n)
 		}
 	}
+	if l.MaxHeaderBytes < security.MinMaxHeaderBytes || l.MaxHeaderBytes > security.MaxMaxHeaderBytes {
+		e.add("security.limits.max_header_bytes", "must be %d to %d, got %d", security.MinMaxHeaderBytes, security.MaxMaxHeaderBytes, l.MaxHeaderBytes)
+	}
 	for _, v := range []struct {
 		path string
 		n    int
@@ -262,6 +270,7 @@ func (s *Security) Options() security.Config {
 			MaxRecvMsgBytes:              s.Limits.MaxRecvMsgBytes,
 			MaxSendMsgBytes:              s.Limits.MaxSendMsgBytes,
 			HandshakeTimeout:             s.Limits.HandshakeTimeout.D(),
+			MaxHeaderBytes:               s.Limits.MaxHeaderBytes,
 			KeepaliveMinTime:             s.Limits.Keepalive.MinTime.D(),
 			KeepalivePermitWithoutStream: s.Limits.Keepalive.PermitWithoutStream,
 			KeepaliveTime:                s.Limits.Keepalive.Time.D(),
