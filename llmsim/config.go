@@ -73,6 +73,19 @@ type Config struct {
 	PackMissingRate     float64
 	PackMalformedRate   float64
 	PackUnparseableRate float64
+	// The mid-stream fault rates of streamed calls ("stream": true), each
+	// from 0 to 1, drawn once per streamed call and adding up to at most 1.
+	// Each strikes after the first content chunk (at a point drawn among
+	// the answer's chunks): StreamCutRate closes the connection without
+	// [DONE]; StreamStallRate stops sending, holding the connection open
+	// until the client gives up; StreamMalformedRate sends a chunk that is
+	// not JSON and ends the stream.
+	StreamCutRate       float64
+	StreamStallRate     float64
+	StreamMalformedRate float64
+	// OnStreamClosed, when set, is called when a client closes a streamed
+	// call's connection before the answer's end (tests wait on it).
+	OnStreamClosed func()
 
 	// Now, when set, is the clock of the rate limits (tests).
 	Now func() time.Time
@@ -134,6 +147,7 @@ func (c Config) resolve() (Config, error) {
 		{"error rate", c.ErrorRate}, {"timeout rate", c.TimeoutRate}, {"reset rate", c.ResetRate},
 		{"malformed rate", c.MalformedRate}, {"pack missing rate", c.PackMissingRate},
 		{"pack malformed rate", c.PackMalformedRate}, {"pack unparseable rate", c.PackUnparseableRate},
+		{"stream cut rate", c.StreamCutRate}, {"stream stall rate", c.StreamStallRate}, {"stream malformed rate", c.StreamMalformedRate},
 	}
 	for _, r := range rates {
 		if !(r.v >= 0 && r.v <= 1) {
@@ -142,6 +156,9 @@ func (c Config) resolve() (Config, error) {
 	}
 	if sum := c.ErrorRate + c.TimeoutRate + c.ResetRate + c.MalformedRate; sum > 1 {
 		errs = append(errs, fmt.Errorf("llmsim: fault rates: error, timeout, reset and malformed must add up to at most 1, got %v", sum))
+	}
+	if sum := c.StreamCutRate + c.StreamStallRate + c.StreamMalformedRate; sum > 1 {
+		errs = append(errs, fmt.Errorf("llmsim: stream fault rates: cut, stall and malformed must add up to at most 1, got %v", sum))
 	}
 	if c.PackMissingRate+c.PackMalformedRate > 1 {
 		errs = append(errs, fmt.Errorf("llmsim: pack missing and malformed rates: must add up to at most 1, got %v", c.PackMissingRate+c.PackMalformedRate))

@@ -266,7 +266,7 @@ func TestRequestErrors(t *testing.T) {
 		{"bad json", "/v1/chat/completions", "{not json", auth, 400, ""},
 		{"no messages", "/v1/chat/completions", msg{"model": "sim-chat"}, auth, 400, ""},
 		{"bad role", "/v1/chat/completions", chatBody("sim-chat", 0, "wizard", "hi"), auth, 400, ""},
-		{"stream", "/v1/chat/completions", msg{"model": "sim-chat", "stream": true, "messages": []msg{{"role": "user", "content": "x"}}}, auth, 400, ""},
+		{"stream two prompts", "/v1/completions", msg{"model": "sim-chat", "stream": true, "prompt": []string{"x", "y"}}, auth, 400, ""},
 		{"zero max tokens", "/v1/completions", msg{"model": "sim-chat", "prompt": "x", "max_tokens": 0}, auth, 400, ""},
 		{"token prompt", "/v1/completions", msg{"model": "sim-chat", "prompt": []int{1, 2}}, auth, 400, ""},
 		{"empty input", "/v1/embeddings", msg{"model": "sim-embedding", "input": []string{"a", ""}}, auth, 400, ""},

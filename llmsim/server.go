@@ -36,6 +36,7 @@ type Server struct {
 	seq      atomic.Uint64
 	inFlight atomic.Int64
 	st       counters
+	sst      streamCounters
 }
 
 // New returns a simulator with cfg, or an error naming the bad field.
@@ -98,6 +99,13 @@ type Stats struct {
 	CompletionTokens int64
 	// MaxInFlight is the most calls served at once (past the rate limits).
 	MaxInFlight int64
+	// Streamed calls begun (status 200 sent), their mid-stream faults, and
+	// those whose client closed the connection before the end.
+	Streams         int64
+	StreamCuts      int64
+	StreamStalls    int64
+	StreamMalformed int64
+	StreamsClosed   int64
 }
 
 type counters struct {
@@ -114,6 +122,8 @@ func (s *Server) Stats() Stats {
 		RateLimited: c.rateLimited.Load(), Errors: c.errors.Load(), Timeouts: c.timeouts.Load(), Resets: c.resets.Load(),
 		Malformed: c.malformed.Load(), PromptTokens: c.promptTokens.Load(), CompletionTokens: c.completionTokens.Load(),
 		MaxInFlight: c.maxInFlight.Load(),
+		Streams:     s.sst.streams.Load(), StreamCuts: s.sst.cuts.Load(), StreamStalls: s.sst.stalls.Load(),
+		StreamMalformed: s.sst.malformed.Load(), StreamsClosed: s.sst.closed.Load(),
 	}
 }
 
@@ -125,6 +135,7 @@ type answer struct {
 	cost             int // the call's token cost against the TPM
 	inputs           int
 	packedItems      int
+	stream           *streamAnswer // set for a streamed call (stream.go)
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
@@ -138,10 +149,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(req.Messages) == 0 {
 		badRequest(w, "messages", "'messages' must hold at least one message.")
-		return
-	}
-	if req.Stream {
-		badRequest(w, "stream", "llmsim does not stream.")
 		return
 	}
 	if req.N != nil && *req.N != 1 {
@@ -200,6 +207,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		Model:   req.Model,
 		Choices: []chatChoice{{Message: responseMessage{Role: "assistant", Content: text}, FinishReason: finish(cut)}},
 		Usage:   usage{PromptTokens: a.promptTokens, CompletionTokens: a.completionTokens, TotalTokens: a.promptTokens + a.completionTokens},
+	}
+	if req.Stream {
+		a.stream = s.newStream(chatStream, a.body.(chatResponse).ID, req.Model, text, finish(cut), req.StreamOptions)
 	}
 	s.serve(w, r, &a)
 }
@@ -285,8 +295,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if !checkInputs(w, "prompt", len(req.Prompt)) {
 		return
 	}
-	if req.Stream {
-		badRequest(w, "stream", "llmsim does not stream.")
+	if req.Stream && len(req.Prompt) != 1 {
+		badRequest(w, "prompt", "llmsim streams one prompt a call.")
 		return
 	}
 	if req.N != nil && *req.N != 1 {
@@ -318,6 +328,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	a.cost = a.promptTokens + maxTokens*len(req.Prompt)
 	resp.Usage = usage{PromptTokens: a.promptTokens, CompletionTokens: a.completionTokens, TotalTokens: a.promptTokens + a.completionTokens}
 	a.body = resp
+	if req.Stream {
+		c := resp.Choices[0]
+		a.stream = s.newStream(completionStream, resp.ID, req.Model, c.Text, c.FinishReason, req.StreamOptions)
+	}
 	s.serve(w, r, &a)
 }
 
@@ -537,6 +551,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, a *answer) {
 		return
 	}
 
+	if a.stream != nil {
+		s.serveStream(w, r, a)
+		return
+	}
 	d := c.Latency + time.Duration(a.completionTokens)*c.PerToken + time.Duration(a.promptTokens)*c.PerPromptToken
 	if d > 0 {
 		t := time.NewTimer(d)

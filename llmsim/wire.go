@@ -19,6 +19,7 @@ type chatRequest struct {
 	Stop                json.RawMessage `json:"stop"`
 	N                   *int            `json:"n"`
 	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
 	ResponseFormat      *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
@@ -84,6 +85,8 @@ type completionRequest struct {
 	Stop        json.RawMessage `json:"stop"`
 	N           *int            `json:"n"`
 	Stream      bool            `json:"stream"`
+	// StreamOptions asks for a usage chunk at a stream's end.
+	StreamOptions *streamOptions `json:"stream_options"`
 }
 
 type embeddingRequest struct {
