@@ -1,0 +1,312 @@
+package openai
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+var _ batcher.Streamer = (*Backend)(nil)
+
+// maxEventBytes bounds one server-sent event of a streamed answer.
+const maxEventBytes = 1 << 20
+
+// streamOptions is the body's stream_options: usage in a last chunk.
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type streamChatRequest struct {
+	chatRequest
+	Stream        bool           `json:"stream"`
+	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+}
+
+type streamCompletionRequest struct {
+	completionRequest
+	Stream        bool           `json:"stream"`
+	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+}
+
+// streamChunk is one chunk of a streamed chat or completion answer
+// ("chat.completion.chunk", "text_completion"), or an error some servers
+// send in the stream.
+type streamChunk struct {
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content   *string `json:"content"`
+			Refusal   *string `json:"refusal"`
+			ToolCalls []struct {
+				Index    int32  `json:"index"`
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		Text         *string `json:"text"` // completions
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *wireUsage      `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+// Stream implements batcher.Streamer: the batch's one request as a
+// streamed call (stream: true, stream_options.include_usage), each
+// chunk's content, refusal and tool-call fragments written to w as they
+// arrive. The call's Timeout bounds the wait for the response's headers
+// only: the core's attempt timeout bounds the wait for the first delta,
+// and the request's deadline the whole answer. Once ctx ends the
+// connection is closed at once.
+func (b *Backend) Stream(ctx context.Context, batch *batcher.Batch, w batcher.DeltaWriter) (batcher.Response, error) {
+	if len(batch.Requests) != 1 {
+		return batcher.Response{}, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "a streamed batch holds one request",
+			Err: fmt.Errorf("openai: %d requests", len(batch.Requests))}
+	}
+	r := batch.Requests[0]
+	var path string
+	var body any
+	opts := &streamOptions{IncludeUsage: true}
+	switch batch.Op {
+	case batcher.OpChat:
+		path = "/chat/completions"
+		in := r.Input.Messages
+		msgs := make([]wireMessage, len(in))
+		for k, m := range in {
+			msgs[k] = wireMessage{Role: m.Role, Content: m.Content}
+		}
+		body = streamChatRequest{chatRequest: b.newChatRequest(batch, 0, msgs, maxTokensOf(batch, 0)), Stream: true, StreamOptions: opts}
+	case batcher.OpCompletion:
+		path = "/completions"
+		req := completionRequest{Model: batch.Model, Prompt: []string{r.Input.Prompt}, MaxTokens: maxTokensOf(batch, 0)}
+		setParams(&req.Temperature, &req.TopP, &req.Stop, &req.Seed, &r.Params)
+		body = streamCompletionRequest{completionRequest: req, Stream: true, StreamOptions: opts}
+	default:
+		return batcher.Response{}, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "cannot stream " + batch.Op.String()}
+	}
+	b.st.calls.Add(1)
+	resp, rl, err := b.stream(ctx, path, body, w)
+	if err != nil {
+		b.st.failed.Add(1)
+		b.logFailure(ctx, path, batch, 1, err)
+		return batcher.Response{}, err
+	}
+	if rl != nil {
+		batch.RateLimit = rl
+	}
+	return resp, nil
+}
+
+// stream makes the streamed call and reads its events to the end.
+func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.DeltaWriter) (batcher.Response, *batcher.RateLimitInfo, error) {
+	ep := b.cfg.endpointPath(path)
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return batcher.Response{}, nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be encoded as JSON", Err: err}
+	}
+	// The configured timeout bounds the wait for the headers; the answer
+	// then streams for as long as the request's deadline allows.
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	headers := time.AfterFunc(b.cfg.Timeout, func() { cancel(context.DeadlineExceeded) })
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, b.cfg.endpoint(path), bytes.NewReader(raw))
+	if err != nil {
+		headers.Stop()
+		return batcher.Response{}, nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be built", Err: err}
+	}
+	b.setHeaders(req.Header)
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := b.client.Do(req)
+	headers.Stop()
+	if err != nil {
+		return batcher.Response{}, nil, transportError(streamCtx(ctx, cctx), ep, err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	rl := ParseRateLimit(res.Header, time.Now())
+	if rl != nil && b.cfg.OnRateLimit != nil {
+		b.cfg.OnRateLimit(*rl)
+	}
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		data, err := b.readBody(ctx, ep, res)
+		if err != nil {
+			return batcher.Response{}, nil, err
+		}
+		return batcher.Response{}, nil, b.statusError(res.StatusCode, ep, data, rl)
+	}
+	out, err := readStream(res.Body, w, func(msg string, cause error) error {
+		switch {
+		case errors.Is(cause, errInStream):
+			// Mid-stream errors are the upstream's failures (OpenAI sends
+			// server errors this way once the status is out).
+			return &batcher.UpstreamError{Class: batcher.ClassServer, StatusCode: res.StatusCode,
+				Message: "the upstream failed mid-stream (" + ep + "): " + b.redact(msg)}
+		case errors.Is(cause, errMalformed):
+			return invalidResponse(res.StatusCode, ep, msg, cause)
+		}
+		return transportError(ctx, ep, cause)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return batcher.Response{}, nil, transportError(ctx, ep, ctx.Err())
+		}
+		return batcher.Response{}, nil, err
+	}
+	return out, rl, nil
+}
+
+// streamCtx is the context whose end explains a failed call: the
+// caller's, or the header timeout's.
+func streamCtx(ctx, cctx context.Context) context.Context {
+	if ctx.Err() == nil && errors.Is(context.Cause(cctx), context.DeadlineExceeded) {
+		return cctx
+	}
+	return ctx
+}
+
+// setHeaders sets a call's headers: content type, agent, the configured
+// headers, organization, project and key.
+func (b *Backend) setHeaders(h http.Header) {
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "batcher")
+	for k, v := range b.cfg.Headers {
+		h.Set(k, v)
+	}
+	if b.cfg.Organization != "" {
+		h.Set("OpenAI-Organization", b.cfg.Organization)
+	}
+	if b.cfg.Project != "" {
+		h.Set("OpenAI-Project", b.cfg.Project)
+	}
+	if b.cfg.apiKey != "" {
+		if http.CanonicalHeaderKey(b.cfg.APIKeyHeader) == "Authorization" {
+			h.Set("Authorization", "Bearer "+b.cfg.apiKey)
+		} else {
+			h.Set(b.cfg.APIKeyHeader, b.cfg.apiKey)
+		}
+	}
+}
+
+// errMalformed marks a stream that is not what the protocol says;
+// errInStream an error event the upstream sent in the stream.
+var (
+	errMalformed = errors.New("malformed stream")
+	errInStream  = errors.New("error in the stream")
+)
+
+// readStream reads a streamed answer's server-sent events from body,
+// writes each chunk's pieces (of choice 0) to w, and returns how the
+// answer ended. fail builds the error of a broken stream: msg says what is
+// wrong; cause is errMalformed for a stream that breaks the protocol,
+// errInStream for an error event (msg is the upstream's message), the
+// read error otherwise. A stream must end with "data: [DONE]": one that
+// ends before it was cut.
+func readStream(body io.Reader, w batcher.DeltaWriter, fail func(msg string, cause error) error) (batcher.Response, error) {
+	br := bufio.NewReaderSize(body, 4096)
+	var out batcher.Response
+	var data []byte // the event's data lines so far
+	var d batcher.Delta
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			if errors.Is(err, errMalformed) {
+				return out, fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
+			}
+			if errors.Is(err, io.EOF) {
+				return out, fail("stream ended before [DONE]", io.ErrUnexpectedEOF)
+			}
+			return out, fail("stream read failed", err)
+		}
+		if len(line) > 0 {
+			field, value, _ := bytes.Cut(line, []byte(":"))
+			value = bytes.TrimPrefix(value, []byte(" "))
+			if string(field) == "data" {
+				if len(data)+len(value) > maxEventBytes {
+					return out, fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
+				}
+				if data != nil {
+					data = append(data, '\n')
+				}
+				data = append(data, value...)
+			}
+			continue // comments (":"), event, id and retry fields say nothing here
+		}
+		if data == nil {
+			continue
+		}
+		if string(data) == "[DONE]" {
+			return out, nil
+		}
+		var ch streamChunk
+		if err := json.Unmarshal(data, &ch); err != nil {
+			return out, fail("malformed chunk in the stream", fmt.Errorf("%w: %w", errMalformed, err))
+		}
+		data = nil
+		if len(ch.Error) > 0 && string(ch.Error) != "null" {
+			msg := upstreamMessage(append(append([]byte(`{"error":`), ch.Error...), '}'), "")
+			return out, fail(msg, errInStream)
+		}
+		if ch.Usage != nil {
+			out.Usage = clampUsage(usageOf(ch.Usage))
+		}
+		for k := range ch.Choices {
+			c := &ch.Choices[k]
+			if c.Index != 0 {
+				continue // one choice is asked for
+			}
+			d = batcher.Delta{}
+			switch {
+			case c.Delta.Content != nil:
+				d.Text = *c.Delta.Content
+			case c.Text != nil:
+				d.Text = *c.Text
+			}
+			if c.Delta.Refusal != nil {
+				d.Refusal = *c.Delta.Refusal
+			}
+			for _, t := range c.Delta.ToolCalls {
+				d.ToolCalls = append(d.ToolCalls, batcher.ToolCallDelta{Index: t.Index, ID: t.ID, Name: t.Function.Name, Arguments: t.Function.Arguments})
+			}
+			if err := w.WriteDelta(&d); err != nil {
+				return out, err
+			}
+			if c.FinishReason != nil && *c.FinishReason != "" {
+				out.FinishReason = finishReason(*c.FinishReason)
+				if d.Refusal != "" || *c.FinishReason == "content_filter" {
+					out.FinishReason = batcher.FinishContentFilter
+				}
+			}
+		}
+	}
+}
+
+// readLine reads one line without its end ("\n", "\r\n"), at most
+// maxEventBytes long.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		frag, isPrefix, err := br.ReadLine()
+		if err != nil {
+			return nil, err
+		}
+		if len(line)+len(frag) > maxEventBytes {
+			return nil, errMalformed
+		}
+		if !isPrefix {
+			if line == nil {
+				return frag, nil
+			}
+			return append(line, frag...), nil
+		}
+		line = append(line, frag...)
+	}
+}
