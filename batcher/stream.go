@@ -161,6 +161,8 @@ type streamState struct {
 	lastAt  time.Time
 	deltas  int             // content deltas taken in
 	text    strings.Builder // the answer's text so far
+	refusal strings.Builder // its refusal so far
+	tools   []toolAcc       // its tool calls so far, by index
 	onFirst func()          // the attempt timeout's stop, until the first delta
 }
 
@@ -203,6 +205,10 @@ func (s *streamState) WriteDelta(d *Delta) error {
 	s.lastAt = now
 	s.deltas++
 	s.text.WriteString(d.Text)
+	s.refusal.WriteString(d.Refusal)
+	for i := range d.ToolCalls {
+		s.addToolLocked(&d.ToolCalls[i])
+	}
 	sz := d.size()
 	wasEmpty := len(s.pending) == 0
 	switch {
@@ -303,10 +309,18 @@ func (s *streamState) end(r *Result) {
 		if s.started {
 			r.Partial = true
 			r.Text = s.text.String()
+			r.Refusal = s.refusal.String()
+			r.ToolCalls = s.toolCalls()
 		}
 	} else {
 		if s.started || r.Text == "" {
 			r.Text = s.text.String()
+			if r.Refusal == "" {
+				r.Refusal = s.refusal.String()
+			}
+			if r.ToolCalls == nil {
+				r.ToolCalls = s.toolCalls()
+			}
 		} else if r.Text != "" {
 			// A backend that wrote no delta but answered: one delta with all.
 			s.pending = append(s.pending, Delta{Text: r.Text})
@@ -466,4 +480,45 @@ func (m *metrics) streamed(c *Call, r *Result) {
 	if n > 1 {
 		m.tpot.Record(ctx, (r.Timings.Total-r.Timings.FirstToken).Seconds()/float64(n-1), opts...)
 	}
+}
+
+// toolAcc is one tool call of a streamed answer, assembled from its pieces.
+type toolAcc struct {
+	index    int32
+	id, name string
+	args     strings.Builder
+}
+
+// addToolLocked adds a tool-call piece to the answer so far.
+func (s *streamState) addToolLocked(t *ToolCallDelta) {
+	var a *toolAcc
+	for i := range s.tools {
+		if s.tools[i].index == t.Index {
+			a = &s.tools[i]
+			break
+		}
+	}
+	if a == nil {
+		s.tools = append(s.tools, toolAcc{index: t.Index})
+		a = &s.tools[len(s.tools)-1]
+	}
+	if t.ID != "" {
+		a.id = t.ID
+	}
+	if t.Name != "" {
+		a.name = t.Name
+	}
+	a.args.WriteString(t.Arguments)
+}
+
+// toolCalls returns the answer's tool calls, in the order they began.
+func (s *streamState) toolCalls() []ToolCall {
+	if len(s.tools) == 0 {
+		return nil
+	}
+	out := make([]ToolCall, len(s.tools))
+	for i := range s.tools {
+		out[i] = ToolCall{ID: s.tools[i].id, Name: s.tools[i].name, Arguments: s.tools[i].args.String()}
+	}
+	return out
 }

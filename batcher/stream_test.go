@@ -292,3 +292,33 @@ func TestStreamRefused(t *testing.T) {
 		t.Errorf("WithStreamBuffer(0, 1): %v", err)
 	}
 }
+
+// toolStreamer streams one tool call in pieces and a refusal.
+type toolStreamer struct{ fakeBackend }
+
+func (*toolStreamer) Stream(_ context.Context, _ *Batch, w DeltaWriter) (Response, error) {
+	for _, d := range []Delta{
+		{ToolCalls: []ToolCallDelta{{Index: 0, ID: "call_1", Name: "get"}}},
+		{ToolCalls: []ToolCallDelta{{Index: 0, Arguments: `{"a":`}}},
+		{ToolCalls: []ToolCallDelta{{Index: 0, Arguments: `1}`}}},
+	} {
+		if err := w.WriteDelta(&d); err != nil {
+			return Response{}, err
+		}
+	}
+	return Response{FinishReason: FinishStop}, nil
+}
+
+// TestStreamAssemblesToolCalls: the result of a streamed answer holds the
+// tool calls its pieces make.
+func TestStreamAssemblesToolCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, &toolStreamer{}, 1, BatchConfig{MinBatchSize: 1})
+		c := submit(t, b, streamReq("s"))
+		ds := readAll(t, c)
+		r := c.Result()
+		if len(ds) != 4 || len(r.ToolCalls) != 1 || r.ToolCalls[0] != (ToolCall{ID: "call_1", Name: "get", Arguments: `{"a":1}`}) {
+			t.Fatalf("%d deltas, result tool calls %+v", len(ds), r.ToolCalls)
+		}
+	})
+}
