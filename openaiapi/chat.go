@@ -21,6 +21,10 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
+	if body.Stream {
+		h.streamChat(w, r, req, &body, o) // stream.go
+		return
+	}
 	res, err := h.run(r.Context(), []*batcher.Request{req}, false)
 	if err != nil {
 		WriteError(w, ErrorFrom(err, "messages"))
@@ -35,25 +39,9 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		Model:       body.Model,
 		ServiceTier: tierName(body.ServiceTier, o),
 	}
-	if !body.Stream {
-		resp.Choices = []chatChoice{{Message: &chatMessageOut{Role: "assistant", Content: out.Text}, FinishReason: finishReason(out.FinishReason)}}
-		resp.Usage = usageOf(out.Usage)
-		writeJSON(w, &resp)
-		return
-	}
-	// Until the core streams tokens, the whole answer is one content chunk.
-	sse := startSSE(w)
-	resp.Object = "chat.completion.chunk"
-	resp.Choices = []chatChoice{{Delta: &chatDelta{Role: "assistant", Content: &out.Text}}}
-	sse.event(&resp)
-	resp.Choices = []chatChoice{{Delta: &chatDelta{}, FinishReason: finishReason(out.FinishReason)}}
-	sse.event(&resp)
-	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
-		resp.Choices = []chatChoice{}
-		resp.Usage = usageOf(out.Usage)
-		sse.event(&resp)
-	}
-	sse.done()
+	resp.Choices = []chatChoice{{Message: &chatMessageOut{Role: "assistant", Content: out.Text}, FinishReason: finishReason(out.FinishReason)}}
+	resp.Usage = usageOf(out.Usage)
+	writeJSON(w, &resp)
 }
 
 // chatRequest translates a chat body into a core request.

@@ -21,6 +21,12 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
+	if body.Stream && len(reqs) == 1 {
+		// One prompt streams its deltas (stream.go); several are batched
+		// and sent as whole answers, one chunk each, in order.
+		h.streamCompletion(w, r, reqs[0], &body, id)
+		return
+	}
 	res, err := h.run(r.Context(), reqs, body.Prompt.array)
 	if err != nil {
 		WriteError(w, ErrorFrom(err, "prompt"))

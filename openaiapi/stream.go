@@ -1,0 +1,225 @@
+package openaiapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+)
+
+// Streamed answers (stream: true). The request goes to the core streamed
+// (batcher.Request.Stream): its deltas become chunks as the model makes
+// them. The response's status is chosen at the first delta: a request
+// that fails before any answers with its error status as an unstreamed
+// call would, so a caller's retry logic still works. After it, a failure
+// is an "error" event (as OpenAI sends mid-stream errors) and the stream
+// ends without [DONE]; a success ends with the finish chunk, the usage
+// chunk when stream_options.include_usage asks for it, and [DONE]. A
+// caller that goes away cancels the request, which closes the upstream
+// call at once; one that reads too slowly gets coalesced chunks, then an
+// error event (batcher.ErrStreamOverflow).
+
+// chunkDelta is a chat chunk's delta.
+type chunkDelta struct {
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	Refusal   *string         `json:"refusal,omitempty"`
+	ToolCalls []chunkToolCall `json:"tool_calls,omitempty"`
+}
+
+type chunkToolCall struct {
+	Index    int32             `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function chunkToolCallFunc `json:"function"`
+}
+
+type chunkToolCallFunc struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+type chatChunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason *string    `json:"finish_reason"`
+	Logprobs     *struct{}  `json:"logprobs"`
+}
+
+type chatChunk struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"`
+	Created     int64             `json:"created"`
+	Model       string            `json:"model"`
+	Choices     []chatChunkChoice `json:"choices"`
+	Usage       *usage            `json:"usage,omitempty"`
+	ServiceTier string            `json:"service_tier,omitempty"`
+}
+
+// streamErrorEvent is a mid-stream failure, shaped as OpenAI's.
+type streamErrorEvent struct {
+	Error errorFields `json:"error"`
+}
+
+// startStream admits and submits req streamed and waits for its first
+// delta or its end. When it fails before any delta it writes the error
+// and returns nil.
+func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, req *batcher.Request, input string) *batcher.Call {
+	ctx := r.Context()
+	if err := admit(ctx, req); err != nil {
+		WriteError(w, ErrorFrom(err, input))
+		return nil
+	}
+	req.Stream = true
+	c, err := h.core.Submit(ctx, req)
+	if err != nil {
+		WriteError(w, ErrorFrom(err, input))
+		return nil
+	}
+	select {
+	case <-c.DeltasReady(): // pumpDeltas takes before it waits again
+	case <-ctx.Done():
+		c.Cancel()
+		return nil
+	}
+	select {
+	case <-c.Done():
+		if res := c.Result(); res.Err != nil && !res.Partial { // no delta was sent
+			WriteError(w, ErrorFrom(res.Err, input))
+			return nil
+		}
+	default:
+	}
+	return c
+}
+
+// pumpDeltas hands c's deltas to each until the end, and returns its
+// result. The caller's going away cancels c.
+func pumpDeltas(ctx context.Context, c *batcher.Call, each func(d *batcher.Delta)) batcher.Result {
+	var ds []batcher.Delta
+	for {
+		var more bool
+		ds, more = c.Deltas(ds[:0])
+		for i := range ds {
+			each(&ds[i])
+		}
+		clear(ds)
+		if !more {
+			return c.Result()
+		}
+		if len(ds) > 0 {
+			continue // look again before waiting: the wake-up may be spent
+		}
+		select {
+		case <-c.DeltasReady():
+		case <-ctx.Done():
+			c.Cancel()
+			return c.Result()
+		}
+	}
+}
+
+// streamChat answers a chat call with stream: true.
+func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batcher.Request, body *chatRequest, o callOptions) {
+	c := h.startStream(w, r, req, "messages")
+	if c == nil {
+		return
+	}
+	w.Header().Set("X-Request-Id", req.ID)
+	sse := startSSE(w)
+	ch := chatChunk{ID: req.ID, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: body.Model,
+		ServiceTier: tierName(body.ServiceTier, o)}
+	ch.Choices = []chatChunkChoice{{}}
+	first := true
+	res := pumpDeltas(r.Context(), c, func(d *batcher.Delta) {
+		cc := &ch.Choices[0]
+		*cc = chatChunkChoice{}
+		if first {
+			cc.Delta.Role, first = "assistant", false
+		}
+		if d.FinishReason != batcher.FinishUnspecified || d.Usage != nil {
+			if d.Text == "" && d.Refusal == "" && len(d.ToolCalls) == 0 {
+				return // the end: written below, from the result
+			}
+		}
+		if d.Text != "" || (d.Refusal == "" && len(d.ToolCalls) == 0) {
+			cc.Delta.Content = &d.Text
+		}
+		if d.Refusal != "" {
+			cc.Delta.Refusal = &d.Refusal
+		}
+		for _, t := range d.ToolCalls {
+			tc := chunkToolCall{Index: t.Index, ID: t.ID, Function: chunkToolCallFunc{Name: t.Name, Arguments: t.Arguments}}
+			if t.ID != "" {
+				tc.Type = "function"
+			}
+			cc.Delta.ToolCalls = append(cc.Delta.ToolCalls, tc)
+		}
+		sse.event(&ch)
+	})
+	if res.Err != nil {
+		sse.event(streamError(res.Err))
+		return
+	}
+	fr := finishReason(res.FinishReason)
+	if len(res.ToolCalls) > 0 && res.FinishReason == batcher.FinishStop {
+		s := "tool_calls"
+		fr = &s
+	}
+	ch.Choices = []chatChunkChoice{{FinishReason: fr}}
+	sse.event(&ch)
+	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
+		ch.Choices = []chatChunkChoice{}
+		ch.Usage = usageOf(res.Usage)
+		sse.event(&ch)
+	}
+	sse.done()
+}
+
+// streamCompletion answers a completions call of one prompt with stream:
+// true.
+func (h *Handler) streamCompletion(w http.ResponseWriter, r *http.Request, req *batcher.Request, body *completionRequest, id string) {
+	c := h.startStream(w, r, req, "prompt")
+	if c == nil {
+		return
+	}
+	w.Header().Set("X-Request-Id", id)
+	sse := startSSE(w)
+	resp := completion{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: body.Model}
+	resp.Choices = []completionChoice{{}}
+	echo := body.Echo
+	res := pumpDeltas(r.Context(), c, func(d *batcher.Delta) {
+		text := d.Text
+		if echo {
+			text, echo = req.Input.Prompt+text, false
+		}
+		if text == "" {
+			return
+		}
+		resp.Choices[0] = completionChoice{Text: text}
+		sse.event(&resp)
+	})
+	if res.Err != nil {
+		sse.event(streamError(res.Err))
+		return
+	}
+	resp.Choices[0] = completionChoice{FinishReason: finishReason(res.FinishReason)}
+	sse.event(&resp)
+	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
+		resp.Choices = []completionChoice{}
+		resp.Usage = usageOf(res.Usage)
+		sse.event(&resp)
+	}
+	sse.done()
+}
+
+// streamError is the event of a failure after the stream began.
+func streamError(err error) *streamErrorEvent {
+	e := ErrorFrom(err, "")
+	ev := &streamErrorEvent{Error: errorFields{Message: e.Message, Type: e.Type}}
+	if e.Code != "" {
+		ev.Error.Code = &e.Code
+	}
+	return ev
+}
