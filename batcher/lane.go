@@ -29,7 +29,7 @@ type laneKey struct {
 	seed      int64
 	set       uint8 // which of temp, topP, seed are set
 	stop      string
-	stream    bool // streamed requests: batches of one (stream.go)
+	stream    bool   // streamed requests: batches of one (stream.go)
 	rich      string // richKey: empty for a plain request
 }
 
