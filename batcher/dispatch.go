@@ -312,7 +312,11 @@ func (r *batchRun) run() {
 	}
 	r.batch.Requests = r.reqs
 	if l.key.stream {
+		// The batch is its request: its own max_tokens is the batch's.
 		r.batch.stream = r.live[0].stream
+		if mt := r.live[0].req.Params.MaxTokens; mt > 0 {
+			r.batch.MaxTokens = mt
+		}
 	}
 	var ctx context.Context = r.ctx
 	if b.tracer != nil {

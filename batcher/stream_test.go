@@ -322,3 +322,35 @@ func TestStreamAssemblesToolCalls(t *testing.T) {
 		}
 	})
 }
+
+// maxTokensStreamer records each streamed batch's MaxTokens.
+type maxTokensStreamer struct {
+	fakeBackend
+	got chan int32
+}
+
+func (m *maxTokensStreamer) Stream(_ context.Context, b *Batch, _ DeltaWriter) (Response, error) {
+	m.got <- b.MaxTokens
+	return Response{Text: "x"}, nil
+}
+
+// TestStreamBatchTakesTheRequestsMaxTokens: a streamed request's lane
+// holds every max_tokens, so its batch carries the request's own.
+func TestStreamBatchTakesTheRequestsMaxTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &maxTokensStreamer{got: make(chan int32, 2)}
+		b, err := New(WithBackend(BackendConfig{Name: "be", Backend: be}),
+			WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", DefaultMaxTokens: 100}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = b.Shutdown(context.Background()) }()
+		r := streamReq("own")
+		r.Params.MaxTokens = 7
+		<-submit(t, b, r).Done()
+		<-submit(t, b, streamReq("default")).Done()
+		if own, def := <-be.got, <-be.got; own != 7 || def != 100 {
+			t.Fatalf("max tokens %d and %d, want 7 and the route's 100", own, def)
+		}
+	})
+}
