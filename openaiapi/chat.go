@@ -12,11 +12,18 @@ import (
 // chat serves POST /v1/chat/completions.
 func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	var body chatRequest
-	if e := DecodeJSON(w, r, &body, h.cfg.maxBody, h.cfg.maxDepth); e != nil {
+	raw, e := readBody(w, r, h.cfg.maxBody)
+	if e == nil {
+		e = decode(raw, &body, h.cfg.maxDepth)
+	}
+	if e != nil {
 		WriteError(w, e)
 		return
 	}
 	req, o, e := h.chatRequest(r, &body)
+	if e == nil {
+		req.Extra, e = extraFields(raw)
+	}
 	if e != nil {
 		WriteError(w, e)
 		return
@@ -39,7 +46,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		Model:       body.Model,
 		ServiceTier: tierName(body.ServiceTier, o),
 	}
-	resp.Choices = []chatChoice{{Message: &chatMessageOut{Role: "assistant", Content: out.Text}, FinishReason: finishReason(out.FinishReason)}}
+	resp.Choices = chatChoices(&out)
 	resp.Usage = usageOf(out.Usage)
 	writeJSON(w, &resp)
 }
@@ -60,7 +67,7 @@ func (h *Handler) chatRequest(r *http.Request, body *chatRequest) (*batcher.Requ
 		return nil, o, badRequest("messages", "must hold at most %d messages, got %d", batcher.MaxChatMessages, len(body.Messages))
 	}
 	g := genParams{maxTokens: body.MaxCompletionTokens, maxParam: "max_completion_tokens",
-		temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed, n: body.N}
+		temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed}
 	if g.maxTokens == nil {
 		g.maxTokens, g.maxParam = body.MaxTokens, "max_tokens"
 	}
@@ -68,15 +75,19 @@ func (h *Handler) chatRequest(r *http.Request, body *chatRequest) (*batcher.Requ
 	if e != nil {
 		return nil, o, e
 	}
+	if n := body.N; n != nil { // several choices, where the backend honours n (the core checks)
+		if *n < 1 || *n > batcher.MaxChoices {
+			return nil, o, badRequest("n", "must be 1 to %d, got %d", batcher.MaxChoices, *n)
+		}
+		params.N = int32(*n)
+	}
 	msgs := make([]batcher.Message, len(body.Messages))
-	for i, m := range body.Messages {
-		text, e := m.Content.join("messages[" + strconv.Itoa(i) + "].content")
-		if e != nil {
+	for i := range body.Messages {
+		if e := messageToCore(&body.Messages[i], i, &msgs[i]); e != nil {
 			return nil, o, e
 		}
-		msgs[i] = batcher.Message{Role: m.Role, Content: text}
 	}
-	return &batcher.Request{
+	req := &batcher.Request{
 		ID:       h.newID("chatcmpl-"),
 		Route:    body.Model,
 		Priority: o.priority,
@@ -84,7 +95,11 @@ func (h *Handler) chatRequest(r *http.Request, body *chatRequest) (*batcher.Requ
 		Params:   params,
 		Timeout:  o.timeout,
 		Metadata: body.Metadata,
-	}, o, nil
+	}
+	if e := body.chatExtras.toCore(req); e != nil {
+		return nil, o, e
+	}
+	return req, o, nil
 }
 
 // join returns the content's text: the string, or its text parts joined

@@ -25,10 +25,21 @@
 //     the body limit, 429 with Retry-After for a full queue or an exhausted
 //     budget, 503 once the core's admission has closed, and upstream
 //     failures by class (429, 400, 502, 504), never passed through;
-//   - unknown JSON fields are ignored, as OpenAI ignores them; fields whose
-//     value would change the answer's meaning and that Batcher cannot serve
-//     (n > 1, token-id inputs, non-text content parts, suffix) are refused
-//     by name;
+//   - nothing a caller sends is dropped. Chat carries tools, tool_choice,
+//     parallel_tool_calls, tool calls and tool messages, response_format
+//     (json_object, json_schema), image_url content parts, names, n,
+//     logprobs, top_logprobs, the penalties, logit_bias, user and
+//     reasoning_effort, and answers with tool_calls, refusal and logprobs
+//     in OpenAI's shape. An unknown top-level chat field is forwarded as
+//     an extra body field (batcher.Request.Extra) to backends that forward
+//     them (OpenAI-compatible upstreams), and is a 400 naming it elsewhere:
+//     forwarding keeps new provider fields usable without a Batcher
+//     release, refusing where they cannot go keeps them from vanishing.
+//     Whatever the model's backend cannot honour is a 400 naming the field
+//     (the core checks what each backend declares). On completions and
+//     embeddings, fields whose value would change the answer's meaning and
+//     that Batcher cannot serve (n > 1, token-id inputs, suffix) are
+//     refused by name, other unknown fields ignored;
 //   - bearer tokens are compared in constant time and never logged;
 //   - with a tracer provider, every call is an otelhttp server span that
 //     continues the caller's traceparent and parents the core's request

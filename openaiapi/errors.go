@@ -219,7 +219,15 @@ func upstreamError(ue *batcher.UpstreamError) *Error {
 func param(field, input string) string {
 	switch {
 	case strings.HasPrefix(field, "input.chat.messages"):
-		return "messages" + strings.TrimPrefix(field, "input.chat.messages")
+		return paramReplacer.Replace("messages" + strings.TrimPrefix(field, "input.chat.messages"))
+	case strings.HasPrefix(field, "extra_body."):
+		return strings.TrimPrefix(field, "extra_body.") // an unknown top-level field, forwarded
+	case strings.HasPrefix(field, "tools["):
+		return strings.Replace(strings.Replace(field, "].name", "].function.name", 1), "].parameters", "].function.parameters", 1)
+	case field == "tool_choice.function":
+		return "tool_choice.function.name"
+	case field == "response_format.schema", field == "response_format.name":
+		return "response_format.json_schema." + strings.TrimPrefix(field, "response_format.")
 	case field == "input.completion.prompt", field == "input.embedding.text", field == "input":
 		return input
 	case strings.HasPrefix(field, "params."):
@@ -227,6 +235,10 @@ func param(field, input string) string {
 	}
 	return field
 }
+
+// paramReplacer turns the core's message field names into OpenAI's.
+var paramReplacer = strings.NewReplacer(".parts[", ".content[", ".image.url", ".image_url.url", ".image.detail", ".image_url.detail", "].image", "].image_url",
+	".tool_calls[", ".tool_calls[")
 
 // itemError is the failure of one item of an array input, by index.
 type itemError struct {

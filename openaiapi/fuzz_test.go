@@ -151,3 +151,54 @@ func FuzzCheckJSONL(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChatSurface decodes chat bodies with tools, tool calls, content
+// parts, response formats and unknown fields: any body either translates
+// (its extra fields then one JSON object) or is a 400, never a panic.
+func FuzzChatSurface(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA","detail":"low"}}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"w"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"},"strict":true}}],"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false}`,
+		`{"model":"m","messages":[{"role":"user","content":"x","name":"a"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"object"},"strict":true}},"logprobs":true,"top_logprobs":2,"n":2,"logit_bias":{"1":-100},"user":"u","reasoning_effort":"low","presence_penalty":1,"top_k":3}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required","response_format":{"type":"json_object"}}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio"}]}],"tools":[{"type":"custom"}],"tool_choice":{"type":"allowed_tools"}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	cfg, err := newConfig(nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := &Handler{cfg: cfg}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+		var b chatRequest
+		if e := decode(body, &b, cfg.maxDepth); e != nil {
+			if e.Status != http.StatusBadRequest {
+				t.Fatalf("status %d", e.Status)
+			}
+			return
+		}
+		req, _, e := h.chatRequest(r, &b)
+		if e == nil {
+			req.Extra, e = extraFields(body)
+		}
+		if e != nil {
+			if e.Status != http.StatusBadRequest {
+				t.Fatalf("status %d: %v", e.Status, e)
+			}
+			return
+		}
+		if req.Extra != nil {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(req.Extra, &m) != nil || len(m) == 0 {
+				t.Fatalf("extra %q is not a JSON object", req.Extra)
+			}
+		}
+		for _, tl := range req.Tools {
+			if tl.Parameters != nil && !json.Valid(tl.Parameters) {
+				t.Fatalf("tool parameters %q", tl.Parameters)
+			}
+		}
+	})
+}

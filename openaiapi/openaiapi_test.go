@@ -64,8 +64,8 @@ func TestChatContentParts(t *testing.T) {
 			openai.TextContentPart("look"), openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "https://example.com/a.png"}),
 		})},
 	})
-	if ae := apiError(t, err); ae.StatusCode != http.StatusBadRequest || ae.Param != "messages[0].content[1].type" {
-		t.Errorf("image part: %d param %q, want 400 naming messages[0].content[1].type", ae.StatusCode, ae.Param)
+	if ae := apiError(t, err); ae.StatusCode != http.StatusBadRequest || ae.Param != "messages[0].content[1].image_url" || !strings.Contains(ae.Message, "not supported") {
+		t.Errorf("image part: %d param %q, want 400 naming messages[0].content[1].image_url: this backend takes no images", ae.StatusCode, ae.Param)
 	}
 }
 

@@ -64,6 +64,8 @@ func finishReason(f batcher.FinishReason) *string {
 		s = "length"
 	case batcher.FinishContentFilter:
 		s = "content_filter"
+	case batcher.FinishToolCalls:
+		s = "tool_calls"
 	}
 	return &s
 }

@@ -25,6 +25,7 @@ type chatRequest struct {
 	StreamOptions       *streamOptions    `json:"stream_options"`
 	ServiceTier         string            `json:"service_tier"`
 	Metadata            map[string]string `json:"metadata"`
+	chatExtras                            // chattools.go
 }
 
 type streamOptions struct {
@@ -32,8 +33,11 @@ type streamOptions struct {
 }
 
 type chatMessage struct {
-	Role    string  `json:"role"`
-	Content content `json:"content"`
+	Role       string         `json:"role"`
+	Content    content        `json:"content"`
+	Name       string         `json:"name"`
+	ToolCalls  []wireToolCall `json:"tool_calls"`
+	ToolCallID string         `json:"tool_call_id"`
 }
 
 // content is a message's content: a string, null, or an array of parts.
@@ -43,8 +47,9 @@ type content struct {
 }
 
 type contentPart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type     string        `json:"type"`
+	Text     string        `json:"text"`
+	ImageURL *wireImageURL `json:"image_url"`
 }
 
 func (c *content) UnmarshalJSON(b []byte) error {
@@ -213,13 +218,14 @@ type chatChoice struct {
 	Message      *chatMessageOut `json:"message,omitempty"`
 	Delta        *chatDelta      `json:"delta,omitempty"`
 	FinishReason *string         `json:"finish_reason"`
-	Logprobs     *struct{}       `json:"logprobs"`
+	Logprobs     *wireLogprobs   `json:"logprobs"`
 }
 
 type chatMessageOut struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"` // null when the model only called tools
+	Refusal   *string        `json:"refusal"`
+	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
 }
 
 type chatDelta struct {
