@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -32,6 +33,9 @@ type Authenticator struct {
 	tenants atomic.Pointer[Tenants] // nil: anonymous
 	jwt     *jwtVerifier            // nil: JWTs are not accepted
 	log     *slog.Logger
+
+	mu      sync.Mutex
+	streams map[*streamGrant]struct{} // open streams, for Revalidate
 }
 
 // Tenants returns the tenants in force, or nil in anonymous mode.

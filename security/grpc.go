@@ -66,11 +66,13 @@ func (a *Authenticator) UnaryInterceptors() []grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamInterceptors returns authentication (health checks exempt); see
-// UnaryInterceptors.
+// StreamInterceptors returns authentication (health checks exempt), and
+// the registration of each stream of a tenant for revocation (revoke.go);
+// see UnaryInterceptors.
 func (a *Authenticator) StreamInterceptors() []grpc.StreamServerInterceptor {
 	return []grpc.StreamServerInterceptor{
 		selector.StreamServerInterceptor(auth.StreamServerInterceptor(a.AuthFunc), selector.MatchFunc(needsAuth)),
+		a.streamInterceptor,
 	}
 }
 

@@ -31,7 +31,15 @@ const (
 	// GOAWAY (too_many_pings). gRPC's own default is 5 minutes.
 	DefaultKeepaliveMinTime = 30 * time.Second
 	DefaultKeepaliveTime    = 2 * time.Hour
-	DefaultKeepaliveTimeout = 20 * time.Second
+	// DefaultMaxConnectionAge and DefaultMaxConnectionAgeGrace bound a
+	// connection's life: after the age it gets a GOAWAY (new RPCs go to a
+	// new connection, which authenticates again and may reach another
+	// replica), and RPCs still open after the grace are closed. A revoked
+	// credential ends its streams sooner (revoke.go); the age bounds what
+	// no reload can see.
+	DefaultMaxConnectionAge      = time.Hour
+	DefaultMaxConnectionAgeGrace = 10 * time.Minute
+	DefaultKeepaliveTimeout      = 20 * time.Second
 	// MinWindowBytes is gRPC's smallest window; it ignores smaller ones.
 	MinWindowBytes = 65535
 )
@@ -73,9 +81,14 @@ type Limits struct {
 	// MaxConnectionAge sends a connection a GOAWAY once it is that old
 	// (grpc-go adds up to 10% jitter), so that clients balancing over a
 	// headless Service re-resolve and reach replicas added since they
-	// connected. The RPCs open on it go on to their end: there is no grace
-	// deadline that would cut a long stream. 0: never.
+	// connected, and no connection outlives the credential checks of a
+	// new one for long. Default DefaultMaxConnectionAge; negative: never.
 	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long the RPCs open at the GOAWAY may go
+	// on before the connection is closed under them (a stream cut so ends
+	// UNAVAILABLE, and its accepted requests are cancelled). Default
+	// DefaultMaxConnectionAgeGrace; negative: no deadline.
+	MaxConnectionAgeGrace time.Duration
 	// StreamWindowBytes and ConnWindowBytes, when set (at least
 	// MinWindowBytes), fix the HTTP/2 receive windows of each stream and
 	// each connection. 0: grpc-go's dynamic windows, which start at 64 KiB
@@ -107,6 +120,8 @@ func (l Limits) withDefaults() Limits {
 	defD(&l.KeepaliveMinTime, DefaultKeepaliveMinTime)
 	defD(&l.KeepaliveTime, DefaultKeepaliveTime)
 	defD(&l.KeepaliveTimeout, DefaultKeepaliveTimeout)
+	defD(&l.MaxConnectionAge, DefaultMaxConnectionAge)
+	defD(&l.MaxConnectionAgeGrace, DefaultMaxConnectionAgeGrace)
 	return l
 }
 
@@ -117,9 +132,12 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 	if idle <= 0 {
 		idle = time.Duration(math.MaxInt64)
 	}
-	age := l.MaxConnectionAge
-	if age <= 0 {
+	age, grace := l.MaxConnectionAge, l.MaxConnectionAgeGrace
+	if age < 0 {
 		age = time.Duration(math.MaxInt64)
+	}
+	if grace < 0 {
+		grace = time.Duration(math.MaxInt64)
 	}
 	streams := uint32(math.MaxUint32)
 	if l.MaxConcurrentStreams > 0 {
@@ -131,12 +149,11 @@ func (l Limits) serverOptions() []grpc.ServerOption {
 			PermitWithoutStream: l.KeepalivePermitWithoutStream,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle: idle,
-			MaxConnectionAge:  age,
-			// Grace left at its default, infinite: a stream outlives its
-			// connection's GOAWAY.
-			Time:    l.KeepaliveTime,
-			Timeout: l.KeepaliveTimeout,
+			MaxConnectionIdle:     idle,
+			MaxConnectionAge:      age,
+			MaxConnectionAgeGrace: grace,
+			Time:                  l.KeepaliveTime,
+			Timeout:               l.KeepaliveTimeout,
 		}),
 		grpc.MaxConcurrentStreams(streams),
 

@@ -1,6 +1,7 @@
 package security
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -169,6 +170,11 @@ func (s *Security) reload(force bool) error {
 	if v := s.auth.jwt; v != nil {
 		changed, err := v.reloadFile(force)
 		note("JWKS", changed, err)
+	}
+	// Open streams are authenticated again on every poll, changed files
+	// or not: a JWT expires, and a JWKS URL refreshes on its own.
+	if s.cfg.TenantsFile != "" {
+		s.auth.Revalidate(context.Background())
 	}
 	return errors.Join(errs...)
 }

@@ -112,6 +112,15 @@ func TenantFrom(ctx context.Context) *Tenant {
 // not pass through the authentication middleware or its caller is the
 // anonymous tenant. The access function of server.WithAccessFunc and
 // openaiapi.WithAccessFunc.
+//
+// On a stream of a tenant, the Access carries a Revoked channel, closed
+// once a reload revokes the stream's credential (revoke.go): the door
+// that takes it refuses new requests from then on and ends the stream
+// once what it accepted is done.
 func AccessFrom(ctx context.Context) *batcher.Access {
+	if g := grantFrom(ctx); g != nil {
+		g.graceful.Store(true)
+		return g.access
+	}
 	return TenantFrom(ctx).Access()
 }

@@ -27,6 +27,9 @@ import (
 // server shuts down) or at once when the caller goes away, cancelling what
 // it had in flight. When a shutdown ends the stream, a request the caller
 // sent that got neither a Completion nor a Rejection was never accepted.
+// When the caller's credential is revoked (WithAccessFunc), new requests
+// get an UNAUTHENTICATED Rejection, and the stream ends UNAUTHENTICATED,
+// after a final summary, once every accepted request is terminal.
 func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) error {
 	if err := s.enterStream(); err != nil {
 		return err
@@ -96,6 +99,7 @@ type stream struct {
 	recvDone  bool                              // the receiver stopped reading
 	recvErr   error                             // why, when it was not a half-close
 	firstErr  *status.Status                    // a bad first message: end at once
+	revoked   bool                              // the caller's credential was revoked: end once items is empty
 	submitted int64
 	completed int64
 	failed    int64
@@ -130,9 +134,20 @@ func (st *stream) run() error {
 	ticker := time.NewTicker(st.s.cfg.interval)
 	defer ticker.Stop()
 	ready, closing := st.ready, st.s.closing
+	var revoked <-chan struct{}
+	if st.access != nil {
+		revoked = st.access.Revoked // nil: never
+	}
 	shutting := false
 	for {
 		select {
+		case <-revoked:
+			// New requests are refused by Admit from now on; the stream
+			// ends once what it accepted is done.
+			revoked = nil
+			st.mu.Lock()
+			st.revoked = true
+			st.mu.Unlock()
 		case <-st.nudge:
 		case <-ready:
 			ready = nil
@@ -197,6 +212,8 @@ func (st *stream) take(shutting bool) (msgs []*batcherv1.SubmitStreamResponse, r
 		return msgs, ready, false, false, nil
 	case st.recvDone:
 		return msgs, ready, true, true, st.recvErr
+	case st.revoked:
+		return msgs, ready, true, true, status.Error(grpccodes.Unauthenticated, "unauthenticated: credential revoked")
 	case shutting:
 		return msgs, ready, true, true, status.Error(grpccodes.Unavailable, "server shutting down")
 	}

@@ -65,3 +65,36 @@ func TestTenantQuotaOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStreamRevoked: once the caller's Access is revoked, the open stream
+// refuses new requests with an UNAUTHENTICATED Rejection, finishes the one
+// it accepted, and ends UNAUTHENTICATED after a final summary, without the
+// caller half-closing.
+func TestStreamRevoked(t *testing.T) {
+	be := heldFake()
+	revoked := make(chan struct{})
+	access := (&batcher.Access{Tenant: "team-a", MaxPriority: batcher.PriorityUrgent}).WithRevoked(revoked)
+	e := newEnv(t, be, withServer(WithAccessFunc(func(context.Context) *batcher.Access { return access })))
+	s := e.openStream(t, testCtx(t))
+	s.send(reqMsg(chatReq("accepted", "hi")))
+	s.send(&batcherv1.SubmitStreamRequest{Kind: &batcherv1.SubmitStreamRequest_Flush{Flush: &batcherv1.Flush{}}})
+	be.waitStarted(t, 1)
+	close(revoked)
+	s.send(reqMsg(chatReq("late", "hi")))
+	rej := s.until(func(m *batcherv1.SubmitStreamResponse) bool { return m.GetRejection() != nil }).GetRejection()
+	if rej.GetId() != "late" || codes.Code(rej.GetError().GetCode()) != codes.Unauthenticated {
+		t.Fatalf("rejection %v, want UNAUTHENTICATED for late", rej)
+	}
+	be.Release()
+	msgs, err := s.drain()
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("stream ended %v, want UNAUTHENTICATED", err)
+	}
+	ta := tallyOf(msgs)
+	if c := ta.completions["accepted"]; c == nil || c.GetError() != nil {
+		t.Fatalf("the accepted request's completion %v", c)
+	}
+	if ta.final == nil {
+		t.Fatal("no final summary")
+	}
+}

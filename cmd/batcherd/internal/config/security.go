@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/batcherhq/batcher/security"
 )
@@ -89,9 +90,12 @@ type Keepalive struct {
 	// MaxConnectionIdle closes a connection without RPCs; 0: never.
 	MaxConnectionIdle Duration `yaml:"max_connection_idle"`
 	// MaxConnectionAge sends a GOAWAY to connections that old, so that
-	// clients balancing over DNS reconnect and find new replicas; open
-	// RPCs go on. 0: never.
-	MaxConnectionAge Duration `yaml:"max_connection_age"`
+	// clients balancing over DNS reconnect and find new replicas and
+	// authenticate again; open RPCs go on for MaxConnectionAgeGrace, then
+	// the connection closes. Default 1h and 10m; 0: never (age), no
+	// deadline (grace).
+	MaxConnectionAge      Duration `yaml:"max_connection_age"`
+	MaxConnectionAgeGrace Duration `yaml:"max_connection_age_grace"`
 }
 
 // DefaultSecurity returns the security settings' defaults.
@@ -107,9 +111,11 @@ func DefaultSecurity() Security {
 			HandshakeTimeout:     Duration(security.DefaultHandshakeTimeout),
 			MaxHeaderBytes:       security.DefaultMaxHeaderBytes,
 			Keepalive: Keepalive{
-				MinTime: Duration(security.DefaultKeepaliveMinTime),
-				Time:    Duration(security.DefaultKeepaliveTime),
-				Timeout: Duration(security.DefaultKeepaliveTimeout),
+				MinTime:               Duration(security.DefaultKeepaliveMinTime),
+				Time:                  Duration(security.DefaultKeepaliveTime),
+				Timeout:               Duration(security.DefaultKeepaliveTimeout),
+				MaxConnectionAge:      Duration(security.DefaultMaxConnectionAge),
+				MaxConnectionAgeGrace: Duration(security.DefaultMaxConnectionAgeGrace),
 			},
 		},
 	}
@@ -241,6 +247,9 @@ func (s *Security) validate(listen string, e *errs) {
 	if l.Keepalive.MaxConnectionAge < 0 {
 		e.add("security.limits.keepalive.max_connection_age", "must not be negative, got %v", l.Keepalive.MaxConnectionAge)
 	}
+	if l.Keepalive.MaxConnectionAgeGrace < 0 {
+		e.add("security.limits.keepalive.max_connection_age_grace", "must not be negative, got %v", l.Keepalive.MaxConnectionAgeGrace)
+	}
 	if err := s.CheckListener("listen", listen); err != nil {
 		*e = append(*e, err)
 	}
@@ -257,6 +266,15 @@ func (s *Security) CheckListener(path, addr string) error {
 // client certificate that every handshake requires.
 func (s *Security) authOn() bool {
 	return s.TenantsFile != "" || (s.TLS.ClientCAFile != "" && s.TLS.ClientAuth == "require")
+}
+
+// neverIfZero maps the file's 0 ("never", "no deadline") onto
+// security.Limits' negative; its 0 takes the default.
+func neverIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // Options returns the security package's configuration.
@@ -276,7 +294,8 @@ func (s *Security) Options() security.Config {
 			KeepaliveTime:                s.Limits.Keepalive.Time.D(),
 			KeepaliveTimeout:             s.Limits.Keepalive.Timeout.D(),
 			MaxConnectionIdle:            s.Limits.Keepalive.MaxConnectionIdle.D(),
-			MaxConnectionAge:             s.Limits.Keepalive.MaxConnectionAge.D(),
+			MaxConnectionAge:             neverIfZero(s.Limits.Keepalive.MaxConnectionAge.D()),
+			MaxConnectionAgeGrace:        neverIfZero(s.Limits.Keepalive.MaxConnectionAgeGrace.D()),
 			StreamWindowBytes:            s.Limits.StreamWindowBytes,
 			ConnWindowBytes:              s.Limits.ConnWindowBytes,
 		},

@@ -67,7 +67,7 @@ security:
     handshake_timeout: 3s
     max_header_bytes: 8192
     conn_window_bytes: 1048576
-    keepalive: {min_time: 1m, permit_without_stream: true, time: 1h, timeout: 5s, max_connection_idle: 10m, max_connection_age: 5m}
+    keepalive: {min_time: 1m, permit_without_stream: true, time: 1h, timeout: 5s, max_connection_idle: 10m, max_connection_age: 5m, max_connection_age_grace: 0s}
 `)
 	c, err = config.Load([]string{"--config", file}, env(), io.Discard)
 	if err != nil {
@@ -76,7 +76,7 @@ security:
 	o := c.Security.Options()
 	want := security.Limits{MaxConnections: -1, MaxConcurrentStreams: 10, MaxRecvMsgBytes: 1024, MaxSendMsgBytes: 2048,
 		HandshakeTimeout: 3 * time.Second, MaxHeaderBytes: 8192, KeepaliveMinTime: time.Minute, KeepalivePermitWithoutStream: true,
-		KeepaliveTime: time.Hour, KeepaliveTimeout: 5 * time.Second, MaxConnectionIdle: 10 * time.Minute, MaxConnectionAge: 5 * time.Minute,
+		KeepaliveTime: time.Hour, KeepaliveTimeout: 5 * time.Second, MaxConnectionIdle: 10 * time.Minute, MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: -1,
 		ConnWindowBytes: 1 << 20}
 	if o.Limits != want || o.TLS.ClientAuth != security.ClientCertOptional || o.JWT.JWKSFile != "j.json" ||
 		o.JWT.TenantClaim != "team" || o.JWT.Refresh != 5*time.Minute || o.ReloadInterval != time.Second {
@@ -104,6 +104,7 @@ func TestSecurityErrors(t *testing.T) {
 		{"insecure value", nil, "", ""},
 		{"limits", nil, "security: {limits: {max_connections: 0, max_recv_msg_bytes: 0, keepalive: {min_time: 0s}}}", "security.limits.max_connections: must be at least 1, or -1"},
 		{"limits keepalive", nil, "security: {limits: {keepalive: {min_time: 0s}}}", "security.limits.keepalive.min_time: must be positive"},
+		{"max connection age grace", nil, "security: {limits: {keepalive: {max_connection_age_grace: -1s}}}", "security.limits.keepalive.max_connection_age_grace: must not be negative, got -1s"},
 		{"max connection age", nil, "security: {limits: {keepalive: {max_connection_age: -1s}}}", "security.limits.keepalive.max_connection_age: must not be negative, got -1s"},
 		{"max header bytes", nil, "security: {limits: {max_header_bytes: 100}}", "security.limits.max_header_bytes: must be 4096 to 16777216, got 100"},
 		{"max header bytes zero", nil, "security: {limits: {max_header_bytes: 0}}", "security.limits.max_header_bytes: must be 4096 to 16777216, got 0"},
