@@ -15,6 +15,8 @@ type Handle struct {
 	// Written once by resolve before done is closed; read-only after.
 	comp *batcherv1.Completion
 	err  error
+	// A streamed request's deltas (deltas.go); written by the receiver.
+	deltas deltaQueue
 }
 
 func (h *Handle) resolve(c *batcherv1.Completion, err error) {

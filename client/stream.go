@@ -307,8 +307,16 @@ func (s *Stream) register(req *batcherv1.Request, auto bool) (*Handle, error) {
 		return nil, fmt.Errorf("%w: %q", ErrDuplicateID, req.Id)
 	}
 	h := &Handle{id: req.Id, s: s, done: make(chan struct{})}
+	h.deltas.notify = make(chan struct{}, 1)
 	s.handles[h.id] = h
 	return h, nil
+}
+
+// handle returns the pending handle id, nil when there is none.
+func (s *Stream) handle(id string) *Handle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handles[id]
 }
 
 // take removes and returns the pending handle id, nil when there is none.
@@ -344,6 +352,10 @@ func (s *Stream) route(m *batcherv1.SubmitStreamResponse) {
 			case s.cfg.events <- k.Event:
 			case <-s.ctx.Done():
 			}
+		}
+	case *batcherv1.SubmitStreamResponse_Delta:
+		if h := s.handle(k.Delta.GetId()); h != nil {
+			h.deltas.push(k.Delta)
 		}
 	case *batcherv1.SubmitStreamResponse_Completion:
 		if h := s.take(k.Completion.GetId()); h != nil {

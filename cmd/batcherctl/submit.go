@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -28,6 +29,7 @@ type submitFlags struct {
 	temperature float32
 	id          string
 	metadata    map[string]string
+	stream      bool
 	out         outputFormat
 }
 
@@ -42,11 +44,13 @@ prints the whole Completion (usage, batch, timings) in protobuf JSON.
 
 The prompt is the arguments joined by spaces, or standard input when there
 are none or the only one is "-". The request waits in the service's batches
-like any other; --priority URGENT sends it at once.`,
+like any other; --priority URGENT sends it at once. With --stream the answer
+is printed as the model generates it, token by token (chat and completion).`,
 		Example: `  batcherctl submit -m sim-chat "Write a haiku about queues"
   batcherctl submit -m sim-chat --system "Answer in French" --max-tokens 64 Hello
   echo "the quick brown fox" | batcherctl submit -m sim-embed --op embedding
-  batcherctl submit -m sim-completion --op completion -p urgent -o json "Once upon a time"`,
+  batcherctl submit -m sim-completion --op completion -p urgent -o json "Once upon a time"
+  batcherctl submit -m sim-chat --stream "Tell me a story"`,
 		Args: argsBetween(0, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSubmit(cmd, a, &f, args)
@@ -61,6 +65,7 @@ like any other; --priority URGENT sends it at once.`,
 	fl.Float32Var(&f.temperature, "temperature", -1, "sampling temperature, 0 to 2 (default: the provider's)")
 	fl.StringVar(&f.id, "id", "", "the request's id (default: the service assigns one)")
 	fl.StringToStringVar(&f.metadata, "metadata", nil, "metadata key=value pairs, echoed on the completion")
+	fl.BoolVar(&f.stream, "stream", false, "print the answer as it is generated (chat and completion); -o json prints the completion at the end")
 	addOutputFlag(c, &f.out)
 	return c
 }
@@ -88,11 +93,14 @@ func runSubmit(cmd *cobra.Command, a *app, f *submitFlags, args []string) error 
 	defer func() { _ = conn.Close() }()
 	ctx, cancel := a.callContext(cmd.Context())
 	defer cancel()
+	w := cmd.OutOrStdout()
+	if f.stream {
+		return submitStreamed(ctx, w, client.New(conn), req, f.out)
+	}
 	comp, err := client.New(conn).Submit(ctx, req)
 	if comp == nil && err != nil {
 		return rpcError("submit", err)
 	}
-	w := cmd.OutOrStdout()
 	if f.out == outputJSON {
 		if perr := printJSON(w, comp); perr != nil {
 			return perr
@@ -176,4 +184,44 @@ func printCompletion(w io.Writer, c *batcherv1.Completion) error {
 	}
 	_, err := fmt.Fprintln(w, c.GetText())
 	return err
+}
+
+// submitStreamed sends req with the SubmitStreamed RPC and prints its text
+// as it comes (text output), or the completion at the end (-o json). A
+// failure after some text ends the line and names the error.
+func submitStreamed(ctx context.Context, w io.Writer, c *client.Client, req *batcherv1.Request, out outputFormat) error {
+	wrote := false
+	var werr error
+	comp, err := c.SubmitStreamed(ctx, req, func(d *batcherv1.Delta) {
+		if out == outputJSON || werr != nil {
+			return
+		}
+		text := d.GetText() + d.GetRefusal()
+		for _, t := range d.GetToolCalls() {
+			text += t.GetArguments()
+		}
+		if text != "" {
+			_, werr = io.WriteString(w, text)
+			wrote = true
+		}
+	})
+	if werr != nil {
+		return werr
+	}
+	if out == outputJSON && comp != nil {
+		if perr := printJSON(w, comp); perr != nil {
+			return perr
+		}
+	} else if wrote {
+		if _, perr := io.WriteString(w, "\n"); perr != nil {
+			return perr
+		}
+	}
+	if err != nil {
+		if comp == nil {
+			return rpcError("submit", err)
+		}
+		return rpcError("submit: request "+comp.GetId(), err)
+	}
+	return nil
 }

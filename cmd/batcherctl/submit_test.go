@@ -33,6 +33,12 @@ func TestSubmit(t *testing.T) {
 		t.Errorf("embedding from stdin: %+v: %v; want a JSON array of 32 numbers", r, err)
 	}
 
+	plain := ctl(t, addr, "", "submit", "-m", "sim-chat", "stream", "me")
+	r = ctl(t, addr, "", "submit", "-m", "sim-chat", "--stream", "stream", "me")
+	if r.code != 0 || r.stdout != plain.stdout || r.stderr != "" {
+		t.Errorf("--stream: %+v; want the text of the same prompt unstreamed, %q", r, plain.stdout)
+	}
+
 	r = ctl(t, addr, "", "submit", "-m", "nope", "Hi")
 	if r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, `INVALID_ARGUMENT`) || !strings.Contains(r.stderr, `unknown model "nope"`) {
 		t.Errorf("unknown model: %+v; want exit 1 naming the code and the model", r)
