@@ -90,19 +90,22 @@ func (b *Backend) newChatRequest(batch *batcher.Batch, i int, msgs []wireMessage
 		req.MaxTokens = maxTokens
 	}
 	setParams(&req.Temperature, &req.TopP, &req.Stop, &req.Seed, &batch.Requests[i].Params)
+	if r := batch.Requests[i]; r.Rich() {
+		setRich(&req, r) // richchat.go
+	}
 	return req
 }
 
 // single sends request i alone.
 func (b *Backend) single(ctx context.Context, seen *limitsSeen, batch *batcher.Batch, i int) batcher.Response {
-	in := batch.Requests[i].Input.Messages
-	msgs := make([]wireMessage, len(in))
-	for k, m := range in {
-		msgs[k] = wireMessage{Role: m.Role, Content: m.Content}
-	}
+	r := batch.Requests[i]
+	msgs := wireMessages(r.Input.Messages)
 	var resp chatResponse
 	if err := b.post(ctx, seen, batch, 1, "/chat/completions", b.newChatRequest(batch, i, msgs, maxTokensOf(batch, i)), &resp); err != nil {
 		return batcher.Response{Err: err}
+	}
+	if r.Rich() {
+		return b.richAnswer(&resp, r, b.cfg.endpointPath("/chat/completions")) // richchat.go
 	}
 	text, fr, err := chatAnswer(&resp, b.cfg.endpointPath("/chat/completions"))
 	if err != nil {

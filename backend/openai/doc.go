@@ -11,6 +11,13 @@
 //   - chat as one /chat/completions call per request, at most MaxFanOut at
 //     once, or, on routes that opt in (PackConfig), several short requests
 //     packed into one call whose JSON reply (package pack) is routed back.
+//     A request with tools, a response format, images or any parameter
+//     beyond the plain five never packs: it goes as its own call, with all
+//     of it mapped to OpenAI's fields, provider-specific extra fields
+//     spliced in verbatim, and its tool calls, refusal, logprobs and n
+//     choices read back (richchat.go). An answer that breaks what the
+//     request asked (a call of a tool it did not offer, arguments that are
+//     not JSON, or a strict schema broken) is an invalid_response.
 //
 // Guarantees:
 //   - Dispatch fills out[i] for every request and returns only when every

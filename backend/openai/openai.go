@@ -17,19 +17,21 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/schema"
 )
 
 // Backend sends Batcher's batches to one OpenAI-compatible upstream. It
 // implements batcher.Backend and is safe for concurrent use.
 type Backend struct {
-	cfg    *config
-	client *http.Client
-	owned  *http.Transport // the pooled transport New made, if any
-	st     counters
-	log    *slog.Logger
-	logs   *logLimiter
-	ps     packState
-	now    func() time.Time // time.Now; tests change it before use
+	cfg     *config
+	client  *http.Client
+	owned   *http.Transport // the pooled transport New made, if any
+	st      counters
+	log     *slog.Logger
+	logs    *logLimiter
+	ps      packState
+	schemas schema.Cache     // strict schemas, to check answers (richchat.go)
+	now     func() time.Time // time.Now; tests change it before use
 }
 
 var _ batcher.Backend = (*Backend)(nil)
@@ -258,6 +260,7 @@ func (b *Backend) do(ctx context.Context, path string, body, resp any) (*batcher
 	if err != nil {
 		return nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be encoded as JSON", Err: err}
 	}
+	raw = withExtra(raw, body)
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, b.cfg.endpoint(path), bytes.NewReader(raw))

@@ -80,11 +80,7 @@ func (b *Backend) Stream(ctx context.Context, batch *batcher.Batch, w batcher.De
 	switch batch.Op {
 	case batcher.OpChat:
 		path = "/chat/completions"
-		in := r.Input.Messages
-		msgs := make([]wireMessage, len(in))
-		for k, m := range in {
-			msgs[k] = wireMessage{Role: m.Role, Content: m.Content}
-		}
+		msgs := wireMessages(r.Input.Messages)
 		body = streamChatRequest{chatRequest: b.newChatRequest(batch, 0, msgs, maxTokensOf(batch, 0)), Stream: true, StreamOptions: opts}
 	case batcher.OpCompletion:
 		path = "/completions"

@@ -6,8 +6,47 @@ import "encoding/json"
 // unknown fields are ignored, and only what Batcher uses is read.
 
 type wireMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role string `json:"role"`
+	// Content is a string, a []wirePart, or nil (an assistant message
+	// that only called tools).
+	Content    any            `json:"content"`
+	Name       string         `json:"name,omitempty"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type wirePart struct {
+	Type     string        `json:"type"`
+	Text     string        `json:"text,omitempty"`
+	ImageURL *wireImageURL `json:"image_url,omitempty"`
+}
+
+type wireImageURL struct {
+	URL    string `json:"url"`
+	Detail string `json:"detail,omitempty"`
+}
+
+type wireToolCall struct {
+	ID       string           `json:"id"`
+	Type     string           `json:"type"`
+	Function wireFunctionCall `json:"function"`
+}
+
+type wireFunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type wireTool struct {
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type wireFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Strict      bool            `json:"strict,omitempty"`
 }
 
 type chatRequest struct {
@@ -20,7 +59,26 @@ type chatRequest struct {
 	Stop                []string        `json:"stop,omitempty"`
 	Seed                *int64          `json:"seed,omitempty"`
 	ResponseFormat      json.RawMessage `json:"response_format,omitempty"`
+
+	// The chat surface beyond text (richchat.go).
+	Tools             []wireTool         `json:"tools,omitempty"`
+	ToolChoice        any                `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool              `json:"parallel_tool_calls,omitempty"`
+	PresencePenalty   *float32           `json:"presence_penalty,omitempty"`
+	FrequencyPenalty  *float32           `json:"frequency_penalty,omitempty"`
+	N                 int32              `json:"n,omitempty"`
+	LogitBias         map[string]float32 `json:"logit_bias,omitempty"`
+	Logprobs          bool               `json:"logprobs,omitempty"`
+	TopLogprobs       *int32             `json:"top_logprobs,omitempty"`
+	User              string             `json:"user,omitempty"`
+	ReasoningEffort   string             `json:"reasoning_effort,omitempty"`
+	// extra holds provider-specific fields, spliced into the body (do).
+	extra []byte
 }
+
+// extraBody returns the fields to add at the top level of the encoded
+// body; streamChatRequest, which embeds chatRequest, has it too.
+func (r chatRequest) extraBody() []byte { return r.extra }
 
 type completionRequest struct {
 	Model       string   `json:"model"`
@@ -47,10 +105,12 @@ type chatResponse struct {
 	Choices []struct {
 		Index   int `json:"index"`
 		Message struct {
-			Content *string `json:"content"`
-			Refusal *string `json:"refusal"`
+			Content   *string        `json:"content"`
+			Refusal   *string        `json:"refusal"`
+			ToolCalls []wireToolCall `json:"tool_calls"`
 		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
+		FinishReason string        `json:"finish_reason"`
+		Logprobs     *wireLogprobs `json:"logprobs"`
 	} `json:"choices"`
 	Usage *wireUsage `json:"usage"`
 }
@@ -85,4 +145,20 @@ type errorDetail struct {
 	Message string          `json:"message"`
 	Type    string          `json:"type"`
 	Code    json.RawMessage `json:"code"`
+}
+
+type wireLogprobs struct {
+	Content []wireTokenLogprob `json:"content"`
+	Refusal []wireTokenLogprob `json:"refusal"`
+}
+
+type wireTokenLogprob struct {
+	Token       string  `json:"token"`
+	Logprob     float64 `json:"logprob"`
+	Bytes       []int   `json:"bytes"`
+	TopLogprobs []struct {
+		Token   string  `json:"token"`
+		Logprob float64 `json:"logprob"`
+		Bytes   []int   `json:"bytes"`
+	} `json:"top_logprobs"`
 }

@@ -1,17 +1,16 @@
 package sim
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/batcherhq/batcher/batcher"
-	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/batcherhq/batcher/internal/schema"
 )
 
 // chatFeatures is what the sim honours on a chat route: tools (it calls
@@ -137,12 +136,12 @@ func words(s string) []string {
 // generated text, and checks it against the schema with a JSON Schema
 // validator: the sim never answers JSON that its own request's schema
 // refuses (unless a fault asks it to).
-func (p *Provider) instance(schema []byte, seed uint64, hint []string) ([]byte, error) {
-	if schema == nil {
+func (p *Provider) instance(sch []byte, seed uint64, hint []string) ([]byte, error) {
+	if sch == nil {
 		return []byte("{}"), nil
 	}
 	var s any
-	if err := json.Unmarshal(schema, &s); err != nil {
+	if err := json.Unmarshal(sch, &s); err != nil {
 		return nil, err
 	}
 	g := gen{x: seed, hint: hint}
@@ -151,15 +150,10 @@ func (p *Provider) instance(schema []byte, seed uint64, hint []string) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	sch, err := p.schemas.compile(schema)
-	if err != nil {
-		return nil, fmt.Errorf("not a valid JSON Schema: %v", err)
-	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(out))
-	if err != nil {
-		return nil, err
-	}
-	if err := sch.Validate(inst); err != nil {
+	if err := p.schemas.Validate(sch, out); err != nil {
+		if errors.Is(err, schema.ErrInvalidSchema) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("the sim cannot generate an instance of this schema: %v", err)
 	}
 	return out, nil
@@ -267,41 +261,6 @@ func (g *gen) value(s any, depth int) any {
 		s2 = cutUTF8(s2, int(ml))
 	}
 	return s2
-}
-
-// schemaCache keeps compiled schemas by their bytes, up to maxSchemas.
-type schemaCache struct {
-	mu sync.Mutex
-	m  map[string]*jsonschema.Schema
-}
-
-const maxSchemas = 1024
-
-func (c *schemaCache) compile(schema []byte) (*jsonschema.Schema, error) {
-	c.mu.Lock()
-	s := c.m[string(schema)]
-	c.mu.Unlock()
-	if s != nil {
-		return s, nil
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
-	if err != nil {
-		return nil, err
-	}
-	comp := jsonschema.NewCompiler()
-	if err := comp.AddResource("request.json", doc); err != nil {
-		return nil, err
-	}
-	if s, err = comp.Compile("request.json"); err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxSchemas {
-		c.m = make(map[string]*jsonschema.Schema)
-	}
-	c.m[string(schema)] = s
-	c.mu.Unlock()
-	return s, nil
 }
 
 // logprobs gives each word of text a log probability derived from seed,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/schema"
 )
 
 // Provider is a simulated LLM provider. It implements batcher.Backend.
@@ -24,7 +25,7 @@ type Provider struct {
 	inFlight atomic.Int64
 	samples  atomic.Uint64 // numbers the calls that sample, from the seed
 	stats    counters
-	schemas  schemaCache // compiled JSON Schemas of requests (chat.go)
+	schemas  schema.Cache // compiled JSON Schemas of requests (chat.go)
 }
 
 var (
