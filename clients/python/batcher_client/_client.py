@@ -137,6 +137,21 @@ class Client:
                 raise err
             time.sleep(delay)
 
+    def submit_streamed(self, request: pb.Request, *, timeout: Optional[float] = None,
+                        traceparent: Optional[str] = None, tracestate: Optional[str] = None,
+                        metadata: Metadata = ()) -> Iterator[pb.Delta]:
+        """Sends one request streamed (the SubmitStreamed RPC) and yields its
+        deltas as the model generates them; ``"".join(d.text for d in ...)``
+        is the answer. The iterator's ``completion`` attribute holds the
+        Completion once it ended. A failure raises BatcherError: with
+        ``err.completion`` set (``partial`` when deltas had come) when the
+        request was admitted. Closing the iterator early cancels the request
+        and its upstream call. No retries: a streamed answer is not resent."""
+        md = self._s.metadata(traceparent, tracestate, metadata)
+        call = self._stub.SubmitStreamed(pb.SubmitStreamedRequest(request=request),
+                                         timeout=_remaining(self._s.deadline(timeout)), metadata=md)
+        return _Streamed(call)
+
     def stream(self, *, verbosity: int = pb.VERBOSITY_UNSPECIFIED,
                summary_interval: Optional[float] = None, timeout: Optional[float] = None,
                traceparent: Optional[str] = None, tracestate: Optional[str] = None,
@@ -150,6 +165,33 @@ class Client:
                 options.summary_interval.CopyFrom(_duration(summary_interval))
         return Stream(self._stub, options, _remaining(deadline),
                       self._s.metadata(traceparent, tracestate, metadata), max_pending)
+
+
+class _Streamed:
+    """The deltas of one SubmitStreamed call; ``completion`` is set at the end."""
+
+    def __init__(self, call):
+        self._call = call
+        self.completion: Optional[pb.Completion] = None
+
+    def __iter__(self) -> Iterator[pb.Delta]:
+        try:
+            for m in self._call:
+                if m.HasField("delta"):
+                    yield m.delta
+                elif m.HasField("completion"):
+                    self.completion = m.completion
+        except grpc.RpcError as e:
+            err = BatcherError.from_rpc_error(e)
+            if self.completion is not None and self.completion.HasField("error"):
+                err = BatcherError.from_status(self.completion.error, completion=self.completion)
+            raise err from None
+        finally:
+            self._call.cancel()  # a no-op once it ended; else the caller left
+        if self.completion is None:
+            raise BatcherError(grpc.StatusCode.INTERNAL, "SubmitStreamed ended without a completion")
+        if self.completion.HasField("error"):
+            raise BatcherError.from_status(self.completion.error, completion=self.completion)
 
 
 class Stream:

@@ -133,3 +133,18 @@ def test_stream_abort(client):
     s.send(bc.complete("sim-completion", "wait", priority=pb.PRIORITY_DEFERRABLE))
     s.abort()
     assert [i for i in s if isinstance(i, pb.Completion)] == []
+
+
+def test_submit_streamed(client):
+    s = client.submit_streamed(bc.chat("sim-chat", "stream to me", max_tokens=8))
+    deltas = list(s)
+    assert len(deltas) > 2
+    assert "".join(d.text for d in deltas) == s.completion.text
+    assert deltas[-1].finish_reason != bc.pb.FINISH_REASON_UNSPECIFIED
+    assert s.completion.HasField("time_to_first_token")
+
+
+def test_submit_streamed_refused(client):
+    with pytest.raises(bc.BatcherError) as e:
+        list(client.submit_streamed(bc.embed("sim-embed", "x")))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT

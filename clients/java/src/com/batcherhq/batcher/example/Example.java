@@ -43,12 +43,48 @@ public final class Example {
     ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
     boolean ok;
     try {
-      ok = submit(channel) && submitError(channel) && stream(channel, 10);
+      ok = submit(channel) && submitError(channel) && stream(channel, 10) && streamed(channel);
     } finally {
       channel.shutdownNow().awaitTermination(10, TimeUnit.SECONDS);
     }
     System.out.println(ok ? "example: ok" : "example: FAILED");
     System.exit(ok ? 0 : 1);
+  }
+
+  /**
+   * One chat request streamed: the blocking stub's SubmitStreamed is an
+   * iterator of its deltas, then its Completion.
+   */
+  static boolean streamed(ManagedChannel channel) {
+    Request req =
+        Request.newBuilder()
+            .setModel("sim-chat")
+            .setChat(
+                ChatInput.newBuilder()
+                    .addMessages(ChatMessage.newBuilder().setRole("user").setContent("Stream")))
+            .setParams(GenerationParams.newBuilder().setMaxTokens(8))
+            .build();
+    java.util.Iterator<com.batcherhq.batcher.v1.SubmitStreamedResponse> it =
+        BatcherServiceGrpc.newBlockingStub(channel)
+            .withDeadlineAfter(30, TimeUnit.SECONDS)
+            .submitStreamed(com.batcherhq.batcher.v1.SubmitStreamedRequest.newBuilder().setRequest(req).build());
+    StringBuilder text = new StringBuilder();
+    int deltas = 0;
+    Completion c = null;
+    System.out.print("streamed: ");
+    while (it.hasNext()) {
+      com.batcherhq.batcher.v1.SubmitStreamedResponse m = it.next();
+      if (m.hasDelta()) {
+        System.out.print(m.getDelta().getText());
+        System.out.flush();
+        text.append(m.getDelta().getText());
+        deltas++;
+      } else if (m.hasCompletion()) {
+        c = m.getCompletion();
+      }
+    }
+    System.out.printf(" (%d deltas)%n", deltas);
+    return c != null && deltas > 1 && text.toString().equals(c.getText()) && !c.hasError();
   }
 
   /** One chat request, blocking. */
