@@ -111,7 +111,19 @@ func toCore(pr *batcherv1.Request, dst *batcher.Request) *status.Status {
 	default:
 		return invalidArgument("request.dedup", "unknown value "+strconv.Itoa(int(d)))
 	}
+	if m := pr.GetCache(); int(m) < len(cacheModes) {
+		dst.Cache = cacheModes[m]
+	} else {
+		return invalidArgument("request.cache", "unknown value "+strconv.Itoa(int(m)))
+	}
 	return nil
+}
+
+var cacheModes = [...]batcher.CacheMode{
+	batcherv1.CacheMode_CACHE_MODE_UNSPECIFIED: batcher.CacheAuto,
+	batcherv1.CacheMode_CACHE_MODE_USE:         batcher.CacheUse,
+	batcherv1.CacheMode_CACHE_MODE_REFRESH:     batcher.CacheRefresh,
+	batcherv1.CacheMode_CACHE_MODE_BYPASS:      batcher.CacheBypass,
 }
 
 // streamOptions translates a stream's options. It names the bad field.
@@ -172,6 +184,7 @@ func (m *completionMsg) fill(req *batcher.Request, r *batcher.Result) *batcherv1
 	// The request's map came from the caller's message; nobody writes it.
 	c.Metadata = req.Metadata
 	c.Deduplicated = r.Deduplicated
+	c.Cached = r.Cached
 	setDuration(&m.d[0], r.Timings.BatchWait)
 	setDuration(&m.d[1], r.Timings.Queued)
 	setDuration(&m.d[2], r.Timings.Upstream)

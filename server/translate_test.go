@@ -29,6 +29,7 @@ func TestToCore(t *testing.T) {
 		Timeout:  durationpb.New(1500 * time.Millisecond),
 		Metadata: map[string]string{"k": "v"},
 		Dedup:    batcherv1.Dedup_DEDUP_ON,
+		Cache:    batcherv1.CacheMode_CACHE_MODE_REFRESH,
 	}
 	var got batcher.Request
 	if st := toCore(in, &got); st != nil {
@@ -44,6 +45,22 @@ func TestToCore(t *testing.T) {
 		t.Fatalf("params = %+v", p)
 	case got.Timeout != 1500*time.Millisecond || got.Metadata["k"] != "v" || got.Dedup != batcher.DedupOn:
 		t.Fatalf("timeout/metadata/dedup = %v %v %v", got.Timeout, got.Metadata, got.Dedup)
+	case got.Cache != batcher.CacheRefresh:
+		t.Fatalf("cache = %v", got.Cache)
+	}
+	for m, want := range map[batcherv1.CacheMode]batcher.CacheMode{
+		batcherv1.CacheMode_CACHE_MODE_UNSPECIFIED: batcher.CacheAuto,
+		batcherv1.CacheMode_CACHE_MODE_USE:         batcher.CacheUse,
+		batcherv1.CacheMode_CACHE_MODE_BYPASS:      batcher.CacheBypass,
+	} {
+		var r batcher.Request
+		if toCore(&batcherv1.Request{Cache: m}, &r); r.Cache != want {
+			t.Errorf("%v -> %v, want %v", m, r.Cache, want)
+		}
+	}
+	var bad batcher.Request
+	if st := toCore(&batcherv1.Request{Cache: 9}, &bad); st == nil || !strings.Contains(st.Message(), "request.cache") {
+		t.Fatalf("unknown cache mode: %v", st)
 	}
 
 	// Unset fields take the core's defaults.
@@ -74,7 +91,7 @@ func TestCompletion(t *testing.T) {
 	emb := []float32{1, 2}
 	c := completion(req, &batcher.Result{
 		Embedding: emb, FinishReason: batcher.FinishLength, Usage: batcher.Usage{PromptTokens: 2, CompletionTokens: 5},
-		BatchID: "b1", BatchSize: 4, Attempts: 2, Backend: "be", Deduplicated: true,
+		BatchID: "b1", BatchSize: 4, Attempts: 2, Backend: "be", Deduplicated: true, Cached: true,
 		Timings: batcher.Timings{BatchWait: time.Millisecond, Queued: 2 * time.Millisecond, Upstream: 3 * time.Millisecond, Total: 9 * time.Millisecond},
 	})
 	emb[0] = 99 // the completion holds its own copy
@@ -83,7 +100,7 @@ func TestCompletion(t *testing.T) {
 		t.Fatalf("completion %v", c)
 	case c.GetUsage().GetTotalTokens() != 7 || c.GetBatchId() != "b1" || c.GetBatchSize() != 4 || c.GetAttempts() != 2:
 		t.Fatalf("completion %v", c)
-	case c.GetBackend() != "be" || !c.GetDeduplicated() || c.GetMetadata()["a"] != "b" || c.GetError() != nil:
+	case c.GetBackend() != "be" || !c.GetDeduplicated() || !c.GetCached() || c.GetMetadata()["a"] != "b" || c.GetError() != nil:
 		t.Fatalf("completion %v", c)
 	case c.GetTimings().GetTotal().AsDuration() != 9*time.Millisecond || c.GetTimings().GetUpstream().AsDuration() != 3*time.Millisecond:
 		t.Fatalf("timings %v", c.GetTimings())

@@ -365,6 +365,65 @@ func (Verbosity) EnumDescriptor() ([]byte, []int) {
 	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{5}
 }
 
+// CacheMode is what a request asks of the response cache.
+type CacheMode int32
+
+const (
+	// The route's rules: embeddings, and chat and completions at temperature 0
+	// (or with a seed on a route that says seeds are reproducible), are looked
+	// up and stored.
+	CacheMode_CACHE_MODE_UNSPECIFIED CacheMode = 0
+	// Look up and store whatever the parameters.
+	CacheMode_CACHE_MODE_USE CacheMode = 1
+	// Skip the lookup, go upstream, and store the fresh answer.
+	CacheMode_CACHE_MODE_REFRESH CacheMode = 2
+	// Neither look up nor store.
+	CacheMode_CACHE_MODE_BYPASS CacheMode = 3
+)
+
+// Enum value maps for CacheMode.
+var (
+	CacheMode_name = map[int32]string{
+		0: "CACHE_MODE_UNSPECIFIED",
+		1: "CACHE_MODE_USE",
+		2: "CACHE_MODE_REFRESH",
+		3: "CACHE_MODE_BYPASS",
+	}
+	CacheMode_value = map[string]int32{
+		"CACHE_MODE_UNSPECIFIED": 0,
+		"CACHE_MODE_USE":         1,
+		"CACHE_MODE_REFRESH":     2,
+		"CACHE_MODE_BYPASS":      3,
+	}
+)
+
+func (x CacheMode) Enum() *CacheMode {
+	p := new(CacheMode)
+	*p = x
+	return p
+}
+
+func (x CacheMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CacheMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_batcher_v1_batcher_proto_enumTypes[6].Descriptor()
+}
+
+func (CacheMode) Type() protoreflect.EnumType {
+	return &file_batcher_v1_batcher_proto_enumTypes[6]
+}
+
+func (x CacheMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CacheMode.Descriptor instead.
+func (CacheMode) EnumDescriptor() ([]byte, []int) {
+	return file_batcher_v1_batcher_proto_rawDescGZIP(), []int{6}
+}
+
 // Request is one model call.
 type Request struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -420,7 +479,9 @@ type Request struct {
 	ExtraBody *structpb.Struct `protobuf:"bytes,17,opt,name=extra_body,json=extraBody,proto3" json:"extra_body,omitempty"`
 	// The end user the call is made for, forwarded as OpenAI's "user". At
 	// most 256 bytes.
-	User          string `protobuf:"bytes,18,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,18,opt,name=user,proto3" json:"user,omitempty"`
+	// What the request asks of the server's response cache.
+	Cache         CacheMode `protobuf:"varint,23,opt,name=cache,proto3,enum=batcher.v1.CacheMode" json:"cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -599,6 +660,13 @@ func (x *Request) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *Request) GetCache() CacheMode {
+	if x != nil {
+		return x.Cache
+	}
+	return CacheMode_CACHE_MODE_UNSPECIFIED
 }
 
 type isRequest_Input interface {
@@ -1477,7 +1545,10 @@ type Completion struct {
 	// Unset for a plain text answer, whose text says it all.
 	Message *OutputMessage `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
 	// With params.n > 1: every choice, in order; message is choices[0].
-	Choices       []*OutputMessage `protobuf:"bytes,15,rep,name=choices,proto3" json:"choices,omitempty"`
+	Choices []*OutputMessage `protobuf:"bytes,15,rep,name=choices,proto3" json:"choices,omitempty"`
+	// True when the answer came from the response cache: an identical
+	// request answered before, not the upstream now.
+	Cached        bool `protobuf:"varint,23,opt,name=cached,proto3" json:"cached,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1640,6 +1711,13 @@ func (x *Completion) GetChoices() []*OutputMessage {
 		return x.Choices
 	}
 	return nil
+}
+
+func (x *Completion) GetCached() bool {
+	if x != nil {
+		return x.Cached
+	}
+	return false
 }
 
 type isCompletion_Output interface {
@@ -3406,7 +3484,7 @@ var File_batcher_v1_batcher_proto protoreflect.FileDescriptor
 const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\n" +
 	"\x18batcher/v1/batcher.proto\x12\n" +
-	"batcher.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xbb\a\n" +
+	"batcher.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xe8\a\n" +
 	"\aRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x120\n" +
@@ -3433,7 +3511,8 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\x0fresponse_format\x18\x10 \x01(\v2\x1a.batcher.v1.ResponseFormatR\x0eresponseFormat\x126\n" +
 	"\n" +
 	"extra_body\x18\x11 \x01(\v2\x17.google.protobuf.StructR\textraBody\x12\x12\n" +
-	"\x04user\x18\x12 \x01(\tR\x04user\x1a;\n" +
+	"\x04user\x18\x12 \x01(\tR\x04user\x12+\n" +
+	"\x05cache\x18\x17 \x01(\x0e2\x15.batcher.v1.CacheModeR\x05cache\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
@@ -3509,7 +3588,7 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\x11_presence_penaltyB\x14\n" +
 	"\x12_frequency_penaltyB\x04\n" +
 	"\x02_nB\x0f\n" +
-	"\r_top_logprobs\"\x95\x06\n" +
+	"\r_top_logprobs\"\xad\x06\n" +
 	"\n" +
 	"Completion\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -3530,7 +3609,8 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\apartial\x18\x14 \x01(\bR\apartial\x12H\n" +
 	"\x13time_to_first_token\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x10timeToFirstToken\x123\n" +
 	"\amessage\x18\x0e \x01(\v2\x19.batcher.v1.OutputMessageR\amessage\x123\n" +
-	"\achoices\x18\x0f \x03(\v2\x19.batcher.v1.OutputMessageR\achoices\x1a;\n" +
+	"\achoices\x18\x0f \x03(\v2\x19.batcher.v1.OutputMessageR\achoices\x12\x16\n" +
+	"\x06cached\x18\x17 \x01(\bR\x06cached\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
@@ -3686,7 +3766,12 @@ const file_batcher_v1_batcher_proto_rawDesc = "" +
 	"\tVerbosity\x12\x19\n" +
 	"\x15VERBOSITY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15VERBOSITY_COMPLETIONS\x10\x01\x12\x11\n" +
-	"\rVERBOSITY_ALL\x10\x022\x83\x02\n" +
+	"\rVERBOSITY_ALL\x10\x02*j\n" +
+	"\tCacheMode\x12\x1a\n" +
+	"\x16CACHE_MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eCACHE_MODE_USE\x10\x01\x12\x16\n" +
+	"\x12CACHE_MODE_REFRESH\x10\x02\x12\x15\n" +
+	"\x11CACHE_MODE_BYPASS\x10\x032\x83\x02\n" +
 	"\x0eBatcherService\x12?\n" +
 	"\x06Submit\x12\x19.batcher.v1.SubmitRequest\x1a\x1a.batcher.v1.SubmitResponse\x12U\n" +
 	"\fSubmitStream\x12\x1f.batcher.v1.SubmitStreamRequest\x1a .batcher.v1.SubmitStreamResponse(\x010\x01\x12Y\n" +
@@ -3705,7 +3790,7 @@ func file_batcher_v1_batcher_proto_rawDescGZIP() []byte {
 	return file_batcher_v1_batcher_proto_rawDescData
 }
 
-var file_batcher_v1_batcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_batcher_v1_batcher_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_batcher_v1_batcher_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_batcher_v1_batcher_proto_goTypes = []any{
 	(Priority)(0),                  // 0: batcher.v1.Priority
@@ -3714,131 +3799,133 @@ var file_batcher_v1_batcher_proto_goTypes = []any{
 	(ResponseFormatType)(0),        // 3: batcher.v1.ResponseFormatType
 	(FinishReason)(0),              // 4: batcher.v1.FinishReason
 	(Verbosity)(0),                 // 5: batcher.v1.Verbosity
-	(*Request)(nil),                // 6: batcher.v1.Request
-	(*ChatInput)(nil),              // 7: batcher.v1.ChatInput
-	(*ChatMessage)(nil),            // 8: batcher.v1.ChatMessage
-	(*ContentPart)(nil),            // 9: batcher.v1.ContentPart
-	(*ImagePart)(nil),              // 10: batcher.v1.ImagePart
-	(*ToolCall)(nil),               // 11: batcher.v1.ToolCall
-	(*Tool)(nil),                   // 12: batcher.v1.Tool
-	(*ToolChoice)(nil),             // 13: batcher.v1.ToolChoice
-	(*ResponseFormat)(nil),         // 14: batcher.v1.ResponseFormat
-	(*CompletionInput)(nil),        // 15: batcher.v1.CompletionInput
-	(*EmbeddingInput)(nil),         // 16: batcher.v1.EmbeddingInput
-	(*GenerationParams)(nil),       // 17: batcher.v1.GenerationParams
-	(*Completion)(nil),             // 18: batcher.v1.Completion
-	(*OutputMessage)(nil),          // 19: batcher.v1.OutputMessage
-	(*Logprobs)(nil),               // 20: batcher.v1.Logprobs
-	(*TokenLogprob)(nil),           // 21: batcher.v1.TokenLogprob
-	(*TopLogprob)(nil),             // 22: batcher.v1.TopLogprob
-	(*Embedding)(nil),              // 23: batcher.v1.Embedding
-	(*Usage)(nil),                  // 24: batcher.v1.Usage
-	(*Timings)(nil),                // 25: batcher.v1.Timings
-	(*SubmitRequest)(nil),          // 26: batcher.v1.SubmitRequest
-	(*SubmitResponse)(nil),         // 27: batcher.v1.SubmitResponse
-	(*StreamOptions)(nil),          // 28: batcher.v1.StreamOptions
-	(*Cancel)(nil),                 // 29: batcher.v1.Cancel
-	(*Flush)(nil),                  // 30: batcher.v1.Flush
-	(*SubmitStreamedRequest)(nil),  // 31: batcher.v1.SubmitStreamedRequest
-	(*SubmitStreamedResponse)(nil), // 32: batcher.v1.SubmitStreamedResponse
-	(*Delta)(nil),                  // 33: batcher.v1.Delta
-	(*ToolCallDelta)(nil),          // 34: batcher.v1.ToolCallDelta
-	(*SubmitStreamRequest)(nil),    // 35: batcher.v1.SubmitStreamRequest
-	(*SubmitStreamResponse)(nil),   // 36: batcher.v1.SubmitStreamResponse
-	(*Rejection)(nil),              // 37: batcher.v1.Rejection
-	(*Event)(nil),                  // 38: batcher.v1.Event
-	(*Queued)(nil),                 // 39: batcher.v1.Queued
-	(*Batched)(nil),                // 40: batcher.v1.Batched
-	(*Dispatched)(nil),             // 41: batcher.v1.Dispatched
-	(*Retrying)(nil),               // 42: batcher.v1.Retrying
-	(*StreamSummary)(nil),          // 43: batcher.v1.StreamSummary
-	nil,                            // 44: batcher.v1.Request.MetadataEntry
-	nil,                            // 45: batcher.v1.GenerationParams.LogitBiasEntry
-	nil,                            // 46: batcher.v1.Completion.MetadataEntry
-	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
-	(*structpb.Struct)(nil),        // 48: google.protobuf.Struct
-	(*status.Status)(nil),          // 49: google.rpc.Status
-	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
+	(CacheMode)(0),                 // 6: batcher.v1.CacheMode
+	(*Request)(nil),                // 7: batcher.v1.Request
+	(*ChatInput)(nil),              // 8: batcher.v1.ChatInput
+	(*ChatMessage)(nil),            // 9: batcher.v1.ChatMessage
+	(*ContentPart)(nil),            // 10: batcher.v1.ContentPart
+	(*ImagePart)(nil),              // 11: batcher.v1.ImagePart
+	(*ToolCall)(nil),               // 12: batcher.v1.ToolCall
+	(*Tool)(nil),                   // 13: batcher.v1.Tool
+	(*ToolChoice)(nil),             // 14: batcher.v1.ToolChoice
+	(*ResponseFormat)(nil),         // 15: batcher.v1.ResponseFormat
+	(*CompletionInput)(nil),        // 16: batcher.v1.CompletionInput
+	(*EmbeddingInput)(nil),         // 17: batcher.v1.EmbeddingInput
+	(*GenerationParams)(nil),       // 18: batcher.v1.GenerationParams
+	(*Completion)(nil),             // 19: batcher.v1.Completion
+	(*OutputMessage)(nil),          // 20: batcher.v1.OutputMessage
+	(*Logprobs)(nil),               // 21: batcher.v1.Logprobs
+	(*TokenLogprob)(nil),           // 22: batcher.v1.TokenLogprob
+	(*TopLogprob)(nil),             // 23: batcher.v1.TopLogprob
+	(*Embedding)(nil),              // 24: batcher.v1.Embedding
+	(*Usage)(nil),                  // 25: batcher.v1.Usage
+	(*Timings)(nil),                // 26: batcher.v1.Timings
+	(*SubmitRequest)(nil),          // 27: batcher.v1.SubmitRequest
+	(*SubmitResponse)(nil),         // 28: batcher.v1.SubmitResponse
+	(*StreamOptions)(nil),          // 29: batcher.v1.StreamOptions
+	(*Cancel)(nil),                 // 30: batcher.v1.Cancel
+	(*Flush)(nil),                  // 31: batcher.v1.Flush
+	(*SubmitStreamedRequest)(nil),  // 32: batcher.v1.SubmitStreamedRequest
+	(*SubmitStreamedResponse)(nil), // 33: batcher.v1.SubmitStreamedResponse
+	(*Delta)(nil),                  // 34: batcher.v1.Delta
+	(*ToolCallDelta)(nil),          // 35: batcher.v1.ToolCallDelta
+	(*SubmitStreamRequest)(nil),    // 36: batcher.v1.SubmitStreamRequest
+	(*SubmitStreamResponse)(nil),   // 37: batcher.v1.SubmitStreamResponse
+	(*Rejection)(nil),              // 38: batcher.v1.Rejection
+	(*Event)(nil),                  // 39: batcher.v1.Event
+	(*Queued)(nil),                 // 40: batcher.v1.Queued
+	(*Batched)(nil),                // 41: batcher.v1.Batched
+	(*Dispatched)(nil),             // 42: batcher.v1.Dispatched
+	(*Retrying)(nil),               // 43: batcher.v1.Retrying
+	(*StreamSummary)(nil),          // 44: batcher.v1.StreamSummary
+	nil,                            // 45: batcher.v1.Request.MetadataEntry
+	nil,                            // 46: batcher.v1.GenerationParams.LogitBiasEntry
+	nil,                            // 47: batcher.v1.Completion.MetadataEntry
+	(*durationpb.Duration)(nil),    // 48: google.protobuf.Duration
+	(*structpb.Struct)(nil),        // 49: google.protobuf.Struct
+	(*status.Status)(nil),          // 50: google.rpc.Status
+	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
 }
 var file_batcher_v1_batcher_proto_depIdxs = []int32{
 	0,  // 0: batcher.v1.Request.priority:type_name -> batcher.v1.Priority
-	7,  // 1: batcher.v1.Request.chat:type_name -> batcher.v1.ChatInput
-	15, // 2: batcher.v1.Request.completion:type_name -> batcher.v1.CompletionInput
-	16, // 3: batcher.v1.Request.embedding:type_name -> batcher.v1.EmbeddingInput
-	17, // 4: batcher.v1.Request.params:type_name -> batcher.v1.GenerationParams
-	47, // 5: batcher.v1.Request.timeout:type_name -> google.protobuf.Duration
-	44, // 6: batcher.v1.Request.metadata:type_name -> batcher.v1.Request.MetadataEntry
+	8,  // 1: batcher.v1.Request.chat:type_name -> batcher.v1.ChatInput
+	16, // 2: batcher.v1.Request.completion:type_name -> batcher.v1.CompletionInput
+	17, // 3: batcher.v1.Request.embedding:type_name -> batcher.v1.EmbeddingInput
+	18, // 4: batcher.v1.Request.params:type_name -> batcher.v1.GenerationParams
+	48, // 5: batcher.v1.Request.timeout:type_name -> google.protobuf.Duration
+	45, // 6: batcher.v1.Request.metadata:type_name -> batcher.v1.Request.MetadataEntry
 	1,  // 7: batcher.v1.Request.dedup:type_name -> batcher.v1.Dedup
-	12, // 8: batcher.v1.Request.tools:type_name -> batcher.v1.Tool
-	13, // 9: batcher.v1.Request.tool_choice:type_name -> batcher.v1.ToolChoice
-	14, // 10: batcher.v1.Request.response_format:type_name -> batcher.v1.ResponseFormat
-	48, // 11: batcher.v1.Request.extra_body:type_name -> google.protobuf.Struct
-	8,  // 12: batcher.v1.ChatInput.messages:type_name -> batcher.v1.ChatMessage
-	9,  // 13: batcher.v1.ChatMessage.parts:type_name -> batcher.v1.ContentPart
-	11, // 14: batcher.v1.ChatMessage.tool_calls:type_name -> batcher.v1.ToolCall
-	10, // 15: batcher.v1.ContentPart.image:type_name -> batcher.v1.ImagePart
-	48, // 16: batcher.v1.Tool.parameters:type_name -> google.protobuf.Struct
-	2,  // 17: batcher.v1.ToolChoice.mode:type_name -> batcher.v1.ToolChoiceMode
-	3,  // 18: batcher.v1.ResponseFormat.type:type_name -> batcher.v1.ResponseFormatType
-	48, // 19: batcher.v1.ResponseFormat.schema:type_name -> google.protobuf.Struct
-	45, // 20: batcher.v1.GenerationParams.logit_bias:type_name -> batcher.v1.GenerationParams.LogitBiasEntry
-	23, // 21: batcher.v1.Completion.embedding:type_name -> batcher.v1.Embedding
-	4,  // 22: batcher.v1.Completion.finish_reason:type_name -> batcher.v1.FinishReason
-	24, // 23: batcher.v1.Completion.usage:type_name -> batcher.v1.Usage
-	25, // 24: batcher.v1.Completion.timings:type_name -> batcher.v1.Timings
-	49, // 25: batcher.v1.Completion.error:type_name -> google.rpc.Status
-	46, // 26: batcher.v1.Completion.metadata:type_name -> batcher.v1.Completion.MetadataEntry
-	47, // 27: batcher.v1.Completion.time_to_first_token:type_name -> google.protobuf.Duration
-	19, // 28: batcher.v1.Completion.message:type_name -> batcher.v1.OutputMessage
-	19, // 29: batcher.v1.Completion.choices:type_name -> batcher.v1.OutputMessage
-	11, // 30: batcher.v1.OutputMessage.tool_calls:type_name -> batcher.v1.ToolCall
-	20, // 31: batcher.v1.OutputMessage.logprobs:type_name -> batcher.v1.Logprobs
-	4,  // 32: batcher.v1.OutputMessage.finish_reason:type_name -> batcher.v1.FinishReason
-	21, // 33: batcher.v1.Logprobs.content:type_name -> batcher.v1.TokenLogprob
-	21, // 34: batcher.v1.Logprobs.refusal:type_name -> batcher.v1.TokenLogprob
-	22, // 35: batcher.v1.TokenLogprob.top_logprobs:type_name -> batcher.v1.TopLogprob
-	47, // 36: batcher.v1.Timings.batch_wait:type_name -> google.protobuf.Duration
-	47, // 37: batcher.v1.Timings.queued:type_name -> google.protobuf.Duration
-	47, // 38: batcher.v1.Timings.upstream:type_name -> google.protobuf.Duration
-	47, // 39: batcher.v1.Timings.total:type_name -> google.protobuf.Duration
-	6,  // 40: batcher.v1.SubmitRequest.request:type_name -> batcher.v1.Request
-	18, // 41: batcher.v1.SubmitResponse.completion:type_name -> batcher.v1.Completion
-	5,  // 42: batcher.v1.StreamOptions.verbosity:type_name -> batcher.v1.Verbosity
-	47, // 43: batcher.v1.StreamOptions.summary_interval:type_name -> google.protobuf.Duration
-	6,  // 44: batcher.v1.SubmitStreamedRequest.request:type_name -> batcher.v1.Request
-	33, // 45: batcher.v1.SubmitStreamedResponse.delta:type_name -> batcher.v1.Delta
-	18, // 46: batcher.v1.SubmitStreamedResponse.completion:type_name -> batcher.v1.Completion
-	34, // 47: batcher.v1.Delta.tool_calls:type_name -> batcher.v1.ToolCallDelta
-	4,  // 48: batcher.v1.Delta.finish_reason:type_name -> batcher.v1.FinishReason
-	24, // 49: batcher.v1.Delta.usage:type_name -> batcher.v1.Usage
-	28, // 50: batcher.v1.SubmitStreamRequest.options:type_name -> batcher.v1.StreamOptions
-	6,  // 51: batcher.v1.SubmitStreamRequest.request:type_name -> batcher.v1.Request
-	29, // 52: batcher.v1.SubmitStreamRequest.cancel:type_name -> batcher.v1.Cancel
-	30, // 53: batcher.v1.SubmitStreamRequest.flush:type_name -> batcher.v1.Flush
-	38, // 54: batcher.v1.SubmitStreamResponse.event:type_name -> batcher.v1.Event
-	18, // 55: batcher.v1.SubmitStreamResponse.completion:type_name -> batcher.v1.Completion
-	37, // 56: batcher.v1.SubmitStreamResponse.rejection:type_name -> batcher.v1.Rejection
-	43, // 57: batcher.v1.SubmitStreamResponse.summary:type_name -> batcher.v1.StreamSummary
-	33, // 58: batcher.v1.SubmitStreamResponse.delta:type_name -> batcher.v1.Delta
-	49, // 59: batcher.v1.Rejection.error:type_name -> google.rpc.Status
-	50, // 60: batcher.v1.Event.time:type_name -> google.protobuf.Timestamp
-	39, // 61: batcher.v1.Event.queued:type_name -> batcher.v1.Queued
-	40, // 62: batcher.v1.Event.batched:type_name -> batcher.v1.Batched
-	41, // 63: batcher.v1.Event.dispatched:type_name -> batcher.v1.Dispatched
-	42, // 64: batcher.v1.Event.retrying:type_name -> batcher.v1.Retrying
-	47, // 65: batcher.v1.Retrying.delay:type_name -> google.protobuf.Duration
-	50, // 66: batcher.v1.StreamSummary.time:type_name -> google.protobuf.Timestamp
-	26, // 67: batcher.v1.BatcherService.Submit:input_type -> batcher.v1.SubmitRequest
-	35, // 68: batcher.v1.BatcherService.SubmitStream:input_type -> batcher.v1.SubmitStreamRequest
-	31, // 69: batcher.v1.BatcherService.SubmitStreamed:input_type -> batcher.v1.SubmitStreamedRequest
-	27, // 70: batcher.v1.BatcherService.Submit:output_type -> batcher.v1.SubmitResponse
-	36, // 71: batcher.v1.BatcherService.SubmitStream:output_type -> batcher.v1.SubmitStreamResponse
-	32, // 72: batcher.v1.BatcherService.SubmitStreamed:output_type -> batcher.v1.SubmitStreamedResponse
-	70, // [70:73] is the sub-list for method output_type
-	67, // [67:70] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	13, // 8: batcher.v1.Request.tools:type_name -> batcher.v1.Tool
+	14, // 9: batcher.v1.Request.tool_choice:type_name -> batcher.v1.ToolChoice
+	15, // 10: batcher.v1.Request.response_format:type_name -> batcher.v1.ResponseFormat
+	49, // 11: batcher.v1.Request.extra_body:type_name -> google.protobuf.Struct
+	6,  // 12: batcher.v1.Request.cache:type_name -> batcher.v1.CacheMode
+	9,  // 13: batcher.v1.ChatInput.messages:type_name -> batcher.v1.ChatMessage
+	10, // 14: batcher.v1.ChatMessage.parts:type_name -> batcher.v1.ContentPart
+	12, // 15: batcher.v1.ChatMessage.tool_calls:type_name -> batcher.v1.ToolCall
+	11, // 16: batcher.v1.ContentPart.image:type_name -> batcher.v1.ImagePart
+	49, // 17: batcher.v1.Tool.parameters:type_name -> google.protobuf.Struct
+	2,  // 18: batcher.v1.ToolChoice.mode:type_name -> batcher.v1.ToolChoiceMode
+	3,  // 19: batcher.v1.ResponseFormat.type:type_name -> batcher.v1.ResponseFormatType
+	49, // 20: batcher.v1.ResponseFormat.schema:type_name -> google.protobuf.Struct
+	46, // 21: batcher.v1.GenerationParams.logit_bias:type_name -> batcher.v1.GenerationParams.LogitBiasEntry
+	24, // 22: batcher.v1.Completion.embedding:type_name -> batcher.v1.Embedding
+	4,  // 23: batcher.v1.Completion.finish_reason:type_name -> batcher.v1.FinishReason
+	25, // 24: batcher.v1.Completion.usage:type_name -> batcher.v1.Usage
+	26, // 25: batcher.v1.Completion.timings:type_name -> batcher.v1.Timings
+	50, // 26: batcher.v1.Completion.error:type_name -> google.rpc.Status
+	47, // 27: batcher.v1.Completion.metadata:type_name -> batcher.v1.Completion.MetadataEntry
+	48, // 28: batcher.v1.Completion.time_to_first_token:type_name -> google.protobuf.Duration
+	20, // 29: batcher.v1.Completion.message:type_name -> batcher.v1.OutputMessage
+	20, // 30: batcher.v1.Completion.choices:type_name -> batcher.v1.OutputMessage
+	12, // 31: batcher.v1.OutputMessage.tool_calls:type_name -> batcher.v1.ToolCall
+	21, // 32: batcher.v1.OutputMessage.logprobs:type_name -> batcher.v1.Logprobs
+	4,  // 33: batcher.v1.OutputMessage.finish_reason:type_name -> batcher.v1.FinishReason
+	22, // 34: batcher.v1.Logprobs.content:type_name -> batcher.v1.TokenLogprob
+	22, // 35: batcher.v1.Logprobs.refusal:type_name -> batcher.v1.TokenLogprob
+	23, // 36: batcher.v1.TokenLogprob.top_logprobs:type_name -> batcher.v1.TopLogprob
+	48, // 37: batcher.v1.Timings.batch_wait:type_name -> google.protobuf.Duration
+	48, // 38: batcher.v1.Timings.queued:type_name -> google.protobuf.Duration
+	48, // 39: batcher.v1.Timings.upstream:type_name -> google.protobuf.Duration
+	48, // 40: batcher.v1.Timings.total:type_name -> google.protobuf.Duration
+	7,  // 41: batcher.v1.SubmitRequest.request:type_name -> batcher.v1.Request
+	19, // 42: batcher.v1.SubmitResponse.completion:type_name -> batcher.v1.Completion
+	5,  // 43: batcher.v1.StreamOptions.verbosity:type_name -> batcher.v1.Verbosity
+	48, // 44: batcher.v1.StreamOptions.summary_interval:type_name -> google.protobuf.Duration
+	7,  // 45: batcher.v1.SubmitStreamedRequest.request:type_name -> batcher.v1.Request
+	34, // 46: batcher.v1.SubmitStreamedResponse.delta:type_name -> batcher.v1.Delta
+	19, // 47: batcher.v1.SubmitStreamedResponse.completion:type_name -> batcher.v1.Completion
+	35, // 48: batcher.v1.Delta.tool_calls:type_name -> batcher.v1.ToolCallDelta
+	4,  // 49: batcher.v1.Delta.finish_reason:type_name -> batcher.v1.FinishReason
+	25, // 50: batcher.v1.Delta.usage:type_name -> batcher.v1.Usage
+	29, // 51: batcher.v1.SubmitStreamRequest.options:type_name -> batcher.v1.StreamOptions
+	7,  // 52: batcher.v1.SubmitStreamRequest.request:type_name -> batcher.v1.Request
+	30, // 53: batcher.v1.SubmitStreamRequest.cancel:type_name -> batcher.v1.Cancel
+	31, // 54: batcher.v1.SubmitStreamRequest.flush:type_name -> batcher.v1.Flush
+	39, // 55: batcher.v1.SubmitStreamResponse.event:type_name -> batcher.v1.Event
+	19, // 56: batcher.v1.SubmitStreamResponse.completion:type_name -> batcher.v1.Completion
+	38, // 57: batcher.v1.SubmitStreamResponse.rejection:type_name -> batcher.v1.Rejection
+	44, // 58: batcher.v1.SubmitStreamResponse.summary:type_name -> batcher.v1.StreamSummary
+	34, // 59: batcher.v1.SubmitStreamResponse.delta:type_name -> batcher.v1.Delta
+	50, // 60: batcher.v1.Rejection.error:type_name -> google.rpc.Status
+	51, // 61: batcher.v1.Event.time:type_name -> google.protobuf.Timestamp
+	40, // 62: batcher.v1.Event.queued:type_name -> batcher.v1.Queued
+	41, // 63: batcher.v1.Event.batched:type_name -> batcher.v1.Batched
+	42, // 64: batcher.v1.Event.dispatched:type_name -> batcher.v1.Dispatched
+	43, // 65: batcher.v1.Event.retrying:type_name -> batcher.v1.Retrying
+	48, // 66: batcher.v1.Retrying.delay:type_name -> google.protobuf.Duration
+	51, // 67: batcher.v1.StreamSummary.time:type_name -> google.protobuf.Timestamp
+	27, // 68: batcher.v1.BatcherService.Submit:input_type -> batcher.v1.SubmitRequest
+	36, // 69: batcher.v1.BatcherService.SubmitStream:input_type -> batcher.v1.SubmitStreamRequest
+	32, // 70: batcher.v1.BatcherService.SubmitStreamed:input_type -> batcher.v1.SubmitStreamedRequest
+	28, // 71: batcher.v1.BatcherService.Submit:output_type -> batcher.v1.SubmitResponse
+	37, // 72: batcher.v1.BatcherService.SubmitStream:output_type -> batcher.v1.SubmitStreamResponse
+	33, // 73: batcher.v1.BatcherService.SubmitStreamed:output_type -> batcher.v1.SubmitStreamedResponse
+	71, // [71:74] is the sub-list for method output_type
+	68, // [68:71] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_batcher_v1_batcher_proto_init() }
@@ -3892,7 +3979,7 @@ func file_batcher_v1_batcher_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_batcher_v1_batcher_proto_rawDesc), len(file_batcher_v1_batcher_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -8,6 +8,10 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
+CACHE_MODE_BYPASS: CacheMode
+CACHE_MODE_REFRESH: CacheMode
+CACHE_MODE_UNSPECIFIED: CacheMode
+CACHE_MODE_USE: CacheMode
 DEDUP_OFF: Dedup
 DEDUP_ON: Dedup
 DEDUP_UNSPECIFIED: Dedup
@@ -72,7 +76,7 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ..., name: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
 
 class Completion(_message.Message):
-    __slots__ = ["attempts", "backend", "batch_id", "batch_size", "choices", "deduplicated", "embedding", "error", "finish_reason", "id", "message", "metadata", "partial", "text", "time_to_first_token", "timings", "usage"]
+    __slots__ = ["attempts", "backend", "batch_id", "batch_size", "cached", "choices", "deduplicated", "embedding", "error", "finish_reason", "id", "message", "metadata", "partial", "text", "time_to_first_token", "timings", "usage"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +88,7 @@ class Completion(_message.Message):
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
     CHOICES_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +106,7 @@ class Completion(_message.Message):
     backend: str
     batch_id: str
     batch_size: int
+    cached: bool
     choices: _containers.RepeatedCompositeFieldContainer[OutputMessage]
     deduplicated: bool
     embedding: Embedding
@@ -114,7 +120,7 @@ class Completion(_message.Message):
     time_to_first_token: _duration_pb2.Duration
     timings: Timings
     usage: Usage
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., attempts: _Optional[int] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., backend: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deduplicated: bool = ..., partial: bool = ..., time_to_first_token: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., message: _Optional[_Union[OutputMessage, _Mapping]] = ..., choices: _Optional[_Iterable[_Union[OutputMessage, _Mapping]]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., embedding: _Optional[_Union[Embedding, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., batch_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., attempts: _Optional[int] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., backend: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deduplicated: bool = ..., partial: bool = ..., time_to_first_token: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., message: _Optional[_Union[OutputMessage, _Mapping]] = ..., choices: _Optional[_Iterable[_Union[OutputMessage, _Mapping]]] = ..., cached: bool = ...) -> None: ...
 
 class CompletionInput(_message.Message):
     __slots__ = ["prompt"]
@@ -270,7 +276,7 @@ class Rejection(_message.Message):
     def __init__(self, id: _Optional[str] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ["chat", "completion", "dedup", "embedding", "extra_body", "id", "metadata", "model", "parallel_tool_calls", "params", "priority", "response_format", "stream", "timeout", "tool_choice", "tools", "traceparent", "tracestate", "user"]
+    __slots__ = ["cache", "chat", "completion", "dedup", "embedding", "extra_body", "id", "metadata", "model", "parallel_tool_calls", "params", "priority", "response_format", "stream", "timeout", "tool_choice", "tools", "traceparent", "tracestate", "user"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -278,6 +284,7 @@ class Request(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CACHE_FIELD_NUMBER: _ClassVar[int]
     CHAT_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_FIELD_NUMBER: _ClassVar[int]
     DEDUP_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +304,7 @@ class Request(_message.Message):
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    cache: CacheMode
     chat: ChatInput
     completion: CompletionInput
     dedup: Dedup
@@ -316,7 +324,7 @@ class Request(_message.Message):
     traceparent: str
     tracestate: str
     user: str
-    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., chat: _Optional[_Union[ChatInput, _Mapping]] = ..., completion: _Optional[_Union[CompletionInput, _Mapping]] = ..., embedding: _Optional[_Union[EmbeddingInput, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., dedup: _Optional[_Union[Dedup, str]] = ..., stream: bool = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: bool = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., extra_body: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., user: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., model: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., chat: _Optional[_Union[ChatInput, _Mapping]] = ..., completion: _Optional[_Union[CompletionInput, _Mapping]] = ..., embedding: _Optional[_Union[EmbeddingInput, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., dedup: _Optional[_Union[Dedup, str]] = ..., stream: bool = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: bool = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., extra_body: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., user: _Optional[str] = ..., cache: _Optional[_Union[CacheMode, str]] = ...) -> None: ...
 
 class ResponseFormat(_message.Message):
     __slots__ = ["description", "name", "schema", "strict", "type"]
@@ -526,4 +534,7 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class Verbosity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class CacheMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

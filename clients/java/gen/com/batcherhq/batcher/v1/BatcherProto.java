@@ -231,7 +231,7 @@ public final class BatcherProto {
       "\n\030batcher/v1/batcher.proto\022\nbatcher.v1\032\036" +
       "google/protobuf/duration.proto\032\034google/p" +
       "rotobuf/struct.proto\032\037google/protobuf/ti" +
-      "mestamp.proto\032\027google/rpc/status.proto\"\273" +
+      "mestamp.proto\032\027google/rpc/status.proto\"\350" +
       "\007\n\007Request\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\005model\030\002 \001(" +
       "\tR\005model\0220\n\010priority\030\003 \001(\0162\024.batcher.v1." +
       "PriorityR\010priority\022+\n\004chat\030\004 \001(\0132\025.batch" +
@@ -253,182 +253,187 @@ public final class BatcherProto {
       "\017response_format\030\020 \001(\0132\032.batcher.v1.Resp" +
       "onseFormatR\016responseFormat\0226\n\nextra_body" +
       "\030\021 \001(\0132\027.google.protobuf.StructR\textraBo" +
-      "dy\022\022\n\004user\030\022 \001(\tR\004user\032;\n\rMetadataEntry\022" +
-      "\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\tR\005value:" +
-      "\0028\001B\007\n\005inputB\026\n\024_parallel_tool_calls\"@\n\t" +
-      "ChatInput\0223\n\010messages\030\001 \003(\0132\027.batcher.v1" +
-      ".ChatMessageR\010messages\"\325\001\n\013ChatMessage\022\022" +
-      "\n\004role\030\001 \001(\tR\004role\022\030\n\007content\030\002 \001(\tR\007con" +
-      "tent\022-\n\005parts\030\003 \003(\0132\027.batcher.v1.Content" +
-      "PartR\005parts\022\022\n\004name\030\004 \001(\tR\004name\0223\n\ntool_" +
-      "calls\030\005 \003(\0132\024.batcher.v1.ToolCallR\ttoolC" +
-      "alls\022 \n\014tool_call_id\030\006 \001(\tR\ntoolCallId\"Z" +
-      "\n\013ContentPart\022\024\n\004text\030\001 \001(\tH\000R\004text\022-\n\005i" +
-      "mage\030\002 \001(\0132\025.batcher.v1.ImagePartH\000R\005ima" +
-      "geB\006\n\004part\"5\n\tImagePart\022\020\n\003url\030\001 \001(\tR\003ur" +
-      "l\022\026\n\006detail\030\002 \001(\tR\006detail\"L\n\010ToolCall\022\016\n" +
-      "\002id\030\001 \001(\tR\002id\022\022\n\004name\030\002 \001(\tR\004name\022\034\n\targ" +
-      "uments\030\003 \001(\tR\targuments\"\215\001\n\004Tool\022\022\n\004name" +
-      "\030\001 \001(\tR\004name\022 \n\013description\030\002 \001(\tR\013descr" +
-      "iption\0227\n\nparameters\030\003 \001(\0132\027.google.prot" +
-      "obuf.StructR\nparameters\022\026\n\006strict\030\004 \001(\010R" +
-      "\006strict\"f\n\nToolChoice\0220\n\004mode\030\001 \001(\0162\032.ba" +
-      "tcher.v1.ToolChoiceModeH\000R\004mode\022\034\n\010funct" +
-      "ion\030\002 \001(\tH\000R\010functionB\010\n\006choice\"\303\001\n\016Resp" +
-      "onseFormat\0222\n\004type\030\001 \001(\0162\036.batcher.v1.Re" +
-      "sponseFormatTypeR\004type\022\022\n\004name\030\002 \001(\tR\004na" +
-      "me\022 \n\013description\030\003 \001(\tR\013description\022/\n\006" +
-      "schema\030\004 \001(\0132\027.google.protobuf.StructR\006s" +
-      "chema\022\026\n\006strict\030\005 \001(\010R\006strict\")\n\017Complet" +
-      "ionInput\022\026\n\006prompt\030\001 \001(\tR\006prompt\"$\n\016Embe" +
-      "ddingInput\022\022\n\004text\030\001 \001(\tR\004text\"\206\005\n\020Gener" +
-      "ationParams\022\"\n\nmax_tokens\030\001 \001(\005H\000R\tmaxTo" +
-      "kens\210\001\001\022%\n\013temperature\030\002 \001(\002H\001R\013temperat" +
-      "ure\210\001\001\022\030\n\005top_p\030\003 \001(\002H\002R\004topP\210\001\001\022\022\n\004stop" +
-      "\030\004 \003(\tR\004stop\022\027\n\004seed\030\005 \001(\003H\003R\004seed\210\001\001\022.\n" +
-      "\020presence_penalty\030\006 \001(\002H\004R\017presencePenal" +
-      "ty\210\001\001\0220\n\021frequency_penalty\030\007 \001(\002H\005R\020freq" +
-      "uencyPenalty\210\001\001\022\021\n\001n\030\010 \001(\005H\006R\001n\210\001\001\022J\n\nlo" +
-      "git_bias\030\t \003(\0132+.batcher.v1.GenerationPa" +
-      "rams.LogitBiasEntryR\tlogitBias\022\032\n\010logpro" +
-      "bs\030\n \001(\010R\010logprobs\022&\n\014top_logprobs\030\013 \001(\005" +
-      "H\007R\013topLogprobs\210\001\001\022)\n\020reasoning_effort\030\014" +
-      " \001(\tR\017reasoningEffort\032<\n\016LogitBiasEntry\022" +
-      "\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\002R\005value:" +
-      "\0028\001B\r\n\013_max_tokensB\016\n\014_temperatureB\010\n\006_t" +
-      "op_pB\007\n\005_seedB\023\n\021_presence_penaltyB\024\n\022_f" +
-      "requency_penaltyB\004\n\002_nB\017\n\r_top_logprobs\"" +
-      "\225\006\n\nCompletion\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\004text\030\002" +
-      " \001(\tH\000R\004text\0225\n\tembedding\030\003 \001(\0132\025.batche" +
-      "r.v1.EmbeddingH\000R\tembedding\022=\n\rfinish_re" +
-      "ason\030\004 \001(\0162\030.batcher.v1.FinishReasonR\014fi" +
-      "nishReason\022\'\n\005usage\030\005 \001(\0132\021.batcher.v1.U" +
-      "sageR\005usage\022\031\n\010batch_id\030\006 \001(\tR\007batchId\022\035" +
-      "\n\nbatch_size\030\007 \001(\005R\tbatchSize\022\032\n\010attempt" +
-      "s\030\010 \001(\005R\010attempts\022-\n\007timings\030\t \001(\0132\023.bat" +
-      "cher.v1.TimingsR\007timings\022(\n\005error\030\n \001(\0132" +
-      "\022.google.rpc.StatusR\005error\022\030\n\007backend\030\013 " +
-      "\001(\tR\007backend\022@\n\010metadata\030\014 \003(\0132$.batcher" +
-      ".v1.Completion.MetadataEntryR\010metadata\022\"" +
-      "\n\014deduplicated\030\r \001(\010R\014deduplicated\022\030\n\007pa" +
-      "rtial\030\024 \001(\010R\007partial\022H\n\023time_to_first_to" +
-      "ken\030\025 \001(\0132\031.google.protobuf.DurationR\020ti" +
-      "meToFirstToken\0223\n\007message\030\016 \001(\0132\031.batche" +
-      "r.v1.OutputMessageR\007message\0223\n\007choices\030\017" +
-      " \003(\0132\031.batcher.v1.OutputMessageR\007choices" +
-      "\032;\n\rMetadataEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005v" +
-      "alue\030\002 \001(\tR\005value:\0028\001B\010\n\006output\"\351\001\n\rOutp" +
-      "utMessage\022\030\n\007content\030\001 \001(\tR\007content\022\030\n\007r" +
-      "efusal\030\002 \001(\tR\007refusal\0223\n\ntool_calls\030\003 \003(" +
-      "\0132\024.batcher.v1.ToolCallR\ttoolCalls\0220\n\010lo" +
-      "gprobs\030\004 \001(\0132\024.batcher.v1.LogprobsR\010logp" +
-      "robs\022=\n\rfinish_reason\030\005 \001(\0162\030.batcher.v1" +
-      ".FinishReasonR\014finishReason\"r\n\010Logprobs\022" +
-      "2\n\007content\030\001 \003(\0132\030.batcher.v1.TokenLogpr" +
-      "obR\007content\0222\n\007refusal\030\002 \003(\0132\030.batcher.v" +
-      "1.TokenLogprobR\007refusal\"\217\001\n\014TokenLogprob" +
-      "\022\024\n\005token\030\001 \001(\tR\005token\022\030\n\007logprob\030\002 \001(\001R" +
-      "\007logprob\022\024\n\005bytes\030\003 \001(\014R\005bytes\0229\n\014top_lo" +
-      "gprobs\030\004 \003(\0132\026.batcher.v1.TopLogprobR\013to" +
-      "pLogprobs\"R\n\nTopLogprob\022\024\n\005token\030\001 \001(\tR\005" +
-      "token\022\030\n\007logprob\030\002 \001(\001R\007logprob\022\024\n\005bytes" +
-      "\030\003 \001(\014R\005bytes\"#\n\tEmbedding\022\026\n\006values\030\001 \003" +
-      "(\002R\006values\"|\n\005Usage\022#\n\rprompt_tokens\030\001 \001" +
-      "(\005R\014promptTokens\022+\n\021completion_tokens\030\002 " +
-      "\001(\005R\020completionTokens\022!\n\014total_tokens\030\003 " +
-      "\001(\005R\013totalTokens\"\336\001\n\007Timings\0228\n\nbatch_wa" +
-      "it\030\001 \001(\0132\031.google.protobuf.DurationR\tbat" +
-      "chWait\0221\n\006queued\030\002 \001(\0132\031.google.protobuf" +
-      ".DurationR\006queued\0225\n\010upstream\030\003 \001(\0132\031.go" +
-      "ogle.protobuf.DurationR\010upstream\022/\n\005tota" +
-      "l\030\004 \001(\0132\031.google.protobuf.DurationR\005tota" +
-      "l\">\n\rSubmitRequest\022-\n\007request\030\001 \001(\0132\023.ba" +
-      "tcher.v1.RequestR\007request\"H\n\016SubmitRespo" +
-      "nse\0226\n\ncompletion\030\001 \001(\0132\026.batcher.v1.Com" +
-      "pletionR\ncompletion\"\212\001\n\rStreamOptions\0223\n" +
-      "\tverbosity\030\001 \001(\0162\025.batcher.v1.VerbosityR" +
-      "\tverbosity\022D\n\020summary_interval\030\002 \001(\0132\031.g" +
-      "oogle.protobuf.DurationR\017summaryInterval" +
-      "\"\030\n\006Cancel\022\016\n\002id\030\001 \001(\tR\002id\"\007\n\005Flush\"F\n\025S" +
-      "ubmitStreamedRequest\022-\n\007request\030\001 \001(\0132\023." +
-      "batcher.v1.RequestR\007request\"\205\001\n\026SubmitSt" +
-      "reamedResponse\022)\n\005delta\030\001 \001(\0132\021.batcher." +
-      "v1.DeltaH\000R\005delta\0228\n\ncompletion\030\002 \001(\0132\026." +
-      "batcher.v1.CompletionH\000R\ncompletionB\006\n\004k" +
-      "ind\"\375\001\n\005Delta\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\005index\030\002" +
-      " \001(\005R\005index\022\022\n\004text\030\003 \001(\tR\004text\022\030\n\007refus" +
-      "al\030\004 \001(\tR\007refusal\0228\n\ntool_calls\030\005 \003(\0132\031." +
-      "batcher.v1.ToolCallDeltaR\ttoolCalls\022=\n\rf" +
-      "inish_reason\030\006 \001(\0162\030.batcher.v1.FinishRe" +
-      "asonR\014finishReason\022\'\n\005usage\030\007 \001(\0132\021.batc" +
-      "her.v1.UsageR\005usage\"g\n\rToolCallDelta\022\024\n\005" +
-      "index\030\001 \001(\005R\005index\022\016\n\002id\030\002 \001(\tR\002id\022\022\n\004na" +
-      "me\030\003 \001(\tR\004name\022\034\n\targuments\030\004 \001(\tR\targum" +
-      "ents\"\336\001\n\023SubmitStreamRequest\0225\n\007options\030" +
-      "\001 \001(\0132\031.batcher.v1.StreamOptionsH\000R\007opti" +
-      "ons\022/\n\007request\030\002 \001(\0132\023.batcher.v1.Reques" +
-      "tH\000R\007request\022,\n\006cancel\030\003 \001(\0132\022.batcher.v" +
-      "1.CancelH\000R\006cancel\022)\n\005flush\030\004 \001(\0132\021.batc" +
-      "her.v1.FlushH\000R\005flushB\006\n\004kind\"\234\002\n\024Submit" +
-      "StreamResponse\022)\n\005event\030\001 \001(\0132\021.batcher." +
-      "v1.EventH\000R\005event\0228\n\ncompletion\030\002 \001(\0132\026." +
-      "batcher.v1.CompletionH\000R\ncompletion\0225\n\tr" +
-      "ejection\030\003 \001(\0132\025.batcher.v1.RejectionH\000R" +
-      "\trejection\0225\n\007summary\030\004 \001(\0132\031.batcher.v1" +
-      ".StreamSummaryH\000R\007summary\022)\n\005delta\030\005 \001(\013" +
-      "2\021.batcher.v1.DeltaH\000R\005deltaB\006\n\004kind\"E\n\t" +
-      "Rejection\022\016\n\002id\030\001 \001(\tR\002id\022(\n\005error\030\002 \001(\013" +
-      "2\022.google.rpc.StatusR\005error\"\234\002\n\005Event\022\016\n" +
-      "\002id\030\001 \001(\tR\002id\022.\n\004time\030\002 \001(\0132\032.google.pro" +
-      "tobuf.TimestampR\004time\022,\n\006queued\030\003 \001(\0132\022." +
-      "batcher.v1.QueuedH\000R\006queued\022/\n\007batched\030\004" +
-      " \001(\0132\023.batcher.v1.BatchedH\000R\007batched\0228\n\n" +
-      "dispatched\030\005 \001(\0132\026.batcher.v1.Dispatched" +
-      "H\000R\ndispatched\0222\n\010retrying\030\006 \001(\0132\024.batch" +
-      "er.v1.RetryingH\000R\010retryingB\006\n\004kind\"\034\n\006Qu" +
-      "eued\022\022\n\004lane\030\001 \001(\tR\004lane\"C\n\007Batched\022\031\n\010b" +
-      "atch_id\030\001 \001(\tR\007batchId\022\035\n\nbatch_size\030\002 \001" +
-      "(\005R\tbatchSize\"[\n\nDispatched\022\031\n\010batch_id\030" +
-      "\001 \001(\tR\007batchId\022\030\n\007attempt\030\002 \001(\005R\007attempt" +
-      "\022\030\n\007backend\030\003 \001(\tR\007backend\"\207\001\n\010Retrying\022" +
-      "\030\n\007attempt\030\001 \001(\005R\007attempt\022/\n\005delay\030\002 \001(\013" +
-      "2\031.google.protobuf.DurationR\005delay\022\026\n\006re" +
-      "ason\030\003 \001(\tR\006reason\022\030\n\007message\030\004 \001(\tR\007mes" +
-      "sage\"\202\002\n\rStreamSummary\022.\n\004time\030\001 \001(\0132\032.g" +
-      "oogle.protobuf.TimestampR\004time\022\034\n\tsubmit" +
-      "ted\030\002 \001(\003R\tsubmitted\022\033\n\tin_flight\030\003 \001(\003R" +
-      "\010inFlight\022\034\n\tcompleted\030\004 \001(\003R\tcompleted\022" +
-      "\026\n\006failed\030\005 \001(\003R\006failed\022\032\n\010rejected\030\006 \001(" +
-      "\003R\010rejected\022\036\n\nthroughput\030\007 \001(\001R\nthrough" +
-      "put\022\024\n\005final\030\010 \001(\010R\005final*\214\001\n\010Priority\022\030" +
-      "\n\024PRIORITY_UNSPECIFIED\020\000\022\023\n\017PRIORITY_URG" +
-      "ENT\020\001\022\021\n\rPRIORITY_HIGH\020\002\022\023\n\017PRIORITY_NOR" +
-      "MAL\020\003\022\020\n\014PRIORITY_LOW\020\004\022\027\n\023PRIORITY_DEFE" +
-      "RRABLE\020\005*;\n\005Dedup\022\025\n\021DEDUP_UNSPECIFIED\020\000" +
-      "\022\014\n\010DEDUP_ON\020\001\022\r\n\tDEDUP_OFF\020\002*\207\001\n\016ToolCh" +
-      "oiceMode\022 \n\034TOOL_CHOICE_MODE_UNSPECIFIED" +
-      "\020\000\022\031\n\025TOOL_CHOICE_MODE_AUTO\020\001\022\031\n\025TOOL_CH" +
-      "OICE_MODE_NONE\020\002\022\035\n\031TOOL_CHOICE_MODE_REQ" +
-      "UIRED\020\003*\245\001\n\022ResponseFormatType\022$\n RESPON" +
-      "SE_FORMAT_TYPE_UNSPECIFIED\020\000\022\035\n\031RESPONSE" +
-      "_FORMAT_TYPE_TEXT\020\001\022$\n RESPONSE_FORMAT_T" +
-      "YPE_JSON_OBJECT\020\002\022$\n RESPONSE_FORMAT_TYP" +
-      "E_JSON_SCHEMA\020\003*\237\001\n\014FinishReason\022\035\n\031FINI" +
-      "SH_REASON_UNSPECIFIED\020\000\022\026\n\022FINISH_REASON" +
-      "_STOP\020\001\022\030\n\024FINISH_REASON_LENGTH\020\002\022 \n\034FIN" +
-      "ISH_REASON_CONTENT_FILTER\020\003\022\034\n\030FINISH_RE" +
-      "ASON_TOOL_CALLS\020\004*T\n\tVerbosity\022\031\n\025VERBOS" +
-      "ITY_UNSPECIFIED\020\000\022\031\n\025VERBOSITY_COMPLETIO" +
-      "NS\020\001\022\021\n\rVERBOSITY_ALL\020\0022\203\002\n\016BatcherServi" +
-      "ce\022?\n\006Submit\022\031.batcher.v1.SubmitRequest\032" +
-      "\032.batcher.v1.SubmitResponse\022U\n\014SubmitStr" +
-      "eam\022\037.batcher.v1.SubmitStreamRequest\032 .b" +
-      "atcher.v1.SubmitStreamResponse(\0010\001\022Y\n\016Su" +
-      "bmitStreamed\022!.batcher.v1.SubmitStreamed" +
-      "Request\032\".batcher.v1.SubmitStreamedRespo" +
-      "nse0\001Ba\n\030com.batcherhq.batcher.v1B\014Batch" +
-      "erProtoP\001Z5github.com/batcherhq/batcher/" +
-      "gen/batcher/v1;batcherv1b\006proto3"
+      "dy\022\022\n\004user\030\022 \001(\tR\004user\022+\n\005cache\030\027 \001(\0162\025." +
+      "batcher.v1.CacheModeR\005cache\032;\n\rMetadataE" +
+      "ntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\tR\005v" +
+      "alue:\0028\001B\007\n\005inputB\026\n\024_parallel_tool_call" +
+      "s\"@\n\tChatInput\0223\n\010messages\030\001 \003(\0132\027.batch" +
+      "er.v1.ChatMessageR\010messages\"\325\001\n\013ChatMess" +
+      "age\022\022\n\004role\030\001 \001(\tR\004role\022\030\n\007content\030\002 \001(\t" +
+      "R\007content\022-\n\005parts\030\003 \003(\0132\027.batcher.v1.Co" +
+      "ntentPartR\005parts\022\022\n\004name\030\004 \001(\tR\004name\0223\n\n" +
+      "tool_calls\030\005 \003(\0132\024.batcher.v1.ToolCallR\t" +
+      "toolCalls\022 \n\014tool_call_id\030\006 \001(\tR\ntoolCal" +
+      "lId\"Z\n\013ContentPart\022\024\n\004text\030\001 \001(\tH\000R\004text" +
+      "\022-\n\005image\030\002 \001(\0132\025.batcher.v1.ImagePartH\000" +
+      "R\005imageB\006\n\004part\"5\n\tImagePart\022\020\n\003url\030\001 \001(" +
+      "\tR\003url\022\026\n\006detail\030\002 \001(\tR\006detail\"L\n\010ToolCa" +
+      "ll\022\016\n\002id\030\001 \001(\tR\002id\022\022\n\004name\030\002 \001(\tR\004name\022\034" +
+      "\n\targuments\030\003 \001(\tR\targuments\"\215\001\n\004Tool\022\022\n" +
+      "\004name\030\001 \001(\tR\004name\022 \n\013description\030\002 \001(\tR\013" +
+      "description\0227\n\nparameters\030\003 \001(\0132\027.google" +
+      ".protobuf.StructR\nparameters\022\026\n\006strict\030\004" +
+      " \001(\010R\006strict\"f\n\nToolChoice\0220\n\004mode\030\001 \001(\016" +
+      "2\032.batcher.v1.ToolChoiceModeH\000R\004mode\022\034\n\010" +
+      "function\030\002 \001(\tH\000R\010functionB\010\n\006choice\"\303\001\n" +
+      "\016ResponseFormat\0222\n\004type\030\001 \001(\0162\036.batcher." +
+      "v1.ResponseFormatTypeR\004type\022\022\n\004name\030\002 \001(" +
+      "\tR\004name\022 \n\013description\030\003 \001(\tR\013descriptio" +
+      "n\022/\n\006schema\030\004 \001(\0132\027.google.protobuf.Stru" +
+      "ctR\006schema\022\026\n\006strict\030\005 \001(\010R\006strict\")\n\017Co" +
+      "mpletionInput\022\026\n\006prompt\030\001 \001(\tR\006prompt\"$\n" +
+      "\016EmbeddingInput\022\022\n\004text\030\001 \001(\tR\004text\"\206\005\n\020" +
+      "GenerationParams\022\"\n\nmax_tokens\030\001 \001(\005H\000R\t" +
+      "maxTokens\210\001\001\022%\n\013temperature\030\002 \001(\002H\001R\013tem" +
+      "perature\210\001\001\022\030\n\005top_p\030\003 \001(\002H\002R\004topP\210\001\001\022\022\n" +
+      "\004stop\030\004 \003(\tR\004stop\022\027\n\004seed\030\005 \001(\003H\003R\004seed\210" +
+      "\001\001\022.\n\020presence_penalty\030\006 \001(\002H\004R\017presence" +
+      "Penalty\210\001\001\0220\n\021frequency_penalty\030\007 \001(\002H\005R" +
+      "\020frequencyPenalty\210\001\001\022\021\n\001n\030\010 \001(\005H\006R\001n\210\001\001\022" +
+      "J\n\nlogit_bias\030\t \003(\0132+.batcher.v1.Generat" +
+      "ionParams.LogitBiasEntryR\tlogitBias\022\032\n\010l" +
+      "ogprobs\030\n \001(\010R\010logprobs\022&\n\014top_logprobs\030" +
+      "\013 \001(\005H\007R\013topLogprobs\210\001\001\022)\n\020reasoning_eff" +
+      "ort\030\014 \001(\tR\017reasoningEffort\032<\n\016LogitBiasE" +
+      "ntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\002R\005v" +
+      "alue:\0028\001B\r\n\013_max_tokensB\016\n\014_temperatureB" +
+      "\010\n\006_top_pB\007\n\005_seedB\023\n\021_presence_penaltyB" +
+      "\024\n\022_frequency_penaltyB\004\n\002_nB\017\n\r_top_logp" +
+      "robs\"\255\006\n\nCompletion\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\004t" +
+      "ext\030\002 \001(\tH\000R\004text\0225\n\tembedding\030\003 \001(\0132\025.b" +
+      "atcher.v1.EmbeddingH\000R\tembedding\022=\n\rfini" +
+      "sh_reason\030\004 \001(\0162\030.batcher.v1.FinishReaso" +
+      "nR\014finishReason\022\'\n\005usage\030\005 \001(\0132\021.batcher" +
+      ".v1.UsageR\005usage\022\031\n\010batch_id\030\006 \001(\tR\007batc" +
+      "hId\022\035\n\nbatch_size\030\007 \001(\005R\tbatchSize\022\032\n\010at" +
+      "tempts\030\010 \001(\005R\010attempts\022-\n\007timings\030\t \001(\0132" +
+      "\023.batcher.v1.TimingsR\007timings\022(\n\005error\030\n" +
+      " \001(\0132\022.google.rpc.StatusR\005error\022\030\n\007backe" +
+      "nd\030\013 \001(\tR\007backend\022@\n\010metadata\030\014 \003(\0132$.ba" +
+      "tcher.v1.Completion.MetadataEntryR\010metad" +
+      "ata\022\"\n\014deduplicated\030\r \001(\010R\014deduplicated\022" +
+      "\030\n\007partial\030\024 \001(\010R\007partial\022H\n\023time_to_fir" +
+      "st_token\030\025 \001(\0132\031.google.protobuf.Duratio" +
+      "nR\020timeToFirstToken\0223\n\007message\030\016 \001(\0132\031.b" +
+      "atcher.v1.OutputMessageR\007message\0223\n\007choi" +
+      "ces\030\017 \003(\0132\031.batcher.v1.OutputMessageR\007ch" +
+      "oices\022\026\n\006cached\030\027 \001(\010R\006cached\032;\n\rMetadat" +
+      "aEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\tR" +
+      "\005value:\0028\001B\010\n\006output\"\351\001\n\rOutputMessage\022\030" +
+      "\n\007content\030\001 \001(\tR\007content\022\030\n\007refusal\030\002 \001(" +
+      "\tR\007refusal\0223\n\ntool_calls\030\003 \003(\0132\024.batcher" +
+      ".v1.ToolCallR\ttoolCalls\0220\n\010logprobs\030\004 \001(" +
+      "\0132\024.batcher.v1.LogprobsR\010logprobs\022=\n\rfin" +
+      "ish_reason\030\005 \001(\0162\030.batcher.v1.FinishReas" +
+      "onR\014finishReason\"r\n\010Logprobs\0222\n\007content\030" +
+      "\001 \003(\0132\030.batcher.v1.TokenLogprobR\007content" +
+      "\0222\n\007refusal\030\002 \003(\0132\030.batcher.v1.TokenLogp" +
+      "robR\007refusal\"\217\001\n\014TokenLogprob\022\024\n\005token\030\001" +
+      " \001(\tR\005token\022\030\n\007logprob\030\002 \001(\001R\007logprob\022\024\n" +
+      "\005bytes\030\003 \001(\014R\005bytes\0229\n\014top_logprobs\030\004 \003(" +
+      "\0132\026.batcher.v1.TopLogprobR\013topLogprobs\"R" +
+      "\n\nTopLogprob\022\024\n\005token\030\001 \001(\tR\005token\022\030\n\007lo" +
+      "gprob\030\002 \001(\001R\007logprob\022\024\n\005bytes\030\003 \001(\014R\005byt" +
+      "es\"#\n\tEmbedding\022\026\n\006values\030\001 \003(\002R\006values\"" +
+      "|\n\005Usage\022#\n\rprompt_tokens\030\001 \001(\005R\014promptT" +
+      "okens\022+\n\021completion_tokens\030\002 \001(\005R\020comple" +
+      "tionTokens\022!\n\014total_tokens\030\003 \001(\005R\013totalT" +
+      "okens\"\336\001\n\007Timings\0228\n\nbatch_wait\030\001 \001(\0132\031." +
+      "google.protobuf.DurationR\tbatchWait\0221\n\006q" +
+      "ueued\030\002 \001(\0132\031.google.protobuf.DurationR\006" +
+      "queued\0225\n\010upstream\030\003 \001(\0132\031.google.protob" +
+      "uf.DurationR\010upstream\022/\n\005total\030\004 \001(\0132\031.g" +
+      "oogle.protobuf.DurationR\005total\">\n\rSubmit" +
+      "Request\022-\n\007request\030\001 \001(\0132\023.batcher.v1.Re" +
+      "questR\007request\"H\n\016SubmitResponse\0226\n\ncomp" +
+      "letion\030\001 \001(\0132\026.batcher.v1.CompletionR\nco" +
+      "mpletion\"\212\001\n\rStreamOptions\0223\n\tverbosity\030" +
+      "\001 \001(\0162\025.batcher.v1.VerbosityR\tverbosity\022" +
+      "D\n\020summary_interval\030\002 \001(\0132\031.google.proto" +
+      "buf.DurationR\017summaryInterval\"\030\n\006Cancel\022" +
+      "\016\n\002id\030\001 \001(\tR\002id\"\007\n\005Flush\"F\n\025SubmitStream" +
+      "edRequest\022-\n\007request\030\001 \001(\0132\023.batcher.v1." +
+      "RequestR\007request\"\205\001\n\026SubmitStreamedRespo" +
+      "nse\022)\n\005delta\030\001 \001(\0132\021.batcher.v1.DeltaH\000R" +
+      "\005delta\0228\n\ncompletion\030\002 \001(\0132\026.batcher.v1." +
+      "CompletionH\000R\ncompletionB\006\n\004kind\"\375\001\n\005Del" +
+      "ta\022\016\n\002id\030\001 \001(\tR\002id\022\024\n\005index\030\002 \001(\005R\005index" +
+      "\022\022\n\004text\030\003 \001(\tR\004text\022\030\n\007refusal\030\004 \001(\tR\007r" +
+      "efusal\0228\n\ntool_calls\030\005 \003(\0132\031.batcher.v1." +
+      "ToolCallDeltaR\ttoolCalls\022=\n\rfinish_reaso" +
+      "n\030\006 \001(\0162\030.batcher.v1.FinishReasonR\014finis" +
+      "hReason\022\'\n\005usage\030\007 \001(\0132\021.batcher.v1.Usag" +
+      "eR\005usage\"g\n\rToolCallDelta\022\024\n\005index\030\001 \001(\005" +
+      "R\005index\022\016\n\002id\030\002 \001(\tR\002id\022\022\n\004name\030\003 \001(\tR\004n" +
+      "ame\022\034\n\targuments\030\004 \001(\tR\targuments\"\336\001\n\023Su" +
+      "bmitStreamRequest\0225\n\007options\030\001 \001(\0132\031.bat" +
+      "cher.v1.StreamOptionsH\000R\007options\022/\n\007requ" +
+      "est\030\002 \001(\0132\023.batcher.v1.RequestH\000R\007reques" +
+      "t\022,\n\006cancel\030\003 \001(\0132\022.batcher.v1.CancelH\000R" +
+      "\006cancel\022)\n\005flush\030\004 \001(\0132\021.batcher.v1.Flus" +
+      "hH\000R\005flushB\006\n\004kind\"\234\002\n\024SubmitStreamRespo" +
+      "nse\022)\n\005event\030\001 \001(\0132\021.batcher.v1.EventH\000R" +
+      "\005event\0228\n\ncompletion\030\002 \001(\0132\026.batcher.v1." +
+      "CompletionH\000R\ncompletion\0225\n\trejection\030\003 " +
+      "\001(\0132\025.batcher.v1.RejectionH\000R\trejection\022" +
+      "5\n\007summary\030\004 \001(\0132\031.batcher.v1.StreamSumm" +
+      "aryH\000R\007summary\022)\n\005delta\030\005 \001(\0132\021.batcher." +
+      "v1.DeltaH\000R\005deltaB\006\n\004kind\"E\n\tRejection\022\016" +
+      "\n\002id\030\001 \001(\tR\002id\022(\n\005error\030\002 \001(\0132\022.google.r" +
+      "pc.StatusR\005error\"\234\002\n\005Event\022\016\n\002id\030\001 \001(\tR\002" +
+      "id\022.\n\004time\030\002 \001(\0132\032.google.protobuf.Times" +
+      "tampR\004time\022,\n\006queued\030\003 \001(\0132\022.batcher.v1." +
+      "QueuedH\000R\006queued\022/\n\007batched\030\004 \001(\0132\023.batc" +
+      "her.v1.BatchedH\000R\007batched\0228\n\ndispatched\030" +
+      "\005 \001(\0132\026.batcher.v1.DispatchedH\000R\ndispatc" +
+      "hed\0222\n\010retrying\030\006 \001(\0132\024.batcher.v1.Retry" +
+      "ingH\000R\010retryingB\006\n\004kind\"\034\n\006Queued\022\022\n\004lan" +
+      "e\030\001 \001(\tR\004lane\"C\n\007Batched\022\031\n\010batch_id\030\001 \001" +
+      "(\tR\007batchId\022\035\n\nbatch_size\030\002 \001(\005R\tbatchSi" +
+      "ze\"[\n\nDispatched\022\031\n\010batch_id\030\001 \001(\tR\007batc" +
+      "hId\022\030\n\007attempt\030\002 \001(\005R\007attempt\022\030\n\007backend" +
+      "\030\003 \001(\tR\007backend\"\207\001\n\010Retrying\022\030\n\007attempt\030" +
+      "\001 \001(\005R\007attempt\022/\n\005delay\030\002 \001(\0132\031.google.p" +
+      "rotobuf.DurationR\005delay\022\026\n\006reason\030\003 \001(\tR" +
+      "\006reason\022\030\n\007message\030\004 \001(\tR\007message\"\202\002\n\rSt" +
+      "reamSummary\022.\n\004time\030\001 \001(\0132\032.google.proto" +
+      "buf.TimestampR\004time\022\034\n\tsubmitted\030\002 \001(\003R\t" +
+      "submitted\022\033\n\tin_flight\030\003 \001(\003R\010inFlight\022\034" +
+      "\n\tcompleted\030\004 \001(\003R\tcompleted\022\026\n\006failed\030\005" +
+      " \001(\003R\006failed\022\032\n\010rejected\030\006 \001(\003R\010rejected" +
+      "\022\036\n\nthroughput\030\007 \001(\001R\nthroughput\022\024\n\005fina" +
+      "l\030\010 \001(\010R\005final*\214\001\n\010Priority\022\030\n\024PRIORITY_" +
+      "UNSPECIFIED\020\000\022\023\n\017PRIORITY_URGENT\020\001\022\021\n\rPR" +
+      "IORITY_HIGH\020\002\022\023\n\017PRIORITY_NORMAL\020\003\022\020\n\014PR" +
+      "IORITY_LOW\020\004\022\027\n\023PRIORITY_DEFERRABLE\020\005*;\n" +
+      "\005Dedup\022\025\n\021DEDUP_UNSPECIFIED\020\000\022\014\n\010DEDUP_O" +
+      "N\020\001\022\r\n\tDEDUP_OFF\020\002*\207\001\n\016ToolChoiceMode\022 \n" +
+      "\034TOOL_CHOICE_MODE_UNSPECIFIED\020\000\022\031\n\025TOOL_" +
+      "CHOICE_MODE_AUTO\020\001\022\031\n\025TOOL_CHOICE_MODE_N" +
+      "ONE\020\002\022\035\n\031TOOL_CHOICE_MODE_REQUIRED\020\003*\245\001\n" +
+      "\022ResponseFormatType\022$\n RESPONSE_FORMAT_T" +
+      "YPE_UNSPECIFIED\020\000\022\035\n\031RESPONSE_FORMAT_TYP" +
+      "E_TEXT\020\001\022$\n RESPONSE_FORMAT_TYPE_JSON_OB" +
+      "JECT\020\002\022$\n RESPONSE_FORMAT_TYPE_JSON_SCHE" +
+      "MA\020\003*\237\001\n\014FinishReason\022\035\n\031FINISH_REASON_U" +
+      "NSPECIFIED\020\000\022\026\n\022FINISH_REASON_STOP\020\001\022\030\n\024" +
+      "FINISH_REASON_LENGTH\020\002\022 \n\034FINISH_REASON_" +
+      "CONTENT_FILTER\020\003\022\034\n\030FINISH_REASON_TOOL_C" +
+      "ALLS\020\004*T\n\tVerbosity\022\031\n\025VERBOSITY_UNSPECI" +
+      "FIED\020\000\022\031\n\025VERBOSITY_COMPLETIONS\020\001\022\021\n\rVER" +
+      "BOSITY_ALL\020\002*j\n\tCacheMode\022\032\n\026CACHE_MODE_" +
+      "UNSPECIFIED\020\000\022\022\n\016CACHE_MODE_USE\020\001\022\026\n\022CAC" +
+      "HE_MODE_REFRESH\020\002\022\025\n\021CACHE_MODE_BYPASS\020\003" +
+      "2\203\002\n\016BatcherService\022?\n\006Submit\022\031.batcher." +
+      "v1.SubmitRequest\032\032.batcher.v1.SubmitResp" +
+      "onse\022U\n\014SubmitStream\022\037.batcher.v1.Submit" +
+      "StreamRequest\032 .batcher.v1.SubmitStreamR" +
+      "esponse(\0010\001\022Y\n\016SubmitStreamed\022!.batcher." +
+      "v1.SubmitStreamedRequest\032\".batcher.v1.Su" +
+      "bmitStreamedResponse0\001Ba\n\030com.batcherhq." +
+      "batcher.v1B\014BatcherProtoP\001Z5github.com/b" +
+      "atcherhq/batcher/gen/batcher/v1;batcherv" +
+      "1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -443,7 +448,7 @@ public final class BatcherProto {
     internal_static_batcher_v1_Request_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Request_descriptor,
-        new java.lang.String[] { "Id", "Model", "Priority", "Chat", "Completion", "Embedding", "Params", "Timeout", "Metadata", "Traceparent", "Tracestate", "Dedup", "Stream", "Tools", "ToolChoice", "ParallelToolCalls", "ResponseFormat", "ExtraBody", "User", "Input", "ParallelToolCalls", });
+        new java.lang.String[] { "Id", "Model", "Priority", "Chat", "Completion", "Embedding", "Params", "Timeout", "Metadata", "Traceparent", "Tracestate", "Dedup", "Stream", "Tools", "ToolChoice", "ParallelToolCalls", "ResponseFormat", "ExtraBody", "User", "Cache", "Input", "ParallelToolCalls", });
     internal_static_batcher_v1_Request_MetadataEntry_descriptor =
       internal_static_batcher_v1_Request_descriptor.getNestedTypes().get(0);
     internal_static_batcher_v1_Request_MetadataEntry_fieldAccessorTable = new
@@ -527,7 +532,7 @@ public final class BatcherProto {
     internal_static_batcher_v1_Completion_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_Completion_descriptor,
-        new java.lang.String[] { "Id", "Text", "Embedding", "FinishReason", "Usage", "BatchId", "BatchSize", "Attempts", "Timings", "Error", "Backend", "Metadata", "Deduplicated", "Partial", "TimeToFirstToken", "Message", "Choices", "Output", });
+        new java.lang.String[] { "Id", "Text", "Embedding", "FinishReason", "Usage", "BatchId", "BatchSize", "Attempts", "Timings", "Error", "Backend", "Metadata", "Deduplicated", "Partial", "TimeToFirstToken", "Message", "Choices", "Cached", "Output", });
     internal_static_batcher_v1_Completion_MetadataEntry_descriptor =
       internal_static_batcher_v1_Completion_descriptor.getNestedTypes().get(0);
     internal_static_batcher_v1_Completion_MetadataEntry_fieldAccessorTable = new

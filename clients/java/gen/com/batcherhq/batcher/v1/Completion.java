@@ -744,6 +744,22 @@ java.lang.String defaultValue) {
     return choices_.get(index);
   }
 
+  public static final int CACHED_FIELD_NUMBER = 23;
+  private boolean cached_ = false;
+  /**
+   * <pre>
+   * True when the answer came from the response cache: an identical
+   * request answered before, not the upstream now.
+   * </pre>
+   *
+   * <code>bool cached = 23 [json_name = "cached"];</code>
+   * @return The cached.
+   */
+  @java.lang.Override
+  public boolean getCached() {
+    return cached_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -811,6 +827,9 @@ java.lang.String defaultValue) {
     }
     if (timeToFirstToken_ != null) {
       output.writeMessage(21, getTimeToFirstToken());
+    }
+    if (cached_ != false) {
+      output.writeBool(23, cached_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -891,6 +910,10 @@ java.lang.String defaultValue) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(21, getTimeToFirstToken());
     }
+    if (cached_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(23, cached_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -950,6 +973,8 @@ java.lang.String defaultValue) {
     }
     if (!getChoicesList()
         .equals(other.getChoicesList())) return false;
+    if (getCached()
+        != other.getCached()) return false;
     if (!getOutputCase().equals(other.getOutputCase())) return false;
     switch (outputCase_) {
       case 2:
@@ -1020,6 +1045,9 @@ java.lang.String defaultValue) {
       hash = (37 * hash) + CHOICES_FIELD_NUMBER;
       hash = (53 * hash) + getChoicesList().hashCode();
     }
+    hash = (37 * hash) + CACHED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getCached());
     switch (outputCase_) {
       case 2:
         hash = (37 * hash) + TEXT_FIELD_NUMBER;
@@ -1231,6 +1259,7 @@ java.lang.String defaultValue) {
         choicesBuilder_.clear();
       }
       bitField0_ = (bitField0_ & ~0x00010000);
+      cached_ = false;
       outputCase_ = 0;
       output_ = null;
       return this;
@@ -1332,6 +1361,9 @@ java.lang.String defaultValue) {
         result.message_ = messageBuilder_ == null
             ? message_
             : messageBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00020000) != 0)) {
+        result.cached_ = cached_;
       }
     }
 
@@ -1461,6 +1493,9 @@ java.lang.String defaultValue) {
             choicesBuilder_.addAllMessages(other.choices_);
           }
         }
+      }
+      if (other.getCached() != false) {
+        setCached(other.getCached());
       }
       switch (other.getOutputCase()) {
         case TEXT: {
@@ -1613,6 +1648,11 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00004000;
               break;
             } // case 170
+            case 184: {
+              cached_ = input.readBool();
+              bitField0_ |= 0x00020000;
+              break;
+            } // case 184
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -3602,6 +3642,53 @@ java.lang.String defaultValue) {
         choices_ = null;
       }
       return choicesBuilder_;
+    }
+
+    private boolean cached_ ;
+    /**
+     * <pre>
+     * True when the answer came from the response cache: an identical
+     * request answered before, not the upstream now.
+     * </pre>
+     *
+     * <code>bool cached = 23 [json_name = "cached"];</code>
+     * @return The cached.
+     */
+    @java.lang.Override
+    public boolean getCached() {
+      return cached_;
+    }
+    /**
+     * <pre>
+     * True when the answer came from the response cache: an identical
+     * request answered before, not the upstream now.
+     * </pre>
+     *
+     * <code>bool cached = 23 [json_name = "cached"];</code>
+     * @param value The cached to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCached(boolean value) {
+      
+      cached_ = value;
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * True when the answer came from the response cache: an identical
+     * request answered before, not the upstream now.
+     * </pre>
+     *
+     * <code>bool cached = 23 [json_name = "cached"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearCached() {
+      bitField0_ = (bitField0_ & ~0x00020000);
+      cached_ = false;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -374,5 +374,16 @@ java.lang.String defaultValue);
   com.batcherhq.batcher.v1.OutputMessageOrBuilder getChoicesOrBuilder(
       int index);
 
+  /**
+   * <pre>
+   * True when the answer came from the response cache: an identical
+   * request answered before, not the upstream now.
+   * </pre>
+   *
+   * <code>bool cached = 23 [json_name = "cached"];</code>
+   * @return The cached.
+   */
+  boolean getCached();
+
   public com.batcherhq.batcher.v1.Completion.OutputCase getOutputCase();
 }

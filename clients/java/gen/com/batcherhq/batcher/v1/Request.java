@@ -28,6 +28,7 @@ private static final long serialVersionUID = 0L;
     dedup_ = 0;
     tools_ = java.util.Collections.emptyList();
     user_ = "";
+    cache_ = 0;
   }
 
   @java.lang.Override
@@ -883,6 +884,32 @@ java.lang.String defaultValue) {
     }
   }
 
+  public static final int CACHE_FIELD_NUMBER = 23;
+  private int cache_ = 0;
+  /**
+   * <pre>
+   * What the request asks of the server's response cache.
+   * </pre>
+   *
+   * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+   * @return The enum numeric value on the wire for cache.
+   */
+  @java.lang.Override public int getCacheValue() {
+    return cache_;
+  }
+  /**
+   * <pre>
+   * What the request asks of the server's response cache.
+   * </pre>
+   *
+   * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+   * @return The cache.
+   */
+  @java.lang.Override public com.batcherhq.batcher.v1.CacheMode getCache() {
+    com.batcherhq.batcher.v1.CacheMode result = com.batcherhq.batcher.v1.CacheMode.forNumber(cache_);
+    return result == null ? com.batcherhq.batcher.v1.CacheMode.UNRECOGNIZED : result;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -956,6 +983,9 @@ java.lang.String defaultValue) {
     }
     if (stream_ != false) {
       output.writeBool(20, stream_);
+    }
+    if (cache_ != com.batcherhq.batcher.v1.CacheMode.CACHE_MODE_UNSPECIFIED.getNumber()) {
+      output.writeEnum(23, cache_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -1043,6 +1073,10 @@ java.lang.String defaultValue) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(20, stream_);
     }
+    if (cache_ != com.batcherhq.batcher.v1.CacheMode.CACHE_MODE_UNSPECIFIED.getNumber()) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeEnumSize(23, cache_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -1106,6 +1140,7 @@ java.lang.String defaultValue) {
     }
     if (!getUser()
         .equals(other.getUser())) return false;
+    if (cache_ != other.cache_) return false;
     if (!getInputCase().equals(other.getInputCase())) return false;
     switch (inputCase_) {
       case 4:
@@ -1184,6 +1219,8 @@ java.lang.String defaultValue) {
     }
     hash = (37 * hash) + USER_FIELD_NUMBER;
     hash = (53 * hash) + getUser().hashCode();
+    hash = (37 * hash) + CACHE_FIELD_NUMBER;
+    hash = (53 * hash) + cache_;
     switch (inputCase_) {
       case 4:
         hash = (37 * hash) + CHAT_FIELD_NUMBER;
@@ -1406,6 +1443,7 @@ java.lang.String defaultValue) {
         extraBodyBuilder_ = null;
       }
       user_ = "";
+      cache_ = 0;
       inputCase_ = 0;
       input_ = null;
       return this;
@@ -1512,6 +1550,9 @@ java.lang.String defaultValue) {
       }
       if (((from_bitField0_ & 0x00040000) != 0)) {
         result.user_ = user_;
+      }
+      if (((from_bitField0_ & 0x00080000) != 0)) {
+        result.cache_ = cache_;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -1657,6 +1698,9 @@ java.lang.String defaultValue) {
         user_ = other.user_;
         bitField0_ |= 0x00040000;
         onChanged();
+      }
+      if (other.cache_ != 0) {
+        setCacheValue(other.getCacheValue());
       }
       switch (other.getInputCase()) {
         case CHAT: {
@@ -1824,6 +1868,11 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00001000;
               break;
             } // case 160
+            case 184: {
+              cache_ = input.readEnum();
+              bitField0_ |= 0x00080000;
+              break;
+            } // case 184
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -4247,6 +4296,79 @@ java.lang.String defaultValue) {
       checkByteStringIsUtf8(value);
       user_ = value;
       bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+
+    private int cache_ = 0;
+    /**
+     * <pre>
+     * What the request asks of the server's response cache.
+     * </pre>
+     *
+     * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+     * @return The enum numeric value on the wire for cache.
+     */
+    @java.lang.Override public int getCacheValue() {
+      return cache_;
+    }
+    /**
+     * <pre>
+     * What the request asks of the server's response cache.
+     * </pre>
+     *
+     * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+     * @param value The enum numeric value on the wire for cache to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCacheValue(int value) {
+      cache_ = value;
+      bitField0_ |= 0x00080000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * What the request asks of the server's response cache.
+     * </pre>
+     *
+     * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+     * @return The cache.
+     */
+    @java.lang.Override
+    public com.batcherhq.batcher.v1.CacheMode getCache() {
+      com.batcherhq.batcher.v1.CacheMode result = com.batcherhq.batcher.v1.CacheMode.forNumber(cache_);
+      return result == null ? com.batcherhq.batcher.v1.CacheMode.UNRECOGNIZED : result;
+    }
+    /**
+     * <pre>
+     * What the request asks of the server's response cache.
+     * </pre>
+     *
+     * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+     * @param value The cache to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCache(com.batcherhq.batcher.v1.CacheMode value) {
+      if (value == null) {
+        throw new NullPointerException();
+      }
+      bitField0_ |= 0x00080000;
+      cache_ = value.getNumber();
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * What the request asks of the server's response cache.
+     * </pre>
+     *
+     * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearCache() {
+      bitField0_ = (bitField0_ & ~0x00080000);
+      cache_ = 0;
       onChanged();
       return this;
     }

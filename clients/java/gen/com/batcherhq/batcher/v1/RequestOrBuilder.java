@@ -456,5 +456,24 @@ java.lang.String defaultValue);
   com.google.protobuf.ByteString
       getUserBytes();
 
+  /**
+   * <pre>
+   * What the request asks of the server's response cache.
+   * </pre>
+   *
+   * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+   * @return The enum numeric value on the wire for cache.
+   */
+  int getCacheValue();
+  /**
+   * <pre>
+   * What the request asks of the server's response cache.
+   * </pre>
+   *
+   * <code>.batcher.v1.CacheMode cache = 23 [json_name = "cache"];</code>
+   * @return The cache.
+   */
+  com.batcherhq.batcher.v1.CacheMode getCache();
+
   public com.batcherhq.batcher.v1.Request.InputCase getInputCase();
 }
