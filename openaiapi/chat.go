@@ -94,6 +94,7 @@ func (h *Handler) chatRequest(r *http.Request, body *chatRequest) (*batcher.Requ
 		Input:    batcher.Input{Op: batcher.OpChat, Messages: msgs},
 		Params:   params,
 		Timeout:  o.timeout,
+		Cache:    o.cache,
 		Metadata: body.Metadata,
 	}
 	if e := body.chatExtras.toCore(req); e != nil {
@@ -144,5 +145,8 @@ func setResultHeaders(w http.ResponseWriter, id string, res *batcher.Result) {
 	h.Set("X-Batcher-Attempts", strconv.Itoa(res.Attempts))
 	if res.Deduplicated {
 		h.Set("X-Batcher-Deduplicated", "true")
+	}
+	if res.Cached {
+		h.Set(CacheHeader, "hit")
 	}
 }

@@ -107,6 +107,7 @@ func (h *Handler) completionRequests(r *http.Request, body *completionRequest) (
 			Input:    batcher.Input{Op: batcher.OpCompletion, Prompt: p},
 			Params:   params,
 			Timeout:  o.timeout,
+			Cache:    o.cache,
 			Metadata: body.Metadata,
 		}
 	}

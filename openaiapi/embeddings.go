@@ -84,6 +84,7 @@ func (h *Handler) embeddingRequests(r *http.Request, body *embeddingRequest) (st
 			Priority: o.priority,
 			Input:    batcher.Input{Op: batcher.OpEmbedding, Text: t},
 			Timeout:  o.timeout,
+			Cache:    o.cache,
 		}
 	}
 	return id, reqs, nil

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/batcherhq/batcher/batcher"
 )
 
 var fuzzSeeds = []string{
@@ -199,6 +201,21 @@ func FuzzChatSurface(f *testing.F) {
 			if tl.Parameters != nil && !json.Valid(tl.Parameters) {
 				t.Fatalf("tool parameters %q", tl.Parameters)
 			}
+		}
+	})
+}
+
+// FuzzCacheControl: any Cache-Control header reads as one of the modes,
+// without a panic.
+func FuzzCacheControl(f *testing.F) {
+	for _, s := range []string{"no-cache", "no-store", "max-age=0, no-cache", `private="a,b", no-store`, ",,", "NO-CACHE=x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		h := http.Header{}
+		h.Add("Cache-Control", v)
+		if m := cacheMode(h); m > batcher.CacheBypass {
+			t.Fatalf("%q: mode %v", v, m)
 		}
 	})
 }

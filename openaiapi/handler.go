@@ -180,6 +180,7 @@ func (h *Handler) newID(prefix string) string {
 type callOptions struct {
 	priority batcher.Priority
 	timeout  time.Duration
+	cache    batcher.CacheMode // from Cache-Control (cachecontrol.go)
 }
 
 // PriorityHeader names the header that sets a call's priority, overriding
@@ -220,6 +221,7 @@ func (h *Handler) options(r *http.Request, tier string) (callOptions, *Error) {
 		}
 		o.priority = p
 	}
+	o.cache = cacheMode(r.Header)
 	o.timeout = h.cfg.defaultTimeout
 	for _, name := range []string{stainlessTimeout, TimeoutHeader} {
 		v := r.Header.Get(name)
