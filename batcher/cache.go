@@ -73,10 +73,10 @@ type RouteCache struct {
 
 func (rc *RouteCache) check(field func(string) string) error {
 	if rc.TTL < 0 || rc.TTL > MaxCacheTTL {
-		return errors.New(field("cache ttl") + ": must be 0 to " + MaxCacheTTL.String() + ", got " + rc.TTL.String())
+		return errors.New(field("cache") + ": ttl: must be 0 to " + MaxCacheTTL.String() + ", got " + rc.TTL.String())
 	}
 	if rc.MaxBytes < 0 {
-		return errors.New(field("cache max bytes") + ": must not be negative")
+		return errors.New(field("cache") + ": max bytes: must not be negative, got " + strconv.FormatInt(rc.MaxBytes, 10))
 	}
 	if rc.TTL == 0 {
 		rc.TTL = DefaultCacheTTL

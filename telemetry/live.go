@@ -35,6 +35,21 @@ type Snapshot struct {
 	// Fleet is the fleet this replica shares its budgets with; nil when it
 	// runs alone.
 	Fleet *Fleet `json:",omitempty"`
+	// Cache is the response cache's counts by route; empty without one.
+	Cache []CacheRoute `json:",omitempty"`
+}
+
+// CacheRoute is one route's response cache counts (cumulative).
+type CacheRoute struct {
+	Route string
+	// HitRatio is the share of lookups answered from memory or Redis.
+	HitRatio float64
+	// Hits and Misses in memory; RedisHits and RedisMisses of the
+	// lookups memory missed, when Redis is behind it.
+	Hits, Misses, RedisHits, RedisMisses int64
+	Evictions                            int64
+	// Bytes held in memory.
+	Bytes int64
 }
 
 // Fleet is the replicas that share the backends' budgets through Redis,
@@ -150,6 +165,8 @@ type Sources struct {
 	// Fleet returns the fleet's view; nil (the source, or its answer) when
 	// the service runs alone.
 	Fleet func() *Fleet
+	// Cache returns the response cache's counts; nil without a cache.
+	Cache func() []CacheRoute
 }
 
 // Sampler takes a Snapshot every interval and keeps the last ones.
@@ -317,6 +334,9 @@ func (s *Sampler) Sample(now time.Time) Snapshot {
 	}
 	if s.src.Fleet != nil {
 		snap.Fleet = s.src.Fleet()
+	}
+	if s.src.Cache != nil {
+		snap.Cache = s.src.Cache()
 	}
 	raw := rawSample{t: now, budgetReqs: map[string]int64{}, budgetToks: map[string]int64{},
 		jobDone: map[string]int64{}, jobTokens: map[string]int64{}}

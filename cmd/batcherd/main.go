@@ -94,6 +94,18 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		coreOpts = append(coreOpts, batcher.WithCoordinator(fl))
 		obs.fleet = fleetSource(fl)
 	}
+	rc, closeRC, err := openCache(cfg, obs.tel.MeterProvider, log) // cache.go; nil: off
+	if err != nil {
+		log.Error("bad configuration", "err", err)
+		return exitConfig
+	}
+	// Deferred after the fleet's: it runs before it, once the core has
+	// drained.
+	defer closeRC()
+	if rc != nil {
+		coreOpts = append(coreOpts, batcher.WithCache(rc))
+		obs.cache = cacheSource(rc)
+	}
 	core, err := batcher.New(coreOpts...)
 	if err != nil {
 		log.Error("bad configuration", "err", err)

@@ -38,7 +38,8 @@ type observability struct {
 	served  chan error
 	closing chan struct{} // closed when the service begins to stop: WatchStats ends
 	jobs    func() []telemetry.Job
-	fleet   func() *telemetry.Fleet // nil: alone
+	fleet   func() *telemetry.Fleet       // nil: alone
+	cache   func() []telemetry.CacheRoute // nil: no response cache
 }
 
 // setJobs makes m's jobs part of the telemetry (gauges, status page,
@@ -92,6 +93,7 @@ func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs
 		Jobs:     o.jobs,
 		Metrics:  o.tel.Gatherer,
 		Fleet:    o.fleet,
+		Cache:    o.cache,
 	}
 	if _, err := telemetry.RegisterLive(o.tel.MeterProvider, src); err != nil {
 		return fmt.Errorf("live metrics: %w", err)

@@ -89,6 +89,10 @@ func (r *Route) coreRoute() batcher.Route {
 		MaxInputBytes:    r.MaxInputBytes,
 		MaxTokensLimit:   r.MaxTokensLimit,
 		DefaultMaxTokens: r.DefaultMaxTokens,
+		Cache: batcher.RouteCache{
+			Off: r.Cache.Off, TTL: r.Cache.TTL.D(), MaxBytes: r.Cache.MaxBytes,
+			SeedReproducible: r.Cache.SeedReproducible, Shared: r.Cache.Shared,
+		},
 	}
 }
 

@@ -74,6 +74,8 @@ type Config struct {
 	Security Security `yaml:"security"` // security.go
 	// Fleet shares the budgets with other replicas (fleet.go).
 	Fleet Fleet `yaml:"fleet"`
+	// Cache is the response cache (cache.go).
+	Cache Cache `yaml:"cache"`
 }
 
 // Log configures the slog logger.
@@ -192,6 +194,8 @@ type Route struct {
 	MaxInputBytes    int      `yaml:"max_input_bytes"`
 	MaxTokensLimit   int32    `yaml:"max_tokens_limit"`
 	DefaultMaxTokens int32    `yaml:"default_max_tokens"`
+	// Cache is the route's use of the response cache (cache.go).
+	Cache RouteCache `yaml:"cache"`
 }
 
 // Target is a fallback: a backend and its model name for the route (the
@@ -225,6 +229,7 @@ func Default() *Config {
 		SummaryInterval: Duration(server.DefaultSummaryInterval),
 		Telemetry:       defaultTelemetry(),
 		Fleet:           defaultFleet(),
+		Cache:           defaultCache(),
 
 		MaxStreams:         server.DefaultMaxStreams,
 		MaxPendingMessages: server.DefaultMaxPendingMessages,

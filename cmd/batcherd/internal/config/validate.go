@@ -58,6 +58,7 @@ func (c *Config) Validate() error {
 	c.HTTP.validate(&c.Security, &e)
 	c.Telemetry.validate(&c.Security, &e)
 	c.Fleet.validate(&e)
+	c.Cache.validate(&e)
 	c.validateComponents(&e)
 
 	backends := map[string]int{}
