@@ -73,6 +73,12 @@ type Config struct {
 	PackMissingRate     float64
 	PackMalformedRate   float64
 	PackUnparseableRate float64
+	// The structured-answer fault rates, each from 0 to 1, drawn per
+	// call: ToolCallMalformedRate cuts a tool call's arguments short (not
+	// JSON); SchemaViolationRate answers a json_schema request, or a tool
+	// call, with JSON that breaks its schema.
+	ToolCallMalformedRate float64
+	SchemaViolationRate   float64
 	// The mid-stream fault rates of streamed calls ("stream": true), each
 	// from 0 to 1, drawn once per streamed call and adding up to at most 1.
 	// Each strikes after the first content chunk (at a point drawn among
@@ -147,6 +153,7 @@ func (c Config) resolve() (Config, error) {
 		{"error rate", c.ErrorRate}, {"timeout rate", c.TimeoutRate}, {"reset rate", c.ResetRate},
 		{"malformed rate", c.MalformedRate}, {"pack missing rate", c.PackMissingRate},
 		{"pack malformed rate", c.PackMalformedRate}, {"pack unparseable rate", c.PackUnparseableRate},
+		{"tool call malformed rate", c.ToolCallMalformedRate}, {"schema violation rate", c.SchemaViolationRate},
 		{"stream cut rate", c.StreamCutRate}, {"stream stall rate", c.StreamStallRate}, {"stream malformed rate", c.StreamMalformedRate},
 	}
 	for _, r := range rates {

@@ -9,7 +9,12 @@
 // 5xx errors, calls that hang until the client gives up, connection resets
 // and malformed bodies. Packed chat prompts (package backend/openai/pack)
 // are answered item by item, correctly or, with the Pack* knobs, with
-// missing, malformed or unparseable answers.
+// missing, malformed or unparseable answers. A chat call with tools whose
+// tool_choice names one (or is required, or whose last user message names
+// one) gets a tool call with arguments generated from the tool's schema;
+// json_object and json_schema calls get JSON (an instance of the schema);
+// ToolCallMalformedRate and SchemaViolationRate break them (tools.go).
+// Tool calls are not streamed as tool-call deltas yet.
 //
 // Guarantees:
 //   - output depends only on the input: Reply and Embedding say what any

@@ -199,13 +199,22 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	} else {
 		text, cut = Reply(last, maxTokens, s.cfg.ReplyTokens)
 	}
+	msg := responseMessage{Role: "assistant", Content: text}
+	fr := finish(cut)
+	if call, ok := s.toolCall(&req, last); ok { // tools.go
+		msg.Content, msg.ToolCalls, fr = "", []toolCallWire{call}, "tool_calls"
+		text = call.Function.Arguments
+	} else if rf := req.ResponseFormat; rf != nil && rf.Type != "text" {
+		text = s.structured(&req, text)
+		msg.Content = text
+	}
 	a.completionTokens = Tokens(text)
 	a.body = chatResponse{
 		ID:      "chatcmpl-sim" + strconv.FormatUint(s.seq.Add(1), 10),
 		Object:  "chat.completion",
 		Created: s.cfg.Now().Unix(),
 		Model:   req.Model,
-		Choices: []chatChoice{{Message: responseMessage{Role: "assistant", Content: text}, FinishReason: finish(cut)}},
+		Choices: []chatChoice{{Message: msg, FinishReason: fr}},
 		Usage:   usage{PromptTokens: a.promptTokens, CompletionTokens: a.completionTokens, TotalTokens: a.promptTokens + a.completionTokens},
 	}
 	if req.Stream {

@@ -21,8 +21,19 @@ type chatRequest struct {
 	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	ResponseFormat      *struct {
-		Type string `json:"type"`
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
 	} `json:"response_format"`
+	Tools []struct {
+		Function struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	} `json:"tools"`
+	// ToolChoice is "auto", "none", "required" or {"function":{"name":...}}.
+	ToolChoice json.RawMessage `json:"tool_choice"`
 }
 
 type chatMessage struct {
@@ -118,8 +129,18 @@ type chatChoice struct {
 }
 
 type responseMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string         `json:"role"`
+	Content   string         `json:"content"`
+	ToolCalls []toolCallWire `json:"tool_calls,omitempty"`
+}
+
+type toolCallWire struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 type completionResponse struct {
