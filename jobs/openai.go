@@ -77,6 +77,9 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 	if len(l.Body) == 0 || json.Unmarshal(l.Body, &b) != nil {
 		return l.CustomID, nil, errors.New("body: must be a JSON object")
 	}
+	if err := unreadFields(l.Body); err != nil {
+		return l.CustomID, nil, err
+	}
 	req = &ItemRequest{Model: b.Model, URL: l.URL}
 	switch l.URL {
 	case URLChat:
@@ -123,6 +126,47 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 		}
 	}
 	return l.CustomID, req, nil
+}
+
+// readBodyFields and readMessageFields are what a batch line's body and its
+// messages may hold: the fields ParseOpenAILine carries into the job.
+var (
+	readBodyFields = map[string]bool{"model": true, "messages": true, "prompt": true, "input": true, "max_tokens": true,
+		"max_completion_tokens": true, "temperature": true, "top_p": true, "stop": true, "seed": true}
+	readMessageFields = map[string]bool{"role": true, "content": true}
+)
+
+// unreadFields refuses, by name, a field of a line's body or of one of its
+// messages that the job would not carry (tools, response_format, a
+// message's tool_calls, ...): a batch line is never run with part of it
+// dropped. The first such field, in sorted order, is named.
+func unreadFields(body json.RawMessage) error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return errors.New("body: must be a JSON object")
+	}
+	if k := firstUnread(top, readBodyFields); k != "" {
+		return fmt.Errorf("body.%s: not supported in batch lines: send it to /v1/chat/completions or Submit", cut(k))
+	}
+	var msgs []map[string]json.RawMessage
+	if raw := top["messages"]; len(raw) > 0 && json.Unmarshal(raw, &msgs) == nil {
+		for i, m := range msgs {
+			if k := firstUnread(m, readMessageFields); k != "" {
+				return fmt.Errorf("body.messages[%d].%s: not supported in batch lines: send it to /v1/chat/completions or Submit", i, cut(k))
+			}
+		}
+	}
+	return nil
+}
+
+func firstUnread(m map[string]json.RawMessage, read map[string]bool) string {
+	first := ""
+	for k, v := range m {
+		if !read[k] && string(v) != "null" && (first == "" || k < first) {
+			first = k
+		}
+	}
+	return first
 }
 
 // contentText reads a message's content: a string, or a list of text parts.

@@ -33,6 +33,10 @@ func TestParseOpenAILine(t *testing.T) {
 		{`{"custom_id":"h","url":"/v1/completions","body":{"prompt":["a","b"]}}`, "body.prompt: must be a string", nil},
 		{`{"custom_id":"i","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}}`, "part type", nil},
 		{`{"custom_id":"j"} {"x":1}`, "more than one value", nil},
+		// Nothing is dropped: what a job would not carry is refused by name.
+		{`{"custom_id":"k","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"response_format":{"type":"json_object"}}}`, "body.response_format: not supported", nil},
+		{`{"custom_id":"l","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"logprobs":true}}`, "body.logprobs: not supported", nil},
+		{`{"custom_id":"m","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"c","content":"y"}]}}`, "body.messages[1].tool_call_id: not supported", nil},
 		{`nope`, "malformed JSON", nil},
 	} {
 		id, req, err := jobs.ParseOpenAILine([]byte(tc.line))
