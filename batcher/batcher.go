@@ -382,9 +382,14 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	}
 	c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
 	// Identical means every parameter equal, also those the lane ignores.
-	if !req.Stream && dedupable(req) && b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {
-		rc.targets[c.target].be.stats.dedupHits.Add(1)
-		return c, nil
+	if !req.Stream && dedupable(req) {
+		if b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {
+			rc.targets[c.target].be.stats.dedupHits.Add(1)
+			return c, nil
+		}
+		if c.cache != nil && b.cacheLeads(c, now) {
+			return c, nil // an identical leader stored its answer since the lookup
+		}
 	}
 	b.admit.track(c)
 	if !l.push(c) {

@@ -125,6 +125,11 @@ func (b *Batcher) cacheWanted(r *Request, rc *routeConfig) (lookup, store bool) 
 	if b.cfg.cache == nil || rc.Cache.Off {
 		return false, false
 	}
+	if r.Stream {
+		// A streamed caller waits for deltas, which a stored answer has
+		// none of: it goes upstream, and its whole answer is stored.
+		return false, r.Cache != CacheBypass && (r.Cache != CacheAuto || deterministic(r, rc))
+	}
 	switch r.Cache {
 	case CacheUse:
 		return true, true
@@ -133,14 +138,19 @@ func (b *Batcher) cacheWanted(r *Request, rc *routeConfig) (lookup, store bool) 
 	case CacheBypass:
 		return false, false
 	}
+	d := deterministic(r, rc)
+	return d, d
+}
+
+// deterministic reports whether r's answer is the same every time by its
+// route's rules: embeddings, temperature 0, or a seed where the route says
+// seeds are reproducible.
+func deterministic(r *Request, rc *routeConfig) bool {
 	if r.Input.Op == OpEmbedding {
-		return true, true
+		return true
 	}
 	p := &r.Params
-	if (p.Temperature != nil && *p.Temperature == 0) || (p.Seed != nil && rc.Cache.SeedReproducible) {
-		return true, true
-	}
-	return false, false
+	return (p.Temperature != nil && *p.Temperature == 0) || (p.Seed != nil && rc.Cache.SeedReproducible)
 }
 
 // cacheKey returns c's cache key, its Identity computed once for the cache
@@ -177,6 +187,14 @@ func (b *Batcher) cacheAdmit(c *Call, lookup bool, now time.Time) bool {
 	b.fetches.Add(1)
 	go b.cacheFetch(c)
 	return true
+}
+
+// cacheLeads looks c up again once it leads a new dedup group: an
+// identical request that was in flight when c missed may have stored its
+// answer and left its group since, and c would go upstream for it again.
+// It reports whether c ended with the hit.
+func (b *Batcher) cacheLeads(c *Call, now time.Time) bool {
+	return c.req.Cache != CacheRefresh && b.cacheHit(c, now)
 }
 
 // identity returns c's Identity, computed once with its cache key.
@@ -245,12 +263,12 @@ func (b *Batcher) cacheFetch(c *Call) {
 }
 
 // cacheStore stores c's answer r when c asked for it, r is a whole answer
-// (no error) from the route's first target, and r is not itself a shared
+// (no error, not a stream cut short) from the route's first target, and r is not itself a shared
 // or cached one (its leader stored it). It runs before c's done is
 // signalled and before its dedup group dissolves, so that an identical
 // request admitted after either finds the answer.
 func (c *Call) cacheStore(r *Result) {
-	if r.Err != nil || r.Cached || r.Deduplicated || c.target != 0 {
+	if r.Err != nil || r.Partial || r.Cached || r.Deduplicated || c.target != 0 {
 		return
 	}
 	v := *r

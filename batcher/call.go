@@ -156,6 +156,13 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 		c.evMu.Lock()
 		defer c.evMu.Unlock()
 	}
+	if c.cache != nil {
+		// Before the state moves: from then on an identical newcomer no
+		// longer follows c (dedup), so it must find the answer stored.
+		// An upstream answer that arrives after c ended is still a true
+		// answer; an error never is stored (cacheStore).
+		c.cacheStore(&r)
+	}
 	if !c.state.CompareAndSwap(callPending, callDone) {
 		return false
 	}
@@ -164,9 +171,6 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 	}
 	r.Timings.Total = now.Sub(c.admitted)
 	c.result = r
-	if c.cache != nil {
-		c.cacheStore(&c.result)
-	}
 	c.b.metrics.finished(c, &c.result)
 	if c.span != nil {
 		if c.span.IsRecording() { // a span the sampler dropped takes nothing

@@ -1,0 +1,156 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/cputime"
+)
+
+// countingBackend answers embeddings at once and counts the requests it
+// was sent.
+type countingBackend struct{ requests atomic.Int64 }
+
+func (f *countingBackend) Dispatch(_ context.Context, b *batcher.Batch, out []batcher.Response) error {
+	f.requests.Add(int64(len(b.Requests)))
+	for i, r := range b.Requests {
+		out[i].Embedding = []float32{float32(len(r.Input.Text)), 1, 2, 3}
+		out[i].Usage = batcher.Usage{PromptTokens: 3}
+	}
+	return nil
+}
+
+func newCore(t testing.TB, c *Cache, be batcher.Backend) *batcher.Batcher {
+	t.Helper()
+	core, err := batcher.New(
+		batcher.WithCache(c),
+		batcher.WithQueueCapacity(10_000),
+		batcher.WithBackend(batcher.BackendConfig{Name: "be", Backend: be, MaxConcurrency: 8}),
+		batcher.WithRoute(batcher.Route{Name: "embed", Op: batcher.OpEmbedding, Backend: "be",
+			Batch: batcher.BatchConfig{MaxBatchSize: 64}}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = core.Shutdown(context.Background()) })
+	return core
+}
+
+// TestFigureRepeatedJob is the figure: an embedding job of 100,000
+// items of which half repeat others makes at most 50,001 upstream requests,
+// and running it again makes none. Items go in as a job runs them: many at
+// once (512 in flight), in a shuffled order, so that repeats meet their
+// originals in flight (dedup) as well as after (the cache).
+func TestFigureRepeatedJob(t *testing.T) {
+	items := 100_000
+	if testing.Short() {
+		items = 10_000
+	}
+	texts := make([]string, items)
+	for i := range texts {
+		texts[i] = fmt.Sprintf("chunk %d", i%(items/2)) // each text twice
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(texts), func(i, j int) { texts[i], texts[j] = texts[j], texts[i] })
+
+	c := newTest(t)
+	be := &countingBackend{}
+	core := newCore(t, c, be)
+	run := func() (cached int64) {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 512)
+		var n atomic.Int64
+		for i, text := range texts {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				res, err := core.Do(context.Background(), &batcher.Request{ID: fmt.Sprint(i), Route: "embed",
+					Input: batcher.Input{Op: batcher.OpEmbedding, Text: text}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Cached {
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return n.Load()
+	}
+	run()
+	first := be.requests.Load()
+	t.Logf("first run: %d items, %d upstream requests", items, first)
+	if first > int64(items/2)+1 {
+		t.Fatalf("first run: %d upstream requests for %d distinct inputs, want at most %d", first, items/2, items/2+1)
+	}
+	cached := run()
+	if second := be.requests.Load() - first; second != 0 || cached != int64(items) {
+		t.Fatalf("second run: %d upstream requests and %d of %d hits, want none and all", second, cached, items)
+	}
+}
+
+// TestFigureMemoryWithinBound: a million distinct answers into a cache
+// bounded at 64 MiB leave the heap within 64 MiB of what it held before.
+func TestFigureMemoryWithinBound(t *testing.T) {
+	keys := 1_000_000
+	if testing.Short() {
+		keys = 100_000
+	}
+	const bound = 64 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := newTest(t, WithMaxBytes(bound))
+	for i := range keys {
+		var id batcher.Identity
+		id[0], id[1], id[2], id[3] = byte(i), byte(i>>8), byte(i>>16), byte(i>>24)
+		// An answer as an embedding route gives: 256 dimensions.
+		c.Put(&batcher.CacheKey{Route: "embed", Tenant: "t", ID: id, TTL: 3600e9},
+			&batcher.Result{Embedding: make([]float32, 256), Usage: batcher.Usage{PromptTokens: 3}, Backend: "be"})
+	}
+	c.def.c.CleanUp()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	st := c.Stats()[0]
+	t.Logf("%d puts: heap grew %.1f MiB for a %d MiB bound; the cache counts %.1f MiB in %d entries, %d evicted",
+		keys, float64(grew)/(1<<20), bound>>20, float64(st.Bytes)/(1<<20), c.def.c.EstimatedSize(), st.Evictions)
+	if grew > bound {
+		t.Fatalf("heap grew %d bytes, over the %d bound", grew, bound)
+	}
+	runtime.KeepAlive(c)
+}
+
+// BenchmarkHit is a memory hit through the core: Do of an embedding
+// answered before, with the real cache, admission included. cpu-ns/op is
+// the process's CPU time per hit (internal/cputime), which a loaded
+// machine does not inflate as it does ns/op.
+//
+//	go test -run '^$' -bench Hit -benchtime 200000x -count 5 ./cache
+func BenchmarkHit(b *testing.B) {
+	c := newTest(b)
+	core := newCore(b, c, &countingBackend{})
+	req := &batcher.Request{Route: "embed", Input: batcher.Input{Op: batcher.OpEmbedding,
+		Text: "a paragraph of about two hundred bytes, as a chunk of a document that an embedding pipeline sends again and again to the same model, which the cache answers from memory without the upstream"}}
+	if _, err := core.Do(context.Background(), req); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cputime.Process()
+	for range b.N {
+		res, err := core.Do(context.Background(), req)
+		if err != nil || !res.Cached {
+			b.Fatalf("%v %v", err, res.Cached)
+		}
+	}
+	b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
+}
