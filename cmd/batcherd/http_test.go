@@ -140,11 +140,23 @@ routes:
 	}
 }
 
+// TestRunHTTPRefusesNetworkWithoutTokens: the front door follows the rule
+// of every listener: off loopback it needs TLS and authentication, or
+// --insecure, which then serves it as it is (README, "Every listener").
 func TestRunHTTPRefusesNetworkWithoutTokens(t *testing.T) {
 	var stderr strings.Builder
 	code := run(t.Context(), func() {}, []string{"--listen=127.0.0.1:0", "--http-listen=0.0.0.0:0"}, noEnv, &stderr)
-	if code != exitConfig || !strings.Contains(stderr.String(), `http.listen: "0.0.0.0:0" is not a loopback address`) {
+	if code != exitConfig || !strings.Contains(stderr.String(), `http.listen: 0.0.0.0:0 is not a loopback address`) ||
+		!strings.Contains(stderr.String(), "--insecure") {
 		t.Errorf("exit %d, stderr %s", code, stderr.String())
+	}
+	_, cancel, exit, logs := startInProcess(t, "--listen=127.0.0.1:0", "--http-listen=0.0.0.0:0", "--insecure")
+	if !logs.has("http listening") {
+		t.Errorf("--http-listen 0.0.0.0:0 --insecure did not serve:\n%s", logs)
+	}
+	cancel()
+	if code := <-exit; code != exitOK {
+		t.Fatalf("exit %d:\n%s", code, logs)
 	}
 }
 

@@ -83,16 +83,17 @@ func (h *HTTP) authenticated() bool { return h.TokensEnv != "" || h.TokensFile !
 // CA, or the front door's own tokens), or security.insecure.
 func (h *HTTP) validate(sec *Security, e *errs) {
 	if h.Listen != HTTPOff {
-		host, port, err := net.SplitHostPort(h.Listen)
+		_, port, err := net.SplitHostPort(h.Listen)
 		switch {
 		case err != nil:
 			e.add("http.listen", "must be host:port or %q, got %q", HTTPOff, h.Listen)
 		case !validPort(port):
 			e.add("http.listen", "port must be 0 to 65535, got %q", port)
-		case !h.authenticated() && !sec.authOn() && !loopbackHost(host):
-			e.add("http.listen", "%q is not a loopback address: set security.tenants_file (--tenants), http.tokens_env or http.tokens_file to serve the network, or listen on 127.0.0.1", h.Listen)
 		default:
-			if err := security.CheckBind("http.listen", h.Listen, sec.TLS.CertFile != "", true, sec.Insecure); err != nil {
+			// The rule of every listener: loopback, or TLS and
+			// authentication (the tenants, a required client CA, or the
+			// front door's own tokens), or --insecure.
+			if err := security.CheckBind("http.listen", h.Listen, sec.TLS.CertFile != "", h.authenticated() || sec.authOn(), sec.Insecure); err != nil {
 				*e = append(*e, err)
 			}
 		}
@@ -122,16 +123,6 @@ func (h *HTTP) validate(sec *Security, e *errs) {
 func validPort(p string) bool {
 	_, err := strconv.ParseUint(p, 10, 16)
 	return err == nil
-}
-
-// loopbackHost reports whether host names only this machine: localhost or
-// a loopback IP.
-func loopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // tokens reads the configured tokens: from the variable named by

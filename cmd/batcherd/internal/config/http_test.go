@@ -58,8 +58,10 @@ func TestHTTPValidate(t *testing.T) {
 		{"http: {listen: \"0.0.0.0:8081\", tokens_file: /run/secrets/tokens}", "http.listen: 0.0.0.0:8081 is not a loopback address and the listener has no TLS"},
 		{"{security: {insecure: true}, http: {listen: \"0.0.0.0:8081\", tokens_file: /run/secrets/tokens}}", ""},
 		{"{security: {tenants_file: /t.yaml}, http: {tokens_file: /run/secrets/tokens}}", "cannot be used with security.tenants_file"},
-		{"http: {listen: \"0.0.0.0:8081\"}", `http.listen: "0.0.0.0:8081" is not a loopback address`},
-		{"http: {listen: \":8081\"}", `http.listen: ":8081" is not a loopback address`},
+		{"http: {listen: \"0.0.0.0:8081\"}", `http.listen: 0.0.0.0:8081 is not a loopback address and the listener has no TLS`},
+		{"http: {listen: \":8081\"}", `http.listen: :8081 is not a loopback address`},
+		// Every listener follows the same --insecure rule, tokens or not.
+		{"{security: {insecure: true}, http: {listen: \"0.0.0.0:8081\"}}", ""},
 		{"http: {listen: \"example.com:8081\"}", "is not a loopback address"},
 		{"http: {listen: \"nowhere\"}", `http.listen: must be host:port or "off"`},
 		{"http: {listen: \"127.0.0.1:70000\"}", "http.listen: port must be 0 to 65535"},
