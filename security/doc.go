@@ -25,7 +25,9 @@
 //     debug log, never the credential. No error, log line or config dump of
 //     this package holds a token, a token hash or a key.
 //   - Without a tenants file every caller is the anonymous tenant, which may
-//     do anything: batcherd as it was before authentication.
+//     do anything but use the admin right from an address other than
+//     loopback (Tenant.AdminFrom): batcherd as it was before
+//     authentication, less admin calls over a network --insecure opened.
 //   - A tenants file that fails to parse is refused whole on reload; the
 //     old tenants stay in force and the reason is logged. A request keeps
 //     the Tenant it was admitted with.

@@ -97,7 +97,11 @@ func AdminOnly(admin func(fullMethod string) bool) (grpc.UnaryServerInterceptor,
 		if !admin(method) {
 			return nil
 		}
-		if t := TenantFrom(ctx); t == nil || !t.Admin {
+		var addr string
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			addr = p.Addr.String()
+		}
+		if !TenantFrom(ctx).AdminFrom(addr) {
 			return status.Error(codes.PermissionDenied, "the admin right is needed")
 		}
 		return nil

@@ -24,7 +24,7 @@ func (a *Authenticator) HTTPMiddleware(next http.Handler) http.Handler {
 // Put it inside HTTPMiddleware, on the admin listener's handlers.
 func RequireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if t := TenantFrom(r.Context()); t == nil || !t.Admin {
+		if !TenantFrom(r.Context()).AdminFrom(r.RemoteAddr) {
 			writeHTTPError(w, http.StatusForbidden, "the admin right is needed", "permission_error")
 			return
 		}

@@ -855,3 +855,26 @@ func TestMTLSOptional(t *testing.T) {
 	_, err = submit(withToken(ctx, tokA), dial(t, addr, forced), "chat", 0)
 	wantCode(t, err, codes.Unavailable)
 }
+
+// TestAdminFrom: the anonymous tenant has the admin right from loopback
+// only; a configured admin tenant has it from anywhere.
+func TestAdminFrom(t *testing.T) {
+	admin := &Tenant{Name: "ops", Admin: true}
+	for _, tc := range []struct {
+		t    *Tenant
+		addr string
+		want bool
+	}{
+		{anonymous, "127.0.0.1:5000", true},
+		{anonymous, "[::1]:5000", true},
+		{anonymous, "10.1.2.3:5000", false},
+		{anonymous, "", false},
+		{admin, "10.1.2.3:5000", true},
+		{&Tenant{Name: "user"}, "127.0.0.1:1", false},
+		{nil, "127.0.0.1:1", false},
+	} {
+		if got := tc.t.AdminFrom(tc.addr); got != tc.want {
+			t.Errorf("%v from %q: %v, want %v", tc.t, tc.addr, got, tc.want)
+		}
+	}
+}

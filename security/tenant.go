@@ -2,6 +2,7 @@ package security
 
 import (
 	"context"
+	"net"
 
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -87,6 +88,28 @@ func (t *Tenant) Access() *batcher.Access {
 
 func (t *Tenant) newAccess() *batcher.Access {
 	return &batcher.Access{Tenant: t.Name, Routes: t.Routes, MaxPriority: t.MaxPriority, PriorityMode: t.PriorityMode}
+}
+
+// AdminFrom reports whether t has the admin right for a call from the
+// remote address addr ("host:port"). The anonymous tenant (no tenants
+// file) has it from loopback only: an address that --insecure opened to
+// the network serves no admin call to callers nobody authenticated.
+func (t *Tenant) AdminFrom(addr string) bool {
+	if t == nil || !t.Admin {
+		return false
+	}
+	return t != anonymous || LoopbackAddr(addr)
+}
+
+// LoopbackAddr reports whether addr ("host:port" or a bare IP) is a
+// loopback address.
+func LoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // AllowsRoute reports whether t may use the route.

@@ -74,7 +74,7 @@ func startSecurity(cfg *config.Config, log *slog.Logger) (*daemonSecurity, error
 // grpcOptions are the gRPC server's security options: TLS, limits,
 // authentication, then the admin right on the
 // AdminService (WatchStats), which an anonymous caller (no tenants file)
-// has.
+// has from loopback only (Tenant.AdminFrom).
 func (d *daemonSecurity) grpcOptions() []grpc.ServerOption {
 	unary, stream := security.AdminServiceOnly(batcherv1.AdminService_ServiceDesc.ServiceName)
 	return append(d.GRPCServerOptions(), grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
@@ -86,10 +86,20 @@ func (d *daemonSecurity) grpcOptions() []grpc.ServerOption {
 // included: its series carry every tenant's figures, and Prometheus
 // scrapes with a bearer token (authorization.credentials_file) or a
 // client certificate mapped to an admin tenant. Without authentication,
-// h as it was.
+// the anonymous tenant's admin right holds on loopback only.
 func adminHandler(sec *security.Security, h http.Handler) http.Handler {
 	if !sec.AuthOn() {
-		return h
+		// The anonymous tenant's admin right holds on loopback only: an
+		// admin listener that --insecure put on the network serves probes
+		// and /metrics (the anonymous tenant's figures alone) to anyone,
+		// and the status page, its API and pprof to loopback callers.
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" || security.LoopbackAddr(r.RemoteAddr) {
+				h.ServeHTTP(w, r)
+				return
+			}
+			http.Error(w, "the admin right is needed: without a tenants file only loopback callers have it", http.StatusForbidden)
+		})
 	}
 	guarded := sec.HTTPMiddleware(security.RequireAdmin(h))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

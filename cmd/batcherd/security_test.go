@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -205,5 +207,33 @@ func TestLogSecurityHidesSecrets(t *testing.T) {
 	logSecurity(log, cfg, sec)
 	if strings.Contains(sb.String(), "s3cr3t") || !strings.Contains(sb.String(), `"jwks":"https://idp.test/jwks"`) {
 		t.Fatalf("log %s", sb.String())
+	}
+}
+
+// TestAdminHandlerAnonymousLoopbackOnly: without a tenants file, the admin
+// listener serves its admin pages to loopback callers only; probes and
+// /metrics to anyone.
+func TestAdminHandlerAnonymousLoopbackOnly(t *testing.T) {
+	sec, err := security.New(security.Config{ReloadInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sec.Close()
+	h := adminHandler(sec, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	for _, tc := range []struct {
+		path, remote string
+		want         int
+	}{
+		{"/", "127.0.0.1:4000", 200}, {"/api/snapshot", "[::1]:4000", 200},
+		{"/", "10.0.0.7:4000", 403}, {"/debug/pprof/", "10.0.0.7:4000", 403}, {"/api/snapshot", "10.0.0.7:4000", 403},
+		{"/healthz", "10.0.0.7:4000", 200}, {"/metrics", "10.0.0.7:4000", 200},
+	} {
+		r := httptest.NewRequest("GET", tc.path, nil)
+		r.RemoteAddr = tc.remote
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s from %s: %d, want %d", tc.path, tc.remote, w.Code, tc.want)
+		}
 	}
 }
