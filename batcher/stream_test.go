@@ -285,6 +285,11 @@ func TestStreamRefused(t *testing.T) {
 	if _, err := b.Submit(context.Background(), r); !errors.As(err, &ve) || ve.Field != "dedup" {
 		t.Errorf("dedup on: %v", err)
 	}
+	r = streamReq("n")
+	r.Params.N = 2
+	if _, err := b.Submit(context.Background(), r); !errors.As(err, &ve) || ve.Field != "params.n" {
+		t.Errorf("n 2: %v", err)
+	}
 	if _, err := b.Do(context.Background(), streamReq("s")); !errors.As(err, &ve) || ve.Field != "stream" {
 		t.Errorf("Do: %v", err)
 	}

@@ -126,6 +126,12 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 		if r.Dedup == DedupOn {
 			return invalid("dedup", "must not be on for a streamed request: it goes upstream alone")
 		}
+		if r.Params.N > 1 {
+			return invalid("params.n", "a streamed request has one choice, got %d", r.Params.N)
+		}
+		if r.Params.Logprobs {
+			return invalid("params.logprobs", "log probabilities are not streamed: ask without stream")
+		}
 	}
 	return nil
 }

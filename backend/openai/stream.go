@@ -110,6 +110,7 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 	if err != nil {
 		return batcher.Response{}, nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be encoded as JSON", Err: err}
 	}
+	raw = withExtra(raw, body) // the request's extra body fields, as do sends them
 	// The configured timeout bounds the wait for the headers; the answer
 	// then streams for as long as the request's deadline allows.
 	cctx, cancel := context.WithCancelCause(ctx)
