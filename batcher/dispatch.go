@@ -353,7 +353,14 @@ func (r *batchRun) run() {
 	r.out = r.out[:n]
 	out := r.out
 	r.flushed()
+	if r.batch.stream != nil {
+		be.stats.streamed.Add(1)
+		be.stats.streaming.Add(1)
+	}
 	err := be.impl.Dispatch(ctx, &r.batch, out)
+	if r.batch.stream != nil {
+		be.stats.streaming.Add(-1)
+	}
 	r.watch.stop()
 	// From here the run delivers its calls itself, and a call it delivers
 	// may go back to Do's pool at once: abort must not find it in b.runs.

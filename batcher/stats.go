@@ -21,6 +21,8 @@ type backendStats struct {
 	fallbacks    atomic.Int64 // requests moved from this backend to a fallback
 	budgetFails  atomic.Int64 // requests failed early: the budget could not meet their deadline
 	dedupHits    atomic.Int64
+	streaming    atomic.Int64 // streamed upstream calls open now (stream.go)
+	streamed     atomic.Int64 // streamed upstream calls made
 	pauses       atomic.Int64 // dispatch pauses (Retry-After, exhausted budgets)
 }
 
@@ -70,6 +72,10 @@ type BackendStats struct {
 	BudgetFailures int64
 	// DedupHits counts requests that shared another's upstream call.
 	DedupHits int64
+	// Streaming is the streamed requests whose upstream call is open now;
+	// Streamed counts the streamed upstream calls made.
+	Streaming int
+	Streamed  int64
 	// InFlight and Limit are the permits out and the current (adaptive)
 	// concurrency limit; RPM and TPM the current (adaptive) rates.
 	InFlight, Limit int
@@ -109,6 +115,8 @@ func (b *Batcher) Stats() []BackendStats {
 			Fallbacks:      s.fallbacks.Load(),
 			BudgetFailures: s.budgetFails.Load(),
 			DedupHits:      s.dedupHits.Load(),
+			Streaming:      int(s.streaming.Load()),
+			Streamed:       s.streamed.Load(),
 		}
 		for c := range s.retries {
 			if n := s.retries[c].Load(); n > 0 {

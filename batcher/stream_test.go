@@ -136,6 +136,9 @@ func TestStreamDeltasThenWholeAnswer(t *testing.T) {
 				t.Errorf("%s: result %+v, want a batch of 4", c.req.ID, r)
 			}
 		}
+		if st := b.Stats()[0]; st.Streamed != 3 || st.Streaming != 0 {
+			t.Errorf("stats: %d streamed, %d streaming; want 3 and 0", st.Streamed, st.Streaming)
+		}
 		be.mu.Lock()
 		defer be.mu.Unlock()
 		if len(be.sizes) != 3 || be.sizes[0] != 1 || be.sizes[1] != 1 || be.sizes[2] != 1 {

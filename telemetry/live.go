@@ -111,6 +111,10 @@ type Backend struct {
 	RPMUsed, TPMUsed float64
 	// Cumulative counters.
 	Calls, Items, RateLimited, Retries, Fallbacks, DedupHits int64
+	// Streaming is the streamed requests being answered now (their
+	// upstream calls open); Streamed counts them all.
+	Streaming int
+	Streamed  int64
 }
 
 // Streams are the server's open SubmitStreams and the messages they hold
@@ -311,7 +315,7 @@ func (s *Sampler) Sample(now time.Time) Snapshot {
 	for _, st := range s.src.Backends() {
 		be := Backend{Name: st.Name, Breaker: st.Breaker.String(), InFlight: st.InFlight, Limit: st.Limit,
 			RPMLimit: st.RPM, TPMLimit: st.TPM, Calls: st.Calls, Items: st.Items, RateLimited: st.RateLimited,
-			Fallbacks: st.Fallbacks, DedupHits: st.DedupHits}
+			Fallbacks: st.Fallbacks, DedupHits: st.DedupHits, Streaming: st.Streaming, Streamed: st.Streamed}
 		for _, n := range st.Retries {
 			be.Retries += n
 		}
