@@ -1,0 +1,94 @@
+package llmsim
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/batcherhq/batcher/internal/schema"
+)
+
+// toolCall answers a chat call with a tool call when its tool_choice names
+// a function, or is "required", or its last user message names one of its
+// tools; the arguments are generated from the tool's parameters schema
+// (ToolCallMalformedRate and SchemaViolationRate break them).
+func (s *Server) toolCall(req *chatRequest, last string) (toolCallWire, bool) {
+	var c toolCallWire
+	if len(req.Tools) == 0 {
+		return c, false
+	}
+	var mode string
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if len(req.ToolChoice) > 0 && json.Unmarshal(req.ToolChoice, &mode) != nil {
+		_ = json.Unmarshal(req.ToolChoice, &named)
+	}
+	if mode == "none" {
+		return c, false
+	}
+	idx := -1
+	for i, t := range req.Tools {
+		if named.Function.Name != "" && t.Function.Name == named.Function.Name ||
+			named.Function.Name == "" && idx < 0 && strings.Contains(last, t.Function.Name) {
+			idx = i
+		}
+	}
+	if idx < 0 && mode == "required" {
+		idx = 0
+	}
+	if idx < 0 || (named.Function.Name == "" && lastRoleIsTool(req)) {
+		return c, false
+	}
+	t := req.Tools[idx].Function
+	h := fnv.New64a()
+	h.Write([]byte(t.Name))
+	h.Write([]byte(last))
+	seed := h.Sum64()
+	args, err := schema.Instance(nilIfNull(t.Parameters), seed, strings.Fields(last))
+	if err != nil {
+		args = []byte("{}")
+	}
+	switch u := s.draw(); {
+	case u < s.cfg.ToolCallMalformedRate:
+		args = args[:len(args)/2] // not JSON
+	case u < s.cfg.ToolCallMalformedRate+s.cfg.SchemaViolationRate:
+		args = []byte(`{"llmsim_violation":true}`)
+	}
+	c.ID, c.Type = "call_"+strconv.FormatUint(seed>>20, 36), "function"
+	c.Function.Name, c.Function.Arguments = t.Name, string(args)
+	return c, true
+}
+
+// structured answers a json_object or json_schema call with JSON:
+// {"answer": text}, or an instance of the schema (SchemaViolationRate
+// breaks it).
+func (s *Server) structured(req *chatRequest, text string) string {
+	rf := req.ResponseFormat
+	if rf.Type == "json_schema" && rf.JSONSchema != nil {
+		if s.draw() < s.cfg.SchemaViolationRate {
+			return `{"llmsim_violation":true}`
+		}
+		h := fnv.New64a()
+		h.Write([]byte(text))
+		if b, err := schema.Instance(nilIfNull(rf.JSONSchema.Schema), h.Sum64(), strings.Fields(text)); err == nil {
+			return string(b)
+		}
+	}
+	b, _ := json.Marshal(map[string]string{"answer": text})
+	return string(b)
+}
+
+func lastRoleIsTool(req *chatRequest) bool {
+	return req.Messages[len(req.Messages)-1].Role == "tool"
+}
+
+func nilIfNull(b json.RawMessage) []byte {
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	return b
+}
