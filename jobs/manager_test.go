@@ -68,6 +68,8 @@ func newEnv(t *testing.T, mut func(*jobs.Config)) *env {
 		t.Fatal(err)
 	}
 	g := &gate{open: make(chan struct{})}
+	brk := &gate{open: make(chan struct{})}
+	brk.failing.Store(true)
 	fast := batcher.BatchConfig{MaxBatchSize: 50, MinBatchSize: 1, Window: time.Millisecond, MaxWait: 5 * time.Millisecond}
 	core, err := batcher.New(
 		batcher.WithQueueCapacity(10_000),
@@ -76,6 +78,12 @@ func newEnv(t *testing.T, mut func(*jobs.Config)) *env {
 		batcher.WithBackend(batcher.BackendConfig{Name: "gate", Backend: g, MaxConcurrency: 16,
 			Retry:   batcher.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond},
 			Breaker: batcher.BreakerConfig{Consecutive: -1, MinCalls: 1 << 30}}),
+		// brk fails every call, and its breaker opens at the first failure
+		// and stays open.
+		batcher.WithBackend(batcher.BackendConfig{Name: "brk", Backend: brk, MaxConcurrency: 16,
+			Retry:   batcher.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond},
+			Breaker: batcher.BreakerConfig{Consecutive: 1, Cooldown: time.Hour}}),
+		batcher.WithRoute(batcher.Route{Name: "brkchat", Op: batcher.OpChat, Backend: "brk", Batch: fast}),
 		batcher.WithRoute(batcher.Route{Name: "chat", Op: batcher.OpChat, Backend: "sim", Batch: fast}),
 		batcher.WithRoute(batcher.Route{Name: "chat2", Op: batcher.OpChat, Backend: "sim", Batch: fast}),
 		batcher.WithRoute(batcher.Route{Name: "cmpl", Op: batcher.OpCompletion, Backend: "sim", Batch: fast}),
@@ -431,6 +439,26 @@ func TestNextModelAndFailingGroup(t *testing.T) {
 	for _, l := range readLines(t, filepath.Join(jobs.JobDir(e.dir, j.ID), jobs.ResultsFile)) {
 		if l.Batcher.Group == "moves" && l.Batcher.Model != "chat" {
 			t.Fatalf("moved line served by %q", l.Batcher.Model)
+		}
+	}
+}
+
+// Seed 000's case: a group whose model's breaker is open moves every item
+// to next_model (the core refuses such a submit at once, which used to end
+// the item failed without a move).
+func TestNextModelWhenTheBreakerIsOpen(t *testing.T) {
+	e := newEnv(t, nil)
+	zero := 0
+	j := e.create(t, jobs.Spec{Model: "chat", MaxRetries: &zero, ConcurrentRequests: 4, Groups: []jobs.Group{
+		{Name: "brk", Model: "brkchat", NextModel: "chat"},
+	}}, 40)
+	p, _ := e.wait(t, j.ID)
+	if g := p.Groups["brk"]; g.Succeeded != 40 {
+		t.Fatalf("group counts %+v, want 40 moved to chat and succeeded", g)
+	}
+	for _, l := range readLines(t, filepath.Join(jobs.JobDir(e.dir, j.ID), jobs.ResultsFile)) {
+		if l.Batcher.Model != "chat" {
+			t.Fatalf("line served by %q, want chat", l.Batcher.Model)
 		}
 	}
 }

@@ -297,6 +297,11 @@ func (r *run) submit(ctx context.Context, t *Task, model string) bool {
 		r.stopping = true
 		return false
 	case err != nil:
+		// The core refuses at once when the model cannot serve (its breaker
+		// open on every backend): the clearest reason to move on.
+		if next := r.moveTo(t, f.model, err); next != "" {
+			return r.submit(ctx, t, next)
+		}
 		r.pending = append(r.pending, r.outcome(f, batcher.Result{Err: err}))
 		return true
 	}
@@ -454,13 +459,8 @@ func lastText(in *batcher.Input) string {
 func (r *run) handle(ctx context.Context, fin finished) {
 	f := fin.f
 	delete(r.calls, f.task.Seq)
-	if err := fin.res.Err; err != nil && r.ending == endNone && !r.stopping && f.task.Group >= 0 && f.task.Group < len(r.job.Spec.Groups) {
-		next := r.job.Spec.Groups[f.task.Group].NextModel
-		if next != "" && f.model != next && !errors.Is(err, batcher.ErrCanceled) && !errors.Is(err, batcher.ErrInvalid) {
-			if r.submit(ctx, &f.task, next) {
-				return
-			}
-		}
+	if next := r.moveTo(&f.task, f.model, fin.res.Err); next != "" && r.submit(ctx, &f.task, next) {
+		return
 	}
 	if q := fin.res.Timings.Queued; q > 0 {
 		r.observe(q, time.Now())
@@ -469,6 +469,21 @@ func (r *run) handle(ctx context.Context, fin finished) {
 	if len(r.pending) >= r.commitSize() {
 		r.commit(ctx, false)
 	}
+}
+
+// moveTo is the model a task that failed with err on model moves to: its
+// group's next_model, once, unless the run is ending or the failure is the
+// caller's (cancelled) or the request's own (invalid), which no other model
+// would change. "" means it does not move.
+func (r *run) moveTo(t *Task, model string, err error) string {
+	if err == nil || r.ending != endNone || r.stopping || t.Group < 0 || t.Group >= len(r.job.Spec.Groups) {
+		return ""
+	}
+	next := r.job.Spec.Groups[t.Group].NextModel
+	if next == "" || model == next || errors.Is(err, batcher.ErrCanceled) || errors.Is(err, batcher.ErrInvalid) {
+		return ""
+	}
+	return next
 }
 
 // commitSize is how many results start a group commit before the tick.
