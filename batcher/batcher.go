@@ -209,6 +209,8 @@ type RouteInfo struct {
 	Name    string
 	Op      Operation
 	Backend string
+	// DefaultMaxTokens is what a request that leaves max_tokens unset gets.
+	DefaultMaxTokens int32
 }
 
 // Routes lists the configured routes.
@@ -216,7 +218,7 @@ func (b *Batcher) Routes() []RouteInfo {
 	routes := *b.routes.Load()
 	out := make([]RouteInfo, 0, len(routes))
 	for _, rc := range routes {
-		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend})
+		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend, DefaultMaxTokens: rc.DefaultMaxTokens})
 	}
 	return out
 }
@@ -470,17 +472,23 @@ func ctxErr(ctx context.Context) error {
 	}
 }
 
-// estimateTokens guesses a request's cost before the upstream counts it:
-// about four bytes a token, plus the tokens it may generate.
+// estimateTokens guesses a request's cost before the upstream counts it.
 func estimateTokens(r *Request, rc *routeConfig) int {
+	return r.EstimatedTokens(rc.DefaultMaxTokens)
+}
+
+// EstimatedTokens guesses r's cost before the upstream counts it, as the
+// backends' TPM limits do: about four bytes a token of input, plus the
+// tokens it may generate (its max_tokens, or defaultMaxTokens when unset).
+func (r *Request) EstimatedTokens(defaultMaxTokens int32) int {
 	n := r.Input.Size()/4 + 1
 	if r.Rich() {
 		n += r.richTokens()
 	}
-	if rc.Op != OpEmbedding {
+	if r.Input.Op != OpEmbedding {
 		mt := r.Params.MaxTokens
 		if mt == 0 {
-			mt = rc.DefaultMaxTokens
+			mt = defaultMaxTokens
 		}
 		n += int(mt)
 	}

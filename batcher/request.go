@@ -203,6 +203,9 @@ type RetryOverride struct {
 	// InitialBackoff, when positive, replaces the policy's InitialBackoff
 	// (and raises its MaxBackoff to it if needed).
 	InitialBackoff time.Duration
+	// Factor, when at least 1, replaces the policy's backoff Factor; 0
+	// keeps the policy's. Submit refuses other values as ErrInvalid.
+	Factor float64
 }
 
 // retryPolicy returns the policy for req's retries on a backend whose policy
@@ -219,6 +222,9 @@ func (req *Request) retryPolicy(p *RetryPolicy) *RetryPolicy {
 	if o.InitialBackoff > 0 {
 		q.InitialBackoff = o.InitialBackoff
 		q.MaxBackoff = max(q.MaxBackoff, o.InitialBackoff)
+	}
+	if o.Factor >= 1 {
+		q.Factor = o.Factor
 	}
 	return &q
 }

@@ -2,6 +2,8 @@ package batcher
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -54,5 +56,27 @@ func TestRetryOverride(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A RetryOverride's Factor replaces the backend's (0 keeps it), and Submit
+// refuses one outside 1 to MaxBackoffFactor naming the field.
+func TestRetryOverrideFactor(t *testing.T) {
+	p := RetryPolicy{MaxRetries: 3, InitialBackoff: time.Second, Factor: 2, MaxBackoff: time.Minute}
+	for _, tc := range []struct {
+		factor, want float64
+	}{{0, 2}, {1, 1}, {3.5, 3.5}} {
+		r := &Request{Retry: &RetryOverride{MaxRetries: PolicyMaxRetries, Factor: tc.factor}}
+		if got := r.retryPolicy(&p); got.Factor != tc.want || got.MaxRetries != 3 {
+			t.Errorf("factor %v: policy %+v, want factor %v and the backend's 3 retries", tc.factor, got, tc.want)
+		}
+	}
+	b := newTest(t, &fakeBackend{}, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1})
+	for _, f := range []float64{0.5, -1, 11} {
+		r := req("a", PriorityNormal)
+		r.Retry = &RetryOverride{MaxRetries: PolicyMaxRetries, Factor: f}
+		if _, err := b.Submit(context.Background(), r); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "retry.factor") {
+			t.Errorf("factor %v: Submit = %v, want ErrInvalid naming retry.factor", f, err)
+		}
 	}
 }

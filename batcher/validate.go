@@ -17,6 +17,8 @@ const (
 	MaxStopSequences    = 4
 	MaxStopBytes        = 64
 	MaxChatMessages     = 256
+	// MaxBackoffFactor bounds RetryOverride.Factor.
+	MaxBackoffFactor = 10
 )
 
 var validRoles = map[string]bool{"system": true, "user": true, "assistant": true, "tool": true, "developer": true}
@@ -115,6 +117,9 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 				return invalid("metadata["+clip.String(k)+"]", "must be at most %d bytes, got %d", MaxMetadataValBytes, len(v))
 			}
 		}
+	}
+	if o := r.Retry; o != nil && o.Factor != 0 && !(o.Factor >= 1 && o.Factor <= MaxBackoffFactor) {
+		return invalid("retry.factor", "must be 0 (the backend's) or 1 to %v, got %v", MaxBackoffFactor, o.Factor)
 	}
 	if r.Dedup > DedupOff {
 		return invalid("dedup", "unknown mode %d", r.Dedup)

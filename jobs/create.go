@@ -78,6 +78,9 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
 		return nil, err
 	}
 	j := &Job{ID: newID("job_"), Tenant: t.Name, Spec: spec, State: StateValidating, CreatedAt: time.Now()}
+	if err := m.checkOutputDir(j); err != nil {
+		return nil, err
+	}
 	if err := m.cfg.Store.CreateJob(ctx, j, t.MaxJobs); err != nil {
 		return nil, err
 	}

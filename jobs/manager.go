@@ -45,6 +45,9 @@ type Config struct {
 	Core  Core
 	// DataDir holds each job's output directory (JobDir).
 	DataDir string
+	// OutputRoot, when set, lets a spec choose its output directory
+	// (Spec.OutputDir) under it; empty: specs may not choose.
+	OutputRoot string
 	// Owner names this process in leases; default a random id.
 	Owner string
 	// Exclusive says the store is this process's alone (SQLite): at Start,
@@ -139,7 +142,7 @@ func (c *Config) resolve() error {
 type Manager struct {
 	cfg Config
 	// routes are the core's, by name; replaced whole by RoutesChanged.
-	routes atomic.Pointer[map[string]batcher.Operation]
+	routes atomic.Pointer[map[string]batcher.RouteInfo]
 
 	mu       sync.Mutex
 	runs     map[string]*run
@@ -170,17 +173,23 @@ func New(cfg Config) (*Manager, error) {
 // against the routes in force. Items of jobs already created that name a
 // removed route fail as the core refuses them.
 func (m *Manager) RoutesChanged() {
-	routes := map[string]batcher.Operation{}
+	routes := map[string]batcher.RouteInfo{}
 	for _, r := range m.cfg.Core.Routes() {
-		routes[r.Name] = r.Op
+		routes[r.Name] = r
 	}
 	m.routes.Store(&routes)
 }
 
 // route returns the operation of the named route, and whether it exists.
 func (m *Manager) route(name string) (batcher.Operation, bool) {
-	op, ok := (*m.routes.Load())[name]
-	return op, ok
+	ri, ok := (*m.routes.Load())[name]
+	return ri.Op, ok
+}
+
+// defaultMaxTokens is the named route's max_tokens for requests that set
+// none (0 for an unknown route).
+func (m *Manager) defaultMaxTokens(name string) int32 {
+	return (*m.routes.Load())[name].DefaultMaxTokens
 }
 
 // Start resumes the jobs the store holds and starts looking for work. With
@@ -499,7 +508,8 @@ func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
 // Delete removes a job's rows and files, cancelling it first if it runs
 // here.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	if _, err := m.Get(ctx, id); err != nil {
+	j, err := m.Get(ctx, id)
+	if err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -520,7 +530,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	delete(m.trackers, id)
 	m.mu.Unlock()
 	m.notify(id)
-	if err := os.RemoveAll(JobDir(m.cfg.DataDir, id)); err != nil {
+	if err := m.removeOutput(j); err != nil {
 		return fmt.Errorf("jobs: removing the files of %s: %w", id, err)
 	}
 	return nil
@@ -600,6 +610,27 @@ func (m *Manager) validateSpec(s *Spec) error {
 		if t := g.Temperature; t != nil && (*t < 0 || *t > 2) {
 			return bad(field+".temperature", "0 to 2, got %v", *t)
 		}
+		if g.Delay < 0 || g.Delay > time.Hour {
+			return bad(field+".delay", "0 to 1h, got %v", g.Delay)
+		}
+		if g.MaxRetries != nil && (*g.MaxRetries < 0 || *g.MaxRetries > 100) {
+			return bad(field+".max_retries", "0 to 100, got %d", *g.MaxRetries)
+		}
+		if g.RetryDelay < 0 || g.RetryDelay > time.Hour {
+			return bad(field+".retry_delay", "0 to 1h, got %v", g.RetryDelay)
+		}
+		if f := g.BackoffFactor; f != 0 && !(f >= 1 && f <= batcher.MaxBackoffFactor) {
+			return bad(field+".backoff_factor", "0 (the backend's) or 1 to %d, got %v", batcher.MaxBackoffFactor, f)
+		}
+	}
+	if err := m.validateOutputDir(s.OutputDir); err != nil {
+		return err
+	}
+	if s.RPM < 0 {
+		return bad("spec.requests_per_minute", "must not be negative, got %d", s.RPM)
+	}
+	if s.TPM < 0 {
+		return bad("spec.tokens_per_minute", "must not be negative, got %d", s.TPM)
 	}
 	if jd := s.Judge; jd != nil {
 		if _, ok := m.route(jd.Model); !ok {

@@ -22,8 +22,13 @@ const (
 	posFile = "output.pos"
 )
 
-// JobDir returns a job's output directory under dataDir.
-func JobDir(dataDir, id string) string { return filepath.Join(dataDir, "jobs", id) }
+// JobDir returns a job's output directory under dataDir, for a job whose
+// spec chose none (Manager.Dir has every job's).
+func JobDir(dataDir, id string) string { return filepath.Join(dataDir, jobsSubdir(id)) }
+
+// jobsSubdir is a job's default output directory, relative to the data
+// directory.
+func jobsSubdir(id string) string { return filepath.Join("jobs", id) }
 
 // output appends a job's finished tasks to results.jsonl and errors.jsonl
 // in done-number order. The database is the truth: on open, each file is
@@ -31,7 +36,8 @@ func JobDir(dataDir, id string) string { return filepath.Join(dataDir, "jobs", i
 // says which tasks the file already holds, so that a resumed job neither
 // repeats nor drops a line. One goroutine (the job's runner) owns it.
 type output struct {
-	dir  string
+	dir  string   // for messages
+	root *os.Root // the directory: every file is opened through it
 	pos  int64 // every task up to this done number is in its file
 	file [2]*outFile
 }
@@ -42,16 +48,28 @@ type outFile struct {
 	last int64 // done number of the file's last line
 }
 
-func openOutput(dir string) (*output, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// openOutput opens the output files in dir, a relative directory under
+// base, creating it. Every file is opened through an os.Root, so that
+// neither ".." nor a symbolic link leads the files out of base.
+func openOutput(base, dir string) (*output, error) {
+	br, err := os.OpenRoot(base)
+	if err != nil {
 		return nil, fmt.Errorf("jobs: output directory: %w", err)
 	}
-	o := &output{dir: dir}
-	if b, err := os.ReadFile(filepath.Join(dir, posFile)); err == nil {
+	defer func() { _ = br.Close() }()
+	if err := br.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("jobs: output directory: %w", err)
+	}
+	root, err := br.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: output directory: %w", err)
+	}
+	o := &output{dir: filepath.Join(base, dir), root: root}
+	if b, err := root.ReadFile(posFile); err == nil {
 		o.pos, _ = strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
 	}
 	for i, name := range []string{ResultsFile, ErrorsFile} {
-		f, last, err := openAppend(filepath.Join(dir, name))
+		f, last, err := openAppend(root, name, filepath.Join(o.dir, name))
 		if err != nil {
 			o.close()
 			return nil, err
@@ -63,8 +81,8 @@ func openOutput(dir string) (*output, error) {
 
 // openAppend opens path for appending after its last whole line, cutting a
 // torn tail, and returns the done number of that line (0: none).
-func openAppend(path string) (*os.File, int64, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+func openAppend(root *os.Root, name, path string) (*os.File, int64, error) {
+	f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, 0, fmt.Errorf("jobs: opening %s: %w", path, err)
 	}
@@ -139,7 +157,7 @@ func (o *output) write(j *Job, tasks []Task) error {
 		}
 	}
 	o.pos = tasks[len(tasks)-1].DoneSeq
-	if err := os.WriteFile(filepath.Join(o.dir, posFile), strconv.AppendInt(nil, o.pos, 10), 0o644); err != nil {
+	if err := o.root.WriteFile(posFile, strconv.AppendInt(nil, o.pos, 10), 0o644); err != nil {
 		return o.fail(err)
 	}
 	return nil
@@ -167,6 +185,7 @@ func (o *output) close() {
 			_ = of.f.Close()
 		}
 	}
+	_ = o.root.Close()
 }
 
 // Summary is summary.json, written when a job ends.
@@ -187,7 +206,7 @@ type Summary struct {
 	Files     map[string]string `json:"files"`
 }
 
-func writeSummary(dir string, j *Job) error {
+func writeSummary(dir *os.Root, j *Job) error {
 	s := Summary{ID: j.ID, Name: j.Spec.Name, State: j.State.String(), Error: j.Error, Counts: j.Counts, Invalid: j.Invalid,
 		TokensIn: j.TokensIn, TokensOut: j.TokensOut, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt,
 		Files: map[string]string{"results": ResultsFile, "errors": ErrorsFile}}
@@ -206,9 +225,9 @@ func writeSummary(dir string, j *Job) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, SummaryFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	tmp := SummaryFile + ".tmp"
+	if err := dir.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, SummaryFile))
+	return dir.Rename(tmp, SummaryFile)
 }

@@ -42,7 +42,7 @@ func fileIDs(t *testing.T, path string) []int64 {
 func TestOutputResumesAfterATornLine(t *testing.T) {
 	dir := t.TempDir()
 	j := &Job{ID: "job_x"}
-	o, err := openOutput(dir)
+	o, err := openOutput(dir, ".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestOutputResumesAfterATornLine(t *testing.T) {
 	}
 	_ = f.Close()
 
-	o, err = openOutput(dir)
+	o, err = openOutput(dir, ".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestOutputFullDisk(t *testing.T) {
 		t.Skip("no /dev/full")
 	}
 	dir := t.TempDir()
-	o, err := openOutput(dir)
+	o, err := openOutput(dir, ".")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,17 @@ type run struct {
 	grown   bool // a wait past the target has been seen: no slow start
 	lastCut time.Time
 
+	// pace holds the job's own limits on starts (group delays, requests
+	// and tokens per minute); paceC fires when a task it held may start
+	// (nil: none held).
+	pace      *pacer
+	paceTimer *time.Timer
+	paceC     <-chan time.Time
+	paceAt    time.Time
+	// full: the core refused a task in this fill (queue full, a quota):
+	// the backlog waits for the next round.
+	full bool
+
 	// committing is the batch of the commit in flight (nil: none); the
 	// commit's goroutine owns it until it reports on commitDone
 	// (capacity 1).
@@ -78,11 +89,12 @@ type run struct {
 const minWindow = 8
 
 type inflight struct {
-	call  *batcher.Call
-	task  Task
-	model string
-	url   string
-	judge string // the judge's prompt
+	call    *batcher.Call
+	task    Task
+	model   string
+	charged int // tokens charged to the job's tokens per minute at start
+	url     string
+	judge   string // the judge's prompt
 }
 
 type finished struct {
@@ -98,7 +110,7 @@ type commitResult struct {
 func newRun(m *Manager, j *Job) *run {
 	r := &run{m: m, id: j.ID, job: j, lay: layoutOf(&j.Spec), results: make(chan finished, 1024),
 		pokeCh: make(chan struct{}, 1), abortCh: make(chan struct{}), done: make(chan struct{}),
-		calls: map[int64]*inflight{}, win: minWindow, commitDone: make(chan commitResult, 1)}
+		calls: map[int64]*inflight{}, win: minWindow, commitDone: make(chan commitResult, 1), pace: newPacer(&j.Spec)}
 	if jd := j.Spec.Judge; jd != nil {
 		r.tmpl, _ = template.New("judge").Option("missingkey=zero").Parse(jd.PromptTemplate) // validated at creation
 	}
@@ -139,7 +151,7 @@ func (r *run) loop() {
 	case StateCancelling:
 		r.ending, r.needEnd = endCancel, true
 	}
-	if r.out, err = openOutput(JobDir(r.m.cfg.DataDir, r.id)); err != nil {
+	if r.out, err = openOutput(r.m.outputBase(j)); err != nil {
 		r.fail(ctx, err)
 		return
 	}
@@ -155,6 +167,11 @@ func (r *run) loop() {
 	}
 	tick := time.NewTicker(r.m.cfg.CommitInterval)
 	defer tick.Stop()
+	defer func() {
+		if r.paceTimer != nil {
+			r.paceTimer.Stop()
+		}
+	}()
 	lastPoll := time.Now()
 	stop := r.m.stop
 	for !r.over {
@@ -179,6 +196,8 @@ func (r *run) loop() {
 		select {
 		case f := <-r.results:
 			r.handle(ctx, f)
+		case <-r.paceC:
+			r.paceC = nil // fill runs at the top of the loop
 		case res := <-r.commitDone:
 			r.committed(res)
 			if len(r.pending) >= r.commitSize() {
@@ -244,11 +263,23 @@ func (r *run) observe(queued time.Duration, now time.Time) {
 // so that a crash redoes at most the job's limit of tasks.
 func (r *run) fill(ctx context.Context) {
 	limit := r.limit()
-	for len(r.backlog) > 0 && r.busy() < limit {
-		if !r.submit(ctx, &r.backlog[0], "") {
-			return
+	r.full = false
+	if len(r.backlog) > 0 {
+		// Tasks the pacer holds stay, in order, while later ones (of
+		// another group) may start.
+		kept := r.backlog[:0]
+		for i := range r.backlog {
+			if r.full || r.busy() >= limit {
+				kept = append(kept, r.backlog[i:]...)
+				break
+			}
+			t := r.backlog[i]
+			if !r.submit(ctx, &t, t.Model) {
+				kept = append(kept, t)
+			}
 		}
-		r.backlog = r.backlog[1:]
+		clear(r.backlog[len(kept):])
+		r.backlog = kept
 	}
 	if len(r.backlog) > 0 || r.dry {
 		return
@@ -270,9 +301,12 @@ func (r *run) fill(ctx context.Context) {
 		r.dry = true
 	}
 	for i := range tasks {
-		if !r.submit(ctx, &tasks[i], "") {
+		if r.full {
 			r.backlog = append(r.backlog, tasks[i:]...)
 			return
+		}
+		if !r.submit(ctx, &tasks[i], "") {
+			r.backlog = append(r.backlog, tasks[i])
 		}
 	}
 }
@@ -281,25 +315,36 @@ func (r *run) fill(ctx context.Context) {
 // until their result is committed.
 func (r *run) busy() int { return len(r.calls) + len(r.pending) + len(r.committing) }
 
-// submit hands a task to the core. It reports false when the core cannot
-// take it now (queue full, the tenant over a quota, shutting down): the
-// task waits in the backlog for the next round. A task the core rejects
-// as invalid ends failed.
+// submit hands a task to the core, on model when it is set. It reports
+// false when the task cannot start now: the job's pacer holds it, or the
+// core cannot take it (queue full, the tenant over a quota, shutting down;
+// r.full is set then); the caller keeps it in the backlog, its model in
+// t.Model. A task the core rejects as invalid ends failed.
 func (r *run) submit(ctx context.Context, t *Task, model string) bool {
 	f, req, err := r.request(ctx, t, model)
+	if err == nil && r.pace.limited() {
+		var wait time.Duration
+		f.charged, wait = r.pace.admit(t.Group, req.EstimatedTokens(r.m.defaultMaxTokens(req.Route)), time.Now())
+		if wait > 0 {
+			r.paceIn(wait)
+			return false
+		}
+	}
 	if err == nil {
 		f.call, err = r.m.cfg.Core.Submit(ctx, req)
 	}
 	switch {
 	case errors.Is(err, batcher.ErrQueueFull), errors.Is(err, batcher.ErrQuotaExceeded):
+		r.full = true
 		return false
 	case errors.Is(err, batcher.ErrClosed):
-		r.stopping = true
+		r.stopping, r.full = true, true
 		return false
 	case err != nil:
 		// The core refuses at once when the model cannot serve (its breaker
 		// open on every backend): the clearest reason to move on.
 		if next := r.moveTo(t, f.model, err); next != "" {
+			t.Model = next
 			return r.submit(ctx, t, next)
 		}
 		r.pending = append(r.pending, r.outcome(f, batcher.Result{Err: err}))
@@ -308,6 +353,21 @@ func (r *run) submit(ctx context.Context, t *Task, model string) bool {
 	r.calls[t.Seq] = f
 	go r.wait(f)
 	return true
+}
+
+// paceIn makes the loop try the backlog again in d, unless its timer fires
+// sooner already.
+func (r *run) paceIn(d time.Duration) {
+	at := time.Now().Add(d)
+	if r.paceC != nil && !at.Before(r.paceAt) {
+		return
+	}
+	if r.paceTimer == nil {
+		r.paceTimer = time.NewTimer(d)
+	} else {
+		r.paceTimer.Reset(d) // Go 1.23 timers: no stale tick survives a Reset
+	}
+	r.paceC, r.paceAt = r.paceTimer.C, at
 }
 
 func (r *run) wait(f *inflight) {
@@ -371,18 +431,34 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 	model = cmp.Or(override, model)
 	f.model = model
 	req.Route = model
-	if spec.MaxRetries != nil || spec.RetryDelay > 0 {
-		// A spec with only retry_delay keeps the backend's retry count.
-		o := &batcher.RetryOverride{MaxRetries: batcher.PolicyMaxRetries, InitialBackoff: spec.RetryDelay}
-		if spec.MaxRetries != nil {
-			o.MaxRetries = *spec.MaxRetries
-		}
-		req.Retry = o
-	}
+	req.Retry = r.retry(t)
 	if dl := r.job.Deadline(); !dl.IsZero() {
 		req.Timeout = max(time.Until(dl), time.Millisecond)
 	}
 	return f, req, nil
+}
+
+// retry is a task's override of its backend's retry policy: its group's
+// settings, then the job's; nil when neither sets any. A spec with only
+// retry_delay keeps the backend's retry count.
+func (r *run) retry(t *Task) *batcher.RetryOverride {
+	spec := &r.job.Spec
+	maxRetries, delay := spec.MaxRetries, spec.RetryDelay
+	var factor float64
+	if t.Group >= 0 && t.Group < len(spec.Groups) {
+		g := &spec.Groups[t.Group]
+		maxRetries = cmp.Or(g.MaxRetries, maxRetries)
+		delay = cmp.Or(g.RetryDelay, delay)
+		factor = g.BackoffFactor
+	}
+	if maxRetries == nil && delay == 0 && factor == 0 {
+		return nil
+	}
+	o := &batcher.RetryOverride{MaxRetries: batcher.PolicyMaxRetries, InitialBackoff: delay, Factor: factor}
+	if maxRetries != nil {
+		o.MaxRetries = *maxRetries
+	}
+	return o
 }
 
 // mergeParams fills the item's unset parameters from the job's defaults.
@@ -459,7 +535,14 @@ func lastText(in *batcher.Input) string {
 func (r *run) handle(ctx context.Context, fin finished) {
 	f := fin.f
 	delete(r.calls, f.task.Seq)
-	if next := r.moveTo(&f.task, f.model, fin.res.Err); next != "" && r.submit(ctx, &f.task, next) {
+	if f.charged > 0 && fin.res.Err == nil {
+		used := fin.res.Usage.PromptTokens + fin.res.Usage.CompletionTokens
+		r.pace.used(int(used)-f.charged, time.Now())
+	}
+	if next := r.moveTo(&f.task, f.model, fin.res.Err); next != "" {
+		if f.task.Model = next; !r.submit(ctx, &f.task, next) {
+			r.backlog = append(r.backlog, f.task)
+		}
 		return
 	}
 	if q := fin.res.Timings.Queued; q > 0 {
@@ -721,7 +804,7 @@ func (r *run) maybeFinish(ctx context.Context) bool {
 		return false
 	}
 	if j, err = st.GetJob(ctx, r.id); err == nil {
-		if err := writeSummary(r.out.dir, j); err != nil {
+		if err := writeSummary(r.out.root, j); err != nil {
 			r.logErr("writing the summary", err)
 		}
 	}

@@ -92,6 +92,16 @@ type Spec struct {
 	Groups           []Group       `json:"groups,omitempty"`
 	Judge            *Judge        `json:"judge,omitempty"`
 	FailOnInvalid    bool          `json:"fail_on_invalid,omitempty"`
+	// RPM, when positive, bounds the job's request starts per minute, on
+	// top of the backends' limits.
+	RPM int `json:"requests_per_minute,omitempty"`
+	// TPM, when positive, bounds the job's tokens per minute: a request's
+	// estimate (batcher.Request.EstimatedTokens) when it starts, and what
+	// its usage passed that estimate by when it ends.
+	TPM int64 `json:"tokens_per_minute,omitempty"`
+	// OutputDir, when set, is where the job's files go: a relative
+	// directory under the manager's OutputRoot.
+	OutputDir string `json:"output_dir,omitempty"`
 }
 
 // Group is a run group: every input runs Runs times on Model at
@@ -103,8 +113,16 @@ type Group struct {
 	Temperature *float32 `json:"temperature,omitempty"`
 	Seeds       []int64  `json:"seeds,omitempty"`
 	// NextModel, when set, serves an input whose retries on Model are used
-	// up.
+	// up, or that Model cannot serve at all (its breaker open).
 	NextModel string `json:"next_model,omitempty"`
+	// Delay, when positive, is the least time between the starts of two of
+	// the group's runs.
+	Delay time.Duration `json:"delay,omitempty"`
+	// MaxRetries and RetryDelay, when set, override the job's for the
+	// group's runs; BackoffFactor, when at least 1, the backend's factor.
+	MaxRetries    *int          `json:"max_retries,omitempty"`
+	RetryDelay    time.Duration `json:"retry_delay,omitempty"`
+	BackoffFactor float64       `json:"backoff_factor,omitempty"`
 }
 
 // Judge is the judge stage: once every run of an input ended, Model gets

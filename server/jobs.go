@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -171,7 +172,8 @@ func (s *JobService) addRequest(ctx context.Context, c *jobs.Creator, pr *batche
 // specToJobs translates a spec, naming a bad field.
 func specToJobs(ps *batcherv1.JobSpec) (jobs.Spec, *status.Status) {
 	s := jobs.Spec{Name: ps.GetName(), Metadata: ps.GetMetadata(), Model: ps.GetModel(),
-		ConcurrentRequests: int(ps.GetConcurrentRequests()), FailOnInvalid: ps.GetFailOnInvalid()}
+		ConcurrentRequests: int(ps.GetConcurrentRequests()), FailOnInvalid: ps.GetFailOnInvalid(),
+		RPM: int(ps.GetRequestsPerMinute()), TPM: ps.GetTokensPerMinute(), OutputDir: ps.GetOutputDir()}
 	var st *status.Status
 	if s.Params, st = paramsToCore(ps.GetParams(), "spec.params"); st != nil {
 		return s, st
@@ -188,27 +190,24 @@ func specToJobs(ps *batcherv1.JobSpec) (jobs.Spec, *status.Status) {
 		n := int(ps.GetMaxRetries())
 		s.MaxRetries = &n
 	}
-	for _, d := range []struct {
-		field string
-		pd    *durationpb.Duration
-		dst   *time.Duration
-	}{{"spec.retry_delay", ps.GetRetryDelay(), &s.RetryDelay}, {"spec.completion_window", ps.GetCompletionWindow(), &s.CompletionWindow}} {
-		if d.pd == nil {
-			continue
-		}
-		if err := d.pd.CheckValid(); err != nil {
-			return s, invalidArgument(d.field, "invalid duration")
-		}
-		*d.dst = d.pd.AsDuration()
-		if *d.dst <= 0 {
-			return s, invalidArgument(d.field, "must be positive, got "+d.dst.String())
-		}
+	if st := durationsToCore("spec.", []protoDuration{{"retry_delay", ps.GetRetryDelay(), &s.RetryDelay},
+		{"completion_window", ps.GetCompletionWindow(), &s.CompletionWindow}}); st != nil {
+		return s, st
 	}
-	for _, g := range ps.GetRunGroups() {
-		jg := jobs.Group{Name: g.GetName(), Model: g.GetModel(), Runs: int(g.GetRuns()), Seeds: g.GetSeeds(), NextModel: g.GetNextModel()}
+	for i, g := range ps.GetRunGroups() {
+		jg := jobs.Group{Name: g.GetName(), Model: g.GetModel(), Runs: int(g.GetRuns()), Seeds: g.GetSeeds(), NextModel: g.GetNextModel(),
+			BackoffFactor: g.GetBackoffFactor()}
 		if g.Temperature != nil {
 			t := g.GetTemperature()
 			jg.Temperature = &t
+		}
+		if g.MaxRetries != nil {
+			n := int(g.GetMaxRetries())
+			jg.MaxRetries = &n
+		}
+		if st := durationsToCore(fmt.Sprintf("spec.run_groups[%d].", i), []protoDuration{{"delay", g.GetDelay(), &jg.Delay},
+			{"retry_delay", g.GetRetryDelay(), &jg.RetryDelay}}); st != nil {
+			return s, st
 		}
 		s.Groups = append(s.Groups, jg)
 	}
@@ -219,6 +218,31 @@ func specToJobs(ps *batcherv1.JobSpec) (jobs.Spec, *status.Status) {
 		}
 	}
 	return s, nil
+}
+
+// protoDuration is a duration field of a spec and where it goes.
+type protoDuration struct {
+	field string
+	pd    *durationpb.Duration
+	dst   *time.Duration
+}
+
+// durationsToCore converts set durations, which must be positive, naming
+// the field (prefix+field) of a bad one.
+func durationsToCore(prefix string, ds []protoDuration) *status.Status {
+	for _, d := range ds {
+		if d.pd == nil {
+			continue
+		}
+		if err := d.pd.CheckValid(); err != nil {
+			return invalidArgument(prefix+d.field, "invalid duration")
+		}
+		*d.dst = d.pd.AsDuration()
+		if *d.dst <= 0 {
+			return invalidArgument(prefix+d.field, "must be positive, got "+d.dst.String())
+		}
+	}
+	return nil
 }
 
 func paramsToCore(p *batcherv1.GenerationParams, field string) (batcher.Params, *status.Status) {
@@ -246,7 +270,8 @@ func paramsToProto(p batcher.Params) *batcherv1.GenerationParams {
 
 func specToProto(s *jobs.Spec) *batcherv1.JobSpec {
 	ps := &batcherv1.JobSpec{Name: s.Name, Metadata: s.Metadata, Model: s.Model, Params: paramsToProto(s.Params),
-		Priority: batcherv1.Priority_PRIORITY_DEFERRABLE, ConcurrentRequests: int32(s.ConcurrentRequests), FailOnInvalid: s.FailOnInvalid}
+		Priority: batcherv1.Priority_PRIORITY_DEFERRABLE, ConcurrentRequests: int32(s.ConcurrentRequests), FailOnInvalid: s.FailOnInvalid,
+		RequestsPerMinute: int32(s.RPM), TokensPerMinute: s.TPM, OutputDir: s.OutputDir}
 	if s.Priority == batcher.PriorityLow {
 		ps.Priority = batcherv1.Priority_PRIORITY_LOW
 	}
@@ -261,8 +286,19 @@ func specToProto(s *jobs.Spec) *batcherv1.JobSpec {
 		ps.CompletionWindow = durationpb.New(s.CompletionWindow)
 	}
 	for _, g := range s.Groups {
-		ps.RunGroups = append(ps.RunGroups, &batcherv1.RunGroup{Name: g.Name, Model: g.Model, Runs: int32(g.Runs),
-			Temperature: g.Temperature, Seeds: g.Seeds, NextModel: g.NextModel})
+		pg := &batcherv1.RunGroup{Name: g.Name, Model: g.Model, Runs: int32(g.Runs),
+			Temperature: g.Temperature, Seeds: g.Seeds, NextModel: g.NextModel, BackoffFactor: g.BackoffFactor}
+		if g.MaxRetries != nil {
+			n := int32(*g.MaxRetries)
+			pg.MaxRetries = &n
+		}
+		if g.Delay > 0 {
+			pg.Delay = durationpb.New(g.Delay)
+		}
+		if g.RetryDelay > 0 {
+			pg.RetryDelay = durationpb.New(g.RetryDelay)
+		}
+		ps.RunGroups = append(ps.RunGroups, pg)
 	}
 	if jd := s.Judge; jd != nil {
 		ps.Judge = &batcherv1.Judge{Model: jd.Model, PromptTemplate: jd.PromptTemplate, Params: paramsToProto(jd.Params)}
@@ -303,7 +339,7 @@ func (s *JobService) job(j *jobs.Job, p *jobs.Progress) *batcherv1.Job {
 		p = &pp
 	}
 	out := &batcherv1.Job{Id: j.ID, Spec: specToProto(&j.Spec), Progress: progressToProto(p),
-		CreatedAt: timestamppb.New(j.CreatedAt), OutputDir: "jobs/" + j.ID}
+		CreatedAt: timestamppb.New(j.CreatedAt), OutputDir: s.m.RelDir(j)}
 	if !j.EndedAt.IsZero() {
 		out.EndedAt = timestamppb.New(j.EndedAt)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/jobs"
@@ -273,5 +276,36 @@ func TestJobServiceCancel(t *testing.T) {
 	if last.GetState() != batcherv1.JobState_JOB_STATE_CANCELLED || last.GetCounts().GetCancelled() < 190 ||
 		last.GetCounts().GetCancelled()+last.GetCounts().GetSucceeded() != 200 {
 		t.Fatalf("after cancel: %v", last)
+	}
+}
+
+// Every spec field a caller sets comes back on the job: nothing is dropped
+// between the wire and the jobs package.
+func TestJobSpecRoundTrip(t *testing.T) {
+	two, temp := int32(2), float32(0.5)
+	in := &batcherv1.JobSpec{Name: "n", Model: routeChat, Priority: batcherv1.Priority_PRIORITY_LOW, MaxRetries: &two,
+		RetryDelay: durationpb.New(time.Second), ConcurrentRequests: 7, CompletionWindow: durationpb.New(time.Hour),
+		RequestsPerMinute: 600, TokensPerMinute: 90_000, OutputDir: "team/a", FailOnInvalid: true,
+		Params: &batcherv1.GenerationParams{},
+		RunGroups: []*batcherv1.RunGroup{{Name: "g", Model: routeChat, Runs: 3, Temperature: &temp, Seeds: []int64{1},
+			NextModel: routeChat, Delay: durationpb.New(250 * time.Millisecond), MaxRetries: &two,
+			RetryDelay: durationpb.New(2 * time.Second), BackoffFactor: 1.5}}}
+	s, st := specToJobs(in)
+	if st != nil {
+		t.Fatal(st.Err())
+	}
+	if out := specToProto(&s); !proto.Equal(in, out) {
+		t.Fatalf("round trip lost fields:\n in %v\nout %v", in, out)
+	}
+	for _, tc := range []struct {
+		spec  *batcherv1.JobSpec
+		field string
+	}{
+		{&batcherv1.JobSpec{RunGroups: []*batcherv1.RunGroup{{Delay: durationpb.New(-time.Second)}}}, "spec.run_groups[0].delay"},
+		{&batcherv1.JobSpec{RunGroups: []*batcherv1.RunGroup{{}, {RetryDelay: durationpb.New(-time.Second)}}}, "spec.run_groups[1].retry_delay"},
+	} {
+		if _, st := specToJobs(tc.spec); st == nil || st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.field) {
+			t.Errorf("%v: %v, want INVALID_ARGUMENT naming %s", tc.spec, st, tc.field)
+		}
 	}
 }

@@ -341,7 +341,7 @@ func (a *batchAPI) outputFile(j *jobs.Job, name string) *string {
 	if _, err := a.files.Stat(id); err == nil {
 		return &id
 	}
-	path := filepath.Join(jobs.JobDir(a.dataDir, j.ID), name)
+	path := filepath.Join(a.m.Dir(j), name)
 	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
 		return nil
 	}

@@ -32,8 +32,13 @@ func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, g
 		log.Info("jobs off: set data_dir (--data-dir, BATCHER_DATA_DIR) to run batch jobs")
 		return func(context.Context) {}, nil, nil
 	}
-	if err := checkWritable(jc.DataDir); err != nil {
+	if err := checkWritable("data directory", jc.DataDir); err != nil {
 		return nil, nil, err
+	}
+	if r := jc.Limits.OutputRoot; r != "" {
+		if err := checkWritable("output root (jobs.output_root)", r); err != nil {
+			return nil, nil, err
+		}
 	}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
@@ -58,7 +63,7 @@ func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, g
 	m, err := jobs.New(jobs.Config{
 		Store: store, Core: core, DataDir: jc.DataDir, Exclusive: kind == config.JobStoreSQLite,
 		MaxItems: l.MaxItems, MaxRunning: l.MaxRunning, MaxInFlight: l.MaxInFlight, ConcurrentRequests: l.ConcurrentRequests,
-		TTL: l.TTL.D(), Lease: l.Lease.D(), Logger: log,
+		TTL: l.TTL.D(), Lease: l.Lease.D(), Logger: log, OutputRoot: l.OutputRoot,
 	})
 	if err == nil {
 		err = m.Start(ctx)
@@ -79,14 +84,15 @@ func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, g
 	}, m, nil
 }
 
-// checkWritable fails, naming dir, when batcherd cannot write there.
-func checkWritable(dir string) error {
+// checkWritable fails, naming what and dir, when batcherd cannot write
+// there.
+func checkWritable(what, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("data directory %s: cannot create it: %w", dir, err)
+		return fmt.Errorf("%s %s: cannot create it: %w", what, dir, err)
 	}
 	f, err := os.CreateTemp(dir, ".write-check-*")
 	if err != nil {
-		return fmt.Errorf("data directory %s: not writable: %w", dir, errors.Unwrap(err))
+		return fmt.Errorf("%s %s: not writable: %w", what, dir, errors.Unwrap(err))
 	}
 	name := f.Name()
 	_ = f.Close()

@@ -188,6 +188,20 @@ type JobSpec struct {
 	Judge *Judge `protobuf:"bytes,11,opt,name=judge,proto3" json:"judge,omitempty"`
 	// Make a malformed item fail the whole CreateJob with INVALID_ARGUMENT.
 	FailOnInvalid bool `protobuf:"varint,12,opt,name=fail_on_invalid,json=failOnInvalid,proto3" json:"fail_on_invalid,omitempty"`
+	// At most this many of the job's requests start per minute, on top of
+	// the backends' own limits. 0: no job limit.
+	RequestsPerMinute int32 `protobuf:"varint,13,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
+	// At most this many tokens per minute for the job, on top of the
+	// backends' own limits, counting a request's prompt (about four bytes a
+	// token) and its max_tokens when it starts, and its real usage when it
+	// ends. 0: no job limit.
+	TokensPerMinute int64 `protobuf:"varint,14,opt,name=tokens_per_minute,json=tokensPerMinute,proto3" json:"tokens_per_minute,omitempty"`
+	// Where the job's output files go: a relative directory under the
+	// server's output root (jobs.output_root), which must be configured.
+	// Absolute paths, "..", and paths that leave the root through a
+	// symbolic link are INVALID_ARGUMENT. Empty: jobs/<id> under the data
+	// directory.
+	OutputDir     string `protobuf:"bytes,15,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -306,6 +320,27 @@ func (x *JobSpec) GetFailOnInvalid() bool {
 	return false
 }
 
+func (x *JobSpec) GetRequestsPerMinute() int32 {
+	if x != nil {
+		return x.RequestsPerMinute
+	}
+	return 0
+}
+
+func (x *JobSpec) GetTokensPerMinute() int64 {
+	if x != nil {
+		return x.TokensPerMinute
+	}
+	return 0
+}
+
+func (x *JobSpec) GetOutputDir() string {
+	if x != nil {
+		return x.OutputDir
+	}
+	return ""
+}
+
 // RunGroup fans every item out over a model, a number of runs and a
 // temperature. Results are tagged with the group, the run and the item.
 type RunGroup struct {
@@ -319,8 +354,21 @@ type RunGroup struct {
 	Temperature *float32 `protobuf:"fixed32,4,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
 	// Optional seeds, one per run; run i uses seeds[i] when present.
 	Seeds []int64 `protobuf:"varint,5,rep,packed,name=seeds,proto3" json:"seeds,omitempty"`
-	// A model to move to for an item once its retries on model are used up.
-	NextModel     string `protobuf:"bytes,6,opt,name=next_model,json=nextModel,proto3" json:"next_model,omitempty"`
+	// A model to move to for an item once its retries on model are used up,
+	// or at once when model cannot serve (its circuit breaker open on every
+	// backend).
+	NextModel string `protobuf:"bytes,6,opt,name=next_model,json=nextModel,proto3" json:"next_model,omitempty"`
+	// The least time between the starts of two of the group's runs, 0 to 1h.
+	// Unset: no delay.
+	Delay *durationpb.Duration `protobuf:"bytes,7,opt,name=delay,proto3" json:"delay,omitempty"`
+	// Retries per run, 0 to 100, overriding the job's max_retries and the
+	// backend's policy. Unset: the job's.
+	MaxRetries *int32 `protobuf:"varint,8,opt,name=max_retries,json=maxRetries,proto3,oneof" json:"max_retries,omitempty"`
+	// The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+	RetryDelay *durationpb.Duration `protobuf:"bytes,9,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
+	// Each retry waits this many times the one before, 1 to 10, overriding
+	// the backend's factor. 0: the backend's.
+	BackoffFactor float64 `protobuf:"fixed64,10,opt,name=backoff_factor,json=backoffFactor,proto3" json:"backoff_factor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -395,6 +443,34 @@ func (x *RunGroup) GetNextModel() string {
 		return x.NextModel
 	}
 	return ""
+}
+
+func (x *RunGroup) GetDelay() *durationpb.Duration {
+	if x != nil {
+		return x.Delay
+	}
+	return nil
+}
+
+func (x *RunGroup) GetMaxRetries() int32 {
+	if x != nil && x.MaxRetries != nil {
+		return *x.MaxRetries
+	}
+	return 0
+}
+
+func (x *RunGroup) GetRetryDelay() *durationpb.Duration {
+	if x != nil {
+		return x.RetryDelay
+	}
+	return nil
+}
+
+func (x *RunGroup) GetBackoffFactor() float64 {
+	if x != nil {
+		return x.BackoffFactor
+	}
+	return 0
 }
 
 // Judge asks a model to judge each item's runs once they all ended.
@@ -714,7 +790,8 @@ type Job struct {
 	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	// Set when the job FAILED: what went wrong.
 	Error *status.Status `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	// Where the output files are, relative to the server's data directory.
+	// Where the output files are: relative to the server's data directory,
+	// or, when the spec set output_dir, relative to the output root.
 	OutputDir     string `protobuf:"bytes,7,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1771,7 +1848,7 @@ var File_batcher_v1_jobs_proto protoreflect.FileDescriptor
 const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"\n" +
 	"\x15batcher/v1/jobs.proto\x12\n" +
-	"batcher.v1\x1a\x18batcher/v1/batcher.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\x88\x05\n" +
+	"batcher.v1\x1a\x18batcher/v1/batcher.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\x83\x06\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
 	"\bmetadata\x18\x02 \x03(\v2!.batcher.v1.JobSpec.MetadataEntryR\bmetadata\x12\x14\n" +
@@ -1788,11 +1865,15 @@ const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"run_groups\x18\n" +
 	" \x03(\v2\x14.batcher.v1.RunGroupR\trunGroups\x12'\n" +
 	"\x05judge\x18\v \x01(\v2\x11.batcher.v1.JudgeR\x05judge\x12&\n" +
-	"\x0ffail_on_invalid\x18\f \x01(\bR\rfailOnInvalid\x1a;\n" +
+	"\x0ffail_on_invalid\x18\f \x01(\bR\rfailOnInvalid\x12.\n" +
+	"\x13requests_per_minute\x18\r \x01(\x05R\x11requestsPerMinute\x12*\n" +
+	"\x11tokens_per_minute\x18\x0e \x01(\x03R\x0ftokensPerMinute\x12\x1d\n" +
+	"\n" +
+	"output_dir\x18\x0f \x01(\tR\toutputDir\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0e\n" +
-	"\f_max_retries\"\xb4\x01\n" +
+	"\f_max_retries\"\xfe\x02\n" +
 	"\bRunGroup\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x12\n" +
@@ -1800,8 +1881,16 @@ const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"\vtemperature\x18\x04 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x14\n" +
 	"\x05seeds\x18\x05 \x03(\x03R\x05seeds\x12\x1d\n" +
 	"\n" +
-	"next_model\x18\x06 \x01(\tR\tnextModelB\x0e\n" +
-	"\f_temperature\"|\n" +
+	"next_model\x18\x06 \x01(\tR\tnextModel\x12/\n" +
+	"\x05delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12$\n" +
+	"\vmax_retries\x18\b \x01(\x05H\x01R\n" +
+	"maxRetries\x88\x01\x01\x12:\n" +
+	"\vretry_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryDelay\x12%\n" +
+	"\x0ebackoff_factor\x18\n" +
+	" \x01(\x01R\rbackoffFactorB\x0e\n" +
+	"\f_temperatureB\x0e\n" +
+	"\f_max_retries\"|\n" +
 	"\x05Judge\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12'\n" +
 	"\x0fprompt_template\x18\x02 \x01(\tR\x0epromptTemplate\x124\n" +
@@ -1981,52 +2070,54 @@ var file_batcher_v1_jobs_proto_depIdxs = []int32{
 	29, // 4: batcher.v1.JobSpec.completion_window:type_name -> google.protobuf.Duration
 	3,  // 5: batcher.v1.JobSpec.run_groups:type_name -> batcher.v1.RunGroup
 	4,  // 6: batcher.v1.JobSpec.judge:type_name -> batcher.v1.Judge
-	27, // 7: batcher.v1.Judge.params:type_name -> batcher.v1.GenerationParams
-	30, // 8: batcher.v1.JobItems.requests:type_name -> batcher.v1.Request
-	5,  // 9: batcher.v1.JobItems.openai_lines:type_name -> batcher.v1.OpenAIBatchLine
-	2,  // 10: batcher.v1.CreateJobRequest.spec:type_name -> batcher.v1.JobSpec
-	6,  // 11: batcher.v1.CreateJobRequest.items:type_name -> batcher.v1.JobItems
-	9,  // 12: batcher.v1.CreateJobResponse.job:type_name -> batcher.v1.Job
-	2,  // 13: batcher.v1.Job.spec:type_name -> batcher.v1.JobSpec
-	12, // 14: batcher.v1.Job.progress:type_name -> batcher.v1.JobProgress
-	31, // 15: batcher.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	31, // 16: batcher.v1.Job.ended_at:type_name -> google.protobuf.Timestamp
-	32, // 17: batcher.v1.Job.error:type_name -> google.rpc.Status
-	10, // 18: batcher.v1.GroupProgress.counts:type_name -> batcher.v1.JobCounts
-	0,  // 19: batcher.v1.JobProgress.state:type_name -> batcher.v1.JobState
-	10, // 20: batcher.v1.JobProgress.counts:type_name -> batcher.v1.JobCounts
-	11, // 21: batcher.v1.JobProgress.groups:type_name -> batcher.v1.GroupProgress
-	29, // 22: batcher.v1.JobProgress.elapsed:type_name -> google.protobuf.Duration
-	29, // 23: batcher.v1.JobProgress.eta:type_name -> google.protobuf.Duration
-	31, // 24: batcher.v1.JobProgress.time:type_name -> google.protobuf.Timestamp
-	9,  // 25: batcher.v1.GetJobResponse.job:type_name -> batcher.v1.Job
-	0,  // 26: batcher.v1.ListJobsRequest.state:type_name -> batcher.v1.JobState
-	9,  // 27: batcher.v1.ListJobsResponse.jobs:type_name -> batcher.v1.Job
-	9,  // 28: batcher.v1.CancelJobResponse.job:type_name -> batcher.v1.Job
-	12, // 29: batcher.v1.WatchJobResponse.progress:type_name -> batcher.v1.JobProgress
-	1,  // 30: batcher.v1.ListJobResultsRequest.outcome:type_name -> batcher.v1.ItemOutcome
-	25, // 31: batcher.v1.ListJobResultsResponse.result:type_name -> batcher.v1.JobResult
-	1,  // 32: batcher.v1.JobResult.outcome:type_name -> batcher.v1.ItemOutcome
-	33, // 33: batcher.v1.JobResult.completion:type_name -> batcher.v1.Completion
-	7,  // 34: batcher.v1.JobService.CreateJob:input_type -> batcher.v1.CreateJobRequest
-	13, // 35: batcher.v1.JobService.GetJob:input_type -> batcher.v1.GetJobRequest
-	15, // 36: batcher.v1.JobService.ListJobs:input_type -> batcher.v1.ListJobsRequest
-	17, // 37: batcher.v1.JobService.CancelJob:input_type -> batcher.v1.CancelJobRequest
-	19, // 38: batcher.v1.JobService.DeleteJob:input_type -> batcher.v1.DeleteJobRequest
-	21, // 39: batcher.v1.JobService.WatchJob:input_type -> batcher.v1.WatchJobRequest
-	23, // 40: batcher.v1.JobService.ListJobResults:input_type -> batcher.v1.ListJobResultsRequest
-	8,  // 41: batcher.v1.JobService.CreateJob:output_type -> batcher.v1.CreateJobResponse
-	14, // 42: batcher.v1.JobService.GetJob:output_type -> batcher.v1.GetJobResponse
-	16, // 43: batcher.v1.JobService.ListJobs:output_type -> batcher.v1.ListJobsResponse
-	18, // 44: batcher.v1.JobService.CancelJob:output_type -> batcher.v1.CancelJobResponse
-	20, // 45: batcher.v1.JobService.DeleteJob:output_type -> batcher.v1.DeleteJobResponse
-	22, // 46: batcher.v1.JobService.WatchJob:output_type -> batcher.v1.WatchJobResponse
-	24, // 47: batcher.v1.JobService.ListJobResults:output_type -> batcher.v1.ListJobResultsResponse
-	41, // [41:48] is the sub-list for method output_type
-	34, // [34:41] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	29, // 7: batcher.v1.RunGroup.delay:type_name -> google.protobuf.Duration
+	29, // 8: batcher.v1.RunGroup.retry_delay:type_name -> google.protobuf.Duration
+	27, // 9: batcher.v1.Judge.params:type_name -> batcher.v1.GenerationParams
+	30, // 10: batcher.v1.JobItems.requests:type_name -> batcher.v1.Request
+	5,  // 11: batcher.v1.JobItems.openai_lines:type_name -> batcher.v1.OpenAIBatchLine
+	2,  // 12: batcher.v1.CreateJobRequest.spec:type_name -> batcher.v1.JobSpec
+	6,  // 13: batcher.v1.CreateJobRequest.items:type_name -> batcher.v1.JobItems
+	9,  // 14: batcher.v1.CreateJobResponse.job:type_name -> batcher.v1.Job
+	2,  // 15: batcher.v1.Job.spec:type_name -> batcher.v1.JobSpec
+	12, // 16: batcher.v1.Job.progress:type_name -> batcher.v1.JobProgress
+	31, // 17: batcher.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	31, // 18: batcher.v1.Job.ended_at:type_name -> google.protobuf.Timestamp
+	32, // 19: batcher.v1.Job.error:type_name -> google.rpc.Status
+	10, // 20: batcher.v1.GroupProgress.counts:type_name -> batcher.v1.JobCounts
+	0,  // 21: batcher.v1.JobProgress.state:type_name -> batcher.v1.JobState
+	10, // 22: batcher.v1.JobProgress.counts:type_name -> batcher.v1.JobCounts
+	11, // 23: batcher.v1.JobProgress.groups:type_name -> batcher.v1.GroupProgress
+	29, // 24: batcher.v1.JobProgress.elapsed:type_name -> google.protobuf.Duration
+	29, // 25: batcher.v1.JobProgress.eta:type_name -> google.protobuf.Duration
+	31, // 26: batcher.v1.JobProgress.time:type_name -> google.protobuf.Timestamp
+	9,  // 27: batcher.v1.GetJobResponse.job:type_name -> batcher.v1.Job
+	0,  // 28: batcher.v1.ListJobsRequest.state:type_name -> batcher.v1.JobState
+	9,  // 29: batcher.v1.ListJobsResponse.jobs:type_name -> batcher.v1.Job
+	9,  // 30: batcher.v1.CancelJobResponse.job:type_name -> batcher.v1.Job
+	12, // 31: batcher.v1.WatchJobResponse.progress:type_name -> batcher.v1.JobProgress
+	1,  // 32: batcher.v1.ListJobResultsRequest.outcome:type_name -> batcher.v1.ItemOutcome
+	25, // 33: batcher.v1.ListJobResultsResponse.result:type_name -> batcher.v1.JobResult
+	1,  // 34: batcher.v1.JobResult.outcome:type_name -> batcher.v1.ItemOutcome
+	33, // 35: batcher.v1.JobResult.completion:type_name -> batcher.v1.Completion
+	7,  // 36: batcher.v1.JobService.CreateJob:input_type -> batcher.v1.CreateJobRequest
+	13, // 37: batcher.v1.JobService.GetJob:input_type -> batcher.v1.GetJobRequest
+	15, // 38: batcher.v1.JobService.ListJobs:input_type -> batcher.v1.ListJobsRequest
+	17, // 39: batcher.v1.JobService.CancelJob:input_type -> batcher.v1.CancelJobRequest
+	19, // 40: batcher.v1.JobService.DeleteJob:input_type -> batcher.v1.DeleteJobRequest
+	21, // 41: batcher.v1.JobService.WatchJob:input_type -> batcher.v1.WatchJobRequest
+	23, // 42: batcher.v1.JobService.ListJobResults:input_type -> batcher.v1.ListJobResultsRequest
+	8,  // 43: batcher.v1.JobService.CreateJob:output_type -> batcher.v1.CreateJobResponse
+	14, // 44: batcher.v1.JobService.GetJob:output_type -> batcher.v1.GetJobResponse
+	16, // 45: batcher.v1.JobService.ListJobs:output_type -> batcher.v1.ListJobsResponse
+	18, // 46: batcher.v1.JobService.CancelJob:output_type -> batcher.v1.CancelJobResponse
+	20, // 47: batcher.v1.JobService.DeleteJob:output_type -> batcher.v1.DeleteJobResponse
+	22, // 48: batcher.v1.JobService.WatchJob:output_type -> batcher.v1.WatchJobResponse
+	24, // 49: batcher.v1.JobService.ListJobResults:output_type -> batcher.v1.ListJobResultsResponse
+	43, // [43:50] is the sub-list for method output_type
+	36, // [36:43] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_batcher_v1_jobs_proto_init() }

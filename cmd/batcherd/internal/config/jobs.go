@@ -45,6 +45,10 @@ type JobsLimits struct {
 	// Lease is how long a replica's claim holds without renewal (default
 	// 30s): a dead replica's items go back to pending after it.
 	Lease Duration `yaml:"lease"`
+	// OutputRoot, when set, lets a job choose where its output files go
+	// (JobSpec.output_dir), in a directory under this one; empty: every
+	// job writes under data_dir.
+	OutputRoot string `yaml:"output_root"`
 }
 
 func init() {
@@ -62,6 +66,7 @@ func init() {
 		}},
 		setting{"jobs.max_running", "jobs-max-running", "BATCHER_JOBS_MAX_RUNNING", "jobs one batcherd runs at once", intSetter(func(c *Config) *int { return &c.Jobs.Limits.MaxRunning })},
 		setting{"jobs.ttl", "jobs-ttl", "BATCHER_JOBS_TTL", "how long an ended job is kept", durSetter(func(c *Config) *Duration { return &c.Jobs.Limits.TTL })},
+		setting{"jobs.output_root", "jobs-output-root", "BATCHER_JOBS_OUTPUT_ROOT", "directory under which a job may choose its output directory (empty: none may)", func(c *Config, v string) error { c.Jobs.Limits.OutputRoot = v; return nil }},
 		setting{"jobs.lease", "jobs-lease", "BATCHER_JOBS_LEASE", "how long a claim holds without renewal", durSetter(func(c *Config) *Duration { return &c.Jobs.Limits.Lease })},
 	)
 }
@@ -93,6 +98,9 @@ func (c *Config) validateJobs(e *errs) {
 	}
 	if l.ConcurrentRequests < 0 {
 		e.add("jobs.concurrent_requests", "must not be negative, got %d", l.ConcurrentRequests)
+	}
+	if l.OutputRoot != "" && j.DataDir == "" {
+		e.add("jobs.output_root", "needs data_dir: jobs are off without it")
 	}
 	if l.Lease != 0 && l.Lease.D() < 1e9 {
 		e.add("jobs.lease", "must be at least 1s, got %v", l.Lease)

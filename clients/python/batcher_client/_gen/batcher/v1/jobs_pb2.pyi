@@ -178,7 +178,7 @@ class JobResult(_message.Message):
     def __init__(self, item: _Optional[int] = ..., custom_id: _Optional[str] = ..., group: _Optional[str] = ..., run: _Optional[int] = ..., judge: bool = ..., outcome: _Optional[_Union[ItemOutcome, str]] = ..., completion: _Optional[_Union[_batcher_pb2.Completion, _Mapping]] = ..., model: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ["completion_window", "concurrent_requests", "fail_on_invalid", "judge", "max_retries", "metadata", "model", "name", "params", "priority", "retry_delay", "run_groups"]
+    __slots__ = ["completion_window", "concurrent_requests", "fail_on_invalid", "judge", "max_retries", "metadata", "model", "name", "output_dir", "params", "priority", "requests_per_minute", "retry_delay", "run_groups", "tokens_per_minute"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -194,10 +194,13 @@ class JobSpec(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIR_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
     RUN_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     completion_window: _duration_pb2.Duration
     concurrent_requests: int
     fail_on_invalid: bool
@@ -206,11 +209,14 @@ class JobSpec(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     model: str
     name: str
+    output_dir: str
     params: _batcher_pb2.GenerationParams
     priority: _batcher_pb2.Priority
+    requests_per_minute: int
     retry_delay: _duration_pb2.Duration
     run_groups: _containers.RepeatedCompositeFieldContainer[RunGroup]
-    def __init__(self, name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., params: _Optional[_Union[_batcher_pb2.GenerationParams, _Mapping]] = ..., priority: _Optional[_Union[_batcher_pb2.Priority, str]] = ..., max_retries: _Optional[int] = ..., retry_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., concurrent_requests: _Optional[int] = ..., completion_window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., run_groups: _Optional[_Iterable[_Union[RunGroup, _Mapping]]] = ..., judge: _Optional[_Union[Judge, _Mapping]] = ..., fail_on_invalid: bool = ...) -> None: ...
+    tokens_per_minute: int
+    def __init__(self, name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., params: _Optional[_Union[_batcher_pb2.GenerationParams, _Mapping]] = ..., priority: _Optional[_Union[_batcher_pb2.Priority, str]] = ..., max_retries: _Optional[int] = ..., retry_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., concurrent_requests: _Optional[int] = ..., completion_window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., run_groups: _Optional[_Iterable[_Union[RunGroup, _Mapping]]] = ..., judge: _Optional[_Union[Judge, _Mapping]] = ..., fail_on_invalid: bool = ..., requests_per_minute: _Optional[int] = ..., tokens_per_minute: _Optional[int] = ..., output_dir: _Optional[str] = ...) -> None: ...
 
 class Judge(_message.Message):
     __slots__ = ["model", "params", "prompt_template"]
@@ -263,20 +269,28 @@ class OpenAIBatchLine(_message.Message):
     def __init__(self, line: _Optional[bytes] = ...) -> None: ...
 
 class RunGroup(_message.Message):
-    __slots__ = ["model", "name", "next_model", "runs", "seeds", "temperature"]
+    __slots__ = ["backoff_factor", "delay", "max_retries", "model", "name", "next_model", "retry_delay", "runs", "seeds", "temperature"]
+    BACKOFF_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     NEXT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
     SEEDS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    backoff_factor: float
+    delay: _duration_pb2.Duration
+    max_retries: int
     model: str
     name: str
     next_model: str
+    retry_delay: _duration_pb2.Duration
     runs: int
     seeds: _containers.RepeatedScalarFieldContainer[int]
     temperature: float
-    def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., runs: _Optional[int] = ..., temperature: _Optional[float] = ..., seeds: _Optional[_Iterable[int]] = ..., next_model: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., runs: _Optional[int] = ..., temperature: _Optional[float] = ..., seeds: _Optional[_Iterable[int]] = ..., next_model: _Optional[str] = ..., delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., max_retries: _Optional[int] = ..., retry_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., backoff_factor: _Optional[float] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
     __slots__ = ["id"]

@@ -235,7 +235,8 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object outputDir_ = "";
   /**
    * <pre>
-   * Where the output files are, relative to the server's data directory.
+   * Where the output files are: relative to the server's data directory,
+   * or, when the spec set output_dir, relative to the output root.
    * </pre>
    *
    * <code>string output_dir = 7 [json_name = "outputDir"];</code>
@@ -256,7 +257,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Where the output files are, relative to the server's data directory.
+   * Where the output files are: relative to the server's data directory,
+   * or, when the spec set output_dir, relative to the output root.
    * </pre>
    *
    * <code>string output_dir = 7 [json_name = "outputDir"];</code>
@@ -1515,7 +1517,8 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object outputDir_ = "";
     /**
      * <pre>
-     * Where the output files are, relative to the server's data directory.
+     * Where the output files are: relative to the server's data directory,
+     * or, when the spec set output_dir, relative to the output root.
      * </pre>
      *
      * <code>string output_dir = 7 [json_name = "outputDir"];</code>
@@ -1535,7 +1538,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Where the output files are, relative to the server's data directory.
+     * Where the output files are: relative to the server's data directory,
+     * or, when the spec set output_dir, relative to the output root.
      * </pre>
      *
      * <code>string output_dir = 7 [json_name = "outputDir"];</code>
@@ -1556,7 +1560,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Where the output files are, relative to the server's data directory.
+     * Where the output files are: relative to the server's data directory,
+     * or, when the spec set output_dir, relative to the output root.
      * </pre>
      *
      * <code>string output_dir = 7 [json_name = "outputDir"];</code>
@@ -1573,7 +1578,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Where the output files are, relative to the server's data directory.
+     * Where the output files are: relative to the server's data directory,
+     * or, when the spec set output_dir, relative to the output root.
      * </pre>
      *
      * <code>string output_dir = 7 [json_name = "outputDir"];</code>
@@ -1587,7 +1593,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Where the output files are, relative to the server's data directory.
+     * Where the output files are: relative to the server's data directory,
+     * or, when the spec set output_dir, relative to the output root.
      * </pre>
      *
      * <code>string output_dir = 7 [json_name = "outputDir"];</code>

@@ -108,7 +108,8 @@ public interface JobOrBuilder extends
 
   /**
    * <pre>
-   * Where the output files are, relative to the server's data directory.
+   * Where the output files are: relative to the server's data directory,
+   * or, when the spec set output_dir, relative to the output root.
    * </pre>
    *
    * <code>string output_dir = 7 [json_name = "outputDir"];</code>
@@ -117,7 +118,8 @@ public interface JobOrBuilder extends
   java.lang.String getOutputDir();
   /**
    * <pre>
-   * Where the output files are, relative to the server's data directory.
+   * Where the output files are: relative to the server's data directory,
+   * or, when the spec set output_dir, relative to the output root.
    * </pre>
    *
    * <code>string output_dir = 7 [json_name = "outputDir"];</code>

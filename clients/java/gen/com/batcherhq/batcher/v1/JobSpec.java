@@ -24,6 +24,7 @@ private static final long serialVersionUID = 0L;
     model_ = "";
     priority_ = 0;
     runGroups_ = java.util.Collections.emptyList();
+    outputDir_ = "";
   }
 
   @java.lang.Override
@@ -557,6 +558,95 @@ java.lang.String defaultValue) {
     return failOnInvalid_;
   }
 
+  public static final int REQUESTS_PER_MINUTE_FIELD_NUMBER = 13;
+  private int requestsPerMinute_ = 0;
+  /**
+   * <pre>
+   * At most this many of the job's requests start per minute, on top of
+   * the backends' own limits. 0: no job limit.
+   * </pre>
+   *
+   * <code>int32 requests_per_minute = 13 [json_name = "requestsPerMinute"];</code>
+   * @return The requestsPerMinute.
+   */
+  @java.lang.Override
+  public int getRequestsPerMinute() {
+    return requestsPerMinute_;
+  }
+
+  public static final int TOKENS_PER_MINUTE_FIELD_NUMBER = 14;
+  private long tokensPerMinute_ = 0L;
+  /**
+   * <pre>
+   * At most this many tokens per minute for the job, on top of the
+   * backends' own limits, counting a request's prompt (about four bytes a
+   * token) and its max_tokens when it starts, and its real usage when it
+   * ends. 0: no job limit.
+   * </pre>
+   *
+   * <code>int64 tokens_per_minute = 14 [json_name = "tokensPerMinute"];</code>
+   * @return The tokensPerMinute.
+   */
+  @java.lang.Override
+  public long getTokensPerMinute() {
+    return tokensPerMinute_;
+  }
+
+  public static final int OUTPUT_DIR_FIELD_NUMBER = 15;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object outputDir_ = "";
+  /**
+   * <pre>
+   * Where the job's output files go: a relative directory under the
+   * server's output root (jobs.output_root), which must be configured.
+   * Absolute paths, "..", and paths that leave the root through a
+   * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+   * directory.
+   * </pre>
+   *
+   * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+   * @return The outputDir.
+   */
+  @java.lang.Override
+  public java.lang.String getOutputDir() {
+    java.lang.Object ref = outputDir_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      outputDir_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * Where the job's output files go: a relative directory under the
+   * server's output root (jobs.output_root), which must be configured.
+   * Absolute paths, "..", and paths that leave the root through a
+   * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+   * directory.
+   * </pre>
+   *
+   * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+   * @return The bytes for outputDir.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getOutputDirBytes() {
+    java.lang.Object ref = outputDir_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      outputDir_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -609,6 +699,15 @@ java.lang.String defaultValue) {
     }
     if (failOnInvalid_ != false) {
       output.writeBool(12, failOnInvalid_);
+    }
+    if (requestsPerMinute_ != 0) {
+      output.writeInt32(13, requestsPerMinute_);
+    }
+    if (tokensPerMinute_ != 0L) {
+      output.writeInt64(14, tokensPerMinute_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(outputDir_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 15, outputDir_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -671,6 +770,17 @@ java.lang.String defaultValue) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(12, failOnInvalid_);
     }
+    if (requestsPerMinute_ != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt32Size(13, requestsPerMinute_);
+    }
+    if (tokensPerMinute_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(14, tokensPerMinute_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(outputDir_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(15, outputDir_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -724,6 +834,12 @@ java.lang.String defaultValue) {
     }
     if (getFailOnInvalid()
         != other.getFailOnInvalid()) return false;
+    if (getRequestsPerMinute()
+        != other.getRequestsPerMinute()) return false;
+    if (getTokensPerMinute()
+        != other.getTokensPerMinute()) return false;
+    if (!getOutputDir()
+        .equals(other.getOutputDir())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -774,6 +890,13 @@ java.lang.String defaultValue) {
     hash = (37 * hash) + FAIL_ON_INVALID_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getFailOnInvalid());
+    hash = (37 * hash) + REQUESTS_PER_MINUTE_FIELD_NUMBER;
+    hash = (53 * hash) + getRequestsPerMinute();
+    hash = (37 * hash) + TOKENS_PER_MINUTE_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getTokensPerMinute());
+    hash = (37 * hash) + OUTPUT_DIR_FIELD_NUMBER;
+    hash = (53 * hash) + getOutputDir().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -963,6 +1086,9 @@ java.lang.String defaultValue) {
         judgeBuilder_ = null;
       }
       failOnInvalid_ = false;
+      requestsPerMinute_ = 0;
+      tokensPerMinute_ = 0L;
+      outputDir_ = "";
       return this;
     }
 
@@ -1052,6 +1178,15 @@ java.lang.String defaultValue) {
       }
       if (((from_bitField0_ & 0x00000800) != 0)) {
         result.failOnInvalid_ = failOnInvalid_;
+      }
+      if (((from_bitField0_ & 0x00001000) != 0)) {
+        result.requestsPerMinute_ = requestsPerMinute_;
+      }
+      if (((from_bitField0_ & 0x00002000) != 0)) {
+        result.tokensPerMinute_ = tokensPerMinute_;
+      }
+      if (((from_bitField0_ & 0x00004000) != 0)) {
+        result.outputDir_ = outputDir_;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -1163,6 +1298,17 @@ java.lang.String defaultValue) {
       if (other.getFailOnInvalid() != false) {
         setFailOnInvalid(other.getFailOnInvalid());
       }
+      if (other.getRequestsPerMinute() != 0) {
+        setRequestsPerMinute(other.getRequestsPerMinute());
+      }
+      if (other.getTokensPerMinute() != 0L) {
+        setTokensPerMinute(other.getTokensPerMinute());
+      }
+      if (!other.getOutputDir().isEmpty()) {
+        outputDir_ = other.outputDir_;
+        bitField0_ |= 0x00004000;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -1269,6 +1415,21 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00000800;
               break;
             } // case 96
+            case 104: {
+              requestsPerMinute_ = input.readInt32();
+              bitField0_ |= 0x00001000;
+              break;
+            } // case 104
+            case 112: {
+              tokensPerMinute_ = input.readInt64();
+              bitField0_ |= 0x00002000;
+              break;
+            } // case 112
+            case 122: {
+              outputDir_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00004000;
+              break;
+            } // case 122
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2791,6 +2952,218 @@ java.lang.String defaultValue) {
     public Builder clearFailOnInvalid() {
       bitField0_ = (bitField0_ & ~0x00000800);
       failOnInvalid_ = false;
+      onChanged();
+      return this;
+    }
+
+    private int requestsPerMinute_ ;
+    /**
+     * <pre>
+     * At most this many of the job's requests start per minute, on top of
+     * the backends' own limits. 0: no job limit.
+     * </pre>
+     *
+     * <code>int32 requests_per_minute = 13 [json_name = "requestsPerMinute"];</code>
+     * @return The requestsPerMinute.
+     */
+    @java.lang.Override
+    public int getRequestsPerMinute() {
+      return requestsPerMinute_;
+    }
+    /**
+     * <pre>
+     * At most this many of the job's requests start per minute, on top of
+     * the backends' own limits. 0: no job limit.
+     * </pre>
+     *
+     * <code>int32 requests_per_minute = 13 [json_name = "requestsPerMinute"];</code>
+     * @param value The requestsPerMinute to set.
+     * @return This builder for chaining.
+     */
+    public Builder setRequestsPerMinute(int value) {
+      
+      requestsPerMinute_ = value;
+      bitField0_ |= 0x00001000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * At most this many of the job's requests start per minute, on top of
+     * the backends' own limits. 0: no job limit.
+     * </pre>
+     *
+     * <code>int32 requests_per_minute = 13 [json_name = "requestsPerMinute"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearRequestsPerMinute() {
+      bitField0_ = (bitField0_ & ~0x00001000);
+      requestsPerMinute_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private long tokensPerMinute_ ;
+    /**
+     * <pre>
+     * At most this many tokens per minute for the job, on top of the
+     * backends' own limits, counting a request's prompt (about four bytes a
+     * token) and its max_tokens when it starts, and its real usage when it
+     * ends. 0: no job limit.
+     * </pre>
+     *
+     * <code>int64 tokens_per_minute = 14 [json_name = "tokensPerMinute"];</code>
+     * @return The tokensPerMinute.
+     */
+    @java.lang.Override
+    public long getTokensPerMinute() {
+      return tokensPerMinute_;
+    }
+    /**
+     * <pre>
+     * At most this many tokens per minute for the job, on top of the
+     * backends' own limits, counting a request's prompt (about four bytes a
+     * token) and its max_tokens when it starts, and its real usage when it
+     * ends. 0: no job limit.
+     * </pre>
+     *
+     * <code>int64 tokens_per_minute = 14 [json_name = "tokensPerMinute"];</code>
+     * @param value The tokensPerMinute to set.
+     * @return This builder for chaining.
+     */
+    public Builder setTokensPerMinute(long value) {
+      
+      tokensPerMinute_ = value;
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * At most this many tokens per minute for the job, on top of the
+     * backends' own limits, counting a request's prompt (about four bytes a
+     * token) and its max_tokens when it starts, and its real usage when it
+     * ends. 0: no job limit.
+     * </pre>
+     *
+     * <code>int64 tokens_per_minute = 14 [json_name = "tokensPerMinute"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearTokensPerMinute() {
+      bitField0_ = (bitField0_ & ~0x00002000);
+      tokensPerMinute_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object outputDir_ = "";
+    /**
+     * <pre>
+     * Where the job's output files go: a relative directory under the
+     * server's output root (jobs.output_root), which must be configured.
+     * Absolute paths, "..", and paths that leave the root through a
+     * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+     * directory.
+     * </pre>
+     *
+     * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+     * @return The outputDir.
+     */
+    public java.lang.String getOutputDir() {
+      java.lang.Object ref = outputDir_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        outputDir_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Where the job's output files go: a relative directory under the
+     * server's output root (jobs.output_root), which must be configured.
+     * Absolute paths, "..", and paths that leave the root through a
+     * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+     * directory.
+     * </pre>
+     *
+     * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+     * @return The bytes for outputDir.
+     */
+    public com.google.protobuf.ByteString
+        getOutputDirBytes() {
+      java.lang.Object ref = outputDir_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        outputDir_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Where the job's output files go: a relative directory under the
+     * server's output root (jobs.output_root), which must be configured.
+     * Absolute paths, "..", and paths that leave the root through a
+     * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+     * directory.
+     * </pre>
+     *
+     * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+     * @param value The outputDir to set.
+     * @return This builder for chaining.
+     */
+    public Builder setOutputDir(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      outputDir_ = value;
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Where the job's output files go: a relative directory under the
+     * server's output root (jobs.output_root), which must be configured.
+     * Absolute paths, "..", and paths that leave the root through a
+     * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+     * directory.
+     * </pre>
+     *
+     * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearOutputDir() {
+      outputDir_ = getDefaultInstance().getOutputDir();
+      bitField0_ = (bitField0_ & ~0x00004000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Where the job's output files go: a relative directory under the
+     * server's output root (jobs.output_root), which must be configured.
+     * Absolute paths, "..", and paths that leave the root through a
+     * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+     * directory.
+     * </pre>
+     *
+     * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+     * @param value The bytes for outputDir to set.
+     * @return This builder for chaining.
+     */
+    public Builder setOutputDirBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      outputDir_ = value;
+      bitField0_ |= 0x00004000;
       onChanged();
       return this;
     }

@@ -318,4 +318,56 @@ java.lang.String defaultValue);
    * @return The failOnInvalid.
    */
   boolean getFailOnInvalid();
+
+  /**
+   * <pre>
+   * At most this many of the job's requests start per minute, on top of
+   * the backends' own limits. 0: no job limit.
+   * </pre>
+   *
+   * <code>int32 requests_per_minute = 13 [json_name = "requestsPerMinute"];</code>
+   * @return The requestsPerMinute.
+   */
+  int getRequestsPerMinute();
+
+  /**
+   * <pre>
+   * At most this many tokens per minute for the job, on top of the
+   * backends' own limits, counting a request's prompt (about four bytes a
+   * token) and its max_tokens when it starts, and its real usage when it
+   * ends. 0: no job limit.
+   * </pre>
+   *
+   * <code>int64 tokens_per_minute = 14 [json_name = "tokensPerMinute"];</code>
+   * @return The tokensPerMinute.
+   */
+  long getTokensPerMinute();
+
+  /**
+   * <pre>
+   * Where the job's output files go: a relative directory under the
+   * server's output root (jobs.output_root), which must be configured.
+   * Absolute paths, "..", and paths that leave the root through a
+   * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+   * directory.
+   * </pre>
+   *
+   * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+   * @return The outputDir.
+   */
+  java.lang.String getOutputDir();
+  /**
+   * <pre>
+   * Where the job's output files go: a relative directory under the
+   * server's output root (jobs.output_root), which must be configured.
+   * Absolute paths, "..", and paths that leave the root through a
+   * symbolic link are INVALID_ARGUMENT. Empty: jobs/&lt;id&gt; under the data
+   * directory.
+   * </pre>
+   *
+   * <code>string output_dir = 15 [json_name = "outputDir"];</code>
+   * @return The bytes for outputDir.
+   */
+  com.google.protobuf.ByteString
+      getOutputDirBytes();
 }

@@ -227,7 +227,9 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object nextModel_ = "";
   /**
    * <pre>
-   * A model to move to for an item once its retries on model are used up.
+   * A model to move to for an item once its retries on model are used up,
+   * or at once when model cannot serve (its circuit breaker open on every
+   * backend).
    * </pre>
    *
    * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -248,7 +250,9 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * A model to move to for an item once its retries on model are used up.
+   * A model to move to for an item once its retries on model are used up,
+   * or at once when model cannot serve (its circuit breaker open on every
+   * backend).
    * </pre>
    *
    * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -267,6 +271,130 @@ private static final long serialVersionUID = 0L;
     } else {
       return (com.google.protobuf.ByteString) ref;
     }
+  }
+
+  public static final int DELAY_FIELD_NUMBER = 7;
+  private com.google.protobuf.Duration delay_;
+  /**
+   * <pre>
+   * The least time between the starts of two of the group's runs, 0 to 1h.
+   * Unset: no delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+   * @return Whether the delay field is set.
+   */
+  @java.lang.Override
+  public boolean hasDelay() {
+    return delay_ != null;
+  }
+  /**
+   * <pre>
+   * The least time between the starts of two of the group's runs, 0 to 1h.
+   * Unset: no delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+   * @return The delay.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Duration getDelay() {
+    return delay_ == null ? com.google.protobuf.Duration.getDefaultInstance() : delay_;
+  }
+  /**
+   * <pre>
+   * The least time between the starts of two of the group's runs, 0 to 1h.
+   * Unset: no delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.DurationOrBuilder getDelayOrBuilder() {
+    return delay_ == null ? com.google.protobuf.Duration.getDefaultInstance() : delay_;
+  }
+
+  public static final int MAX_RETRIES_FIELD_NUMBER = 8;
+  private int maxRetries_ = 0;
+  /**
+   * <pre>
+   * Retries per run, 0 to 100, overriding the job's max_retries and the
+   * backend's policy. Unset: the job's.
+   * </pre>
+   *
+   * <code>optional int32 max_retries = 8 [json_name = "maxRetries"];</code>
+   * @return Whether the maxRetries field is set.
+   */
+  @java.lang.Override
+  public boolean hasMaxRetries() {
+    return ((bitField0_ & 0x00000002) != 0);
+  }
+  /**
+   * <pre>
+   * Retries per run, 0 to 100, overriding the job's max_retries and the
+   * backend's policy. Unset: the job's.
+   * </pre>
+   *
+   * <code>optional int32 max_retries = 8 [json_name = "maxRetries"];</code>
+   * @return The maxRetries.
+   */
+  @java.lang.Override
+  public int getMaxRetries() {
+    return maxRetries_;
+  }
+
+  public static final int RETRY_DELAY_FIELD_NUMBER = 9;
+  private com.google.protobuf.Duration retryDelay_;
+  /**
+   * <pre>
+   * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+   * @return Whether the retryDelay field is set.
+   */
+  @java.lang.Override
+  public boolean hasRetryDelay() {
+    return retryDelay_ != null;
+  }
+  /**
+   * <pre>
+   * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+   * @return The retryDelay.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Duration getRetryDelay() {
+    return retryDelay_ == null ? com.google.protobuf.Duration.getDefaultInstance() : retryDelay_;
+  }
+  /**
+   * <pre>
+   * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.DurationOrBuilder getRetryDelayOrBuilder() {
+    return retryDelay_ == null ? com.google.protobuf.Duration.getDefaultInstance() : retryDelay_;
+  }
+
+  public static final int BACKOFF_FACTOR_FIELD_NUMBER = 10;
+  private double backoffFactor_ = 0D;
+  /**
+   * <pre>
+   * Each retry waits this many times the one before, 1 to 10, overriding
+   * the backend's factor. 0: the backend's.
+   * </pre>
+   *
+   * <code>double backoff_factor = 10 [json_name = "backoffFactor"];</code>
+   * @return The backoffFactor.
+   */
+  @java.lang.Override
+  public double getBackoffFactor() {
+    return backoffFactor_;
   }
 
   private byte memoizedIsInitialized = -1;
@@ -305,6 +433,18 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(nextModel_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 6, nextModel_);
+    }
+    if (delay_ != null) {
+      output.writeMessage(7, getDelay());
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      output.writeInt32(8, maxRetries_);
+    }
+    if (retryDelay_ != null) {
+      output.writeMessage(9, getRetryDelay());
+    }
+    if (java.lang.Double.doubleToRawLongBits(backoffFactor_) != 0) {
+      output.writeDouble(10, backoffFactor_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -346,6 +486,22 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(nextModel_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(6, nextModel_);
     }
+    if (delay_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(7, getDelay());
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt32Size(8, maxRetries_);
+    }
+    if (retryDelay_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(9, getRetryDelay());
+    }
+    if (java.lang.Double.doubleToRawLongBits(backoffFactor_) != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeDoubleSize(10, backoffFactor_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -377,6 +533,24 @@ private static final long serialVersionUID = 0L;
         .equals(other.getSeedsList())) return false;
     if (!getNextModel()
         .equals(other.getNextModel())) return false;
+    if (hasDelay() != other.hasDelay()) return false;
+    if (hasDelay()) {
+      if (!getDelay()
+          .equals(other.getDelay())) return false;
+    }
+    if (hasMaxRetries() != other.hasMaxRetries()) return false;
+    if (hasMaxRetries()) {
+      if (getMaxRetries()
+          != other.getMaxRetries()) return false;
+    }
+    if (hasRetryDelay() != other.hasRetryDelay()) return false;
+    if (hasRetryDelay()) {
+      if (!getRetryDelay()
+          .equals(other.getRetryDelay())) return false;
+    }
+    if (java.lang.Double.doubleToLongBits(getBackoffFactor())
+        != java.lang.Double.doubleToLongBits(
+            other.getBackoffFactor())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -405,6 +579,21 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + NEXT_MODEL_FIELD_NUMBER;
     hash = (53 * hash) + getNextModel().hashCode();
+    if (hasDelay()) {
+      hash = (37 * hash) + DELAY_FIELD_NUMBER;
+      hash = (53 * hash) + getDelay().hashCode();
+    }
+    if (hasMaxRetries()) {
+      hash = (37 * hash) + MAX_RETRIES_FIELD_NUMBER;
+      hash = (53 * hash) + getMaxRetries();
+    }
+    if (hasRetryDelay()) {
+      hash = (37 * hash) + RETRY_DELAY_FIELD_NUMBER;
+      hash = (53 * hash) + getRetryDelay().hashCode();
+    }
+    hash = (37 * hash) + BACKOFF_FACTOR_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        java.lang.Double.doubleToLongBits(getBackoffFactor()));
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -545,6 +734,18 @@ private static final long serialVersionUID = 0L;
       temperature_ = 0F;
       seeds_ = emptyLongList();
       nextModel_ = "";
+      delay_ = null;
+      if (delayBuilder_ != null) {
+        delayBuilder_.dispose();
+        delayBuilder_ = null;
+      }
+      maxRetries_ = 0;
+      retryDelay_ = null;
+      if (retryDelayBuilder_ != null) {
+        retryDelayBuilder_.dispose();
+        retryDelayBuilder_ = null;
+      }
+      backoffFactor_ = 0D;
       return this;
     }
 
@@ -603,6 +804,23 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000020) != 0)) {
         result.nextModel_ = nextModel_;
+      }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.delay_ = delayBuilder_ == null
+            ? delay_
+            : delayBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000080) != 0)) {
+        result.maxRetries_ = maxRetries_;
+        to_bitField0_ |= 0x00000002;
+      }
+      if (((from_bitField0_ & 0x00000100) != 0)) {
+        result.retryDelay_ = retryDelayBuilder_ == null
+            ? retryDelay_
+            : retryDelayBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000200) != 0)) {
+        result.backoffFactor_ = backoffFactor_;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -682,6 +900,18 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000020;
         onChanged();
       }
+      if (other.hasDelay()) {
+        mergeDelay(other.getDelay());
+      }
+      if (other.hasMaxRetries()) {
+        setMaxRetries(other.getMaxRetries());
+      }
+      if (other.hasRetryDelay()) {
+        mergeRetryDelay(other.getRetryDelay());
+      }
+      if (other.getBackoffFactor() != 0D) {
+        setBackoffFactor(other.getBackoffFactor());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -749,6 +979,30 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 50
+            case 58: {
+              input.readMessage(
+                  getDelayFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 58
+            case 64: {
+              maxRetries_ = input.readInt32();
+              bitField0_ |= 0x00000080;
+              break;
+            } // case 64
+            case 74: {
+              input.readMessage(
+                  getRetryDelayFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000100;
+              break;
+            } // case 74
+            case 81: {
+              backoffFactor_ = input.readDouble();
+              bitField0_ |= 0x00000200;
+              break;
+            } // case 81
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1146,7 +1400,9 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object nextModel_ = "";
     /**
      * <pre>
-     * A model to move to for an item once its retries on model are used up.
+     * A model to move to for an item once its retries on model are used up,
+     * or at once when model cannot serve (its circuit breaker open on every
+     * backend).
      * </pre>
      *
      * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -1166,7 +1422,9 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * A model to move to for an item once its retries on model are used up.
+     * A model to move to for an item once its retries on model are used up,
+     * or at once when model cannot serve (its circuit breaker open on every
+     * backend).
      * </pre>
      *
      * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -1187,7 +1445,9 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * A model to move to for an item once its retries on model are used up.
+     * A model to move to for an item once its retries on model are used up,
+     * or at once when model cannot serve (its circuit breaker open on every
+     * backend).
      * </pre>
      *
      * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -1204,7 +1464,9 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * A model to move to for an item once its retries on model are used up.
+     * A model to move to for an item once its retries on model are used up,
+     * or at once when model cannot serve (its circuit breaker open on every
+     * backend).
      * </pre>
      *
      * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -1218,7 +1480,9 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * A model to move to for an item once its retries on model are used up.
+     * A model to move to for an item once its retries on model are used up,
+     * or at once when model cannot serve (its circuit breaker open on every
+     * backend).
      * </pre>
      *
      * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -1231,6 +1495,432 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       nextModel_ = value;
       bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Duration delay_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> delayBuilder_;
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     * @return Whether the delay field is set.
+     */
+    public boolean hasDelay() {
+      return ((bitField0_ & 0x00000040) != 0);
+    }
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     * @return The delay.
+     */
+    public com.google.protobuf.Duration getDelay() {
+      if (delayBuilder_ == null) {
+        return delay_ == null ? com.google.protobuf.Duration.getDefaultInstance() : delay_;
+      } else {
+        return delayBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     */
+    public Builder setDelay(com.google.protobuf.Duration value) {
+      if (delayBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        delay_ = value;
+      } else {
+        delayBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     */
+    public Builder setDelay(
+        com.google.protobuf.Duration.Builder builderForValue) {
+      if (delayBuilder_ == null) {
+        delay_ = builderForValue.build();
+      } else {
+        delayBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     */
+    public Builder mergeDelay(com.google.protobuf.Duration value) {
+      if (delayBuilder_ == null) {
+        if (((bitField0_ & 0x00000040) != 0) &&
+          delay_ != null &&
+          delay_ != com.google.protobuf.Duration.getDefaultInstance()) {
+          getDelayBuilder().mergeFrom(value);
+        } else {
+          delay_ = value;
+        }
+      } else {
+        delayBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     */
+    public Builder clearDelay() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      delay_ = null;
+      if (delayBuilder_ != null) {
+        delayBuilder_.dispose();
+        delayBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     */
+    public com.google.protobuf.Duration.Builder getDelayBuilder() {
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return getDelayFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     */
+    public com.google.protobuf.DurationOrBuilder getDelayOrBuilder() {
+      if (delayBuilder_ != null) {
+        return delayBuilder_.getMessageOrBuilder();
+      } else {
+        return delay_ == null ?
+            com.google.protobuf.Duration.getDefaultInstance() : delay_;
+      }
+    }
+    /**
+     * <pre>
+     * The least time between the starts of two of the group's runs, 0 to 1h.
+     * Unset: no delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+        getDelayFieldBuilder() {
+      if (delayBuilder_ == null) {
+        delayBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                getDelay(),
+                getParentForChildren(),
+                isClean());
+        delay_ = null;
+      }
+      return delayBuilder_;
+    }
+
+    private int maxRetries_ ;
+    /**
+     * <pre>
+     * Retries per run, 0 to 100, overriding the job's max_retries and the
+     * backend's policy. Unset: the job's.
+     * </pre>
+     *
+     * <code>optional int32 max_retries = 8 [json_name = "maxRetries"];</code>
+     * @return Whether the maxRetries field is set.
+     */
+    @java.lang.Override
+    public boolean hasMaxRetries() {
+      return ((bitField0_ & 0x00000080) != 0);
+    }
+    /**
+     * <pre>
+     * Retries per run, 0 to 100, overriding the job's max_retries and the
+     * backend's policy. Unset: the job's.
+     * </pre>
+     *
+     * <code>optional int32 max_retries = 8 [json_name = "maxRetries"];</code>
+     * @return The maxRetries.
+     */
+    @java.lang.Override
+    public int getMaxRetries() {
+      return maxRetries_;
+    }
+    /**
+     * <pre>
+     * Retries per run, 0 to 100, overriding the job's max_retries and the
+     * backend's policy. Unset: the job's.
+     * </pre>
+     *
+     * <code>optional int32 max_retries = 8 [json_name = "maxRetries"];</code>
+     * @param value The maxRetries to set.
+     * @return This builder for chaining.
+     */
+    public Builder setMaxRetries(int value) {
+      
+      maxRetries_ = value;
+      bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Retries per run, 0 to 100, overriding the job's max_retries and the
+     * backend's policy. Unset: the job's.
+     * </pre>
+     *
+     * <code>optional int32 max_retries = 8 [json_name = "maxRetries"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearMaxRetries() {
+      bitField0_ = (bitField0_ & ~0x00000080);
+      maxRetries_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Duration retryDelay_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> retryDelayBuilder_;
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     * @return Whether the retryDelay field is set.
+     */
+    public boolean hasRetryDelay() {
+      return ((bitField0_ & 0x00000100) != 0);
+    }
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     * @return The retryDelay.
+     */
+    public com.google.protobuf.Duration getRetryDelay() {
+      if (retryDelayBuilder_ == null) {
+        return retryDelay_ == null ? com.google.protobuf.Duration.getDefaultInstance() : retryDelay_;
+      } else {
+        return retryDelayBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     */
+    public Builder setRetryDelay(com.google.protobuf.Duration value) {
+      if (retryDelayBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        retryDelay_ = value;
+      } else {
+        retryDelayBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     */
+    public Builder setRetryDelay(
+        com.google.protobuf.Duration.Builder builderForValue) {
+      if (retryDelayBuilder_ == null) {
+        retryDelay_ = builderForValue.build();
+      } else {
+        retryDelayBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     */
+    public Builder mergeRetryDelay(com.google.protobuf.Duration value) {
+      if (retryDelayBuilder_ == null) {
+        if (((bitField0_ & 0x00000100) != 0) &&
+          retryDelay_ != null &&
+          retryDelay_ != com.google.protobuf.Duration.getDefaultInstance()) {
+          getRetryDelayBuilder().mergeFrom(value);
+        } else {
+          retryDelay_ = value;
+        }
+      } else {
+        retryDelayBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     */
+    public Builder clearRetryDelay() {
+      bitField0_ = (bitField0_ & ~0x00000100);
+      retryDelay_ = null;
+      if (retryDelayBuilder_ != null) {
+        retryDelayBuilder_.dispose();
+        retryDelayBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     */
+    public com.google.protobuf.Duration.Builder getRetryDelayBuilder() {
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return getRetryDelayFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     */
+    public com.google.protobuf.DurationOrBuilder getRetryDelayOrBuilder() {
+      if (retryDelayBuilder_ != null) {
+        return retryDelayBuilder_.getMessageOrBuilder();
+      } else {
+        return retryDelay_ == null ?
+            com.google.protobuf.Duration.getDefaultInstance() : retryDelay_;
+      }
+    }
+    /**
+     * <pre>
+     * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+        getRetryDelayFieldBuilder() {
+      if (retryDelayBuilder_ == null) {
+        retryDelayBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                getRetryDelay(),
+                getParentForChildren(),
+                isClean());
+        retryDelay_ = null;
+      }
+      return retryDelayBuilder_;
+    }
+
+    private double backoffFactor_ ;
+    /**
+     * <pre>
+     * Each retry waits this many times the one before, 1 to 10, overriding
+     * the backend's factor. 0: the backend's.
+     * </pre>
+     *
+     * <code>double backoff_factor = 10 [json_name = "backoffFactor"];</code>
+     * @return The backoffFactor.
+     */
+    @java.lang.Override
+    public double getBackoffFactor() {
+      return backoffFactor_;
+    }
+    /**
+     * <pre>
+     * Each retry waits this many times the one before, 1 to 10, overriding
+     * the backend's factor. 0: the backend's.
+     * </pre>
+     *
+     * <code>double backoff_factor = 10 [json_name = "backoffFactor"];</code>
+     * @param value The backoffFactor to set.
+     * @return This builder for chaining.
+     */
+    public Builder setBackoffFactor(double value) {
+      
+      backoffFactor_ = value;
+      bitField0_ |= 0x00000200;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Each retry waits this many times the one before, 1 to 10, overriding
+     * the backend's factor. 0: the backend's.
+     * </pre>
+     *
+     * <code>double backoff_factor = 10 [json_name = "backoffFactor"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearBackoffFactor() {
+      bitField0_ = (bitField0_ & ~0x00000200);
+      backoffFactor_ = 0D;
       onChanged();
       return this;
     }

@@ -99,7 +99,9 @@ public interface RunGroupOrBuilder extends
 
   /**
    * <pre>
-   * A model to move to for an item once its retries on model are used up.
+   * A model to move to for an item once its retries on model are used up,
+   * or at once when model cannot serve (its circuit breaker open on every
+   * backend).
    * </pre>
    *
    * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -108,7 +110,9 @@ public interface RunGroupOrBuilder extends
   java.lang.String getNextModel();
   /**
    * <pre>
-   * A model to move to for an item once its retries on model are used up.
+   * A model to move to for an item once its retries on model are used up,
+   * or at once when model cannot serve (its circuit breaker open on every
+   * backend).
    * </pre>
    *
    * <code>string next_model = 6 [json_name = "nextModel"];</code>
@@ -116,4 +120,93 @@ public interface RunGroupOrBuilder extends
    */
   com.google.protobuf.ByteString
       getNextModelBytes();
+
+  /**
+   * <pre>
+   * The least time between the starts of two of the group's runs, 0 to 1h.
+   * Unset: no delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+   * @return Whether the delay field is set.
+   */
+  boolean hasDelay();
+  /**
+   * <pre>
+   * The least time between the starts of two of the group's runs, 0 to 1h.
+   * Unset: no delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+   * @return The delay.
+   */
+  com.google.protobuf.Duration getDelay();
+  /**
+   * <pre>
+   * The least time between the starts of two of the group's runs, 0 to 1h.
+   * Unset: no delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration delay = 7 [json_name = "delay"];</code>
+   */
+  com.google.protobuf.DurationOrBuilder getDelayOrBuilder();
+
+  /**
+   * <pre>
+   * Retries per run, 0 to 100, overriding the job's max_retries and the
+   * backend's policy. Unset: the job's.
+   * </pre>
+   *
+   * <code>optional int32 max_retries = 8 [json_name = "maxRetries"];</code>
+   * @return Whether the maxRetries field is set.
+   */
+  boolean hasMaxRetries();
+  /**
+   * <pre>
+   * Retries per run, 0 to 100, overriding the job's max_retries and the
+   * backend's policy. Unset: the job's.
+   * </pre>
+   *
+   * <code>optional int32 max_retries = 8 [json_name = "maxRetries"];</code>
+   * @return The maxRetries.
+   */
+  int getMaxRetries();
+
+  /**
+   * <pre>
+   * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+   * @return Whether the retryDelay field is set.
+   */
+  boolean hasRetryDelay();
+  /**
+   * <pre>
+   * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+   * @return The retryDelay.
+   */
+  com.google.protobuf.Duration getRetryDelay();
+  /**
+   * <pre>
+   * The first retry's delay, 0 to 1h, overriding the job's retry_delay.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration retry_delay = 9 [json_name = "retryDelay"];</code>
+   */
+  com.google.protobuf.DurationOrBuilder getRetryDelayOrBuilder();
+
+  /**
+   * <pre>
+   * Each retry waits this many times the one before, 1 to 10, overriding
+   * the backend's factor. 0: the backend's.
+   * </pre>
+   *
+   * <code>double backoff_factor = 10 [json_name = "backoffFactor"];</code>
+   * @return The backoffFactor.
+   */
+  double getBackoffFactor();
 }

@@ -1,0 +1,65 @@
+package jobs_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/batcherhq/batcher/jobs"
+)
+
+// Seed 002's output location: a job may choose its directory under the
+// configured root, and nowhere else on disk.
+func TestOutputDirUnderRoot(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(root, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *jobs.Config) { c.OutputRoot = root })
+
+	j := e.create(t, jobs.Spec{Model: "chat", OutputDir: "team-a/nightly"}, 5)
+	p, _ := e.wait(t, j.ID)
+	if p.Counts.Succeeded != 5 {
+		t.Fatalf("counts %+v", p.Counts)
+	}
+	dir := filepath.Join(root, "team-a", "nightly", j.ID)
+	if got := e.m.Dir(j); got != dir {
+		t.Fatalf("Dir = %s, want %s", got, dir)
+	}
+	if n := len(readLines(t, filepath.Join(dir, jobs.ResultsFile))); n != 5 {
+		t.Fatalf("%d result lines in %s, want 5", n, dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, jobs.SummaryFile)); err != nil {
+		t.Fatalf("no summary in the chosen directory: %v", err)
+	}
+	if _, err := os.Stat(jobs.JobDir(e.dir, j.ID)); !os.IsNotExist(err) {
+		t.Fatalf("files under the data directory too: %v", err)
+	}
+	if err := e.m.Delete(t.Context(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("Delete left %s: %v", dir, err)
+	}
+
+	for _, dir := range []string{"../up", "/abs", "a/../../up", "escape/x"} {
+		_, err := e.m.Begin(t.Context(), jobs.Spec{Model: "chat", OutputDir: dir})
+		if !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), "spec.output_dir") {
+			t.Errorf("output_dir %q: %v, want ErrInvalid naming spec.output_dir", dir, err)
+		}
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("something was written through the symbolic link: %v", ents)
+	}
+}
+
+func TestOutputDirNeedsARoot(t *testing.T) {
+	e := newEnv(t, nil)
+	_, err := e.m.Begin(t.Context(), jobs.Spec{Model: "chat", OutputDir: "x"})
+	if !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), "no output root") {
+		t.Fatalf("Begin = %v, want ErrInvalid saying the server has no output root", err)
+	}
+}

@@ -1,0 +1,183 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/jobs"
+)
+
+// stamps is a backend that answers at once and records when each request
+// reached it.
+type stamps struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (s *stamps) Dispatch(_ context.Context, b *batcher.Batch, out []batcher.Response) error {
+	now := time.Now()
+	s.mu.Lock()
+	for range b.Requests {
+		s.at = append(s.at, now)
+	}
+	s.mu.Unlock()
+	for i, r := range b.Requests {
+		n := r.Params.MaxTokens
+		out[i] = batcher.Response{Text: "ok", Usage: batcher.Usage{PromptTokens: 1, CompletionTokens: max(n, 1)}}
+	}
+	return nil
+}
+
+func (s *stamps) times() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.at)
+}
+
+// newStampsEnv is a manager over a core whose route "rec" goes to a
+// stamps backend.
+func newStampsEnv(t *testing.T) (*env, *stamps) {
+	t.Helper()
+	s := &stamps{}
+	core, err := batcher.New(
+		batcher.WithBackend(batcher.BackendConfig{Name: "rec", Backend: s, MaxConcurrency: 64}),
+		batcher.WithRoute(batcher.Route{Name: "rec", Op: batcher.OpChat, Backend: "rec",
+			Batch: batcher.BatchConfig{MaxBatchSize: 64, MinBatchSize: 1, Window: time.Millisecond, MaxWait: time.Millisecond}}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	m, err := jobs.New(jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
+		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Errorf("manager shutdown: %v", err)
+		}
+		if err := core.Shutdown(ctx); err != nil {
+			t.Errorf("core shutdown: %v", err)
+		}
+	})
+	return &env{core: core, m: m, dir: dir}, s
+}
+
+// Seed 000's per-group delay: a group's runs start at least delay apart,
+// while an undelayed group of the same job is not held back by it.
+func TestGroupDelay(t *testing.T) {
+	e, s := newStampsEnv(t)
+	const delay = 40 * time.Millisecond
+	j := e.create(t, jobs.Spec{Model: "rec", ConcurrentRequests: 50, Groups: []jobs.Group{
+		{Name: "slow", Delay: delay},
+		{Name: "fast"},
+	}}, 8)
+	p, _ := e.wait(t, j.ID)
+	if p.Groups["slow"].Succeeded != 8 || p.Groups["fast"].Succeeded != 8 {
+		t.Fatalf("groups %+v", p.Groups)
+	}
+	at := s.times()
+	if span := at[len(at)-1].Sub(at[0]); span < 7*delay-5*time.Millisecond {
+		t.Fatalf("16 runs started within %v; the slow group's 8 need at least 7 delays of %v", span, delay)
+	}
+	// The fast group's runs all went out with the first slow run or soon
+	// after: the first batch holds more than one request.
+	if n := countAt(at, at[0]); n < 2 {
+		t.Errorf("the first dispatch held %d request(s); the fast group waited for the slow one", n)
+	}
+}
+
+func countAt(at []time.Time, t0 time.Time) int {
+	n := 0
+	for _, t := range at {
+		if t.Equal(t0) {
+			n++
+		}
+	}
+	return n
+}
+
+// Seed 003's per-job limits: requests per minute and tokens per minute
+// hold a job below the backend's own limits.
+func TestJobRateLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec jobs.Spec
+		n    int
+		min  time.Duration
+	}{
+		// 1200/min = 20/s, a burst of 20: 40 requests take a second.
+		{"rpm", jobs.Spec{Model: "rec", RPM: 1200}, 40, 900 * time.Millisecond},
+		// 120000/min = 2000/s, a burst of 2000; 20 requests of about 205
+		// tokens (a short prompt and max_tokens 200) take a second.
+		{"tpm", jobs.Spec{Model: "rec", TPM: 120_000, Params: batcher.Params{MaxTokens: 200}}, 20, 900 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, s := newStampsEnv(t)
+			tc.spec.ConcurrentRequests = 100
+			j := e.create(t, tc.spec, tc.n)
+			p, _ := e.wait(t, j.ID)
+			if p.Counts.Succeeded != int64(tc.n) {
+				t.Fatalf("counts %+v", p.Counts)
+			}
+			at := s.times()
+			if span := at[len(at)-1].Sub(at[0]); span < tc.min {
+				t.Fatalf("%d requests started within %v, want at least %v", tc.n, span, tc.min)
+			}
+		})
+	}
+}
+
+// Per-group retries and backoff factor override the job's.
+func TestGroupRetries(t *testing.T) {
+	e := newEnv(t, nil)
+	e.gate.failing.Store(true)
+	zero, two := 0, 2
+	j := e.create(t, jobs.Spec{Model: "gatedchat", MaxRetries: &zero, Groups: []jobs.Group{
+		{Name: "retries", MaxRetries: &two, RetryDelay: time.Millisecond, BackoffFactor: 1},
+		{Name: "none"},
+	}}, 5)
+	p, _ := e.wait(t, j.ID)
+	if p.Groups["retries"].Failed != 5 || p.Groups["none"].Failed != 5 {
+		t.Fatalf("groups %+v", p.Groups)
+	}
+	// 5 items tried 3 times in the group with 2 retries, once in the other.
+	if n := e.gate.items.Load(); n != 20 {
+		t.Fatalf("the backend saw %d items, want 20", n)
+	}
+}
+
+func TestSpecPacingValidation(t *testing.T) {
+	e := newEnv(t, nil)
+	neg := -1
+	for _, tc := range []struct {
+		spec jobs.Spec
+		want string
+	}{
+		{jobs.Spec{Model: "chat", RPM: -1}, "spec.requests_per_minute"},
+		{jobs.Spec{Model: "chat", TPM: -1}, "spec.tokens_per_minute"},
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{Delay: -time.Second}}}, "spec.run_groups[0].delay"},
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{Delay: 2 * time.Hour}}}, "spec.run_groups[0].delay"},
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{MaxRetries: &neg}}}, "spec.run_groups[0].max_retries"},
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{RetryDelay: -1}}}, "spec.run_groups[0].retry_delay"},
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{BackoffFactor: 0.5}}}, "spec.run_groups[0].backoff_factor"},
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{BackoffFactor: 11}}}, "spec.run_groups[0].backoff_factor"},
+	} {
+		_, err := e.m.Begin(t.Context(), tc.spec)
+		if !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want ErrInvalid naming %s", tc.spec, err, tc.want)
+		}
+	}
+}
