@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"time"
 
@@ -58,6 +59,11 @@ type Creator struct {
 	// access is the creating tenant's, which Add admits every item's
 	// routes with; nil: every route.
 	access *batcher.Access
+	// ids are the custom ids seen so far: their 128-bit hash (two seeded
+	// maphash values; a false duplicate is as likely as a SHA-1 collision)
+	// and line, so that a million items cost about 30 MB, not the strings.
+	ids   map[[2]uint64]int64
+	seeds [2]maphash.Seed
 }
 
 // createChunk is how many tasks a Creator buffers before writing them.
@@ -109,6 +115,8 @@ func (c *Creator) Add(ctx context.Context, customID string, req *ItemRequest) er
 	}
 	if customID == "" {
 		customID = "item-" + strconv.FormatInt(c.items, 10)
+	} else if err := c.unique(customID); err != nil {
+		return err
 	}
 	if err := c.admit(customID, req); err != nil {
 		return err
@@ -145,6 +153,8 @@ func (c *Creator) AddLine(ctx context.Context, line []byte) error {
 		}
 		if id == "" {
 			id = "line-" + strconv.FormatInt(c.items, 10)
+		} else if err := c.unique(id); err != nil {
+			return err
 		}
 		return c.addInvalid(ctx, id, err.Error())
 	}
@@ -156,7 +166,29 @@ func (c *Creator) AddInvalid(ctx context.Context, customID, msg string) error {
 	if err := c.next(); err != nil {
 		return err
 	}
+	if customID != "" {
+		if err := c.unique(customID); err != nil {
+			return err
+		}
+	}
 	return c.addInvalid(ctx, customID, msg)
+}
+
+// unique records the custom id of the current line, and fails with
+// ErrInvalid naming both lines when an earlier line had it: as in OpenAI's
+// Batch API, custom ids must be unique in a job, since they are how a
+// caller matches results to inputs.
+func (c *Creator) unique(id string) error {
+	if c.ids == nil {
+		c.ids = map[[2]uint64]int64{}
+		c.seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+	}
+	k := [2]uint64{maphash.String(c.seeds[0], id), maphash.String(c.seeds[1], id)}
+	if first, ok := c.ids[k]; ok {
+		return fmt.Errorf("%w: line %d: custom_id %q is already used by line %d: custom ids must be unique in a job", ErrInvalid, c.items, cut(id), first)
+	}
+	c.ids[k] = c.items
+	return nil
 }
 
 func (c *Creator) next() error {

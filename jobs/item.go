@@ -18,6 +18,9 @@ type ItemRequest struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// URL is the OpenAI endpoint the line named, for its output line.
 	URL string `json:"url,omitempty"`
+	// ServiceTier is the OpenAI line's service_tier, echoed on its output
+	// line.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
 // Record is a finished task's result as the store keeps it.
@@ -31,6 +34,7 @@ type Record struct {
 	BatchID          string               `json:"batch_id,omitempty"`
 	Backend          string               `json:"backend,omitempty"`
 	URL              string               `json:"url,omitempty"`
+	ServiceTier      string               `json:"service_tier,omitempty"`
 	// ErrCode and ErrMessage are set when the task did not succeed. The
 	// codes are OpenAI's batch error codes where one fits (ErrCode...).
 	ErrCode    string `json:"err_code,omitempty"`

@@ -494,6 +494,15 @@ func TestCancel(t *testing.T) {
 	if int64(len(errs)) != c.Cancelled || errs[0].Error.Code != jobs.CodeCancelled {
 		t.Fatalf("%d error lines for %d cancelled", len(errs), c.Cancelled)
 	}
+	// The Batch API's cancelling_at: when the job entered CANCELLING.
+	got, err := e.m.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CancellingAt.IsZero() || got.CancellingAt.After(got.EndedAt) || !got.FinalizingAt.IsZero() {
+		t.Fatalf("cancelling at %v, finalizing at %v, ended at %v: want cancelling set before the end, finalizing unset",
+			got.CancellingAt, got.FinalizingAt, got.EndedAt)
+	}
 }
 
 func TestCompletionWindowExpires(t *testing.T) {

@@ -41,6 +41,7 @@ type openAIBody struct {
 	TopP        *float32        `json:"top_p"`
 	Stop        json.RawMessage `json:"stop"`
 	Seed        *int64          `json:"seed"`
+	ServiceTier string          `json:"service_tier"`
 }
 
 type openAIMessage struct {
@@ -80,7 +81,14 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 	if err := unreadFields(l.Body); err != nil {
 		return l.CustomID, nil, err
 	}
-	req = &ItemRequest{Model: b.Model, URL: l.URL}
+	switch b.ServiceTier {
+	case "", "auto", "default", "flex", "scale", "priority":
+	default:
+		return l.CustomID, nil, fmt.Errorf("body.service_tier: must be auto, default, flex, scale or priority, got %q", cut(b.ServiceTier))
+	}
+	// A job's items run at the job's priority whatever the tier; the tier
+	// is carried to the output line, as OpenAI echoes it.
+	req = &ItemRequest{Model: b.Model, URL: l.URL, ServiceTier: b.ServiceTier}
 	switch l.URL {
 	case URLChat:
 		if len(b.Messages) == 0 {
@@ -132,7 +140,8 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 // messages may hold: the fields ParseOpenAILine carries into the job.
 var (
 	readBodyFields = map[string]bool{"model": true, "messages": true, "prompt": true, "input": true, "max_tokens": true,
-		"max_completion_tokens": true, "temperature": true, "top_p": true, "stop": true, "seed": true}
+		"max_completion_tokens": true, "temperature": true, "top_p": true, "stop": true, "seed": true,
+		"service_tier": true} // carried to the output line
 	readMessageFields = map[string]bool{"role": true, "content": true}
 )
 
@@ -222,9 +231,11 @@ type outputLine struct {
 }
 
 type outputResponse struct {
-	StatusCode int    `json:"status_code"`
-	RequestID  string `json:"request_id"`
-	Body       any    `json:"body"`
+	StatusCode int `json:"status_code"`
+	// RequestID is the line's own: OpenAI gives each request of a batch
+	// one.
+	RequestID string `json:"request_id"`
+	Body      any    `json:"body"`
 }
 
 type outputError struct {
@@ -243,12 +254,13 @@ type outputTags struct {
 }
 
 type chatBody struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   usageBody    `json:"usage"`
+	ID          string       `json:"id"`
+	Object      string       `json:"object"`
+	Created     int64        `json:"created"`
+	Model       string       `json:"model"`
+	Choices     []chatChoice `json:"choices"`
+	Usage       usageBody    `json:"usage"`
+	ServiceTier string       `json:"service_tier,omitempty"`
 }
 
 type chatChoice struct {
@@ -280,6 +292,13 @@ type embeddingData struct {
 	Object    string    `json:"object"`
 	Index     int       `json:"index"`
 	Embedding []float32 `json:"embedding"`
+}
+
+// requestID is an output line's request id: the job's and the task's, so
+// that it is unique across jobs and the same when a resumed job writes the
+// line again.
+func requestID(jobID string, seq int64) string {
+	return "req_" + strings.TrimPrefix(jobID, "job_") + "_" + strconv.FormatInt(seq, 10)
 }
 
 // lineID is the output line's id; it carries the done number, which is how
@@ -328,7 +347,7 @@ func formatLine(j *Job, t *Task, created time.Time) ([]byte, bool) {
 		return encode(&l), true
 	}
 	usage := usageBody{rec.PromptTokens, rec.CompletionTokens, rec.PromptTokens + rec.CompletionTokens}
-	resp := &outputResponse{StatusCode: 200, RequestID: rec.BatchID}
+	resp := &outputResponse{StatusCode: 200, RequestID: requestID(j.ID, t.Seq)}
 	switch {
 	case rec.URL == URLEmbeddings || rec.Embedding != nil:
 		resp.Body = embeddingBody{Object: "list", Model: t.Model, Usage: usage,
@@ -336,11 +355,12 @@ func formatLine(j *Job, t *Task, created time.Time) ([]byte, bool) {
 	case rec.URL == URLCompletions:
 		text := rec.Text
 		resp.Body = chatBody{ID: "cmpl-" + strconv.FormatInt(t.DoneSeq, 10), Object: "text_completion", Created: created.Unix(),
-			Model: t.Model, Usage: usage, Choices: []chatChoice{{Text: &text, FinishReason: finishName(rec.FinishReason)}}}
+			Model: t.Model, Usage: usage, Choices: []chatChoice{{Text: &text, FinishReason: finishName(rec.FinishReason)}},
+			ServiceTier: rec.ServiceTier}
 	default:
 		resp.Body = chatBody{ID: "chatcmpl-" + strconv.FormatInt(t.DoneSeq, 10), Object: "chat.completion", Created: created.Unix(),
 			Model: t.Model, Usage: usage, Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: rec.Text},
-				FinishReason: finishName(rec.FinishReason)}}}
+				FinishReason: finishName(rec.FinishReason)}}, ServiceTier: rec.ServiceTier}
 	}
 	l.Response = resp
 	return encode(&l), false

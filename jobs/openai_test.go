@@ -1,6 +1,9 @@
 package jobs_test
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -86,4 +89,69 @@ func FuzzParseOpenAILine(f *testing.F) {
 			t.Fatalf("operation %v", req.Input.Op)
 		}
 	})
+}
+
+// Output lines match OpenAI's: each line's response.request_id is its own,
+// a line's service_tier is echoed, and a finished job records when it
+// entered FINALIZING (the Batch API's finalizing_at).
+func TestOpenAILinesRequestIDAndTier(t *testing.T) {
+	e := newEnv(t, nil)
+	line := func(id, tier string) string {
+		t := ""
+		if tier != "" {
+			t = `,"service_tier":"` + tier + `"`
+		}
+		return `{"custom_id":"` + id + `","method":"POST","url":"/v1/chat/completions","body":{"model":"chat","messages":[{"role":"user","content":"hi"}]` + t + `}}`
+	}
+	j := e.create(t, jobs.Spec{}, 0, line("a", "flex"), line("b", ""), line("c", "flex"), line("d", "cheap"))
+	p, _ := e.wait(t, j.ID)
+	if p.Counts.Succeeded != 3 || p.Counts.Failed != 1 {
+		t.Fatalf("counts %+v", p.Counts)
+	}
+	b, err := os.ReadFile(filepath.Join(jobs.JobDir(e.dir, j.ID), jobs.ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, raw := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var l struct {
+			CustomID string `json:"custom_id"`
+			Response struct {
+				RequestID string `json:"request_id"`
+				Body      struct {
+					ServiceTier *string `json:"service_tier"`
+				} `json:"body"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal([]byte(raw), &l); err != nil {
+			t.Fatal(err)
+		}
+		rid := l.Response.RequestID
+		if !strings.HasPrefix(rid, "req_") || ids[rid] {
+			t.Errorf("%s: request_id %q, want a req_ id of its own", l.CustomID, rid)
+		}
+		ids[rid] = true
+		tier := l.Response.Body.ServiceTier
+		switch l.CustomID {
+		case "a", "c":
+			if tier == nil || *tier != "flex" {
+				t.Errorf("%s: service_tier %v, want flex echoed", l.CustomID, tier)
+			}
+		case "b":
+			if tier != nil {
+				t.Errorf("%s: service_tier %q, want none (none asked)", l.CustomID, *tier)
+			}
+		}
+	}
+	errs, err := os.ReadFile(filepath.Join(jobs.JobDir(e.dir, j.ID), jobs.ErrorsFile))
+	if err != nil || !strings.Contains(string(errs), "body.service_tier") {
+		t.Errorf("error file %s (%v): want line d refused naming body.service_tier", errs, err)
+	}
+	got, err := e.m.Get(t.Context(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FinalizingAt.IsZero() || got.FinalizingAt.After(got.EndedAt) || !got.CancellingAt.IsZero() {
+		t.Fatalf("finalizing at %v, cancelling at %v, ended at %v", got.FinalizingAt, got.CancellingAt, got.EndedAt)
+	}
 }

@@ -63,3 +63,65 @@ func TestOutputDirNeedsARoot(t *testing.T) {
 		t.Fatalf("Begin = %v, want ErrInvalid saying the server has no output root", err)
 	}
 }
+
+// Custom ids are unique in a job, as in OpenAI's Batch API: a duplicate
+// fails the creation naming both lines, whichever way the lines came.
+func TestDuplicateCustomID(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	line := func(id string) []byte {
+		return []byte(`{"custom_id":"` + id + `","method":"POST","url":"/v1/chat/completions","body":{"model":"chat","messages":[{"role":"user","content":"hi"}]}}`)
+	}
+	for name, add := range map[string]func(c *jobs.Creator) error{
+		"Add": func(c *jobs.Creator) error {
+			for _, id := range []string{"a", "b", "a"} {
+				if err := c.Add(ctx, id, chatItem("hi")); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"AddLine": func(c *jobs.Creator) error {
+			for _, id := range []string{"a", "b", "a"} {
+				if err := c.AddLine(ctx, line(id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"an invalid line first": func(c *jobs.Creator) error {
+			if err := c.AddLine(ctx, []byte(`{"custom_id":"a","method":"GET"}`)); err != nil {
+				return err
+			}
+			if err := c.AddInvalid(ctx, "b", "bad url"); err != nil {
+				return err
+			}
+			return c.AddLine(ctx, line("a"))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := e.m.Begin(ctx, jobs.Spec{Model: "chat"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Abort()
+			err = add(c)
+			if !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), `line 3: custom_id "a" is already used by line 1`) {
+				t.Fatalf("%v, want ErrInvalid naming lines 3 and 1", err)
+			}
+		})
+	}
+	// Ids the creator makes up for items that have none do not count.
+	c, err := e.m.Begin(ctx, jobs.Spec{Model: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := c.Add(ctx, "", chatItem("hi")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -38,7 +38,7 @@ func jobsSubdir(id string) string { return filepath.Join("jobs", id) }
 type output struct {
 	dir  string   // for messages
 	root *os.Root // the directory: every file is opened through it
-	pos  int64 // every task up to this done number is in its file
+	pos  int64    // every task up to this done number is in its file
 	file [2]*outFile
 }
 

@@ -94,6 +94,7 @@ type inflight struct {
 	model   string
 	charged int // tokens charged to the job's tokens per minute at start
 	url     string
+	tier    string // the OpenAI line's service_tier
 	judge   string // the judge's prompt
 }
 
@@ -390,7 +391,7 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 	if err := json.Unmarshal(t.Request, &ir); err != nil {
 		return f, nil, fmt.Errorf("%w: line %d: stored request unreadable: %w", batcher.ErrInvalid, t.Line, err)
 	}
-	f.url = ir.URL
+	f.url, f.tier = ir.URL, ir.ServiceTier
 	req := &batcher.Request{
 		ID: r.id + "/" + strconv.FormatInt(t.Seq, 10),
 		// The job's tenant: its items share the tenant's fair share and
@@ -426,7 +427,7 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 		} else {
 			req.Input = batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: prompt}}}
 		}
-		f.url = ""
+		f.url, f.tier = "", ""
 	}
 	model = cmp.Or(override, model)
 	f.model = model
@@ -575,7 +576,7 @@ func (r *run) commitSize() int { return min(r.m.cfg.CommitSize, max(r.limit()/2,
 // outcome turns a result into the task's end.
 func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
 	t := &f.task
-	rec := Record{URL: f.url, JudgePrompt: f.judge, Text: res.Text, Embedding: res.Embedding, FinishReason: res.FinishReason,
+	rec := Record{URL: f.url, ServiceTier: f.tier, JudgePrompt: f.judge, Text: res.Text, Embedding: res.Embedding, FinishReason: res.FinishReason,
 		PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Attempts: res.Attempts,
 		BatchID: res.BatchID, Backend: res.Backend}
 	o := Outcome{Seq: t.Seq, Group: t.Group, Item: t.Item, Run: t.Run, CustomID: t.CustomID, State: ItemSucceeded, Model: f.model,

@@ -327,6 +327,14 @@ func (s *sqlStore) Transition(ctx context.Context, id string, from []State, to S
 		b.WriteString(`, ended_at = ?`)
 		args = append(args, now)
 	}
+	switch to {
+	case StateCancelling:
+		b.WriteString(`, cancelling_at = CASE WHEN cancelling_at = 0 THEN ? ELSE cancelling_at END`)
+		args = append(args, now)
+	case StateFinalizing:
+		b.WriteString(`, finalizing_at = CASE WHEN finalizing_at = 0 THEN ? ELSE finalizing_at END`)
+		args = append(args, now)
+	}
 	b.WriteString(` WHERE id = ? AND state IN (`)
 	args = append(args, id)
 	for i, f := range from {
@@ -365,7 +373,7 @@ func (s *sqlStore) Transition(ctx context.Context, id string, from []State, to S
 }
 
 const jobColumns = `id, tenant, spec, state, total, pending, running, succeeded, failed, cancelled, expired, invalid,
-	tokens_in, tokens_out, created_at, started_at, ended_at, error`
+	tokens_in, tokens_out, created_at, started_at, ended_at, error, cancelling_at, finalizing_at`
 
 func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
 	var (
@@ -373,10 +381,11 @@ func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
 		spec                    string
 		state                   int
 		created, started, ended int64
+		cancelling, finalizing  int64
 	)
 	c := &j.Counts
 	if err := row.Scan(&j.ID, &j.Tenant, &spec, &state, &c.Total, &c.Pending, &c.Running, &c.Succeeded, &c.Failed, &c.Cancelled, &c.Expired,
-		&j.Invalid, &j.TokensIn, &j.TokensOut, &created, &started, &ended, &j.Error); err != nil {
+		&j.Invalid, &j.TokensIn, &j.TokensOut, &created, &started, &ended, &j.Error, &cancelling, &finalizing); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
@@ -389,6 +398,12 @@ func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
 	}
 	if ended != 0 {
 		j.EndedAt = time.Unix(0, ended)
+	}
+	if cancelling != 0 {
+		j.CancellingAt = time.Unix(0, cancelling)
+	}
+	if finalizing != 0 {
+		j.FinalizingAt = time.Unix(0, finalizing)
 	}
 	return &j, nil
 }

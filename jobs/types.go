@@ -189,6 +189,10 @@ type Job struct {
 	CreatedAt time.Time
 	StartedAt time.Time // zero until it first ran
 	EndedAt   time.Time // zero until terminal
+	// CancellingAt and FinalizingAt are when the job entered CANCELLING
+	// and FINALIZING; zero if it did not.
+	CancellingAt time.Time
+	FinalizingAt time.Time
 	// Error says why the job FAILED.
 	Error string
 	// Invalid counts the inputs that became error lines at creation.

@@ -218,6 +218,8 @@ func TestJobServiceErrors(t *testing.T) {
 		"over limit":    {&batcherv1.JobSpec{Model: routeChat}, []*batcherv1.JobItems{{Requests: []*batcherv1.Request{chatRequest("1", "a"), chatRequest("2", "a"), chatRequest("3", "a"), chatRequest("4", "a"), chatRequest("5", "a"), chatRequest("6", "a")}}}, codes.ResourceExhausted},
 		"bad priority":  {&batcherv1.JobSpec{Model: routeChat, Priority: batcherv1.Priority_PRIORITY_URGENT}, nil, codes.InvalidArgument},
 		"unknown model": {&batcherv1.JobSpec{Model: "nope"}, nil, codes.InvalidArgument},
+		"duplicate custom_id": {&batcherv1.JobSpec{Model: routeChat},
+			[]*batcherv1.JobItems{{Requests: []*batcherv1.Request{chatRequest("1", "a"), chatRequest("2", "a")}}, {Requests: []*batcherv1.Request{chatRequest("1", "a")}}}, codes.InvalidArgument},
 		"fail on invalid": {&batcherv1.JobSpec{Model: routeChat, FailOnInvalid: true},
 			[]*batcherv1.JobItems{{OpenaiLines: []*batcherv1.OpenAIBatchLine{{Line: []byte("{")}}}}, codes.InvalidArgument},
 	} {

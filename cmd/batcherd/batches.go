@@ -378,6 +378,7 @@ func (a *batchAPI) object(j *jobs.Job) *batchObject {
 		}
 	}
 	b.InProgressAt = unix(j.StartedAt)
+	b.CancellingAt, b.FinalizingAt = unix(j.CancellingAt), unix(j.FinalizingAt)
 	if dl := j.Deadline(); !dl.IsZero() {
 		b.ExpiresAt = unix(dl)
 	}

@@ -86,7 +86,8 @@ routes:
 	}
 	done := waitBatch(t, c, b.ID)
 	if done.Status != openai.BatchStatusCompleted || done.RequestCounts.Total != n+1 || done.RequestCounts.Completed != n ||
-		done.RequestCounts.Failed != 1 || done.OutputFileID == "" || done.ErrorFileID == "" || done.CompletedAt == 0 {
+		done.RequestCounts.Failed != 1 || done.OutputFileID == "" || done.ErrorFileID == "" || done.CompletedAt == 0 ||
+		done.FinalizingAt == 0 || done.FinalizingAt > done.CompletedAt || done.CancellingAt != 0 {
 		t.Fatalf("ended batch: %+v", done)
 	}
 	errResp, err := c.Files.Content(ctx, done.ErrorFileID)
@@ -103,12 +104,14 @@ routes:
 		t.Fatalf("output content: %v", err)
 	}
 	seen := map[string]int{}
+	requestIDs := map[string]bool{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		var line struct {
 			CustomID string `json:"custom_id"`
 			Response struct {
-				StatusCode int `json:"status_code"`
+				StatusCode int    `json:"status_code"`
+				RequestID  string `json:"request_id"`
 			} `json:"response"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
@@ -118,6 +121,10 @@ routes:
 			t.Errorf("%s: status %d", line.CustomID, line.Response.StatusCode)
 		}
 		seen[line.CustomID]++
+		if rid := line.Response.RequestID; rid == "" || rid == b.ID || requestIDs[rid] {
+			t.Errorf("%s: request_id %q, want one of its own", line.CustomID, rid)
+		}
+		requestIDs[line.Response.RequestID] = true
 	}
 	_ = resp.Body.Close()
 	for i := range n {
@@ -141,7 +148,8 @@ routes:
 		t.Fatalf("cancel: %+v, %v", cb, err)
 	}
 	ended := waitBatch(t, c, slow.ID)
-	if ended.Status != openai.BatchStatusCancelled || ended.CancelledAt == 0 || ended.RequestCounts.Completed >= 20 {
+	if ended.Status != openai.BatchStatusCancelled || ended.CancelledAt == 0 || ended.RequestCounts.Completed >= 20 ||
+		ended.CancellingAt == 0 || ended.CancellingAt > ended.CancelledAt {
 		t.Errorf("cancelled batch: %+v", ended)
 	}
 
@@ -165,6 +173,12 @@ routes:
 	_, err = c.Batches.New(ctx, openai.BatchNewParams{InputFileID: in, Endpoint: "/v1/images", CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "endpoint" {
 		t.Errorf("bad endpoint: %v, want 400 naming endpoint", err)
+	}
+	// A custom_id used twice is refused, naming the line, as OpenAI does.
+	_, err = c.Batches.New(ctx, openai.BatchNewParams{InputFileID: upload(batchInput("sim-chat", 3) + batchInput("sim-chat", 1)),
+		Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions, CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || !strings.Contains(apiErr.Message, `line 4: custom_id "c-0" is already used by line 1`) {
+		t.Errorf("duplicate custom_id: %v, want 400 naming lines 4 and 1", err)
 	}
 	_, err = c.Batches.New(ctx, openai.BatchNewParams{InputFileID: "file-000000000000000000000000", Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
 		CompletionWindow: openai.BatchNewParamsCompletionWindow24h})

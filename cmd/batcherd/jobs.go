@@ -18,6 +18,10 @@ import (
 	"github.com/batcherhq/batcher/telemetry"
 )
 
+// jobsOffReason is what JobService answers, FAILED_PRECONDITION, while
+// jobs are off.
+const jobsOffReason = "jobs are off on this server: they need a data directory; start batcherd with --data-dir (data_dir in the config file, or BATCHER_DATA_DIR)"
+
 // storeOpenTimeout bounds opening the job store at startup.
 const storeOpenTimeout = 15 * time.Second
 
@@ -25,11 +29,12 @@ const storeOpenTimeout = 15 * time.Second
 // JobService on gs. It returns the function that drains the jobs at
 // shutdown, before the core's own drain, and the manager the batch API
 // serves (nil with jobs off). With no data directory, jobs are off and the
-// JobService answers UNIMPLEMENTED.
+// JobService answers FAILED_PRECONDITION saying that jobs need --data-dir.
 func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, gs *grpc.Server, log *slog.Logger) (func(context.Context), *jobs.Manager, error) {
 	jc := &cfg.Jobs
 	if jc.DataDir == "" {
 		log.Info("jobs off: set data_dir (--data-dir, BATCHER_DATA_DIR) to run batch jobs")
+		server.NewJobsOff(jobsOffReason).Register(gs)
 		return func(context.Context) {}, nil, nil
 	}
 	if err := checkWritable("data directory", jc.DataDir); err != nil {
