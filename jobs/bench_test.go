@@ -304,3 +304,82 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// BenchmarkListResults lists every result of a finished job of
+// BATCHER_JOBS_BENCH_ITEMS items (default 100,000), 500 a page as
+// ListJobResults does, on each store, with autovacuum off on PostgreSQL so
+// that the plans cannot lean on it. It reports the seconds of the whole
+// listing (the bound: 3 s for 100k).
+func BenchmarkListResults(b *testing.B) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		b.Run(kind, func(b *testing.B) {
+			n := benchItems()
+			dir := b.TempDir()
+			ctx := context.Background()
+			var store jobs.Store
+			var err error
+			if kind == "sqlite" {
+				store, err = jobs.OpenSQLite(ctx, dir)
+			} else {
+				dsn := storetest.PostgresSchema(b)
+				if store, err = jobs.OpenPostgres(ctx, dsn); err == nil {
+					err = storetest.PostgresExec(ctx, dsn, "ALTER TABLE tasks SET (autovacuum_enabled = false)")
+				}
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = store.Close() }()
+			core := instantCore(b)
+			m, err := jobs.New(jobs.Config{Store: store, Core: core, DataDir: dir, Exclusive: kind == "sqlite"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := m.Begin(ctx, jobs.Spec{Model: "chat"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if err := c.Add(ctx, "", chatItem("item "+strconv.Itoa(i)+" asks a short question")); err != nil {
+					b.Fatal(err)
+				}
+			}
+			j, err := c.Finish(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Watch(ctx, j.ID, 200*time.Millisecond, func(jobs.Progress) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+			var secs float64
+			for b.Loop() {
+				start := time.Now()
+				got, after := 0, int64(-1)
+				for {
+					ts, err := m.Results(ctx, j.ID, after, jobs.ItemPending, 500)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(ts) == 0 {
+						break
+					}
+					got += len(ts)
+					after = ts[len(ts)-1].Seq
+				}
+				secs += time.Since(start).Seconds()
+				if got != n {
+					b.Fatalf("listed %d results, want %d", got, n)
+				}
+			}
+			b.ReportMetric(secs/float64(b.N), "s/listing")
+			b.ReportMetric(0, "ns/op")
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			_ = m.Shutdown(sctx)
+			_ = core.Shutdown(sctx)
+		})
+	}
+}

@@ -217,11 +217,39 @@ func (m *Manager) Start(ctx context.Context) error {
 				return fmt.Errorf("jobs: removing the half-created job %s: %w", j.ID, err)
 			}
 		}
-	} else if err := m.dropAbandoned(ctx); err != nil {
-		return err
+	} else {
+		if lv, ok := m.cfg.Store.(Liveness); ok {
+			// Alive from now on; the claims of owners that are not (this
+			// process's previous life, a crashed replica) go back at once,
+			// not when their leases end.
+			if err := lv.Live(ctx, m.cfg.Owner); err != nil {
+				return err
+			}
+			m.releaseDead(ctx)
+		}
+		if err := m.dropAbandoned(ctx); err != nil {
+			return err
+		}
 	}
 	go m.loop()
 	return nil
+}
+
+// releaseDead returns the claims of dead owners to pending, on a store
+// that knows who is alive (Liveness).
+func (m *Manager) releaseDead(ctx context.Context) {
+	lv, ok := m.cfg.Store.(Liveness)
+	if !ok || m.cfg.Exclusive {
+		return
+	}
+	n, err := lv.ReleaseDead(ctx, m.cfg.Owner)
+	if err != nil && ctx.Err() == nil {
+		m.cfg.Logger.Error("jobs: taking over the claims of dead owners", "err", err)
+	}
+	if n > 0 {
+		m.cfg.Logger.Info("jobs: took over the claims of a process that died", "tasks", n)
+		m.nudge()
+	}
 }
 
 // dropAbandoned removes the jobs left VALIDATING by a creator that died:
@@ -328,6 +356,7 @@ func (m *Manager) loop() {
 			return
 		case <-m.wake:
 		case <-poll.C:
+			m.releaseDead(ctx)
 		case <-lease.C:
 			if err := m.cfg.Store.Extend(ctx, m.cfg.Owner, m.cfg.Lease); err != nil && ctx.Err() == nil {
 				m.cfg.Logger.Error("jobs: renewing leases", "err", err)

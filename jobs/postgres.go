@@ -32,14 +32,14 @@ func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("%w (PostgreSQL at %s)", err, where)
 	}
-	return &sqlStore{db: db, queries: map[string]string{}, d: dialect{
+	return &pgStore{sqlStore: &sqlStore{db: db, queries: map[string]string{}, d: dialect{
 		dollar:       true,
 		skipLocked:   " FOR UPDATE SKIP LOCKED",
 		completeRows: completeRowsUnnest,
 		retryable:    pgRetryable,
 		analyze:      "ANALYZE tasks",
 		tenantLock:   "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
-	}}, nil
+	}}}, nil
 }
 
 // pgRetryable reports a deadlock victim or a serialization failure.

@@ -358,7 +358,13 @@ func (s *sqlStore) Transition(ctx context.Context, id string, from []State, to S
 		_, err = tx.ExecContext(ctx, s.q(`DELETE FROM leases WHERE job_id = ?`), id)
 		return err
 	})
-	if err == nil && n > 0 && to == StateQueued && s.d.analyze != "" {
+	// The planner's statistics change with the tasks' states: refreshed
+	// when a job is queued (its tasks all pending) and when it ends (all
+	// ended), so that neither claims nor result listings depend on
+	// autovacuum having caught up. Listing a 100k job's results after
+	// stale statistics took 25-47 s on PostgreSQL instead of about 1 s
+	// (BenchmarkListResults).
+	if err == nil && n > 0 && (to == StateQueued || to.Terminal()) && s.d.analyze != "" {
 		if _, err := s.db.ExecContext(ctx, s.d.analyze); err != nil {
 			return fmt.Errorf("jobs: refreshing the planner's statistics: %w", err)
 		}

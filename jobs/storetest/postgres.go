@@ -63,3 +63,15 @@ func PostgresSchema(t testing.TB) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// PostgresExec runs one statement on dsn (a schema of PostgresSchema's),
+// for a test or benchmark that sets up the database beyond the store.
+func PostgresExec(ctx context.Context, dsn, stmt string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, stmt)
+	return err
+}
