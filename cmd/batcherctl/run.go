@@ -172,30 +172,6 @@ func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	watched := make(chan struct{})
-	defer func() { <-watched }()
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		defer close(watched)
-		for n := 0; ; n++ {
-			select {
-			case <-finished:
-				return
-			case <-sigs:
-			}
-			if n == 0 {
-				_, _ = fmt.Fprintf(a.env.stderr, "batcherctl run: interrupted: finishing the %d requests in flight; Ctrl-C again aborts them\n",
-					counters.Sent.Load()-counters.Done.Load())
-				close(stop)
-				continue
-			}
-			_, _ = fmt.Fprintln(a.env.stderr, "batcherctl run: aborting")
-			abort()
-			return
-		}
-	}()
-
 	stderr := a.env.stderr
 	var prog runfile.Progress
 	switch f.progress {
@@ -210,6 +186,37 @@ func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
 	case progressPlain:
 		prog = runfile.NewPlain(stderr, "batcherctl run:", f.progressInterval)
 	}
+	notice := func(msg string) {
+		if prog != nil {
+			prog.Notice(msg) // above the bar, not through it
+			return
+		}
+		_, _ = fmt.Fprintln(stderr, msg)
+	}
+
+	watched := make(chan struct{})
+	defer func() { <-watched }()
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		defer close(watched)
+		for n := 0; ; n++ {
+			select {
+			case <-finished:
+				return
+			case <-sigs:
+			}
+			if n == 0 {
+				notice(fmt.Sprintf("batcherctl run: interrupted: draining the %d requests in flight (their results are written); press Ctrl-C again to abort",
+					counters.Sent.Load()-counters.Done.Load()))
+				close(stop)
+				continue
+			}
+			notice("batcherctl run: aborting")
+			abort()
+			return
+		}
+	}()
 
 	sum, runErr := runfile.Run(ctx, runfile.Config{
 		Client:   client.New(conn),

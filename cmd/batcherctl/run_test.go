@@ -234,7 +234,7 @@ func TestRunInterrupt(t *testing.T) {
 	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted {
 		t.Fatalf("exit %v, want %d:\n%s", err, exitInterrupted, log.String())
 	}
-	if !strings.Contains(log.String(), "requests in flight; Ctrl-C again aborts them") || !strings.Contains(log.String(), "rerun with --resume") {
+	if !strings.Contains(log.String(), "requests in flight (their results are written); press Ctrl-C again to abort") || !strings.Contains(log.String(), "rerun with --resume") {
 		t.Errorf("stderr does not say what happened:\n%s", log.String())
 	}
 	rs := readResults(t, out)

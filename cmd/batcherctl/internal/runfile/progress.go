@@ -27,6 +27,29 @@ type Counters struct {
 	// Tokens counts the total tokens (prompt and completion) of the
 	// completions written.
 	Tokens atomic.Int64
+	// Answered counts the requests the service answered, in whatever order
+	// (from its stream summaries, about once a second); Local counts the
+	// lines that needed no answer (unreadable ones). Their sum, not Done
+	// (which waits for input order), drives the ETA: one slow request at
+	// the head holds Done back while the rest complete.
+	Answered atomic.Int64
+	Local    atomic.Int64
+}
+
+// completed is how many requests have their result, written or not.
+func (c *Counters) completed() int64 {
+	return max(c.Done.Load(), c.Answered.Load()+c.Local.Load())
+}
+
+// eta is the time left at the rate of completions since start; ok is false
+// while unknown.
+func (c *Counters) eta(start time.Time) (time.Duration, bool) {
+	done, total := c.completed(), c.Total.Load()
+	rate := perSecond(done, time.Since(start))
+	if total <= done || rate <= 0 {
+		return 0, false
+	}
+	return time.Duration(float64(total-done) / rate * float64(time.Second)), true
 }
 
 // Progress shows a run's progress. Run calls Start once when the run
@@ -36,6 +59,10 @@ type Progress interface {
 	// Stop draws the final state and returns when it is drawn. complete
 	// says whether the run went through its whole input.
 	Stop(complete bool)
+	// Notice prints a line for people (such as "draining") without
+	// garbling the progress: above a bar, or as a line of its own. It may
+	// be called from any goroutine between Start and Stop.
+	Notice(msg string)
 }
 
 // refreshInterval is how often a bar takes the counters.
@@ -52,6 +79,10 @@ type Bar struct {
 	bar   *mpb.Bar
 	stop  chan struct{}
 	ended sync.WaitGroup
+	// mu guards drawing, so that Notice, from any goroutine, sees the
+	// bar started or not.
+	mu      sync.Mutex
+	drawing bool
 }
 
 // NewBar returns a Bar that draws on w, its line starting with label.
@@ -60,7 +91,12 @@ func NewBar(w io.Writer, label string) *Bar { return &Bar{w: w, label: label} }
 // Start implements Progress.
 func (b *Bar) Start(c *Counters) {
 	start := time.Now()
-	b.p = mpb.New(mpb.WithOutput(b.w), mpb.WithWidth(100), mpb.WithRefreshRate(refreshInterval))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.drawing = true
+	// Refreshed on any writer: --progress bar asks for the bar wherever
+	// stderr goes, and a Notice is flushed at a refresh.
+	b.p = mpb.New(mpb.WithOutput(b.w), mpb.WithWidth(100), mpb.WithRefreshRate(refreshInterval), mpb.WithAutoRefresh())
 	b.bar = b.p.New(c.Total.Load(), mpb.BarStyle(),
 		mpb.PrependDecorators(
 			decor.Name(b.label, decor.WCSyncSpaceR),
@@ -78,7 +114,12 @@ func (b *Bar) Start(c *Counters) {
 				return fmt.Sprintf("%.0f req/s %.0f tok/s", perSecond(s.Current, el), perSecond(c.Tokens.Load(), el))
 			}),
 			decor.Name(" "),
-			decor.OnComplete(decor.NewAverageETA(decor.ET_STYLE_GO, start, nil), "done"),
+			decor.OnComplete(decor.Any(func(decor.Statistics) string {
+				if d, ok := c.eta(start); ok {
+					return "ETA " + d.Round(time.Second).String()
+				}
+				return "ETA -"
+			}), "done"),
 		),
 	)
 	b.stop = make(chan struct{})
@@ -104,9 +145,26 @@ func (b *Bar) Start(c *Counters) {
 	}()
 }
 
+// Notice implements Progress: the line goes above the bar. It starts on a
+// fresh line, after the "^C" a terminal echoes.
+func (b *Bar) Notice(msg string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	line := "\r\x1b[K" + msg + "\n"
+	if b.drawing {
+		if _, err := io.WriteString(b.p, line); err == nil {
+			return
+		}
+	}
+	_, _ = io.WriteString(b.w, line) // no bar drawn (yet, or any more)
+}
+
 // Stop implements Progress. A complete run's bar ends at 100%; an
 // interrupted one's stays where it stopped.
 func (b *Bar) Stop(complete bool) {
+	b.mu.Lock()
+	b.drawing = false
+	b.mu.Unlock()
 	close(b.stop)
 	b.ended.Wait()
 	if complete {
@@ -130,6 +188,7 @@ type Plain struct {
 	start time.Time
 	stop  chan struct{}
 	ended sync.WaitGroup
+	mu    sync.Mutex // one line at a time on w
 }
 
 // NewPlain returns a Plain that writes to w every interval (none but the
@@ -160,6 +219,13 @@ func (p *Plain) Start(c *Counters) {
 	}()
 }
 
+// Notice implements Progress: a line of its own.
+func (p *Plain) Notice(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, _ = fmt.Fprintln(p.w, msg)
+}
+
 // Stop implements Progress.
 func (p *Plain) Stop(complete bool) {
 	close(p.stop)
@@ -184,12 +250,13 @@ func (p *Plain) line(end string) {
 	}
 	rate := perSecond(done, el)
 	s += fmt.Sprintf(" done, %d failed, %.0f req/s, %.0f tok/s", p.c.Failed.Load(), rate, perSecond(p.c.Tokens.Load(), el))
-	switch {
-	case end != "":
+	if end != "" {
 		s += ", " + end + " in " + el.Round(time.Millisecond).String()
-	case total > done && rate > 0:
-		s += ", ETA " + time.Duration(float64(total-done)/rate*float64(time.Second)).Round(time.Second).String()
+	} else if eta, ok := p.c.eta(p.start); ok {
+		s += ", ETA " + eta.Round(time.Second).String()
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	_, _ = fmt.Fprintln(p.w, s)
 }
 

@@ -126,7 +126,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if cfg.Counters == nil {
 		cfg.Counters = new(Counters)
 	}
-	stream, err := cfg.Client.Stream(ctx)
+	counters := cfg.Counters
+	stream, err := cfg.Client.Stream(ctx, client.OnSummary(func(s *batcherv1.StreamSummary) {
+		counters.Answered.Store(s.GetCompleted() + s.GetFailed() + s.GetRejected())
+	}))
 	if err != nil {
 		return Summary{}, fmt.Errorf("opening the stream: %w", err)
 	}
@@ -348,6 +351,9 @@ func (r *runner) send(ctx context.Context, out chan<- []item, feed func(sendBatc
 					return false
 				}
 				it.h, it.req = h, nil
+			}
+			if it.h == nil {
+				r.cfg.Counters.Local.Add(1) // a bad line: its result is known
 			}
 			r.cfg.Counters.Sent.Add(1)
 			if batch = append(batch, it); len(batch) == r.batchItems {

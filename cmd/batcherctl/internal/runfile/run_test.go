@@ -332,6 +332,7 @@ type hookProgress struct {
 
 func (p *hookProgress) Start(*runfile.Counters) { p.started = true }
 func (p *hookProgress) Stop(complete bool)      { p.complete = complete }
+func (p *hookProgress) Notice(string)           {}
 
 // Stop and abort end a run whose input is an idle pipe: Run does not wait
 // for the read that waits for more input.
