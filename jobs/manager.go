@@ -480,7 +480,14 @@ func (m *Manager) Progress(ctx context.Context, id string) (Progress, *Job, erro
 	if err != nil {
 		return Progress{}, nil, err
 	}
-	return progressOf(j, m.tracker(id), time.Now()), j, nil
+	return m.ProgressOf(j), j, nil
+}
+
+// ProgressOf returns the progress of a job read from the store (Get,
+// List): its rates and ETA as GetJob reports them, over the same moving
+// window.
+func (m *Manager) ProgressOf(j *Job) Progress {
+	return progressOf(j, m.tracker(j.ID), time.Now())
 }
 
 // Watch calls f with the job's progress at most once every interval (0: a

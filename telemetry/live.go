@@ -123,8 +123,10 @@ type Streams struct {
 	Open, Buffered int
 }
 
-// Job is one batch job's progress. Jobs sources fill the counts; the
-// sampler fills the rates and the ETA from successive snapshots.
+// Job is one batch job's progress. Jobs sources fill the counts, and may
+// fill the rates and the ETA (batcherd gives the job manager's, which
+// GetJob reports); the sampler fills those a source left at zero from
+// successive snapshots.
 type Job struct {
 	ID, Name string
 	// State is the job's state (queued, running, done, failed, cancelled).
@@ -495,6 +497,9 @@ func (s *Sampler) derive(snap *Snapshot, raw *rawSample) {
 		}
 		for i := range snap.Jobs {
 			j := &snap.Jobs[i]
+			if j.ItemsPerSec > 0 || j.ETA > 0 {
+				continue // the source's own figures (batcherd: GetJob's)
+			}
 			if oldDone, ok := old.jobDone[j.ID]; ok {
 				j.ItemsPerSec = float64(raw.jobDone[j.ID]-oldDone) / el.Seconds()
 				j.TokensPerSec = float64(raw.jobTokens[j.ID]-old.jobTokens[j.ID]) / el.Seconds()

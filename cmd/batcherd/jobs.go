@@ -121,10 +121,12 @@ func jobsSource(m *jobs.Manager, log *slog.Logger) func() []telemetry.Job {
 		out := make([]telemetry.Job, 0, len(js))
 		for _, j := range js {
 			c := j.Counts
+			p := m.ProgressOf(j) // the rates and ETA GetJob reports
 			out = append(out, telemetry.Job{
 				ID: j.ID, Name: j.Spec.Name, State: j.State.String(),
 				Total: c.Total, Done: c.Succeeded, Failed: c.Failed + c.Cancelled + c.Expired,
-				Tokens: j.TokensIn + j.TokensOut,
+				Tokens:      j.TokensIn + j.TokensOut,
+				ItemsPerSec: p.ItemsPerH / 3600, TokensPerSec: p.TokensPerS, ETA: max(p.ETA, 0),
 			})
 		}
 		return out

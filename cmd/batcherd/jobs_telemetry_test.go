@@ -12,14 +12,17 @@ import (
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 )
 
-// A running job shows in WatchStats' snapshots with its counts.
+// A running job shows in WatchStats' snapshots with its counts, rate and
+// ETA.
 func TestRunningJobInStats(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	const n = 40
+	const n = 100
 	bin := buildBatcherd(t)
-	up := newUpstream(t, 50*time.Millisecond) // one item at a time: about 2s
+	// One item at a time: about 5s, of which the rate window needs the
+	// first second or so.
+	up := newUpstream(t, 50*time.Millisecond)
 	d := startDaemon(t, bin, "--config", jobsConfig(t, up.URL), "--data-dir", t.TempDir(), "--stats-interval", "100ms")
 	id := createChatJob(t, d.client(t), n, 1)
 
@@ -49,7 +52,8 @@ func TestRunningJobInStats(t *testing.T) {
 			if j.GetState() == "completed" {
 				t.Fatalf("the job completed (%v) before a snapshot showed it running: make it slower", j)
 			}
-			if j.GetState() == "running" && j.GetDone() > 0 {
+			// The rate and ETA are GetJob's, not left at zero.
+			if j.GetState() == "running" && j.GetDone() > 0 && j.GetItemsPerSecond() > 0 && j.GetEta().AsDuration() > 0 {
 				return
 			}
 		}
