@@ -16,6 +16,7 @@ type jobBars struct {
 	p     *mpb.Progress
 	bars  map[string]*mpb.Bar
 	state atomic.Pointer[string] // read by mpb's goroutine
+	rate  atomic.Pointer[string] // the job's rate, tokens/s and ETA; read by mpb's goroutine
 }
 
 func newJobBars(w io.Writer) *jobBars {
@@ -36,13 +37,17 @@ func (b *jobBars) update(p *batcherv1.JobProgress) {
 	}
 	state := stateName(p.GetState())
 	b.state.Store(&state)
+	rate := rateText(p)
+	b.rate.Store(&rate)
 	for _, r := range rows {
 		bar, ok := b.bars[r.name]
 		if !ok {
 			c := r.c
 			bar = b.p.New(c.GetTotal(), mpb.BarStyle(),
 				mpb.PrependDecorators(decor.Name(r.name, decor.WCSyncSpaceR), decor.CountersNoUnit("%d/%d", decor.WCSyncWidth)),
-				mpb.AppendDecorators(decor.Percentage(decor.WCSyncWidth), decor.Any(func(decor.Statistics) string { return " " + *b.state.Load() })))
+				mpb.AppendDecorators(decor.Percentage(decor.WCSyncWidth), decor.Any(func(decor.Statistics) string {
+					return " " + *b.state.Load() + " " + *b.rate.Load()
+				})))
 			b.bars[r.name] = bar
 		}
 		ended := r.c.GetSucceeded() + r.c.GetFailed() + r.c.GetCancelled() + r.c.GetExpired()

@@ -153,6 +153,7 @@ first. It prints nothing on success.`,
 func newJobsCreateCmd(a *app) *cobra.Command {
 	var (
 		spec batcherv1.JobSpec
+		cf   createFlags
 		out  outputFormat
 	)
 	c := &cobra.Command{
@@ -160,11 +161,26 @@ func newJobsCreateCmd(a *app) *cobra.Command {
 		Short: "Create a job from a JSONL file of requests (- for stdin)",
 		Long: `create sends FILE, an OpenAI batch input file (one JSON object a line: custom_id,
 method, url, body), as a new job and prints its id. Lines the service cannot
-read become error lines of the job's results; the job is still created.`,
+read become error lines of the job's results; the job is still created.
+(batcherctl run's format, batcher.v1.Request lines, is refused, saying so.)
+
+Run groups fan every line out over models, runs and temperatures, and a
+judge reads each line's runs: --group and --judge-*, or the whole JobSpec
+in protobuf JSON with --spec (the flags then override it).`,
 		Example: `  batcherctl jobs create requests.jsonl -m sim-chat
-  cat requests.jsonl | batcherctl jobs create - --name nightly -o json`,
+  cat requests.jsonl | batcherctl jobs create - --name nightly -o json
+
+  # Two groups, the second moving to sim-chat when its model fails, and a judge
+  batcherctl jobs create requests.jsonl \
+    --group name=cold,model=sim-chat,runs=3,temperature=0.2 \
+    --group name=hot,model=big-chat,temperature=1.0,next-model=sim-chat,delay=200ms,retries=2,backoff=1.5 \
+    --judge-model sim-chat --judge-template @judge.tmpl --rpm 600`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			full, err := cf.spec(&spec)
+			if err != nil {
+				return err
+			}
 			r := cmd.InOrStdin()
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
@@ -174,8 +190,11 @@ read become error lines of the job's results; the job is still created.`,
 				defer func() { _ = f.Close() }()
 				r = f
 			}
+			if r, err = checkBatchInput(args[0], r); err != nil {
+				return err
+			}
 			return a.jobsCall(cmd, false, func(ctx context.Context, j *client.Jobs) error {
-				resp, err := j.CreateJobFromJSONL(ctx, &spec, bufio.NewReader(r))
+				resp, err := j.CreateJobFromJSONL(ctx, full, bufio.NewReader(r))
 				if err != nil {
 					return rpcError("jobs create", err)
 				}
@@ -189,6 +208,14 @@ read become error lines of the job's results; the job is still created.`,
 	}
 	c.Flags().StringVar(&spec.Name, "name", "", "the job's name")
 	c.Flags().StringVarP(&spec.Model, "model", "m", "", "the route of lines that name no model")
+	fl := c.Flags()
+	fl.StringVar(&cf.specFile, "spec", "", "a JobSpec in protobuf JSON (run_groups, judge, limits...); the flags override it")
+	fl.StringArrayVar(&cf.groups, "group", nil, "a run group: name=N[,model=M][,runs=K][,temperature=T][,next-model=M2][,delay=D][,retries=R][,retry-delay=D][,backoff=F] (repeatable)")
+	fl.StringVar(&cf.judgeModel, "judge-model", "", "the judge's model (with --judge-template)")
+	fl.StringVar(&cf.judgeTemplate, "judge-template", "", "the judge's Go template over .Input and .Runs, or @FILE")
+	fl.Int32Var(&cf.rpm, "rpm", 0, "the job's requests per minute, on top of the backends' limits (0: none)")
+	fl.Int64Var(&cf.tpm, "tpm", 0, "the job's tokens per minute, on top of the backends' limits (0: none)")
+	fl.StringVar(&cf.outputDir, "output-dir", "", "where the job's files go, under the service's jobs.output_root")
 	addOutputFlag(c, &out)
 	return c
 }
@@ -246,14 +273,18 @@ func newJobsWatchCmd(a *app) *cobra.Command {
 		Short: "Follow a job's progress until it ends",
 		Long: `watch follows a job's progress until it reaches a terminal state: on a terminal
 one progress bar per run group, otherwise one line per update (and per run
-group). It exits 1 unless the job completed.`,
+group), each with the job's rate, tokens per second and ETA. It exits 1
+unless the job completed.`,
 		Example: "  batcherctl jobs watch job-0123\n  batcherctl jobs watch job-0123 -o json",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.jobsCall(cmd, false, func(ctx context.Context, j *client.Jobs) error {
 				w := cmd.OutOrStdout()
 				var bars *jobBars
-				if out == outputText && isTerminal(w) {
+				// A terminal that reports no width (some CI pseudo-terminals,
+				// a zero-sized window) gets plain lines: mpb draws nothing
+				// there.
+				if out == outputText && isTerminal(w) && terminalWidth(w) > 0 {
 					bars = newJobBars(w)
 				}
 				last, err := j.Watch(ctx, args[0], func(p *batcherv1.JobProgress) error {
@@ -269,7 +300,7 @@ group). It exits 1 unless the job completed.`,
 						_, err = fmt.Fprintf(w, "%s\n", b)
 						return err
 					}
-					if _, err := fmt.Fprintf(w, "%s %s\n", stateName(p.GetState()), countsText(p.GetCounts())); err != nil {
+					if _, err := fmt.Fprintf(w, "%s %s; %s\n", stateName(p.GetState()), countsText(p.GetCounts()), rateText(p)); err != nil {
 						return err
 					}
 					for _, g := range p.GetGroups() {

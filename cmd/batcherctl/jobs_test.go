@@ -40,8 +40,9 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 		t.Fatalf("create printed no id: %+v", r)
 	}
 	r = ctl(t, addr, "", "jobs", "watch", id)
-	if r.code != 0 || !strings.Contains(r.stdout, "completed 5/5 done, 5 succeeded") {
-		t.Fatalf("watch: %+v", r)
+	if r.code != 0 || !strings.Contains(r.stdout, "completed 5/5 done, 5 succeeded") ||
+		!regexp.MustCompile(`completed 5/5 done, 5 succeeded, 0 failed; [0-9.]+ items/s, \d+ tokens/s, eta 0s`).MatchString(r.stdout) {
+		t.Fatalf("watch: %+v; want the rate, tokens/s and ETA on each line", r)
 	}
 
 	out := filepath.Join(t.TempDir(), "results.jsonl")
@@ -137,6 +138,20 @@ func TestJobsWatchBarOnTerminal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binaries")
 	}
+	for _, tc := range []struct {
+		name       string
+		rows, cols uint16
+		want       string
+	}{
+		{"160x24", 24, 160, `job +200/200 \[=+\] +100 % completed [0-9.]+ items/s, \d+ tokens/s, eta 0s`},
+		// A terminal that reports no size gets plain lines, not nothing.
+		{"zero-sized", 0, 0, `completed 200/200 done, 200 succeeded, 0 failed; [0-9.]+ items/s`},
+	} {
+		t.Run(tc.name, func(t *testing.T) { watchOnTerminal(t, tc.rows, tc.cols, tc.want) })
+	}
+}
+
+func watchOnTerminal(t *testing.T, rows, cols uint16, want string) {
 	addr := startBatcherd(t, fastConfig, "--data-dir", t.TempDir())
 	r := ctl(t, addr, jobLines(200), "jobs", "create", "-", "-m", "sim-chat")
 	if r.code != 0 {
@@ -149,7 +164,7 @@ func TestJobsWatchBarOnTerminal(t *testing.T) {
 		t.Skipf("no pseudo-terminal: %v", err)
 	}
 	defer func() { _ = ptmx.Close() }()
-	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: 160}); err != nil {
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: rows, Cols: cols}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
@@ -172,7 +187,65 @@ func TestJobsWatchBarOnTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("jobs watch on a terminal: %v\n%q", err, screen.String())
 	}
-	if !regexp.MustCompile(`job +200/200 \[=+\] +100 % completed`).MatchString(screen.String()) {
-		t.Errorf("no complete bar:\n%q", screen.String())
+	if !regexp.MustCompile(want).MatchString(screen.String()) {
+		t.Errorf("no %s:\n%q", want, screen.String())
+	}
+}
+
+// jobs create takes run groups and a judge, and refuses batcherctl run's
+// format saying why.
+func TestJobsCreateGroupsAndJudge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	addr := startBatcherd(t, fastConfig, "--data-dir", t.TempDir())
+	tmpl := writeFile(t, "judge.tmpl", "Which is best for {{.Input}}? {{range .Runs}}[{{.Output}}]{{end}}")
+	r := ctl(t, addr, jobLines(3), "jobs", "create", "-", "--group", "name=cold,model=sim-chat,runs=2,temperature=0.2",
+		"--group", "name=hot,temperature=1,next-model=sim-chat,delay=10ms,retries=1,backoff=2",
+		"--judge-model", "sim-chat", "--judge-template", "@"+tmpl, "--rpm", "6000")
+	if r.code != 0 {
+		t.Fatalf("create: %+v", r)
+	}
+	id := strings.TrimSpace(r.stdout)
+	if r = ctl(t, addr, "", "jobs", "watch", id); r.code != 0 {
+		t.Fatalf("watch: %+v", r)
+	}
+	r = ctl(t, addr, "", "jobs", "get", id, "-o", "json")
+	var job struct {
+		Spec struct {
+			RunGroups []struct {
+				Name          string
+				Runs          int
+				NextModel     string
+				BackoffFactor float64
+			}
+			Judge             struct{ Model, PromptTemplate string }
+			RequestsPerMinute int
+		}
+		Progress struct {
+			Counts struct{ Total, Succeeded string }
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &job); err != nil || r.code != 0 {
+		t.Fatalf("get: %+v (%v)", r, err)
+	}
+	s := job.Spec
+	if len(s.RunGroups) != 2 || s.RunGroups[0].Runs != 2 || s.RunGroups[1].NextModel != "sim-chat" || s.RunGroups[1].BackoffFactor != 2 ||
+		s.Judge.Model != "sim-chat" || !strings.HasPrefix(s.Judge.PromptTemplate, "Which is best") || s.RequestsPerMinute != 6000 {
+		t.Fatalf("spec %+v", s)
+	}
+	// 3 lines: 2 cold runs, 1 hot run and a judge each.
+	if c := job.Progress.Counts; c.Total != "12" || c.Succeeded != "12" {
+		t.Fatalf("counts %+v, want 12 of 12", c)
+	}
+
+	runLine := `{"id":"q1","model":"sim-chat","chat":{"messages":[{"role":"user","content":"Hi"}]}}` + "\n"
+	r = ctl(t, addr, "\n"+runLine, "jobs", "create", "-")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "- line 2: this is a batcherctl run request") || !strings.Contains(r.stderr, "custom_id") {
+		t.Fatalf("run format: %+v; want exit 2 saying why", r)
+	}
+	r = ctl(t, addr, jobLines(1), "jobs", "create", "-", "--group", "model=x")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "name: must be set") {
+		t.Fatalf("bad --group: %+v", r)
 	}
 }
