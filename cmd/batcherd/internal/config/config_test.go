@@ -17,6 +17,7 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
+	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/llmsim"
 )
 
@@ -557,6 +558,13 @@ func TestExampleFileCommentedSettings(t *testing.T) {
 	}
 	if sim.ProtectedShare != batcher.DefaultProtectedShare || sim.AttemptTimeout.D() != batcher.DefaultAttemptTimeout {
 		t.Errorf("the example's protected_share %v, attempt_timeout %v: not the core's defaults", sim.ProtectedShare, sim.AttemptTimeout)
+	}
+
+	wantJobs := config.JobsLimits{MaxItems: jobs.DefaultMaxItems, MaxRunning: jobs.DefaultMaxRunning, MaxInFlight: jobs.DefaultMaxInFlight,
+		ConcurrentRequests: jobs.DefaultConcurrentRequests, TTL: config.Duration(jobs.DefaultTTL), Lease: config.Duration(jobs.DefaultLease),
+		OutputRoot: "/srv/batch-results"}
+	if j := c.Jobs; j.DataDir == "" || j.JobStore != config.JobStoreSQLite || j.PostgresDSN == "" || j.Limits != wantJobs {
+		t.Errorf("the example's jobs settings %+v; want data_dir, job_store, postgres_dsn and the jobs package's defaults %+v", j, wantJobs)
 	}
 
 	t.Setenv(oa.OpenAI.APIKeyEnv, "sk-test")
