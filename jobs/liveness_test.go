@@ -71,8 +71,24 @@ func TestDeadOwnersClaimsReturnAtOnce(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := lb.ReleaseDead(ctx, "b"); err != nil || n != 10 {
-		t.Fatalf("ReleaseDead after a died = %d, %v; want its 10 claims", n, err)
+	// The server drops a's lock once its backend has seen the connection
+	// close, a moment after Close returns: poll for that, as the managers
+	// do at every poll.
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, err := lb.ReleaseDead(ctx, "b")
+		if err != nil || n > 10 {
+			t.Fatalf("ReleaseDead after a died = %d, %v", n, err)
+		}
+		if n == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a's claims did not come back within 10s of its connection closing")
+		}
+		<-tick.C
 	}
 	if got, err := b.Claim(ctx, id, "b", 10, time.Hour); err != nil || len(got) != 10 {
 		t.Fatalf("claim by b after a died: %d, %v", len(got), err)
