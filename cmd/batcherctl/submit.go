@@ -30,6 +30,9 @@ type submitFlags struct {
 	id          string
 	metadata    map[string]string
 	stream      bool
+	tools       string // a file of tools (submit_tools.go)
+	toolChoice  string
+	jsonSchema  string // a file holding a JSON Schema
 	out         outputFormat
 }
 
@@ -50,7 +53,9 @@ is printed as the model generates it, token by token (chat and completion).`,
   batcherctl submit -m sim-chat --system "Answer in French" --max-tokens 64 Hello
   echo "the quick brown fox" | batcherctl submit -m sim-embed --op embedding
   batcherctl submit -m sim-completion --op completion -p urgent -o json "Once upon a time"
-  batcherctl submit -m sim-chat --stream "Tell me a story"`,
+  batcherctl submit -m sim-chat --stream "Tell me a story"
+  batcherctl submit -m sim-chat --tools tools.json "What is the weather in Paris? Use get_weather."
+  batcherctl submit -m sim-chat --json-schema person.json "Describe a person"`,
 		Args: argsBetween(0, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSubmit(cmd, a, &f, args)
@@ -65,6 +70,9 @@ is printed as the model generates it, token by token (chat and completion).`,
 	fl.Float32Var(&f.temperature, "temperature", -1, "sampling temperature, 0 to 2 (default: the provider's)")
 	fl.StringVar(&f.id, "id", "", "the request's id (default: the service assigns one)")
 	fl.StringToStringVar(&f.metadata, "metadata", nil, "metadata key=value pairs, echoed on the completion")
+	fl.StringVar(&f.tools, "tools", "", "a JSON file of tools the model may call: an array of OpenAI tools or of {name, description, parameters} (chat only)")
+	fl.StringVar(&f.toolChoice, "tool-choice", "", "the tool the model must call (needs --tools)")
+	fl.StringVar(&f.jsonSchema, "json-schema", "", "a JSON file holding a JSON Schema the answer must follow strictly (chat only)")
 	fl.BoolVar(&f.stream, "stream", false, "print the answer as it is generated (chat and completion); -o json prints the completion at the end")
 	addOutputFlag(c, &f.out)
 	return c
@@ -147,6 +155,11 @@ func (f *submitFlags) request(prompt string) (*batcherv1.Request, error) {
 		if f.system != "" {
 			turns = append(turns, client.System(f.system))
 		}
+		rich, err := f.chatOptions()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, rich...)
 		return client.Chat(f.model, append(append(turns, client.User(prompt)), opts...)...), nil
 	case opCompletion:
 		return client.Complete(f.model, prompt, opts...), nil
@@ -181,6 +194,14 @@ func printCompletion(w io.Writer, c *batcherv1.Completion) error {
 		}
 		_, err := fmt.Fprintf(w, "%s]\n", b)
 		return err
+	}
+	for _, tc := range c.GetMessage().GetToolCalls() {
+		if _, err := fmt.Fprintf(w, "tool call %s %s(%s)\n", tc.GetId(), tc.GetName(), tc.GetArguments()); err != nil {
+			return err
+		}
+	}
+	if c.GetText() == "" && len(c.GetMessage().GetToolCalls()) > 0 {
+		return nil
 	}
 	_, err := fmt.Fprintln(w, c.GetText())
 	return err

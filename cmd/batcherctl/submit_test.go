@@ -126,3 +126,23 @@ func TestTLSFlags(t *testing.T) {
 		t.Errorf("TLS to a plaintext service: %+v", r)
 	}
 }
+
+// TestSubmitToolsAndSchema: --tools and --json-schema reach the sim, which
+// calls the tool and answers JSON that follows the schema.
+func TestSubmitToolsAndSchema(t *testing.T) {
+	addr := startBatcherd(t, fastConfig)
+	tools := writeFile(t, "tools.json", `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","enum":["Paris"]}},"required":["city"]}}}]`)
+	schema := writeFile(t, "schema.json", `{"type":"object","properties":{"n":{"type":"integer","minimum":3,"maximum":3}},"required":["n"]}`)
+	r := ctl(t, addr, "", "submit", "-m", "sim-chat", "--tools", tools, "Weather in Paris? Use get_weather.")
+	if r.code != 0 || !strings.Contains(r.stdout, `get_weather({"city":"Paris"})`) {
+		t.Errorf("--tools: %+v; want the call printed", r)
+	}
+	r = ctl(t, addr, "", "submit", "-m", "sim-chat", "--json-schema", schema, "a number")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != `{"n":3}` {
+		t.Errorf("--json-schema: %+v; want {\"n\":3}", r)
+	}
+	r = ctl(t, addr, "", "submit", "-m", "sim-chat", "--tool-choice", "f", "x")
+	if r.code == 0 || !strings.Contains(r.stderr, "--tool-choice: needs --tools") {
+		t.Errorf("--tool-choice alone: %+v", r)
+	}
+}
