@@ -204,7 +204,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if call, ok := s.toolCall(&req, last); ok { // tools.go
 		msg.Content, msg.ToolCalls, fr = "", []toolCallWire{call}, "tool_calls"
 		text = call.Function.Arguments
-	} else if rf := req.ResponseFormat; rf != nil && rf.Type != "text" {
+	} else if rf := req.ResponseFormat; rf != nil && rf.Type != "text" && a.packedItems == 0 {
+		// A pack's reply already has the pack's own JSON shape (the
+		// packed compiler sends its schema as the response format).
 		text = s.structured(&req, text)
 		msg.Content = text
 	}
