@@ -122,6 +122,20 @@ func appendCompletion(b []byte, c *batcherv1.Completion) (_ []byte, ok bool) {
 		w.key("deduplicated")
 		w.b = append(w.b, "true"...)
 	}
+	if c.GetMessage() != nil || len(c.GetChoices()) > 0 {
+		return fail() // tool calls, refusals, logprobs: protojson writes them
+	}
+	if c.GetPartial() {
+		w.key("partial")
+		w.b = append(w.b, "true"...)
+	}
+	if !w.duration("timeToFirstToken", c.GetTimeToFirstToken()) {
+		return fail()
+	}
+	if c.GetCached() {
+		w.key("cached")
+		w.b = append(w.b, "true"...)
+	}
 	return append(w.b, '}'), true
 }
 

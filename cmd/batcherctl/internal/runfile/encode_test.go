@@ -18,7 +18,9 @@ import (
 // must be added to the encoder, then here.
 var encodedFields = map[protoreflect.FullName][]protoreflect.Name{
 	"batcher.v1.Completion": {"id", "text", "embedding", "finish_reason", "usage", "batch_id", "batch_size",
-		"attempts", "timings", "error", "backend", "metadata", "deduplicated"},
+		"attempts", "timings", "error", "backend", "metadata", "deduplicated",
+		"message", "choices", // appendCompletion leaves them to protojson
+		"partial", "time_to_first_token", "cached"},
 	"batcher.v1.Embedding": {"values"},
 	"batcher.v1.Usage":     {"prompt_tokens", "completion_tokens", "total_tokens"},
 	"batcher.v1.Timings":   {"batch_wait", "queued", "upstream", "total"},
@@ -64,6 +66,7 @@ func TestAppendCompletion(t *testing.T) {
 		Backend:      "sim",
 		Metadata:     map[string]string{"b": "2", "a": "1", "": "empty"},
 		Deduplicated: true,
+		Partial:      true, TimeToFirstToken: d(0, 250000000), Cached: true,
 	}
 	for _, tc := range []struct {
 		name   string
@@ -81,6 +84,8 @@ func TestAppendCompletion(t *testing.T) {
 		{"details", &batcherv1.Completion{Error: &status.Status{Details: []*anypb.Any{{TypeUrl: "x/y"}}}}, false},
 		{"not UTF-8", &batcherv1.Completion{Id: "\xff"}, false},
 		{"duration out of range", &batcherv1.Completion{Timings: &batcherv1.Timings{Total: d(1, -1)}}, false},
+		{"message", &batcherv1.Completion{Message: &batcherv1.OutputMessage{Refusal: "no"}}, false},
+		{"choices", &batcherv1.Completion{Choices: []*batcherv1.OutputMessage{{}}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, ok := appendCompletion([]byte("x"), tc.c)
