@@ -64,6 +64,7 @@ type Batcher struct {
 
 	pending   atomic.Int64 // admitted calls without a result
 	batchSeq  atomic.Uint64
+	viewKey   [16]byte      // keys tenantBatchID
 	closed    chan struct{} // closed once admission has closed
 	drained   chan struct{} // closed when closing and nothing is pending
 	drainOnce sync.Once
@@ -93,6 +94,7 @@ func New(opts ...Option) (*Batcher, error) {
 		abortCh:  make(chan struct{}),
 		admit:    newAdmission(cfg.queueCapacity, cfg.queueReserve),
 		stopped:  make(chan struct{}),
+		viewKey:  newViewKey(),
 	}
 	b.otherTenant = &tenantState{name: OtherTenant}
 	b.otherTenant.lim.Store(&tenantLimits{weight: 1})

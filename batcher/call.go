@@ -62,6 +62,7 @@ type Call struct {
 	queuedFor      time.Duration // admission to its first upstream call
 	upstream       time.Duration
 	attempts       int32
+	view           batchView // its caller's view of its current batch (setViews)
 	retries        int32
 	unknownRetries int32
 	state          atomic.Uint32

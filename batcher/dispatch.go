@@ -159,6 +159,9 @@ type batchRun struct {
 	span    trace.Span
 	watch   deadlineWatch
 	flushes []*flushWait // told once the upstream call starts
+	// tenantIdx and views serve setViews for batches of several tenants.
+	tenantIdx map[string]int
+	views     []batchView
 }
 
 // getRun takes a run from the batcher's pool (one pool per Batcher: a run
@@ -327,6 +330,7 @@ func (r *batchRun) run() {
 	n := len(live)
 	start := time.Now()
 	var last time.Time
+	r.setViews()
 	for _, c := range live {
 		if !c.dispatched {
 			c.dispatched = true
@@ -338,8 +342,8 @@ func (r *batchRun) run() {
 		}
 		c.dispatchEvent(r, start)
 		if c.progress {
-			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: r.batch.ID, BatchSize: n})
-			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: r.batch.ID, Attempt: int(c.attempts), Backend: be.name})
+			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: c.view.id, BatchSize: c.view.size})
+			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: c.view.id, Attempt: int(c.attempts), Backend: be.name})
 		}
 	}
 	r.batch.deadline = last
@@ -427,8 +431,8 @@ func (r *batchRun) run() {
 			continue
 		}
 		res := Result{
-			BatchID:   r.batch.ID,
-			BatchSize: n,
+			BatchID:   c.view.id,
+			BatchSize: c.view.size,
 			Attempts:  int(c.attempts),
 			Backend:   be.name,
 			Timings: Timings{

@@ -40,8 +40,8 @@ type Event struct {
 
 	Lane string // EventQueued
 
-	BatchID   string // EventBatched, EventDispatched
-	BatchSize int    // EventBatched
+	BatchID   string // EventBatched, EventDispatched; the caller's view, as Result.BatchID
+	BatchSize int    // EventBatched; the caller's view, as Result.BatchSize
 	Attempt   int    // EventDispatched, EventRetrying (the attempt that failed)
 	Backend   string // EventDispatched
 

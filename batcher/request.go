@@ -273,6 +273,10 @@ type Result struct {
 	Logprobs  *Logprobs
 	Choices   []Choice
 
+	// BatchID and BatchSize are the caller's view of the batch that
+	// carried it: with a Tenant, that tenant's own name for the batch and
+	// its own requests' count in it (see batchview.go); without, the batch
+	// whole.
 	BatchID      string
 	BatchSize    int
 	Attempts     int
