@@ -55,7 +55,7 @@ func (o *observability) setJobs(m *jobs.Manager) {
 // and makes them global, so that otelgrpc, otelhttp and any library that
 // asks the global providers report to them.
 func startTelemetry(ctx context.Context, cfg *config.Config, lookupEnv func(string) (string, bool), log *slog.Logger) (*observability, error) {
-	tel, err := telemetry.Setup(ctx, telemetry.Config{LookupEnv: lookupEnv, NoPrometheus: cfg.Telemetry.AdminListen == ""})
+	tel, err := telemetry.Setup(ctx, telemetry.Config{LookupEnv: lookupEnv, NoPrometheus: cfg.Telemetry.AdminOff()})
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs
 	o.sampler = telemetry.NewSampler(src, o.cfg.StatsInterval.D(), 0)
 	server.NewAdmin(o.sampler, o.closing).Register(gs)
 	o.sampler.Start()
-	if o.cfg.AdminListen == "" {
+	if o.cfg.AdminOff() {
 		return nil
 	}
 	lis, err := net.Listen("tcp", o.cfg.AdminListen)

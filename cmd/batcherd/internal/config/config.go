@@ -230,6 +230,7 @@ func Default() *Config {
 		Telemetry:       defaultTelemetry(),
 		Fleet:           defaultFleet(),
 		Cache:           defaultCache(),
+		Jobs:            Jobs{Limits: defaultJobsLimits()},
 
 		MaxStreams:         server.DefaultMaxStreams,
 		MaxPendingMessages: server.DefaultMaxPendingMessages,

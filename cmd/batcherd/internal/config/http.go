@@ -18,8 +18,12 @@ import (
 // DefaultHTTPListen is the OpenAI-compatible HTTP front door's address.
 const DefaultHTTPListen = "127.0.0.1:8081"
 
+// ListenOff as an optional listener's address (http.listen,
+// telemetry.admin_listen) turns that listener off.
+const ListenOff = "off"
+
 // HTTPOff as http.listen turns the HTTP front door off.
-const HTTPOff = "off"
+const HTTPOff = ListenOff
 
 // maxTokensFile bounds the tokens file.
 const maxTokensFile = 1 << 20

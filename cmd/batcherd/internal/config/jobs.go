@@ -3,6 +3,8 @@ package config
 import (
 	"strconv"
 	"strings"
+
+	"github.com/batcherhq/batcher/jobs"
 )
 
 // The job stores.
@@ -28,7 +30,8 @@ type Jobs struct {
 	Limits      JobsLimits `yaml:"jobs"`
 }
 
-// JobsLimits bounds jobs. 0 takes the jobs package's default.
+// JobsLimits bounds jobs. Default() holds the jobs package's defaults;
+// 0 takes them too.
 type JobsLimits struct {
 	// MaxItems bounds one job's items (default 2,000,000).
 	MaxItems int64 `yaml:"max_items"`
@@ -69,6 +72,35 @@ func init() {
 		setting{"jobs.output_root", "jobs-output-root", "BATCHER_JOBS_OUTPUT_ROOT", "directory under which a job may choose its output directory (empty: none may)", func(c *Config, v string) error { c.Jobs.Limits.OutputRoot = v; return nil }},
 		setting{"jobs.lease", "jobs-lease", "BATCHER_JOBS_LEASE", "how long a claim holds without renewal", durSetter(func(c *Config) *Duration { return &c.Jobs.Limits.Lease })},
 	)
+}
+
+// defaultJobsLimits are the jobs package's defaults, so that --help and a
+// dump of the configuration show what runs.
+func defaultJobsLimits() JobsLimits {
+	return JobsLimits{MaxItems: jobs.DefaultMaxItems, MaxRunning: jobs.DefaultMaxRunning, MaxInFlight: jobs.DefaultMaxInFlight,
+		ConcurrentRequests: jobs.DefaultConcurrentRequests, TTL: Duration(jobs.DefaultTTL), Lease: Duration(jobs.DefaultLease)}
+}
+
+// jobsDefaultString returns a jobs setting's value for the flags' usage.
+func jobsDefaultString(c *Config, path string) string {
+	j := &c.Jobs
+	switch path {
+	case "data_dir":
+		return j.DataDir
+	case "job_store":
+		return j.JobStore
+	case "postgres_dsn":
+		return "" // may hold a password
+	case "jobs.max_items":
+		return strconv.FormatInt(j.Limits.MaxItems, 10)
+	case "jobs.max_running":
+		return strconv.Itoa(j.Limits.MaxRunning)
+	case "jobs.ttl":
+		return j.Limits.TTL.String()
+	case "jobs.lease":
+		return j.Limits.Lease.String()
+	}
+	return ""
 }
 
 // validateJobs adds the jobs section's errors to e.

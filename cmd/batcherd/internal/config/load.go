@@ -24,6 +24,9 @@ const MaxFileBytes = 1 << 20
 // EnvConfig names the config file when --config is not given.
 const EnvConfig = "BATCHER_CONFIG"
 
+// ErrVersion is Load's answer to --version: print the version and exit.
+var ErrVersion = errors.New("version requested")
+
 // A setting is a scalar that the environment and flags may set, besides the
 // file.
 type setting struct {
@@ -74,13 +77,16 @@ func durSetter(field func(*Config) *Duration) func(*Config, string) error {
 // --config or BATCHER_CONFIG, BATCHER_* variables read with lookupEnv, and
 // the flags in args, each overriding the last, then validates it, checking
 // too that each openai backend's api_key_env is set. With -h
-// it writes the usage to usage and returns flag.ErrHelp.
+// it writes the usage to usage and returns flag.ErrHelp; with --version it
+// returns ErrVersion.
 func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer) (*Config, error) {
 	fs := flag.NewFlagSet("batcherd", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	var file string
 	fileSet := false
 	fs.Func("config", "YAML config file (env "+EnvConfig+")", func(v string) error { file, fileSet = v, true; return nil })
+	versionAsked := false
+	fs.BoolFunc("version", "print the version (module version and VCS revision) and exit", func(string) error { versionAsked = true; return nil })
 	type flagValue struct {
 		s *setting
 		v string
@@ -100,6 +106,9 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if versionAsked {
+		return nil, ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: batcherd takes only flags", fs.Arg(0))
@@ -142,7 +151,18 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 	return c, nil
 }
 
+// defaultString is the default of the setting at path as --help shows it:
+// its value in c (Default()), or "none" when that is empty.
 func defaultString(c *Config, path string) string {
+	if s := settingString(c, path); s != "" {
+		return s
+	}
+	return "none"
+}
+
+// settingString is the value of the setting at path in c, as a flag would
+// set it, or "" when it is empty.
+func settingString(c *Config, path string) string {
 	switch path {
 	case "listen":
 		return c.Listen
@@ -160,6 +180,8 @@ func defaultString(c *Config, path string) string {
 		return c.AgingStep.String()
 	case "idle_lane_timeout":
 		return c.IdleLaneTimeout.String()
+	case "max_lanes":
+		return strconv.Itoa(c.MaxLanes)
 	case "stream_window":
 		return strconv.Itoa(c.StreamWindow)
 	case "summary_interval":
@@ -169,6 +191,9 @@ func defaultString(c *Config, path string) string {
 		return f(c)
 	}
 	if s := securityDefault(c, path); s != "" {
+		return s
+	}
+	if s := jobsDefaultString(c, path); s != "" {
 		return s
 	}
 	return telemetryDefaultString(c, path)

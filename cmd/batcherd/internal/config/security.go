@@ -160,7 +160,7 @@ func securityDefault(c *Config, path string) string {
 	if path == "security.insecure" {
 		return strconv.FormatBool(c.Security.Insecure)
 	}
-	return "none"
+	return ""
 }
 
 // validate checks the security settings, and that a listen address other

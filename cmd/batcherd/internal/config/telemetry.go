@@ -34,8 +34,8 @@ const (
 // Traces and OTLP export follow the standard OTEL_* variables.
 type Telemetry struct {
 	// AdminListen is the admin HTTP listener's host:port (port 0 picks a
-	// free one); empty: no admin listener (then no /metrics and no status
-	// page). Default DefaultAdminListen.
+	// free one), or ListenOff (or empty): no admin listener (then no
+	// /metrics and no status page). Default DefaultAdminListen.
 	AdminListen string `yaml:"admin_listen"`
 	// Pprof serves net/http/pprof under /debug/pprof/ on the admin
 	// listener. Default false.
@@ -55,7 +55,7 @@ func defaultTelemetry() Telemetry {
 func init() {
 	boolSettings["pprof"] = true // --pprof, without a value
 	settings = append(settings,
-		setting{"telemetry.admin_listen", "admin-listen", "BATCHER_ADMIN_LISTEN", "admin HTTP listener for /metrics, the status page and pprof, host:port (empty: none)", func(c *Config, v string) error { c.Telemetry.AdminListen = v; return nil }},
+		setting{"telemetry.admin_listen", "admin-listen", "BATCHER_ADMIN_LISTEN", `admin HTTP listener for /metrics, the status page and pprof, host:port, or "off"`, func(c *Config, v string) error { c.Telemetry.AdminListen = v; return nil }},
 		setting{"telemetry.pprof", "pprof", "BATCHER_PPROF", "serve net/http/pprof on the admin listener: true or false", func(c *Config, v string) error {
 			b, err := strconv.ParseBool(strings.TrimSpace(v))
 			if err != nil {
@@ -89,9 +89,9 @@ func telemetryDefaultString(c *Config, path string) string {
 // gRPC listener's TLS and tenants (sec): an address other than loopback
 // needs both, or security.insecure.
 func (t *Telemetry) validate(sec *Security, e *errs) {
-	if t.AdminListen != "" {
+	if !t.AdminOff() {
 		if _, port, err := net.SplitHostPort(t.AdminListen); err != nil {
-			e.add("telemetry.admin_listen", "must be host:port or empty, got %q", t.AdminListen)
+			e.add("telemetry.admin_listen", "must be host:port or %q, got %q", ListenOff, t.AdminListen)
 		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 			e.add("telemetry.admin_listen", "port must be 0 to 65535, got %q", port)
 		} else if err := sec.CheckListener("telemetry.admin_listen", t.AdminListen); err != nil {
@@ -117,6 +117,10 @@ func (t *Telemetry) AccessLevel() (slog.Level, bool, error) {
 	}
 	return l, true, nil
 }
+
+// AdminOff reports whether the admin listener is off: admin_listen is
+// ListenOff, or empty.
+func (t *Telemetry) AdminOff() bool { return t.AdminListen == "" || t.AdminListen == ListenOff }
 
 // AdminLoopback reports whether the admin listener binds to loopback only.
 func (t *Telemetry) AdminLoopback() bool {
