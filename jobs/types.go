@@ -34,6 +34,16 @@ func (s State) String() string {
 	return "state(" + strconv.Itoa(int(s)) + ")"
 }
 
+// States returns every state a job can be in, in order (not
+// StateUnspecified): what job counts are labelled by.
+func States() []State {
+	out := make([]State, 0, len(stateNames)-1)
+	for s := StateValidating; int(s) < len(stateNames); s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
 // Terminal reports whether s is an end state.
 func (s State) Terminal() bool {
 	return s == StateCompleted || s == StateFailed || s == StateCancelled || s == StateExpired

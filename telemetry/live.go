@@ -162,6 +162,9 @@ type Sources struct {
 	// Jobs returns every job's counts. The hook for the jobs service: nil
 	// until it exists, and the jobs list stays empty.
 	Jobs func() []Job
+	// JobStates are the values of Job.State that batcher.jobs is labelled
+	// by (RegisterLive): batcherd passes every jobs.State's name.
+	JobStates []string
 	// Metrics, when set, gives the request counts, rates and latencies
 	// (from the core's instruments) and the budgets spent: the Prometheus
 	// registry the exposition serves (Telemetry.Gatherer), so that the

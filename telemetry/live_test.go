@@ -189,7 +189,8 @@ func TestRegisterLive(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	jobs := []Job{{ID: "a", State: "running", Done: 3, Failed: 1, Tokens: 50}, {ID: "b", State: "done", Done: 5}, {ID: "c", State: "weird"}}
-	if _, err := RegisterLive(mp, Sources{Streams: func() Streams { return Streams{Open: 3, Buffered: 7} }, Jobs: func() []Job { return jobs }}); err != nil {
+	if _, err := RegisterLive(mp, Sources{Streams: func() Streams { return Streams{Open: 3, Buffered: 7} }, Jobs: func() []Job { return jobs },
+		JobStates: []string{"queued", "running", "done", "failed", "cancelled"}}); err != nil {
 		t.Fatal(err)
 	}
 	var rm metricdata.ResourceMetrics

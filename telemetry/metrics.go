@@ -10,15 +10,15 @@ import (
 
 const meterName = "github.com/batcherhq/batcher/telemetry"
 
-// JobStates are the states jobs are counted by in batcher.jobs, observed
-// as zero when no job is in them so that series do not vanish.
-var JobStates = []string{"queued", "running", "done", "failed", "cancelled"}
-
 // RegisterLive registers the instruments of the figures outside the core:
 // the server's streams (batcher.streams.open, batcher.streams.buffered)
 // and the jobs (batcher.jobs by state, batcher.job.items and
 // batcher.job.tokens: cumulative over the jobs listed). Sources that are
 // nil are not observed. Jobs' ids are never attribute values.
+//
+// batcher.jobs has one series per state in src.JobStates, zero when no job
+// is in it, so that series do not vanish; a job in a state outside the list
+// is not counted there (the attribute set stays bounded).
 func RegisterLive(mp metric.MeterProvider, src Sources) (metric.Registration, error) {
 	mt := mp.Meter(meterName)
 	open, err1 := mt.Int64ObservableGauge("batcher.streams.open", metric.WithUnit("{stream}"), metric.WithDescription("Open SubmitStreams."))
@@ -44,7 +44,7 @@ func RegisterLive(mp metric.MeterProvider, src Sources) (metric.Registration, er
 				n += j.Done + j.Failed
 				tok += j.Tokens
 			}
-			for _, s := range JobStates {
+			for _, s := range src.JobStates {
 				o.ObserveInt64(jobs, by[s], metric.WithAttributes(stateKey.String(s)))
 			}
 			o.ObserveInt64(items, n)

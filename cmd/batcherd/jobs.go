@@ -108,7 +108,8 @@ func checkWritable(what, dir string) error {
 const jobsListLimit = 200
 
 // jobsSource is the telemetry's view of m's jobs: the newest jobsListLimit,
-// with their counts. A store error logs and lists none.
+// with their counts and states (among jobStateNames). A store error logs
+// and lists none.
 func jobsSource(m *jobs.Manager, log *slog.Logger) func() []telemetry.Job {
 	return func() []telemetry.Job {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -131,4 +132,14 @@ func jobsSource(m *jobs.Manager, log *slog.Logger) func() []telemetry.Job {
 		}
 		return out
 	}
+}
+
+// jobStateNames are the names of every job state: the label values of
+// batcher.jobs, from the jobs package itself so that none is missing.
+func jobStateNames() []string {
+	var out []string
+	for _, s := range jobs.States() {
+		out = append(out, s.String())
+	}
+	return out
 }

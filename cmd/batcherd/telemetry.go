@@ -86,14 +86,15 @@ func (o *observability) grpcOptions() []grpc.ServerOption {
 // opens the admin listener, when one is configured.
 func (o *observability) startAdmin(core *batcher.Batcher, srv *server.Server, gs *grpc.Server, sec *security.Security) error {
 	src := telemetry.Sources{
-		Lanes:    core.Lanes,
-		Backends: core.Stats,
-		Limits:   core.BackendLimits,
-		Streams:  srv.StreamStats,
-		Jobs:     o.jobs,
-		Metrics:  o.tel.Gatherer,
-		Fleet:    o.fleet,
-		Cache:    o.cache,
+		Lanes:     core.Lanes,
+		Backends:  core.Stats,
+		Limits:    core.BackendLimits,
+		Streams:   srv.StreamStats,
+		Jobs:      o.jobs,
+		JobStates: jobStateNames(),
+		Metrics:   o.tel.Gatherer,
+		Fleet:     o.fleet,
+		Cache:     o.cache,
 	}
 	if _, err := telemetry.RegisterLive(o.tel.MeterProvider, src); err != nil {
 		return fmt.Errorf("live metrics: %w", err)
