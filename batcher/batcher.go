@@ -253,6 +253,24 @@ func (b *Batcher) Submit(ctx context.Context, req *Request) (*Call, error) {
 	return c, err
 }
 
+// TrySubmit is Submit for a caller that keeps a request the core cannot
+// take now and offers it again later, as the jobs runner keeps its
+// backlog. A refusal because the queue is full (ErrQueueFull) or a tenant
+// quota is spent (ErrQuotaExceeded) is not a rejection: nothing was lost,
+// so batcher.requests.rejected does not count it, and
+// batcher.requests.deferred does. Every other outcome is Submit's.
+func (b *Batcher) TrySubmit(ctx context.Context, req *Request) (*Call, error) {
+	c, err := b.submit(ctx, req, nil)
+	if b.metrics != nil {
+		if errors.Is(err, ErrQueueFull) || errors.Is(err, ErrQuotaExceeded) {
+			b.metrics.postponed(req, err)
+		} else {
+			b.metrics.submitted(req, &c, &err)
+		}
+	}
+	return c, err
+}
+
 // submit is Submit. With a nil token the call's done channel is closed on
 // its result, as Call.Done documents; Do passes a pooled channel of
 // capacity 1 instead, which the result is sent on once and which Do, the

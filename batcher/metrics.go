@@ -128,10 +128,11 @@ var (
 // metrics are the core's instruments. A nil *metrics records nothing: every
 // method checks, so that call sites stay one line.
 //
-// Recording happens at three places: Submit (admitted, rejected),
-// Call.finish (completed, the request's total time and queue wait), the
-// batch runner after each upstream call (batch size, fill and wait, the
-// upstream call's duration, outcome and token usage, the budget it used).
+// Recording happens at three places: Submit (admitted, rejected; deferred
+// for TrySubmit), Call.finish (completed, the request's total time and
+// queue wait), the batch runner after each upstream call (batch size, fill
+// and wait, the upstream call's duration, outcome and token usage, the
+// budget it used).
 // The
 // rest (queue depth, backends' counters, breaker state, rates) are
 // observed from Lanes and Stats when a reader collects, at no cost on the
@@ -141,6 +142,7 @@ var (
 // outcome, so that recording allocates nothing.
 type metrics struct {
 	rejected  metric.Int64Counter
+	deferred  metric.Int64Counter
 	duration  metric.Float64Histogram // batcher.request.duration
 	queueWait metric.Float64Histogram
 	batchWait metric.Float64Histogram
@@ -310,6 +312,7 @@ func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
 		return h
 	}
 	m.rejected = counter("batcher.requests.rejected", "{request}", "Requests refused at admission, by route, priority and reason.")
+	m.deferred = counter("batcher.requests.deferred", "{request}", "Refusals at admission that the caller keeps and offers again (TrySubmit: a job's backlog), by route, priority and reason; not rejections.")
 	m.duration = fhist("batcher.request.duration", "s", "Time from admission to the terminal result, by route, priority and outcome.", secondsBuckets)
 	m.queueWait = fhist("batcher.request.queue_wait", "s", "Time from admission to the request's first upstream call.", secondsBuckets)
 	m.batchWait = fhist("batcher.batch.wait", "s", "Time a batch accumulated: from its oldest request's admission until it formed.", secondsBuckets)
@@ -344,12 +347,21 @@ func (m *metrics) submitted(req *Request, c **Call, err *error) {
 		}
 		return
 	}
+	m.refused(m.rejected, req, *err)
+}
+
+// postponed records a refusal that TrySubmit's caller keeps and offers
+// again.
+func (m *metrics) postponed(req *Request, err error) { m.refused(m.deferred, req, err) }
+
+// refused adds one to counter, by route, priority and err's reason.
+func (m *metrics) refused(counter metric.Int64Counter, req *Request, err error) {
 	route := req.Route
 	if m.route(route) == nil {
 		route = "unknown" // never a caller's string: it would be unbounded
 	}
-	m.rejected.Add(context.Background(), 1, metric.WithAttributes(
-		keyRoute.String(route), keyPriority.String(priorityLabel(req.Priority)), keyReason.String(rejectReason(*err))))
+	counter.Add(context.Background(), 1, metric.WithAttributes(
+		keyRoute.String(route), keyPriority.String(priorityLabel(req.Priority)), keyReason.String(rejectReason(err))))
 }
 
 func priorityLabel(p Priority) string {

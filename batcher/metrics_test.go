@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -303,5 +304,43 @@ func TestSpansCarryGenAIAttributes(t *testing.T) {
 	}
 	if !sawReq || !sawBatch {
 		t.Fatalf("spans: request %v, batch %v", sawReq, sawBatch)
+	}
+}
+
+// A request TrySubmit's caller keeps (a job's backlog) is not a rejection
+// when the queue is full: it counts in batcher.requests.deferred, and
+// Submit's refusals still count in batcher.requests.rejected.
+func TestTrySubmitRefusalIsDeferredNotRejected(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	be := &fakeBackend{hold: make(chan struct{})}
+	b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1}, WithMeterProvider(mp), WithQueueCapacity(1), WithQueueReserve(0))
+	held := submit(t, b, req("a", PriorityHigh))
+	if _, err := b.Submit(context.Background(), req("b", PriorityHigh)); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("Submit on a full queue: %v, want ErrQueueFull", err)
+	}
+	for range 3 {
+		if _, err := b.TrySubmit(context.Background(), req("c", PriorityDeferrable)); !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("TrySubmit on a full queue: %v, want ErrQueueFull", err)
+		}
+	}
+	close(be.hold)
+	<-held.Done()
+	c, err := b.TrySubmit(context.Background(), req("d", PriorityDeferrable))
+	if err != nil {
+		t.Fatalf("TrySubmit once the queue has room: %v", err)
+	}
+	<-c.Done()
+	wantOK(t, c)
+
+	got := collect(t, reader)
+	if pts := points(t, got["batcher.requests.rejected"]); len(pts) != 1 || pts["batcher.priority=high,batcher.reason=queue_full,batcher.route=m"] != 1 {
+		t.Errorf("batcher.requests.rejected = %v, want only Submit's one queue_full", pts)
+	}
+	if pts := points(t, got["batcher.requests.deferred"]); len(pts) != 1 || pts["batcher.priority=deferrable,batcher.reason=queue_full,batcher.route=m"] != 3 {
+		t.Errorf("batcher.requests.deferred = %v, want TrySubmit's 3 queue_full", pts)
+	}
+	if pts := points(t, got["batcher.requests.admitted"]); pts["batcher.priority=deferrable,batcher.route=m"] != 1 {
+		t.Errorf("batcher.requests.admitted = %v, want TrySubmit's admission counted", pts)
 	}
 }

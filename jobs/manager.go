@@ -18,7 +18,9 @@ import (
 
 // Core is what the jobs need of the core: *batcher.Batcher.
 type Core interface {
-	Submit(ctx context.Context, req *batcher.Request) (*batcher.Call, error)
+	// TrySubmit, not Submit: a task the core cannot take now waits in the
+	// run's backlog, so its refusal is no rejection.
+	TrySubmit(ctx context.Context, req *batcher.Request) (*batcher.Call, error)
 	Routes() []batcher.RouteInfo
 	AgingStep() time.Duration
 }

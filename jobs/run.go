@@ -332,7 +332,7 @@ func (r *run) submit(ctx context.Context, t *Task, model string) bool {
 		}
 	}
 	if err == nil {
-		f.call, err = r.m.cfg.Core.Submit(ctx, req)
+		f.call, err = r.m.cfg.Core.TrySubmit(ctx, req)
 	}
 	switch {
 	case errors.Is(err, batcher.ErrQueueFull), errors.Is(err, batcher.ErrQuotaExceeded):
