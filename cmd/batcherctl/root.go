@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/batcherhq/batcher/internal/version"
 )
 
 // DefaultAddr is the service --addr picks when neither the flag nor
@@ -56,8 +58,9 @@ func newRootCmd(e env) *cobra.Command {
 		addr = v
 	}
 	root := &cobra.Command{
-		Use:   "batcherctl",
-		Short: "Talk to a Batcher service from the command line",
+		Version: version.String("batcherctl"),
+		Use:     "batcherctl",
+		Short:   "Talk to a Batcher service from the command line",
 		Long: `batcherctl talks to a Batcher service: it submits prompts, streams files
 of requests through it with a live progress bar, runs durable batch jobs,
 shows its live stats and checks its health.
@@ -88,6 +91,7 @@ loopback address; use --tls otherwise).`,
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
+	root.SetVersionTemplate("{{.Version}}\n")
 
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.addr, "addr", addr, "the service's address, host:port (env "+addrEnv+")")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
+	"github.com/batcherhq/batcher/internal/version"
 	"github.com/batcherhq/batcher/security"
 	"github.com/batcherhq/batcher/server"
 	"github.com/batcherhq/batcher/telemetry"
@@ -41,6 +42,10 @@ func main() {
 func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(string) (string, bool), stderr io.Writer) int {
 	cfg, err := config.Load(args, lookupEnv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if errors.Is(err, config.ErrVersion) {
+		_, _ = fmt.Fprintln(os.Stdout, version.String("batcherd"))
 		return exitOK
 	}
 	if err != nil {
