@@ -59,10 +59,15 @@ test: tools-gen ## Vet, check generated code is fresh, run every test with -race
 	$(MAKE) --no-print-directory test-python test-java
 
 # Tests that need PostgreSQL or Redis skip without them (and fail instead
-# with BATCHER_REQUIRE_SERVICES=1, as in CI); say so up front, since go test
-# prints skips only with -v.
+# with BATCHER_REQUIRE_SERVICES=1, as in CI), and so do those that need an
+# outside tool, Chromium or Prometheus (BATCHER_REQUIRE_TOOLS=1); say so up
+# front, since go test prints skips only with -v.
 .PHONY: check-services
 check-services:
+	@if command -v chromium >/dev/null; then echo "chromium found: the status page test runs in it"; \
+	else echo "SKIPPING the status page test in Chromium: no chromium on PATH (apt-get install -y chromium)"; fi
+	@if command -v prometheus >/dev/null; then echo "prometheus found: the Prometheus scrape test runs"; \
+	else echo "SKIPPING the Prometheus scrape test: no prometheus on PATH (apt-get install -y prometheus)"; fi
 	@if (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; then echo "PostgreSQL on 127.0.0.1:5432: the PostgreSQL job-store tests run"; \
 	else echo "SKIPPING the PostgreSQL job-store tests: nothing answers on 127.0.0.1:5432"; fi
 	@if (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then echo "Redis on 127.0.0.1:6379: the fleet tests run"; \
