@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"slices"
 	"sync"
@@ -25,102 +26,129 @@ const (
 
 // Snapshot is the live state of batcherd at one moment: the data of the
 // metrics, for the status page and WatchStats.
+//
+// Its JSON (the admin listener's /api/snapshot, /api/history and /events)
+// is an API that dashboards read: names are snake_case and carry their
+// unit where one applies (_seconds, _per_second, _per_minute); times are
+// RFC 3339. The json tags below are that API; rename nothing without a
+// reason.
 type Snapshot struct {
-	Time     time.Time
-	Lanes    []Lane
-	Backends []Backend
-	Streams  Streams
-	Jobs     []Job
-	Requests Requests
+	Time     time.Time `json:"time"`
+	Lanes    []Lane    `json:"lanes"`
+	Backends []Backend `json:"backends"`
+	Streams  Streams   `json:"streams"`
+	Jobs     []Job     `json:"jobs"`
+	Requests Requests  `json:"requests"`
 	// Fleet is the fleet this replica shares its budgets with; nil when it
 	// runs alone.
-	Fleet *Fleet `json:",omitempty"`
+	Fleet *Fleet `json:"fleet,omitempty"`
 	// Cache is the response cache's counts by route; empty without one.
-	Cache []CacheRoute `json:",omitempty"`
+	Cache []CacheRoute `json:"cache,omitempty"`
 }
 
 // CacheRoute is one route's response cache counts (cumulative).
 type CacheRoute struct {
-	Route string
+	Route string `json:"route"`
 	// HitRatio is the share of lookups answered from memory or Redis.
-	HitRatio float64
+	HitRatio float64 `json:"hit_ratio"`
 	// Hits and Misses in memory; RedisHits and RedisMisses of the
 	// lookups memory missed, when Redis is behind it.
-	Hits, Misses, RedisHits, RedisMisses int64
-	Evictions                            int64
+	Hits        int64 `json:"hits"`
+	Misses      int64 `json:"misses"`
+	RedisHits   int64 `json:"redis_hits"`
+	RedisMisses int64 `json:"redis_misses"`
+	Evictions   int64 `json:"evictions"`
 	// Bytes held in memory.
-	Bytes int64
+	Bytes int64 `json:"bytes"`
 }
 
 // Fleet is the replicas that share the backends' budgets through Redis,
 // as this replica last saw them.
 type Fleet struct {
-	Self string
+	Self string `json:"self"`
 	// Redis answered the last heartbeat; false: each backend runs on its
 	// local share (1/N of each budget).
-	Redis    bool
-	Replicas []Replica
-	Budgets  []FleetBudget
+	Redis    bool          `json:"redis"`
+	Replicas []Replica     `json:"replicas"`
+	Budgets  []FleetBudget `json:"budgets"`
 }
 
 // Replica is one replica of the fleet.
 type Replica struct {
-	ID   string
-	Self bool
-	Info map[string]string
+	ID   string            `json:"id"`
+	Self bool              `json:"self"`
+	Info map[string]string `json:"info"`
 }
 
 // FleetBudget is one backend's shared budget.
 type FleetBudget struct {
-	Backend string
+	Backend string `json:"backend"`
 	// Factor is the fleet's factor on configured rates (1: as configured).
-	Factor float64
+	Factor float64 `json:"rate_factor"`
 	// PausedUntil (a Retry-After) and OpenUntil (a replica's breaker);
 	// zero: neither.
-	PausedUntil, OpenUntil time.Time
+	PausedUntil time.Time `json:"paused_until"`
+	OpenUntil   time.Time `json:"open_until"`
 	// RPMLeft and TPMLeft are what the shared buckets hold now (negative:
 	// booked ahead; 0 without a budget); RPMUsed and TPMUsed what the fleet
 	// booked per minute lately.
-	RPMLeft, TPMLeft, RPMUsed, TPMUsed float64
+	RPMLeft float64 `json:"requests_left"`
+	TPMLeft float64 `json:"tokens_left"`
+	RPMUsed float64 `json:"requests_per_minute_used"`
+	TPMUsed float64 `json:"tokens_per_minute_used"`
 	// Leases held now, by replica id.
-	Leases map[string]int
+	Leases map[string]int `json:"leases"`
 }
 
 // Lane is one lane's queue.
 type Lane struct {
-	Name, Route, Backend string
+	Name    string `json:"name"`
+	Route   string `json:"route"`
+	Backend string `json:"backend"`
 	// Queued by priority name: urgent, high, normal, low, deferrable.
-	Queued   map[string]int
-	InFlight int
+	Queued   map[string]int `json:"queued"`
+	InFlight int            `json:"in_flight"`
 }
 
 // Backend is one backend's limits, load and health.
 type Backend struct {
-	Name string
+	Name string `json:"name"`
 	// Breaker is closed, open or half_open.
-	Breaker string
+	Breaker string `json:"breaker"`
 	// InFlight calls against the current (adaptive) Limit, and the
 	// configured MaxConcurrency.
-	InFlight, Limit, MaxConcurrency int
+	InFlight       int `json:"in_flight"`
+	Limit          int `json:"concurrency_limit"`
+	MaxConcurrency int `json:"max_concurrency"`
 	// RPMLimit and TPMLimit are the current (adaptive, AIMD) rates; RPMMax
 	// and TPMMax the configured ones; 0: no such budget.
-	RPMLimit, TPMLimit float64
-	RPMMax, TPMMax     int
+	RPMLimit float64 `json:"requests_per_minute_limit"`
+	TPMLimit float64 `json:"tokens_per_minute_limit"`
+	RPMMax   int     `json:"requests_per_minute_max"`
+	TPMMax   int     `json:"tokens_per_minute_max"`
 	// RPMUsed and TPMUsed are the requests and tokens spent over the last
 	// minute (or since the start, scaled to a minute, when shorter).
-	RPMUsed, TPMUsed float64
-	// Cumulative counters.
-	Calls, Items, RateLimited, Retries, Fallbacks, DedupHits int64
+	RPMUsed float64 `json:"requests_per_minute_used"`
+	TPMUsed float64 `json:"tokens_per_minute_used"`
+	// Cumulative counters: upstream calls, the requests they carried,
+	// answers rate limited (429), retries, fallbacks, dedup hits.
+	Calls       int64 `json:"calls"`
+	Items       int64 `json:"requests"`
+	RateLimited int64 `json:"rate_limited"`
+	Retries     int64 `json:"retries"`
+	Fallbacks   int64 `json:"fallbacks"`
+	DedupHits   int64 `json:"dedup_hits"`
 	// Streaming is the streamed requests being answered now (their
 	// upstream calls open); Streamed counts them all.
-	Streaming int
-	Streamed  int64
+	Streaming int   `json:"streaming"`
+	Streamed  int64 `json:"streamed"`
 }
 
 // Streams are the server's open SubmitStreams and the messages they hold
 // for sending.
 type Streams struct {
-	Open, Buffered int
+	Open     int `json:"open"`
+	Buffered int `json:"buffered_messages"`
 }
 
 // Job is one batch job's progress. Jobs sources fill the counts, and may
@@ -128,25 +156,88 @@ type Streams struct {
 // GetJob reports); the sampler fills those a source left at zero from
 // successive snapshots.
 type Job struct {
-	ID, Name string
-	// State is the job's state (queued, running, done, failed, cancelled).
-	State                     string
-	Total, Done, Failed       int64
-	Tokens                    int64
-	ItemsPerSec, TokensPerSec float64
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// State is the job's state, as the jobs package names it (validating,
+	// queued, running, finalizing, completed, failed, cancelling,
+	// cancelled, expired).
+	State  string `json:"state"`
+	Total  int64  `json:"total"`
+	Done   int64  `json:"done"`
+	Failed int64  `json:"failed"`
+	Tokens int64  `json:"tokens"`
+	// Rates over the last interval.
+	ItemsPerSec  float64 `json:"items_per_second"`
+	TokensPerSec float64 `json:"tokens_per_second"`
 	// ETA is the time left at the current rate; 0 when unknown or done.
-	ETA time.Duration
+	// JSON: eta_seconds.
+	ETA time.Duration `json:"-"`
 }
 
 // Requests are the service-wide request figures.
 type Requests struct {
 	// Cumulative counts.
-	Admitted, Rejected, Completed, Failed int64
+	Admitted  int64 `json:"admitted"`
+	Rejected  int64 `json:"rejected"`
+	Completed int64 `json:"completed"`
+	Failed    int64 `json:"failed"`
 	// Over the last interval: completions per second, tokens per second,
 	// and the latency (admission to result) percentiles of the requests
-	// that ended in it.
-	PerSec, TokensPerSec float64
-	P50, P95, P99        time.Duration
+	// that ended in it (JSON: latency_p50_seconds...).
+	PerSec        float64       `json:"completed_per_second"`
+	TokensPerSec  float64       `json:"tokens_per_second"`
+	P50, P95, P99 time.Duration `json:"-"`
+}
+
+// The durations go out in seconds, as JSON numbers, under names that say
+// so: a dashboard should not have to know Go's nanoseconds.
+
+type jsonJob Job
+
+type jobJSON struct {
+	jsonJob
+	ETA float64 `json:"eta_seconds"`
+}
+
+// MarshalJSON writes j with its ETA as eta_seconds.
+func (j Job) MarshalJSON() ([]byte, error) {
+	return json.Marshal(jobJSON{jsonJob(j), j.ETA.Seconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (j *Job) UnmarshalJSON(b []byte) error {
+	var v jobJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*j = Job(v.jsonJob)
+	j.ETA = seconds(v.ETA)
+	return nil
+}
+
+type jsonRequests Requests
+
+type requestsJSON struct {
+	jsonRequests
+	P50 float64 `json:"latency_p50_seconds"`
+	P95 float64 `json:"latency_p95_seconds"`
+	P99 float64 `json:"latency_p99_seconds"`
+}
+
+// MarshalJSON writes r with its latencies in seconds.
+func (r Requests) MarshalJSON() ([]byte, error) {
+	return json.Marshal(requestsJSON{jsonRequests(r), r.P50.Seconds(), r.P95.Seconds(), r.P99.Seconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *Requests) UnmarshalJSON(b []byte) error {
+	var v requestsJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*r = Requests(v.jsonRequests)
+	r.P50, r.P95, r.P99 = seconds(v.P50), seconds(v.P95), seconds(v.P99)
+	return nil
 }
 
 // Sources are what the sampler reads. Lanes and Backends are required;

@@ -49,9 +49,9 @@ func TestCacheByDefault(t *testing.T) {
 		defer resp.Body.Close()
 		var snap struct {
 			Cache []struct {
-				Route    string
-				HitRatio float64
-			}
+				Route    string  `json:"route"`
+				HitRatio float64 `json:"hit_ratio"`
+			} `json:"cache"`
 		}
 		if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
 			t.Fatal(err)
