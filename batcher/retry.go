@@ -208,7 +208,9 @@ func (rb *retryBudget) allow(now time.Time) bool {
 }
 
 // retryLater sends c back to its lane after a backoff, if the policy, the
-// retry budget and c's deadline allow; r is the run c failed in.
+// retry budget and c's deadline allow; r is the run c failed in. The
+// deadline must leave the attempt its least time (leastAttempt) after the
+// backoff: an attempt that cannot finish only spends the provider's budget.
 func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) bool {
 	be := r.be
 	p := c.req.retryPolicy(&be.cfg.Retry)
@@ -220,7 +222,7 @@ func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) boo
 		return false // abort's sweep of b.retrying may be over: end with the error
 	}
 	delay := max(p.backoff(int(c.retries)), retryAfter(err))
-	if !now.Add(delay).Before(c.deadline) || !be.retry.allow(now) {
+	if !now.Add(delay+leastAttempt(be.cfg.AttemptTimeout)).Before(c.deadline) || !be.retry.allow(now) {
 		return false
 	}
 	if !c.run.CompareAndSwap(r, nil) {
@@ -242,8 +244,9 @@ func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) boo
 // fallBack moves c to its route's next target when its retries on this one
 // are used up (or refused) on a failure that another upstream may not
 // have: a network or server error, a timeout, a rate limit. It does so
-// only while c's deadline has not passed; the new target gets retries of
-// its own. r is the run c failed in.
+// only while c's deadline leaves the next target's attempt its least time
+// (leastAttempt); the new target gets retries of its own. r is the run c
+// failed in.
 func (b *Batcher) fallBack(c *Call, r *batchRun, err error, now time.Time) bool {
 	switch classify(err) {
 	case ClassNetwork, ClassServer, ClassTimeout, ClassRateLimit:
@@ -251,7 +254,7 @@ func (b *Batcher) fallBack(c *Call, r *batchRun, err error, now time.Time) bool 
 		return false
 	}
 	next := int(c.target) + 1
-	if next >= len(c.rc.targets) || !now.Before(c.deadline) || !c.run.CompareAndSwap(r, nil) {
+	if next >= len(c.rc.targets) || !now.Add(leastAttempt(c.rc.targets[next].be.cfg.AttemptTimeout)).Before(c.deadline) || !c.run.CompareAndSwap(r, nil) {
 		return false
 	}
 	c.target = uint8(next)
@@ -260,6 +263,16 @@ func (b *Batcher) fallBack(c *Call, r *batchRun, err error, now time.Time) bool 
 	r.be.log.fellBack(c, c.rc.Name, c.target, err)
 	b.enqueue(c)
 	return true
+}
+
+// leastAttempt is the least time a retry or a fallback must have before
+// the request's deadline for it to start: the automatic attempt timeout's
+// minimum, or a configured attempt timeout when that is shorter.
+func leastAttempt(configured time.Duration) time.Duration {
+	if configured > 0 {
+		return min(configured, minAttemptTimeout)
+	}
+	return minAttemptTimeout
 }
 
 // requeue ends c's backoff.

@@ -80,3 +80,44 @@ func TestRetryOverrideFactor(t *testing.T) {
 		}
 	}
 }
+
+// A retry does not start with less than the least attempt time left before
+// the request's deadline: an upstream that answers after the deadline sees
+// one call, not a second one cut short (issue: a 2s deadline saw a second
+// call 0.43s before it).
+func TestNoRetryWithoutTimeForAnAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{hold: make(chan struct{})} // answers only when the attempt's timeout ends it
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1})
+		r := req("slow", PriorityHigh)
+		// The first attempt gets the least attempt time (its share of 2s
+		// over 4 attempts is less) and times out; the retry's backoff
+		// (under DefaultInitialBackoff) leaves the second less than that.
+		r.Timeout = 2 * minAttemptTimeout
+		c := submit(t, b, r)
+		<-c.Done()
+		res := c.Result()
+		if res.Err == nil {
+			t.Fatal("an upstream that never answers succeeded")
+		}
+		if n := be.calls.Load(); n != 1 || res.Attempts != 1 {
+			t.Errorf("upstream calls %d, attempts %d (err %v), want 1: the retry would have had under %v", n, res.Attempts, res.Err, minAttemptTimeout)
+		}
+		close(be.hold)
+	})
+}
+
+// With time for another attempt after the backoff, the retry happens.
+func TestRetryWithTimeForAnAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := failsFirst()
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1})
+		r := req("ok", PriorityHigh)
+		r.Timeout = DefaultInitialBackoff + minAttemptTimeout + 100*time.Millisecond
+		c := submit(t, b, r)
+		<-c.Done()
+		if res := c.Result(); res.Err != nil || res.Attempts != 2 {
+			t.Errorf("result %v after %d attempts, want success on the second", res.Err, res.Attempts)
+		}
+	})
+}
