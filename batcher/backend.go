@@ -26,6 +26,21 @@ type Batch struct {
 	stream   *streamState // a streamed request's buffer (the batch holds it alone)
 	deadline time.Time    // the latest deadline among its requests
 	verdict  func(error)  // the breaker's, told by the breakerVerdict layer
+	run      *batchRun    // the run dispatching it: UpstreamCall reports there
+}
+
+// UpstreamCall reports one upstream call (one HTTP request) that the backend
+// made for the batch: how long it took and its error (nil: it succeeded).
+// A backend whose batch is not exactly one call (a fan-out makes one per
+// request, packs one per pack) reports each call before Dispatch returns,
+// from any goroutine, so that the metrics count calls as the provider sees
+// them: batcher.upstream.calls and gen_ai.client.operation.duration by
+// outcome, and batcher.upstream.calls_saved. A Dispatch that reports none
+// counts as one call, with its own duration and error.
+func (b *Batch) UpstreamCall(d time.Duration, err error) {
+	if r := b.run; r != nil {
+		r.upstreamCall(d, err)
+	}
 }
 
 // Response is one request's answer from a Backend. Err set means that request

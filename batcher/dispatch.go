@@ -162,6 +162,19 @@ type batchRun struct {
 	// tenantIdx and views serve setViews for batches of several tenants.
 	tenantIdx map[string]int
 	views     []batchView
+	// upCalls counts the upstream calls the backend reported
+	// (Batch.UpstreamCall) during the run's one Dispatch.
+	upCalls atomic.Int32
+}
+
+// upstreamCall counts one upstream call the backend reported: the
+// backend's calls (the first is counted by metricsBackend, for the one
+// call a Dispatch that reports none makes) and the call's metrics.
+func (r *batchRun) upstreamCall(d time.Duration, err error) {
+	if r.upCalls.Add(1) > 1 {
+		r.be.stats.calls.Add(1)
+	}
+	r.b.metrics.upstreamCall(r, d, err)
 }
 
 // getRun takes a run from the batcher's pool (one pool per Batcher: a run
@@ -206,6 +219,7 @@ func (r *batchRun) recycle() {
 	r.calls, r.live, r.reqs, r.out = r.calls[:0], r.live[:0], r.reqs[:0], r.out[:0]
 	r.b, r.lane, r.be, r.pm, r.span = nil, nil, nil, nil, nil
 	r.batch = Batch{}
+	r.upCalls.Store(0)
 	if !r.ctx.reset() {
 		// A derived context may still hold on to it: never reuse it.
 		r.ctx = newRunCtx()
@@ -225,6 +239,7 @@ func (l *lane) newRun(pm *permit, now time.Time) *batchRun {
 		Model:     tg.model,
 		Op:        l.route.Op,
 		MaxTokens: l.key.maxTokens,
+		run:       r,
 	}
 	if r.batch.MaxTokens == 0 { // not shared: each request holds its own
 		r.batch.MaxTokens = l.route.DefaultMaxTokens

@@ -317,10 +317,10 @@ func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
 	m.queueWait = fhist("batcher.request.queue_wait", "s", "Time from admission to the request's first upstream call.", secondsBuckets)
 	m.batchWait = fhist("batcher.batch.wait", "s", "Time a batch accumulated: from its oldest request's admission until it formed.", secondsBuckets)
 	m.tokens = ihist("gen_ai.client.token.usage", "{token}", "Tokens used by each upstream call (one batch), input and output, as the upstream reported them.", tokenBuckets)
-	m.opDur = fhist("gen_ai.client.operation.duration", "s", "Duration of each upstream call (one batch), by backend and outcome.", secondsBuckets)
+	m.opDur = fhist("gen_ai.client.operation.duration", "s", "Duration of each upstream call (one batch, or one request of a fan-out, or one pack), by backend and outcome.", secondsBuckets)
 	m.batchSize = ihist("batcher.batch.size", "{request}", "Requests in each batch sent upstream.", sizeBuckets)
 	m.batchFill = fhist("batcher.batch.fill_ratio", "1", "Batch size over the route's max batch size.", fillBuckets)
-	m.upCalls = counter("batcher.upstream.calls", "{call}", "Batches sent upstream, by backend and outcome.")
+	m.upCalls = counter("batcher.upstream.calls", "{call}", "Upstream calls (HTTP requests: one per batch, per request of a fan-out, per pack), by backend and outcome.")
 	m.budgetReq = counter("batcher.budget.requests.used", "{request}", "Upstream requests spent against the backend's RPM budget.")
 	m.budgetTok = counter("batcher.budget.tokens.used", "{token}", "Tokens spent against the backend's TPM budget (reported usage, else the reservation).")
 	m.ttft = fhist("gen_ai.server.time_to_first_token", "s", "Streamed requests: time from admission to the first delta, for successful answers.", ttftBuckets)
@@ -416,8 +416,10 @@ func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err e
 	if pm.maxBatch > 0 {
 		m.batchFill.Record(ctx, float64(n)/pm.maxBatch, pm.batch...)
 	}
-	m.upCalls.Add(ctx, 1, pm.calls[o]...)
-	m.opDur.Record(ctx, seconds, pm.op[o]...)
+	if r.upCalls.Load() == 0 { // the backend reported no calls: the Dispatch was one
+		m.upCalls.Add(ctx, 1, pm.calls[o]...)
+		m.opDur.Record(ctx, seconds, pm.op[o]...)
+	}
 	m.budgetReq.Add(ctx, int64(used.requests), pm.budgetBackend...)
 	m.budgetTok.Add(ctx, int64(used.tokens), pm.budgetBackend...)
 	var in, outTok int64
@@ -431,6 +433,21 @@ func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err e
 		m.tokens.Record(ctx, in, pm.input...)
 		m.tokens.Record(ctx, outTok, pm.output...)
 	}
+}
+
+// upstreamCall records one upstream call a backend reported for r's batch
+// (Batch.UpstreamCall): it took d and failed with err (nil: succeeded).
+func (m *metrics) upstreamCall(r *batchRun, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	pm := (*m.pairs.Load())[routeBackend{r.batch.Route, r.be.name}]
+	if pm == nil {
+		return
+	}
+	o := outcomeOf(err)
+	m.upCalls.Add(context.Background(), 1, pm.calls[o]...)
+	m.opDur.Record(context.Background(), d.Seconds(), pm.op[o]...)
 }
 
 // observe registers the observable instruments: one callback reads Lanes

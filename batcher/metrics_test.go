@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -342,5 +343,67 @@ func TestTrySubmitRefusalIsDeferredNotRejected(t *testing.T) {
 	}
 	if pts := points(t, got["batcher.requests.admitted"]); pts["batcher.priority=deferrable,batcher.route=m"] != 1 {
 		t.Errorf("batcher.requests.admitted = %v, want TrySubmit's admission counted", pts)
+	}
+}
+
+// fanOutBackend makes one upstream call per request and reports each
+// (Batch.UpstreamCall); requests whose prompt says "bad" fail.
+type fanOutBackend struct{}
+
+func (fanOutBackend) Dispatch(_ context.Context, b *Batch, out []Response) error {
+	for i, r := range b.Requests {
+		var err error
+		if strings.Contains(r.Input.Prompt, "bad") {
+			err = &UpstreamError{Class: ClassInvalidRequest, StatusCode: 400, Message: "bad"}
+			out[i].Err = err
+		} else {
+			out[i].Text, out[i].Usage = "ok", Usage{PromptTokens: 1, CompletionTokens: 1}
+		}
+		b.UpstreamCall(time.Millisecond, err)
+	}
+	return nil
+}
+
+// A batch that goes upstream as one call per request counts as that many
+// calls, each with its own outcome, and saves none.
+func TestMetricsCountEachUpstreamCallOfAFanOut(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	b := newTest(t, fanOutBackend{}, 1, BatchConfig{MaxBatchSize: 4, MinBatchSize: 4}, WithMeterProvider(mp))
+	var calls []*Call
+	for _, id := range []string{"a", "b", "bad", "c"} {
+		calls = append(calls, submit(t, b, req(id, PriorityHigh)))
+	}
+	for _, c := range calls {
+		<-c.Done()
+	}
+	got := collect(t, reader)
+	var ok, failed float64
+	for k, v := range points(t, got["batcher.upstream.calls"]) {
+		if strings.Contains(k, "batcher.outcome=ok") {
+			ok += v
+		} else {
+			failed += v
+		}
+	}
+	if ok != 3 || failed != 1 {
+		t.Errorf("batcher.upstream.calls: %v ok, %v failed, want 3 and 1 (%v)", ok, failed, points(t, got["batcher.upstream.calls"]))
+	}
+	var durOK, durFailed float64
+	for k, v := range points(t, got["gen_ai.client.operation.duration"]) {
+		if strings.Contains(k, "error.type=") {
+			durFailed += v
+		} else {
+			durOK += v
+		}
+	}
+	if durOK != 3 || durFailed != 1 {
+		t.Errorf("gen_ai.client.operation.duration: %v ok, %v with an error.type, want 3 and 1 (%v)", durOK, durFailed, points(t, got["gen_ai.client.operation.duration"]))
+	}
+	if v := points(t, got["batcher.upstream.calls_saved"])["batcher.backend=be"]; v != 0 {
+		t.Errorf("batcher.upstream.calls_saved = %v, want 0: a fan-out saves no call", v)
+	}
+	if st := b.Stats(); len(st) != 1 || st[0].Calls != 4 || st[0].Items != 4 {
+		t.Errorf("backend stats %+v, want 4 calls carrying 4 requests", st)
 	}
 }

@@ -241,10 +241,14 @@ func allFailed(ctx context.Context, out []batcher.Response) error {
 // post sends one call for items requests of batch and decodes a 2xx
 // answer's JSON body into resp. What a successful answer says of the
 // upstream's limits goes to seen; a failed one's is in its
-// *batcher.UpstreamError, and the failure is logged (rate-limited).
+// *batcher.UpstreamError, and the failure is logged (rate-limited). Each
+// call is reported to the core (Batch.UpstreamCall), so that a fan-out's
+// or a pack's calls count one by one.
 func (b *Backend) post(ctx context.Context, seen *limitsSeen, batch *batcher.Batch, items int, path string, body, resp any) error {
 	b.st.calls.Add(1)
+	start := time.Now()
 	rl, err := b.do(ctx, path, body, resp)
+	batch.UpstreamCall(time.Since(start), err)
 	if err != nil {
 		b.st.failed.Add(1)
 		b.logFailure(ctx, path, batch, items, err)

@@ -105,9 +105,12 @@ func (p *Provider) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher
 	var wg sync.WaitGroup
 	for i := range b.Requests {
 		wg.Go(func() {
-			if err := p.call(ctx, b.Model, b.Op, b.MaxTokens, b.Requests[i:i+1], out[i:i+1], nil); err != nil {
+			start := time.Now()
+			err := p.call(ctx, b.Model, b.Op, b.MaxTokens, b.Requests[i:i+1], out[i:i+1], nil)
+			if err != nil {
 				out[i] = batcher.Response{Err: err}
 			}
+			b.UpstreamCall(time.Since(start), err) // one simulated call per input
 		})
 	}
 	wg.Wait()
