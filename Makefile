@@ -135,7 +135,12 @@ bench: ## Run the benchmarks (6 runs each) and summarize them with benchstat.
 	bench/run.sh
 
 .PHONY: tools
-tools: tools-gen tools-lint tools-bench ## Install every pinned tool into bin/.
+tools: tools-gen tools-lint tools-bench grpcurl ## Install every pinned tool into bin/.
+
+.PHONY: grpcurl
+grpcurl: $(BIN)/grpcurl ## Install the pinned grpcurl into bin/ (the quickstart's; only this tool).
+
+$(BIN)/grpcurl:
 	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
 .PHONY: tools-gen

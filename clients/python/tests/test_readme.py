@@ -1,4 +1,5 @@
-"""The README's Python example runs as written, against a real batcherd."""
+"""The README's Python example is clients/python/example.py, and it runs as
+written against a real batcherd."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ def test_readme_example(batcherd, tmp_path):
     m = re.search(r"^```python\n(.*?)^```$", readme, re.S | re.M)
     assert m, "README.md has no Python example"
     code = m.group(1)
+    example = ROOT / "clients" / "python" / "example.py"
+    assert code in example.read_text(), "README.md's Python example differs from clients/python/example.py"
     assert "127.0.0.1:50051" in code
     script = tmp_path / "example.py"
-    script.write_text(code.replace("127.0.0.1:50051", batcherd))
+    script.write_text(example.read_text().replace("127.0.0.1:50051", batcherd))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "clients" / "python"))
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                          text=True, timeout=60)
