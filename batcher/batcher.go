@@ -43,8 +43,9 @@ type Batcher struct {
 	testHookClaimed func(*Call)
 	aborted         atomic.Bool // the drain deadline passed: whatever is pending ends
 
-	lanesMu sync.RWMutex
-	lanes   map[laneKey]*lane
+	lanesMu     sync.RWMutex
+	lanes       map[laneKey]*lane
+	laneHolders laneHolders // who created the lanes open, for the cap's fair share; under lanesMu
 
 	dedup dedupTable
 	admit *admission
@@ -389,7 +390,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	l := hot.Load()
 	if l == nil || !l.key.same(&key) {
 		var err error
-		if l, err = b.laneFor(key, rc); err != nil {
+		if l, err = b.laneFor(key, rc, req); err != nil {
 			b.callEnded() // not admitted
 			hold.undo(now)
 			if c.span != nil {
@@ -429,7 +430,7 @@ func (b *Batcher) enqueue(c *Call) {
 	}
 	key := keyOf(c.req, c.rc, c.target)
 	for {
-		l, err := b.laneFor(key, c.rc)
+		l, err := b.laneFor(key, c.rc, c.req)
 		if err != nil {
 			c.finish(Result{Err: err}, time.Now())
 			return
@@ -515,9 +516,11 @@ func (r *Request) EstimatedTokens(defaultMaxTokens int32) int {
 	return n
 }
 
-// laneFor returns key's lane, creating it and its owner if needed. It
-// fails with ErrTooManyLanes when a new lane would pass the cap.
-func (b *Batcher) laneFor(key laneKey, rc *routeConfig) (*lane, error) {
+// laneFor returns key's lane, creating it and its owner for req's caller if
+// needed. It fails with a *LaneLimitError (ErrTooManyLanes) when the caller
+// holds its fair share of lanes, or when a new lane would pass the cap and
+// no idle lane can be evicted to make room (lanecap.go).
+func (b *Batcher) laneFor(key laneKey, rc *routeConfig, req *Request) (*lane, error) {
 	b.lanesMu.RLock()
 	l := b.lanes[key]
 	b.lanesMu.RUnlock()
@@ -535,12 +538,14 @@ func (b *Batcher) laneFor(key laneKey, rc *routeConfig) (*lane, error) {
 		b.lanesMu.Unlock()
 		return nil, ErrShutdown
 	}
-	if n := len(b.lanes); n >= b.cfg.maxLanes {
+	caller := holderOf(req)
+	if err := b.roomForLaneLocked(caller, time.Now()); err != nil {
 		b.lanesMu.Unlock()
-		return nil, fmt.Errorf("%w: %d lanes open, the limit (max lanes); requests that differ in max_tokens, temperature, top_p, seed or stop each need a lane of their own", ErrTooManyLanes, n)
+		return nil, err
 	}
 	l = newLane(b, key, rc)
 	b.lanes[key] = l
+	b.laneHolders.add(l, caller)
 	b.lanesWG.Add(1)
 	b.lanesMu.Unlock()
 	go l.loop() // outside the lock

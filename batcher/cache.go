@@ -246,7 +246,7 @@ func (b *Batcher) cacheFetch(c *Call) {
 		return
 	}
 	// What Submit does on a miss, without its hot-lane shortcut.
-	l, err := b.laneFor(keyOf(c.req, c.rc, c.target), c.rc)
+	l, err := b.laneFor(keyOf(c.req, c.rc, c.target), c.rc, c.req)
 	if err != nil {
 		c.finish(Result{Err: err}, now)
 		return

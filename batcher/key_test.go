@@ -21,6 +21,7 @@ var notAnswer = map[string]string{
 	"Request.Sink":     "where events go",
 	"Request.Retry":    "how often to try, not what",
 	"Request.Tenant":   "keyed beside the Identity: dedupKey.tenant, CacheKey.Tenant",
+	"Request.Conn":     "counts lanes against the caller's connection, never changes the answer",
 	"Request.Cache":    "says whether to cache, not what",
 	"Request.Stream":   "how the answer arrives, not what it is",
 }

@@ -174,6 +174,7 @@ func (fw *flushWait) sent() {
 type lane struct {
 	// Set at creation; read-only.
 	b       *Batcher
+	holder  laneHolder // the caller that made it, counted against its fair share
 	key     laneKey
 	name    string
 	route   *routeConfig
@@ -192,10 +193,16 @@ type lane struct {
 	// calls queued (unix ns), 0 while it is awake or idle: written by the
 	// owner, read by producers to skip nudges it does not need.
 	sleepUntil atomic.Int64
-	size       atomic.Int32                // calls queued or in the inbox: producers add, owner subtracts
-	partials   atomic.Int32                // small batches in flight: owner adds, workers subtract
-	inFlight   atomic.Int32                // calls in flight upstream: owner adds, workers subtract
-	queuedBy   [numPriorities]atomic.Int32 // queued calls by priority: added by push, taken by the owner, read by Lanes
+	size       atomic.Int32 // calls queued or in the inbox: producers add, owner subtracts
+	partials   atomic.Int32 // small batches in flight: owner adds, workers subtract
+	inFlight   atomic.Int32 // calls in flight upstream: owner adds, workers subtract
+	// idleSince is when the owner found the lane empty (unix ns), 0 while
+	// it holds calls: written by the owner, read by the cap's eviction.
+	idleSince atomic.Int64
+	// evicted is set, under lanesMu and inMu, when the cap's eviction
+	// closed the idle lane; its owner exits at its next step.
+	evicted  atomic.Bool
+	queuedBy [numPriorities]atomic.Int32 // queued calls by priority: added by push, taken by the owner, read by Lanes
 
 	// Owner-only.
 	spare       []msg                  // the inbox's other half
@@ -471,6 +478,7 @@ func (l *lane) step() (exit bool) {
 	l.wake = time.Time{}
 	if !idle {
 		l.idleAt = time.Time{}
+		l.idleSince.Store(0)
 		l.timer.Reset(next.Sub(now))
 		if !waiting {
 			l.wake = next
@@ -483,6 +491,14 @@ func (l *lane) step() (exit bool) {
 	}
 	if l.idleAt.IsZero() {
 		l.idleAt = now
+	}
+	if l.idleSince.Load() == 0 {
+		l.idleSince.Store(l.idleAt.UnixNano())
+	}
+	if l.evicted.Load() {
+		l.be.drop(l)
+		l.asked = false
+		return true // closed and out of b.lanes already
 	}
 	if closing || !now.Before(l.idleAt.Add(b.cfg.idleLane)) {
 		if l.close() {
@@ -657,6 +673,7 @@ func (l *lane) close() bool {
 	l.closed = true
 	if b.lanes[l.key] == l {
 		delete(b.lanes, l.key)
+		b.laneHolders.remove(l)
 	}
 	l.inMu.Unlock()
 	b.lanesMu.Unlock()

@@ -1,6 +1,7 @@
 package batcher
 
 import (
+	"net"
 	"strconv"
 	"time"
 )
@@ -170,6 +171,11 @@ type Request struct {
 	// Tenant names the caller's tenant, for weighted fair queuing and
 	// quotas (see SetTenants). Empty: no tenant.
 	Tenant string
+	// Conn is the caller's connection's remote address, so that the lane
+	// cap's fair share applies per connection within a tenant
+	// (WithMaxLanes). It is read only when the request opens a lane. Nil:
+	// one connection.
+	Conn net.Addr
 	// Cache is what the request asks of the response cache (WithCache).
 	Cache CacheMode
 	// Stream asks for the answer's deltas as the model generates them

@@ -191,9 +191,12 @@ func WithIdleLaneTimeout(d time.Duration) Option { return func(c *config) { c.id
 
 // WithMaxLanes caps the lanes open at once (a lane is a route with one set
 // of batch-relevant parameters, and an owner goroutine; an idle one lives
-// for the idle lane timeout). A request that needs a new lane past the cap
-// fails with ErrTooManyLanes. Default DefaultMaxLanes; less than 1 fails
-// New.
+// for the idle lane timeout, or until the cap needs its room). At the cap,
+// idle lanes close to make room; a caller (tenant, then connection) holds
+// at most a fair share of the cap while others hold lanes. A request that
+// still finds no room fails with a *LaneLimitError (ErrTooManyLanes) that
+// says when a lane is expected to make room (lanecap.go). Default
+// DefaultMaxLanes; less than 1 fails New.
 func WithMaxLanes(n int) Option { return func(c *config) { c.maxLanes = n } }
 
 // WithTracerProvider sets where request and batch spans go. Default none: no

@@ -67,7 +67,17 @@ func toStatus(err error) *status.Status {
 		}
 		return status.New(codes.ResourceExhausted, "tenant quota exceeded")
 	case errors.Is(err, batcher.ErrTooManyLanes):
-		return withRetry(status.New(codes.ResourceExhausted, "too many distinct parameter sets in use: the server's lane limit is reached; retry after "+QueueFullRetryDelay.String()), QueueFullRetryDelay)
+		// The core's estimate of when a lane makes room.
+		after := QueueFullRetryDelay
+		var le *batcher.LaneLimitError
+		if errors.As(err, &le) && le.RetryAfter > 0 {
+			after = le.RetryAfter
+		}
+		msg := "too many distinct parameter sets in use: the server's lane limit is reached"
+		if le != nil && le.Share > 0 {
+			msg = "too many distinct parameter sets in use by this caller: it holds its fair share of the server's lanes"
+		}
+		return withRetry(status.New(codes.ResourceExhausted, msg+"; retry after "+after.Round(time.Millisecond).String()), after)
 	case errors.Is(err, batcher.ErrQueueFull):
 		return withRetry(status.New(codes.ResourceExhausted, "queue full: retry after "+QueueFullRetryDelay.String()), QueueFullRetryDelay)
 	case errors.Is(err, batcher.ErrClosed):

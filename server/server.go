@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 )
@@ -90,6 +92,15 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // tenant; nil is ignored.
 func WithAccessFunc(f func(context.Context) *batcher.Access) Option {
 	return func(c *config) { c.accessOf = f }
+}
+
+// connOf is the caller's connection: its remote address, for the lane
+// cap's fair share per connection (batcher.Request.Conn).
+func connOf(ctx context.Context) net.Addr {
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.Addr
+	}
+	return nil
 }
 
 // accessOf returns what the caller of ctx's RPC may ask, or nil: anything.

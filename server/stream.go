@@ -471,6 +471,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 		st.reject(ctx, id, toStatus(err))
 		return
 	}
+	it.req.Conn = connOf(ctx)
 	if id == "" {
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return

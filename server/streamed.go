@@ -93,6 +93,7 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 	if err := s.accessOf(ctx).Admit(req); err != nil {
 		return toStatus(err).Err()
 	}
+	req.Conn = connOf(ctx)
 	if req.ID == "" {
 		req.ID = s.newID()
 	}

@@ -22,6 +22,7 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 	if err := s.accessOf(ctx).Admit(req); err != nil {
 		return nil, toStatus(err).Err()
 	}
+	req.Conn = connOf(ctx)
 	if req.ID == "" {
 		req.ID = s.newID()
 	}
