@@ -18,7 +18,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
-	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 )
 
 // The Kubernetes manifests under deploy/kubernetes are checked here, beside
@@ -51,7 +50,11 @@ type probe struct {
 		Port    int    `yaml:"port"`
 		Service string `yaml:"service"`
 	} `yaml:"grpc"`
-	HTTPGet   any `yaml:"httpGet"`
+	HTTPGet *struct {
+		Scheme string `yaml:"scheme"`
+		Port   string `yaml:"port"`
+		Path   string `yaml:"path"`
+	} `yaml:"httpGet"`
 	TCPSocket any `yaml:"tcpSocket"`
 	Exec      any `yaml:"exec"`
 }
@@ -123,6 +126,9 @@ type deploymentSpec struct {
 				ConfigMap *struct {
 					Name string `yaml:"name"`
 				} `yaml:"configMap"`
+				Secret *struct {
+					SecretName string `yaml:"secretName"`
+				} `yaml:"secret"`
 			} `yaml:"volumes"`
 		} `yaml:"spec"`
 	} `yaml:"template"`
@@ -324,10 +330,8 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("%s listens on loopback (%s): unreachable from the kubelet and Services", name, w.addr)
 		}
 	}
-	grpcPort := containerPorts["grpc"]
-
-	// Probes: all on gRPC health, on the gRPC port; readiness on the
-	// BatcherService's own status.
+	// Probes: the admin listener's /healthz over HTTPS (the kubelet's grpc
+	// probes cannot speak TLS); it turns 503 when the drain begins.
 	probes := map[string]*probe{"startupProbe": c.StartupProbe, "readinessProbe": c.ReadinessProbe, "livenessProbe": c.LivenessProbe}
 	for name, p := range probes {
 		if name != "startupProbe" && p == nil {
@@ -337,16 +341,38 @@ func TestKubernetesManifests(t *testing.T) {
 		if p == nil {
 			continue
 		}
-		if p.GRPC == nil || p.HTTPGet != nil || p.TCPSocket != nil || p.Exec != nil {
-			t.Errorf("%s must use grpc (grpc.health.v1) only", name)
+		if p.HTTPGet == nil || p.GRPC != nil || p.TCPSocket != nil || p.Exec != nil {
+			t.Errorf("%s must be an httpGet of the admin listener's /healthz only", name)
 			continue
 		}
-		if p.GRPC.Port != grpcPort {
-			t.Errorf("%s: grpc.port %d, want the gRPC port %d", name, p.GRPC.Port, grpcPort)
+		if g := p.HTTPGet; g.Scheme != "HTTPS" || g.Path != "/healthz" || (g.Port != "admin" && g.Port != strconv.Itoa(containerPorts["admin"])) {
+			t.Errorf("%s: httpGet %+v, want scheme HTTPS, path /healthz, the admin port", name, *g)
 		}
 	}
-	if s := c.ReadinessProbe.GRPC.Service; s != batcherv1.BatcherService_ServiceDesc.ServiceName {
-		t.Errorf("readinessProbe: service %q, want %q", s, batcherv1.BatcherService_ServiceDesc.ServiceName)
+
+	// Secure by default: TLS and authentication on every listener, their
+	// files from Secrets mounted read-only, never --insecure.
+	if cfg.Security.Insecure {
+		t.Error("security.insecure is set: the default must be TLS and a tenants file")
+	}
+	secretMounts := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		for _, v := range dep.Template.Spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				secretMounts[m.MountPath] = true
+			}
+		}
+	}
+	for field, path := range map[string]string{
+		"security.tls.cert_file": cfg.Security.TLS.CertFile,
+		"security.tls.key_file":  cfg.Security.TLS.KeyFile,
+		"security.tenants_file":  cfg.Security.TenantsFile,
+	} {
+		if path == "" {
+			t.Errorf("%s is not set", field)
+		} else if !secretMounts[filepath.Dir(path)] {
+			t.Errorf("%s = %s: not in a directory mounted from a Secret", field, path)
+		}
 	}
 
 	// The grace period covers the preStop sleep, the drain and the
@@ -375,13 +401,8 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("env %s holds a literal; take it from a Secret", e.Name)
 		}
 	}
-	for _, name := range []string{"BATCHER_REDIS_URL", "BATCHER_HTTP_TOKENS"} {
-		if !secretEnv[name] {
-			t.Errorf("env %s must come from a secretKeyRef", name)
-		}
-	}
-	if cfg.HTTP.TokensEnv != "BATCHER_HTTP_TOKENS" {
-		t.Errorf("http.tokens_env = %q, want BATCHER_HTTP_TOKENS (the Secret's variable)", cfg.HTTP.TokensEnv)
+	if !secretEnv["BATCHER_REDIS_URL"] {
+		t.Error("env BATCHER_REDIS_URL must come from a secretKeyRef")
 	}
 
 	// Resources and security context.
