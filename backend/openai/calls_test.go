@@ -19,7 +19,7 @@ import (
 
 // Every upstream HTTP call counts as one call in the core's metrics,
 // whatever the route's mode: a fan-out's calls one by one with their own
-// outcome (a failed one names its error type).
+// outcome (a failed one names its error type), a packed route's per pack.
 func TestEachUpstreamCallCounts(t *testing.T) {
 	sim, err := llmsim.New(llmsim.Config{})
 	if err != nil {
@@ -67,6 +67,21 @@ func TestEachUpstreamCallCounts(t *testing.T) {
 		t.Errorf("fan-out: batcher.upstream.calls_saved = %d, want 0", saved)
 	}
 
+	for i := range reqs {
+		reqs[i] = chat("packed", fmt.Sprintf("Short question %d?", i), "Answer in one line.")
+	}
+	for i, res := range doAll(t, core, reqs) {
+		if res.Err != nil {
+			t.Fatalf("packed request %d: %v", i, res.Err)
+		}
+	}
+	calls, saved = upstreamCalls(t, reader)
+	if calls["ok"] != 7+2 {
+		t.Errorf("8 packed by 4: batcher.upstream.calls{ok} = %d, want 7 (the fan-out's) + 2 packs", calls["ok"])
+	}
+	if saved != 8-2 {
+		t.Errorf("8 packed by 4: batcher.upstream.calls_saved = %d, want 6", saved)
+	}
 }
 
 // upstreamCalls reads batcher.upstream.calls by outcome and
