@@ -27,6 +27,9 @@ const MaxCacheTTL = 30 * 24 * time.Hour
 // and Fetch are shared and never written: the core copies them.
 type Cache interface {
 	Get(k *CacheKey) (*Result, bool)
+	// Again is Get for a request that already missed once: a hit counts
+	// in the cache's figures, a miss does not count a second time.
+	Again(k *CacheKey) (*Result, bool)
 	Fetch(ctx context.Context, k *CacheKey) (*Result, bool)
 	Remote() bool
 	Put(k *CacheKey, r *Result)
@@ -194,7 +197,11 @@ func (b *Batcher) cacheAdmit(c *Call, lookup bool, now time.Time) bool {
 // answer and left its group since, and c would go upstream for it again.
 // It reports whether c ended with the hit.
 func (b *Batcher) cacheLeads(c *Call, now time.Time) bool {
-	return c.req.Cache != CacheRefresh && b.cacheHit(c, now)
+	if c.req.Cache == CacheRefresh {
+		return false
+	}
+	r, ok := b.cfg.cache.Again(c.cache)
+	return ok && b.serveHit(c, r, now)
 }
 
 // identity returns c's Identity, computed once with its cache key.

@@ -38,6 +38,13 @@ func (m *mapCache) Get(k *CacheKey) (*Result, bool) {
 	return r, ok
 }
 
+func (m *mapCache) Again(k *CacheKey) (*Result, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.local[keyOfCache(k)]
+	return r, ok
+}
+
 func (m *mapCache) Fetch(ctx context.Context, k *CacheKey) (*Result, bool) {
 	m.fetches.Add(1)
 	time.Sleep(m.fetchDelay)

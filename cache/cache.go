@@ -208,6 +208,16 @@ func (c *Cache) Get(k *batcher.CacheKey) (*batcher.Result, bool) {
 	return e.r, true
 }
 
+// Again is Get for a request that already missed: only a hit counts.
+func (c *Cache) Again(k *batcher.CacheKey) (*batcher.Result, bool) {
+	e, ok := c.partFor(k).c.GetIfPresent(localKey{k.Tenant, k.ID})
+	if !ok {
+		return nil, false
+	}
+	c.statsFor(k.Route).hits[layerLocal].Add(1)
+	return e.r, true
+}
+
 // Remote reports whether Redis is configured.
 func (c *Cache) Remote() bool { return c.rd != nil }
 
