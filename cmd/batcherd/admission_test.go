@@ -363,7 +363,9 @@ func TestEveryDoorAdmits(t *testing.T) {
 		})
 	}
 	// A job or a batch naming a forbidden route names its line.
-	r := e.createJob(t, tok, &batcherv1.JobSpec{Model: "sim-embed"}, items(embedItem("", 0), embedItem("", 0), chatItem("sim-chat")))
+	second := embedItem("", 0)
+	second.Id = "e2" // custom ids are unique in a job
+	r := e.createJob(t, tok, &batcherv1.JobSpec{Model: "sim-embed"}, items(embedItem("", 0), second, chatItem("sim-chat")))
 	if s := status.Convert(r.err); !strings.Contains(s.Message(), "line 3") {
 		t.Errorf("refused job %v does not name line 3", r.err)
 	}

@@ -327,9 +327,9 @@ func TestJobsStartupErrors(t *testing.T) {
 	}
 }
 
-// Two replicas on PostgreSQL share one job. One is killed: once its lease
-// ends the other takes its items over and finishes the job, and no item is
-// recorded twice.
+// Two replicas on PostgreSQL share one job. One is killed: as soon as its
+// liveness lock is gone (not after its lease) the other takes its items
+// over and finishes the job, and no item is recorded twice.
 func TestEndToEndTwoReplicasOnPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -359,7 +359,7 @@ func TestEndToEndTwoReplicasOnPostgres(t *testing.T) {
 	if redone < 0 || redone > concurrent {
 		t.Fatalf("%d upstream calls for %d items: %d redone, want at most A's %d in flight\nA:\n%s\nB:\n%s", up.calls.Load(), n, redone, concurrent, a.logs, b.logs)
 	}
-	if !b.logs.has("jobs: took over tasks whose lease ended") {
+	if !b.logs.has("jobs: took over the claims of a process that died") {
 		t.Errorf("B did not take over A's claims:\n%s", b.logs)
 	}
 }
