@@ -49,19 +49,18 @@ var batchWindows = map[string]time.Duration{"24h": 24 * time.Hour}
 
 // batchesMount returns startHTTP's mount: the batch API over m, or nothing
 // when jobs or the file store are off.
-func batchesMount(m *jobs.Manager, dataDir string) func(*openaiapi.FileStore) []openaiapi.Option {
+func batchesMount(m *jobs.Manager) func(*openaiapi.FileStore) []openaiapi.Option {
 	return func(fs *openaiapi.FileStore) []openaiapi.Option {
 		if m == nil || fs == nil {
 			return nil
 		}
-		return []openaiapi.Option{openaiapi.WithBatches(&batchAPI{m: m, files: fs, dataDir: dataDir})}
+		return []openaiapi.Option{openaiapi.WithBatches(&batchAPI{m: m, files: fs})}
 	}
 }
 
 type batchAPI struct {
-	m       *jobs.Manager
-	files   *openaiapi.FileStore
-	dataDir string
+	m     *jobs.Manager
+	files *openaiapi.FileStore
 }
 
 type batchCounts struct {

@@ -157,7 +157,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitFailed
 	}
-	front, err := startHTTP(cfg, core, sec.Security, tracing, lookupEnv, log, batchesMount(jobManager, cfg.Jobs.DataDir))
+	front, err := startHTTP(cfg, core, sec.Security, tracing, lookupEnv, log, batchesMount(jobManager))
 	if err != nil {
 		log.Error("http", "err", err)
 		_ = lis.Close()
