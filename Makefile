@@ -45,7 +45,7 @@ soak-unread: ## batcherd's RSS with 1,000 streams that never read (add ARGS=-unl
 	$(BIN)/soak -mode unread -batcherd $(BIN)/batcherd $(ARGS)
 
 .PHONY: build
-build: ## Build batcherd and llmsim into bin/.
+build: ## Build every command (batcherd, batcherctl, llmsim, llmbench, soak) into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: test
