@@ -5,7 +5,7 @@
 set -euo pipefail
 J=/usr/share/java
 jars=(
-	protobuf grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-lite grpc-stub
+	protobuf protobuf-util gson grpc-api grpc-context grpc-core grpc-netty grpc-protobuf grpc-protobuf-lite grpc-stub
 	proto-google-common-protos guava perfmark-api geronimo-annotation-1.3-spec
 	netty-buffer netty-codec netty-codec-http netty-codec-http2 netty-codec-socks netty-common
 	netty-handler netty-handler-proxy netty-resolver netty-transport netty-transport-native-unix-common

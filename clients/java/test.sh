@@ -44,6 +44,7 @@ run() { # NAME CMD...: one test
 }
 
 run Example java -cp "$work/classes:$cp" com.batcherhq.batcher.example.Example "$addr"
+run ToolsExample java -cp "$work/classes:$cp" com.batcherhq.batcher.example.ToolsExample "$addr"
 
 # The README's Java example, as written, pointed at this batcherd.
 readme_example() {
