@@ -1,4 +1,4 @@
-// Package llmsim is an OpenAI-compatible model server that people and tests
+// Package llmsim is an OpenAI-compatible (and Anthropic-compatible) model server that people and tests
 // can run: it answers /v1/chat/completions, /v1/completions, /v1/embeddings
 // and /v1/models with deterministic output and realistic usage.
 //
@@ -14,7 +14,17 @@
 // one) gets a tool call with arguments generated from the tool's schema;
 // json_object and json_schema calls get JSON (an instance of the schema);
 // ToolCallMalformedRate and SchemaViolationRate break them (tools.go).
-// Tool calls are not streamed as tool-call deltas yet.
+// Tool calls are not streamed as tool-call deltas yet on the OpenAI
+// endpoints.
+//
+// It also answers Anthropic's Messages API, POST /v1/messages
+// (anthropic.go), with the same text, tool calls, limits and faults in
+// Anthropic's shapes: x-api-key and anthropic-version headers, content
+// blocks, tool_use and tool_result checked as Anthropic checks them, stop
+// sequences, anthropic-ratelimit-* headers, 429 rate_limit_error with
+// retry-after, 500 api_error and 529 overloaded_error faults, and the
+// streamed events (message_start ... message_stop, tool input as
+// input_json_delta).
 //
 // Guarantees:
 //   - output depends only on the input: Reply and Embedding say what any

@@ -62,6 +62,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	s.mux.HandleFunc("POST /v1/completions", s.completions)
 	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
+	s.mux.HandleFunc("POST /v1/messages", s.messages) // anthropic.go
 	s.mux.HandleFunc("GET /v1/models", s.listModels)
 	s.mux.HandleFunc("GET /v1/models/{model}", s.getModel)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
@@ -136,6 +137,9 @@ type answer struct {
 	inputs           int
 	packedItems      int
 	stream           *streamAnswer // set for a streamed call (stream.go)
+	// anthropic is set for an answer of Anthropic's Messages API, whose
+	// errors, headers and stream have Anthropic's shapes (anthropic.go).
+	anthropic *anthropicAnswer
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
@@ -153,6 +157,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.N != nil && *req.N != 1 {
 		badRequest(w, "n", "llmsim answers n=1 only.")
+		return
+	}
+	if t := req.Temperature; t != nil && (*t < 0 || *t > 2) {
+		badRequest(w, "temperature", "Invalid 'temperature': must be 0 to 2, got "+strconv.FormatFloat(*t, 'g', -1, 64)+".")
 		return
 	}
 	if rf := req.ResponseFormat; rf != nil && rf.Type != "text" && rf.Type != "json_object" && rf.Type != "json_schema" {
@@ -496,7 +504,20 @@ func (s *Server) checkModel(w http.ResponseWriter, model string) bool {
 // fault draw and the latency model, then writes a.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, a *answer) {
 	h := w.Header()
-	if v := s.lim.take(a.cost, h); !v.ok {
+	v := s.lim.take(a.cost, h)
+	if a.anthropic != nil {
+		if !v.ok && !v.tooLarge {
+			retryAfterHeaders(h, v.retryAfter)
+		}
+		anthropicHeaders(h, s.cfg.Now())
+		if !v.ok {
+			s.st.rateLimited.Add(1)
+			s.cfg.Logger.Debug("rate limited", "path", r.URL.Path, "reason", v.reason, "retry_after", v.retryAfter)
+			anthropicRateLimited(w, v, a.cost, s.cfg.TPM)
+			return
+		}
+	}
+	if !v.ok {
 		s.st.rateLimited.Add(1)
 		if v.tooLarge {
 			writeError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded",
@@ -529,6 +550,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, a *answer) {
 	switch u := s.draw(); {
 	case u < c.ErrorRate:
 		s.st.errors.Add(1)
+		if a.anthropic != nil {
+			s.anthropicFault(w, r)
+			return
+		}
 		status := []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable}[int(s.draw()*3)%3]
 		c.Logger.Debug("fault: server error", "path", r.URL.Path, "status", status)
 		writeError(w, status, "server_error", "", "The server had an error while processing your request. Sorry about that!")
@@ -564,6 +589,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, a *answer) {
 
 	if a.stream != nil {
 		s.serveStream(w, r, a)
+		return
+	}
+	if a.anthropic != nil && a.anthropic.stream != nil {
+		s.serveAnthropicStream(w, r, a)
 		return
 	}
 	d := c.Latency + time.Duration(a.completionTokens)*c.PerToken + time.Duration(a.promptTokens)*c.PerPromptToken

@@ -1,0 +1,123 @@
+package anthropic_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/backend/anthropic"
+	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/llmsim"
+)
+
+// newCore returns a Batcher with be as backend "claude" on chat route
+// "claude-sonnet" (llmsim's model sim-chat), shut down when the test ends.
+func newCore(t *testing.T, be batcher.Backend) *batcher.Batcher {
+	t.Helper()
+	core, err := batcher.New(
+		batcher.WithBackend(batcher.BackendConfig{Name: "claude", Backend: be}),
+		batcher.WithRoute(batcher.Route{Name: "claude-sonnet", Op: batcher.OpChat, Backend: "claude", Model: "sim-chat", DefaultMaxTokens: 32}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := core.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return core
+}
+
+func userTurn(text string) *batcher.Request {
+	return &batcher.Request{Route: "claude-sonnet", Priority: batcher.PriorityNormal,
+		Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: text}}}}
+}
+
+// TestCoreRefusesWhatAnthropicLacks: the backend's declared features make
+// the core refuse, naming the field, what the Messages API cannot carry,
+// before any upstream call.
+func TestCoreRefusesWhatAnthropicLacks(t *testing.T) {
+	sim, url := startSim(t, llmsim.Config{})
+	core := newCore(t, newBackend(t, anthropic.Config{BaseURL: url}))
+	for _, tc := range []struct {
+		field string
+		set   func(r *batcher.Request)
+	}{
+		{"params.logprobs", func(r *batcher.Request) { r.Params.Logprobs = true }},
+		{"params.n", func(r *batcher.Request) { r.Params.N = 2 }},
+		{"response_format", func(r *batcher.Request) { r.ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONObject} }},
+		{"params.presence_penalty", func(r *batcher.Request) { v := float32(1); r.Params.PresencePenalty = &v }},
+		{"params.reasoning_effort", func(r *batcher.Request) { r.Params.ReasoningEffort = "high" }},
+	} {
+		r := userTurn("hello")
+		tc.set(r)
+		_, err := core.Do(context.Background(), r)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v, want a refusal naming it", tc.field, err)
+		}
+	}
+	// A seed passes the core (every backend takes one) and the backend
+	// refuses it, naming it, without an upstream call.
+	r := userTurn("hello")
+	seed := int64(7)
+	r.Params.Seed = &seed
+	if _, err := core.Do(context.Background(), r); err == nil || !strings.Contains(err.Error(), "params.seed") {
+		t.Errorf("seed: %v, want a refusal naming params.seed", err)
+	}
+	if n := sim.Stats().Requests; n != 0 {
+		t.Errorf("%d upstream calls for refused requests", n)
+	}
+}
+
+// TestCoreChatAndStream: through the core, a request gets llmsim's answer
+// with the route's default max_tokens, and a streamed one its deltas.
+func TestCoreChatAndStream(t *testing.T) {
+	_, url := startSim(t, llmsim.Config{APIKey: "sk-ant-test"})
+	be := newBackend(t, anthropic.Config{BaseURL: url, APIKeyEnv: "ANTHROPIC_API_KEY",
+		LookupEnv: func(string) (string, bool) { return "sk-ant-test", true }})
+	core := newCore(t, be)
+	res, err := core.Do(context.Background(), userTurn("Why is the sea salty?"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := llmsim.Reply("Why is the sea salty?", 32, llmsim.DefaultReplyTokens)
+	if res.Text != want || res.FinishReason != batcher.FinishStop || res.Usage.CompletionTokens == 0 {
+		t.Errorf("got %q %v %+v, want %q", res.Text, res.FinishReason, res.Usage, want)
+	}
+
+	r := userTurn("Why is the sea salty?")
+	r.Stream = true
+	call, err := core.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	var buf []batcher.Delta
+	for more := true; more; {
+		<-call.DeltasReady()
+		var ds []batcher.Delta
+		ds, more = call.Deltas(buf[:0])
+		for _, d := range ds {
+			text.WriteString(d.Text)
+		}
+	}
+	<-call.Done()
+	if got := call.Result(); got.Err != nil || text.String() != want || got.Usage != res.Usage {
+		t.Errorf("streamed %q (%v, %+v), want %q and %+v", text.String(), got.Err, got.Usage, want, res.Usage)
+	}
+}
+
+// TestWrongKeyIsAuth: llmsim checks x-api-key; a wrong key is an auth
+// failure whose message leaks no key.
+func TestWrongKeyIsAuth(t *testing.T) {
+	_, url := startSim(t, llmsim.Config{APIKey: "sk-ant-right"})
+	be := newBackend(t, anthropic.Config{BaseURL: url, APIKeyEnv: "K", LookupEnv: func(string) (string, bool) { return "sk-ant-wrong1", true }})
+	b := &batcher.Batch{Route: "r", Model: "sim-chat", Op: batcher.OpChat, Requests: []*batcher.Request{userTurn("hi")}, MaxTokens: 8}
+	err := be.Dispatch(context.Background(), b, make([]batcher.Response, 1))
+	if batcher.ClassOf(err) != batcher.ClassAuth || strings.Contains(err.Error(), "sk-ant") {
+		t.Errorf("wrong key: %v", err)
+	}
+}
