@@ -5,8 +5,8 @@
 // each overriding the last (see package config and batcherd -h). With no
 // configuration at all it serves the embedded simulated provider on
 // 127.0.0.1:50051: routes sim-chat, sim-completion and sim-embed. A backend
-// of type openai sends routes to an OpenAI-compatible HTTP API;
-// llmsim.example.yaml points one at a local llmsim (cmd/llmsim), and
+// of type openai sends routes to an OpenAI-compatible HTTP API, one of type
+// anthropic chat routes to Anthropic's Messages API; llmsim.example.yaml points one at a local llmsim (cmd/llmsim), and
 // batcherd.example.yaml documents every setting.
 //
 // It also serves the OpenAI HTTP API (package openaiapi) on --http-listen,

@@ -228,6 +228,9 @@ func logLayout(log *slog.Logger, cfg *config.Config, built *config.Built) {
 			attrs = append(attrs, slog.Group("openai",
 				"base_url", o.BaseURL, "api_key_env", o.APIKeyEnv, "pack", o.Pack.Enabled, "pack_routes", o.Pack.Routes))
 		}
+		if a := b.Anthropic; a != nil && b.Type == config.TypeAnthropic {
+			attrs = append(attrs, slog.Group("anthropic", "base_url", a.BaseURL, "api_key_env", a.APIKeyEnv, "version", a.Version))
+		}
 		if p := built.Sims[b.Name]; p != nil {
 			sc := p.Config()
 			attrs = append(attrs, slog.Group("sim",

@@ -1,5 +1,6 @@
 // Command llmsim serves an OpenAI-compatible simulated model on a port:
-// /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models, with
+// /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models, and
+// Anthropic's /v1/messages (the key as x-api-key), with
 // deterministic output, realistic usage, a latency model, RPM and TPM limits
 // and injected faults. Every knob of package llmsim is a flag; run
 // `llmsim -h` for the list.

@@ -87,8 +87,9 @@ type Log struct {
 // Backend is one provider the routes may name.
 type Backend struct {
 	Name string `yaml:"name"`
-	// Type is the provider: "sim", the embedded simulated provider, or
-	// "openai", an OpenAI-compatible HTTP API.
+	// Type is the provider: "sim", the embedded simulated provider,
+	// "openai", an OpenAI-compatible HTTP API, or "anthropic", Anthropic's
+	// Messages API (chat routes only).
 	Type string `yaml:"type"`
 	// MaxConcurrency bounds the core's concurrent dispatches to this
 	// backend. 0: the core's default.
@@ -117,6 +118,9 @@ type Backend struct {
 	Sim *Sim `yaml:"sim"`
 	// OpenAI configures a backend of type openai; its base_url is required.
 	OpenAI *OpenAI `yaml:"openai"`
+	// Anthropic configures a backend of type anthropic; absent, it takes
+	// the defaults (api.anthropic.com, no key).
+	Anthropic *Anthropic `yaml:"anthropic"`
 }
 
 // Retry is a backend's retry policy (batcher.RetryPolicy). 0: the core's

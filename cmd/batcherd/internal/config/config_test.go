@@ -359,7 +359,7 @@ func TestParseErrors(t *testing.T) {
 		// Backends.
 		{"backend name", "backends:\n  - {type: sim}\n" + route, "backends[0].name: must not be empty"},
 		{"backend twice", "backends:\n  - {name: sim, type: sim}\n  - {name: sim, type: sim}\n" + route, `backends[1].name: "sim" is already the name of backends[0]`},
-		{"backend type", "backends:\n  - {name: sim, type: openia}\n" + route, `backends[0].type: unknown type "openia": want sim or openai`},
+		{"backend type", "backends:\n  - {name: sim, type: openia}\n" + route, `backends[0].type: unknown type "openia": want sim, openai or anthropic`},
 		{"backend no type", "backends:\n  - {name: sim}\n" + route, "backends[0].type: must be set"},
 		{"backend concurrency", "backends:\n  - {name: sim, type: sim, max_concurrency: -1}\n" + route, "backends[0].max_concurrency: must be 1 to 10000, got -1"},
 		{"backend concurrency too high", "backends:\n  - {name: sim, type: sim, max_concurrency: 200000000}\n" + route, "backends[0].max_concurrency: must be 1 to 10000, got 200000000"},
@@ -568,6 +568,11 @@ func TestExampleFileCommentedSettings(t *testing.T) {
 	}
 
 	t.Setenv(oa.OpenAI.APIKeyEnv, "sk-test")
+	if an := byName["anthropic-main"]; an.Type != config.TypeAnthropic || an.Anthropic == nil || an.Anthropic.Version != "2023-06-01" {
+		t.Errorf("the anthropic backend did not come through: %+v", an)
+	} else {
+		t.Setenv(an.Anthropic.APIKeyEnv, "sk-ant-test")
+	}
 	b, err := c.Build()
 	if err != nil {
 		t.Fatal(err)

@@ -178,11 +178,16 @@ func (r *Route) uses(backend string) bool {
 	return false
 }
 
-// checkEnv reports the openai backends whose api_key_env names a variable
+// checkEnv reports the openai and anthropic backends whose api_key_env names a variable
 // that lookupEnv finds empty or unset: openai.New would fail on them.
 func (c *Config) checkEnv(lookupEnv func(string) (string, bool)) error {
 	var e errs
 	for i, b := range c.Backends {
+		if b.Type == TypeAnthropic && b.Anthropic != nil && b.Anthropic.APIKeyEnv != "" {
+			if v, _ := lookupEnv(b.Anthropic.APIKeyEnv); v == "" {
+				e.add(fmt.Sprintf("backends[%d].anthropic.api_key_env", i), "environment variable %s is empty or unset", b.Anthropic.APIKeyEnv)
+			}
+		}
 		if b.Type != TypeOpenAI || b.OpenAI == nil || b.OpenAI.APIKeyEnv == "" {
 			continue
 		}

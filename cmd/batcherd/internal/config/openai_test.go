@@ -142,7 +142,7 @@ func TestOpenAIParseErrors(t *testing.T) {
 		{"unknown pack key", withOpenAI("{base_url: http://h/v1, pack: {on: true}}"), "field on not found"},
 		{"sim section on openai", strings.Replace(withOpenAI("{base_url: http://h/v1}"), "    openai:", "    sim: {}\n    openai:", 1), `backends[1].sim: only for type sim, got type "openai"`},
 		{"openai section on sim", strings.Replace(withOpenAI("{base_url: http://h/v1}"), "    type: sim\n", "    type: sim\n    openai: {base_url: http://h/v1}\n", 1), `backends[0].openai: only for type openai, got type "sim"`},
-		{"unknown type", strings.Replace(withOpenAI("{base_url: http://h/v1}"), "type: openai", "type: openia", 1), `backends[1].type: unknown type "openia": want sim or openai`},
+		{"unknown type", strings.Replace(withOpenAI("{base_url: http://h/v1}"), "type: openai", "type: openia", 1), `backends[1].type: unknown type "openia": want sim, openai or anthropic`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tc.yaml))

@@ -133,6 +133,13 @@ func (b *Built) buildBackend(i int, be *Backend, tp trace.TracerProvider, lookup
 		b.OpenAI[be.Name] = p
 		b.closers = append(b.closers, namedCloser{be.Name, p})
 		impl = p
+	case TypeAnthropic:
+		p, err := newAnthropic(be.Anthropic, tp, lookupEnv)
+		if err != nil {
+			return nil, prefixErrs(fmt.Sprintf("backends[%d] (%s): ", i, be.Name), err)
+		}
+		b.closers = append(b.closers, namedCloser{be.Name, p})
+		impl = p
 	default:
 		return nil, fmt.Errorf("backends[%d].type: unknown type %q", i, be.Type)
 	}

@@ -16,12 +16,13 @@ import (
 
 // The backend types.
 const (
-	TypeSim    = "sim"
-	TypeOpenAI = "openai"
+	TypeSim       = "sim"
+	TypeOpenAI    = "openai"
+	TypeAnthropic = "anthropic"
 )
 
 // types lists the backend types for messages.
-const types = TypeSim + " or " + TypeOpenAI
+const types = TypeSim + ", " + TypeOpenAI + " or " + TypeAnthropic
 
 var operations = map[string]batcher.Operation{
 	"chat":       batcher.OpChat,
@@ -86,6 +87,12 @@ func (c *Config) Validate() error {
 				o = &OpenAI{}
 			}
 			o.validate(path+".openai", b.Name, c, &e)
+		case TypeAnthropic:
+			a := b.Anthropic
+			if a == nil {
+				a = &Anthropic{}
+			}
+			a.validate(path+".anthropic", &e)
 		case "":
 			e.add(path+".type", "must be set: want %s", types)
 		default:
@@ -96,6 +103,9 @@ func (c *Config) Validate() error {
 		}
 		if b.OpenAI != nil && b.Type != TypeOpenAI && b.Type != "" {
 			e.add(path+".openai", "only for type %s, got type %q", TypeOpenAI, b.Type)
+		}
+		if b.Anthropic != nil && b.Type != TypeAnthropic && b.Type != "" {
+			e.add(path+".anthropic", "only for type %s, got type %q", TypeAnthropic, b.Type)
 		}
 	}
 
@@ -117,6 +127,9 @@ func (c *Config) Validate() error {
 		if _, ok := operations[r.Operation]; !ok {
 			e.add(path+".operation", "must be chat, completion or embedding, got %q", r.Operation)
 		}
+		if j, ok := backends[r.Backend]; ok && c.Backends[j].Type == TypeAnthropic && r.Operation != "chat" && r.Operation != "" {
+			e.add(path+".operation", "backend %q is of type %s, which serves chat only, got %q", r.Backend, TypeAnthropic, r.Operation)
+		}
 		if _, ok := backends[r.Backend]; !ok {
 			if r.Backend == "" {
 				e.add(path+".backend", "must name a backend (%s)", names(backends))
@@ -128,8 +141,10 @@ func (c *Config) Validate() error {
 			e.add(path+".fallbacks", "must hold at most %d, got %d", maxFallbacks, len(r.Fallbacks))
 		}
 		for j, f := range r.Fallbacks {
-			if _, ok := backends[f.Backend]; !ok {
+			if k, ok := backends[f.Backend]; !ok {
 				e.add(fmt.Sprintf("%s.fallbacks[%d].backend", path, j), "no backend named %q (%s)", f.Backend, names(backends))
+			} else if c.Backends[k].Type == TypeAnthropic && r.Operation != "chat" && r.Operation != "" {
+				e.add(fmt.Sprintf("%s.fallbacks[%d].backend", path, j), "backend %q is of type %s, which serves chat only, not %s", f.Backend, TypeAnthropic, r.Operation)
 			}
 		}
 	}
