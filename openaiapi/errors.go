@@ -106,7 +106,7 @@ func WriteError(w http.ResponseWriter, err error) {
 // stays as it is. From the core: bad input is 400 naming the field as the
 // OpenAI request spells it (op says which request: "messages", "prompt" or
 // "input" for the input); an unknown model 404; a full queue or an
-// exhausted budget or a tenant's quota 429 with Retry-After; shutdown and a missing backend
+// exhausted budget, a tenant's quota or the lane cap 429 with Retry-After; shutdown and a missing backend
 // 503; the request's deadline 504; the caller's cancellation 499. An
 // upstream failure is translated by its class, never passed through: its
 // message is UpstreamError.Message, which the Backend contract keeps free
@@ -146,6 +146,19 @@ func ErrorFrom(err error, input string) *Error {
 			msg, after = qe.Error(), qe.RetryAfter
 		}
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "quota_exceeded", Message: msg, RetryAfter: after}
+	case errors.Is(err, batcher.ErrTooManyLanes):
+		// The core's estimate of when a lane makes room, as the gRPC doors.
+		after := QueueFullRetryAfter
+		var le *batcher.LaneLimitError
+		if errors.As(err, &le) && le.RetryAfter > 0 {
+			after = le.RetryAfter
+		}
+		msg := "too many distinct parameter sets in use: the server's lane limit is reached"
+		if le != nil && le.Share > 0 {
+			msg = "too many distinct parameter sets in use by this caller: it holds its fair share of the server's lanes"
+		}
+		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "too_many_lanes", RetryAfter: after,
+			Message: msg + "; retry after " + after.Round(time.Millisecond).String()}
 	case errors.Is(err, batcher.ErrQueueFull):
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "queue_full",
 			Message: "the server's queue is full: retry after " + QueueFullRetryAfter.String(), RetryAfter: QueueFullRetryAfter}

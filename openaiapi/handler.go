@@ -83,7 +83,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 	}
-	h.route(w, r)
+	h.route(w, withConn(r))
 }
 
 // authorized checks the bearer token against every configured one, in

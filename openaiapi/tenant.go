@@ -3,6 +3,7 @@ package openaiapi
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -31,8 +32,41 @@ func TenantOf(ctx context.Context) string {
 // is a 403; in lower mode the priority is lowered; the request carries the
 // tenant's name for the core's quotas. Without a tenant (no authentication
 // middleware, or the anonymous tenant) every request passes.
+//
+// It also gives req its HTTP connection (connOf), for the lane cap's fair
+// share per connection within a tenant, as the gRPC doors give theirs.
 func admit(ctx context.Context, req *batcher.Request) error {
+	if req.Conn == nil {
+		req.Conn = connOf(ctx)
+	}
 	return security.AccessFrom(ctx).Admit(req)
+}
+
+// connKey is the context key of the caller's HTTP connection.
+type connKey struct{}
+
+// remoteAddr names an HTTP connection by its remote address (host:port,
+// http.Request.RemoteAddr): every request on one keep-alive connection, or
+// one HTTP/2 connection, carries the same one.
+type remoteAddr string
+
+func (a remoteAddr) Network() string { return "tcp" }
+func (a remoteAddr) String() string  { return string(a) }
+
+// withConn returns r with its connection in its context, for admit.
+func withConn(r *http.Request) *http.Request {
+	if r.RemoteAddr == "" {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), connKey{}, remoteAddr(r.RemoteAddr)))
+}
+
+// connOf returns the HTTP connection ctx's call came on, or nil.
+func connOf(ctx context.Context) net.Addr {
+	if a, ok := ctx.Value(connKey{}).(remoteAddr); ok {
+		return a
+	}
+	return nil
 }
 
 // forbidden answers an error wrapping security.ErrForbidden: 403 with the
