@@ -370,7 +370,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	a := answer{promptTokens: prompt, completionTokens: resp.Usage.OutputTokens, cost: prompt + maxTokens, body: resp,
 		anthropic: &anthropicAnswer{resp: resp}}
 	if req.Stream {
-		a.anthropic.stream = s.newStream(chatStream, resp.ID, req.Model, text, stop, nil)
+		a.anthropic.stream = s.newStream(chatStream, resp.ID, req.Model, text, nil, stop, nil)
 	}
 	s.serve(w, r, &a)
 }

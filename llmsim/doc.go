@@ -14,8 +14,8 @@
 // one) gets a tool call with arguments generated from the tool's schema;
 // json_object and json_schema calls get JSON (an instance of the schema);
 // ToolCallMalformedRate and SchemaViolationRate break them (tools.go).
-// Tool calls are not streamed as tool-call deltas yet on the OpenAI
-// endpoints.
+// A streamed tool call on the OpenAI endpoints comes as OpenAI's
+// tool-call chunks (stream.go).
 //
 // It also answers Anthropic's Messages API, POST /v1/messages
 // (anthropic.go), with the same text, tool calls, limits and faults in

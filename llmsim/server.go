@@ -209,9 +209,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := responseMessage{Role: "assistant", Content: text}
 	fr := finish(cut)
+	var called *toolCallWire
 	if call, ok := s.toolCall(&req, last); ok { // tools.go
 		msg.Content, msg.ToolCalls, fr = "", []toolCallWire{call}, "tool_calls"
-		text = call.Function.Arguments
+		text, called = call.Function.Arguments, &call
 	} else if rf := req.ResponseFormat; rf != nil && rf.Type != "text" && a.packedItems == 0 {
 		// A pack's reply already has the pack's own JSON shape (the
 		// packed compiler sends its schema as the response format).
@@ -228,7 +229,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		Usage:   usage{PromptTokens: a.promptTokens, CompletionTokens: a.completionTokens, TotalTokens: a.promptTokens + a.completionTokens},
 	}
 	if req.Stream {
-		a.stream = s.newStream(chatStream, a.body.(chatResponse).ID, req.Model, text, finish(cut), req.StreamOptions)
+		a.stream = s.newStream(chatStream, a.body.(chatResponse).ID, req.Model, text, called, fr, req.StreamOptions)
 	}
 	s.serve(w, r, &a)
 }
@@ -349,7 +350,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	a.body = resp
 	if req.Stream {
 		c := resp.Choices[0]
-		a.stream = s.newStream(completionStream, resp.ID, req.Model, c.Text, c.FinishReason, req.StreamOptions)
+		a.stream = s.newStream(completionStream, resp.ID, req.Model, c.Text, nil, c.FinishReason, req.StreamOptions)
 	}
 	s.serve(w, r, &a)
 }

@@ -6,13 +6,19 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Streamed calls ("stream": true): the answer as server-sent events, the
 // way OpenAI sends them. A chat stream's first chunk carries the role, each
 // following chunk one word of the answer, then a chunk with the finish
 // reason, a usage chunk when stream_options.include_usage asks for it, and
-// "data: [DONE]". The first word comes after the call's latency (Latency
+// "data: [DONE]". A tool call streams as OpenAI streams it: the first chunk
+// carries the role and the call's index, id, type and function name with
+// empty arguments, each following chunk a fragment of the arguments
+// (delta.tool_calls[0].function.arguments), and the finish reason is
+// "tool_calls"; ToolCallMalformedRate and SchemaViolationRate break the
+// streamed arguments as they break an unstreamed call's. The first word comes after the call's latency (Latency
 // plus PerPromptToken for each prompt token: the time to first token);
 // each next word after PerToken for each of its tokens, so a streamed call
 // lasts as long as the same call unstreamed. The mid-stream faults strike
@@ -34,7 +40,8 @@ type streamAnswer struct {
 	kind   streamKind
 	id     string
 	model  string
-	words  []string
+	words  []string      // the text's words, or the tool call's argument fragments
+	call   *toolCallWire // a tool call's answer (tools.go); nil for text
 	finish string
 	usage  bool
 	fault  int // 0: none; else which fault (faultCut...)
@@ -51,10 +58,16 @@ type streamCounters struct {
 	streams, cuts, stalls, malformed, closed atomic.Int64
 }
 
-// newStream plans a streamed answer of text and draws its fault.
-func (s *Server) newStream(kind streamKind, id, model, text, finish string, opts *streamOptions) *streamAnswer {
-	a := &streamAnswer{kind: kind, id: id, model: model, words: strings.SplitAfter(text, " "), finish: finish,
+// newStream plans a streamed answer of text, or of the tool call call
+// when it is not nil, and draws its fault.
+func (s *Server) newStream(kind streamKind, id, model, text string, call *toolCallWire, finish string, opts *streamOptions) *streamAnswer {
+	a := &streamAnswer{kind: kind, id: id, model: model, call: call, finish: finish,
 		usage: opts != nil && opts.IncludeUsage}
+	if call != nil {
+		a.words = fragments(call.Function.Arguments)
+	} else {
+		a.words = strings.SplitAfter(text, " ")
+	}
 	c := &s.cfg
 	if c.StreamCutRate+c.StreamStallRate+c.StreamMalformedRate == 0 {
 		return a
@@ -72,8 +85,42 @@ func (s *Server) newStream(kind streamKind, id, model, text, finish string, opts
 }
 
 type chunkDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []chunkToolCall `json:"tool_calls,omitempty"`
+}
+
+// chunkToolCall is a piece of a streamed tool call: the first carries the
+// id, type and name, each next one a fragment of the arguments.
+type chunkToolCall struct {
+	Index    int           `json:"index"`
+	ID       string        `json:"id,omitempty"`
+	Type     string        `json:"type,omitempty"`
+	Function chunkFunction `json:"function"`
+}
+
+type chunkFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// maxFragmentBytes bounds a streamed tool call's argument fragment, about
+// a token's worth of JSON, as a model writes it.
+const maxFragmentBytes = 6
+
+// fragments cuts a tool call's arguments into fragments of at most
+// maxFragmentBytes, at rune boundaries.
+func fragments(args string) []string {
+	var out []string
+	for len(args) > 0 {
+		n := min(maxFragmentBytes, len(args))
+		for n > 1 && n < len(args) && !utf8.RuneStart(args[n]) {
+			n-- // invalid UTF-8 may leave a fragment cut mid-byte-run: no harm
+		}
+		out = append(out, args[:n])
+		args = args[n:]
+	}
+	return out
 }
 
 type chatChunkChoice struct {
@@ -167,14 +214,22 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a *answer) 
 		if finish != nil {
 			return []chatChunkChoice{{Delta: chunkDelta{}, FinishReason: finish}}
 		}
+		if sa.call != nil {
+			return []chatChunkChoice{{Delta: chunkDelta{ToolCalls: []chunkToolCall{{Function: chunkFunction{Arguments: text}}}}}}
+		}
 		return []chatChunkChoice{{Delta: chunkDelta{Content: &text}}}
 	}
 	if !wait(c.Latency + time.Duration(a.promptTokens)*c.PerPromptToken) {
 		return
 	}
 	if sa.kind == chatStream {
-		empty := ""
-		if !send([]chatChunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}}, nil) {
+		first := chunkDelta{Role: "assistant"}
+		if c := sa.call; c != nil {
+			first.ToolCalls = []chunkToolCall{{ID: c.ID, Type: c.Type, Function: chunkFunction{Name: c.Function.Name}}}
+		} else {
+			first.Content = new(string)
+		}
+		if !send([]chatChunkChoice{{Delta: first}}, nil) {
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // events splits an SSE body into its data payloads.
@@ -100,4 +101,149 @@ func TestStreamFaults(t *testing.T) {
 			t.Fatal("stream fault rates over 1 accepted")
 		}
 	})
+}
+
+// streamedCall reads a streamed chat answer's tool-call chunks: the first
+// chunk's call header, the arguments' fragments in order, the finish
+// reason, and whether any chunk carried content.
+type streamedCall struct {
+	id, typ, name string
+	fragments     []string
+	finish        string
+	content       bool
+	done          bool
+}
+
+func readStreamedCall(t *testing.T, body string) streamedCall {
+	t.Helper()
+	var sc streamedCall
+	for i, ev := range events(body) {
+		if ev == "[DONE]" {
+			sc.done = true
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					Role      string  `json:"role"`
+					Content   *string `json:"content"`
+					ToolCalls []struct {
+						Index    *int   `json:"index"`
+						ID       string `json:"id"`
+						Type     string `json:"type"`
+						Function struct {
+							Name      string  `json:"name"`
+							Arguments *string `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(ev), &ch); err != nil {
+			t.Fatalf("event %d %q: %v", i, ev, err)
+		}
+		for _, c := range ch.Choices {
+			if c.Delta.Content != nil {
+				sc.content = true
+			}
+			if c.FinishReason != nil {
+				sc.finish = *c.FinishReason
+			}
+			for _, tc := range c.Delta.ToolCalls {
+				if tc.Index == nil || *tc.Index != 0 || tc.Function.Arguments == nil {
+					t.Fatalf("event %d %q: a tool-call piece without index 0 or arguments", i, ev)
+				}
+				if i == 0 {
+					if c.Delta.Role != "assistant" || *tc.Function.Arguments != "" {
+						t.Fatalf("first chunk %q: want the role and the call's header", ev)
+					}
+					sc.id, sc.typ, sc.name = tc.ID, tc.Type, tc.Function.Name
+					continue
+				}
+				if tc.ID != "" || tc.Function.Name != "" {
+					t.Fatalf("event %d %q: id or name past the first chunk", i, ev)
+				}
+				sc.fragments = append(sc.fragments, *tc.Function.Arguments)
+			}
+		}
+	}
+	return sc
+}
+
+func toolRequest(stream bool) msg {
+	return msg{"model": "sim-chat", "stream": stream,
+		"messages": []msg{{"role": "user", "content": "Look up the record of Ada Lovelace"}},
+		"tools": []msg{{"type": "function", "function": msg{"name": "lookup", "parameters": msg{
+			"type": "object", "required": []string{"name", "year"}, "additionalProperties": false,
+			"properties": msg{"name": msg{"type": "string"}, "year": msg{"type": "integer"}}}}}},
+		"tool_choice": msg{"type": "function", "function": msg{"name": "lookup"}}}
+}
+
+// TestStreamToolCall: a streamed tool call is OpenAI's tool-call chunks:
+// the header (index, id, type, name) first, then the arguments in
+// fragments, which make the unstreamed call's arguments, and the finish
+// reason tool_calls; no content.
+func TestStreamToolCall(t *testing.T) {
+	_, url := start(t, Config{})
+	_, b := post(t, url+"/v1/chat/completions", toolRequest(false))
+	var whole chatResponse
+	if err := json.Unmarshal(b, &whole); err != nil || len(whole.Choices) != 1 || len(whole.Choices[0].Message.ToolCalls) != 1 {
+		t.Fatalf("unstreamed answer %s: %v", b, err)
+	}
+	want := whole.Choices[0].Message.ToolCalls[0]
+	_, b = post(t, url+"/v1/chat/completions", toolRequest(true))
+	sc := readStreamedCall(t, string(b))
+	args := strings.Join(sc.fragments, "")
+	if sc.id != want.ID || sc.typ != "function" || sc.name != "lookup" || args != want.Function.Arguments {
+		t.Fatalf("streamed call %+v (arguments %s), want %+v", sc, args, want)
+	}
+	if len(sc.fragments) < 3 || sc.finish != "tool_calls" || sc.content || !sc.done {
+		t.Fatalf("streamed call %+v: want several fragments, finish tool_calls, no content, [DONE]", sc)
+	}
+}
+
+// TestStreamToolCallFaults: ToolCallMalformedRate breaks a streamed call's
+// arguments (a well-formed stream whose arguments are not JSON), and the
+// mid-stream faults strike inside the arguments.
+func TestStreamToolCallFaults(t *testing.T) {
+	t.Run("malformed arguments", func(t *testing.T) {
+		_, url := start(t, Config{ToolCallMalformedRate: 1})
+		_, b := post(t, url+"/v1/chat/completions", toolRequest(true))
+		sc := readStreamedCall(t, string(b))
+		if args := strings.Join(sc.fragments, ""); json.Valid([]byte(args)) || args == "" || !sc.done || sc.finish != "tool_calls" {
+			t.Fatalf("streamed call %+v: want arguments that are not JSON in a whole stream", sc)
+		}
+	})
+	t.Run("cut", func(t *testing.T) {
+		s, url := start(t, Config{StreamCutRate: 1})
+		_, b, _ := tryPost(t.Context(), url+"/v1/chat/completions", toolRequest(true))
+		if strings.Contains(string(b), "[DONE]") || !strings.Contains(string(b), `"tool_calls"`) || s.Stats().StreamCuts != 1 {
+			t.Fatalf("body %q, stats %+v: want the call's header, then the cut", b, s.Stats())
+		}
+	})
+	t.Run("malformed chunk", func(t *testing.T) {
+		s, url := start(t, Config{StreamMalformedRate: 1})
+		_, b := post(t, url+"/v1/chat/completions", toolRequest(true))
+		evs := events(string(b))
+		if len(evs) < 2 || json.Valid([]byte(evs[len(evs)-1])) || s.Stats().StreamMalformed != 1 {
+			t.Fatalf("events %q: want chunks, then one that is not JSON", evs)
+		}
+	})
+}
+
+// TestFragments: fragments are at most maxFragmentBytes, cut at rune
+// boundaries, and make the arguments again.
+func TestFragments(t *testing.T) {
+	for _, s := range []string{"", "{}", `{"name":"Ada Lovelace","year":1815}`, `{"ville":"Zürich","夏":"日本語テキスト"}`} {
+		fs := fragments(s)
+		for _, f := range fs {
+			if len(f) == 0 || len(f) > maxFragmentBytes || !utf8.ValidString(f) {
+				t.Fatalf("%q: fragment %q", s, f)
+			}
+		}
+		if strings.Join(fs, "") != s {
+			t.Fatalf("%q: fragments %q", s, fs)
+		}
+	}
 }

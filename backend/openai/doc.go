@@ -17,7 +17,11 @@
 //     spliced in verbatim, and its tool calls, refusal, logprobs and n
 //     choices read back (richchat.go). An answer that breaks what the
 //     request asked (a call of a tool it did not offer, arguments that are
-//     not JSON, or a strict schema broken) is an invalid_response.
+//     not JSON, or a strict schema broken) is an invalid_response;
+//   - streamed chat and completions (stream.go): content, refusal and
+//     tool-call pieces are written as they come, the tool calls are
+//     assembled from their pieces by index, and a rich answer is checked
+//     whole at the end as an unstreamed one is.
 //
 // Guarantees:
 //   - Dispatch fills out[i] for every request and returns only when every

@@ -26,6 +26,12 @@ import (
 // and returns a client, all torn down when the test ends.
 func grpcClient(t *testing.T, core *batcher.Batcher) batcherv1.BatcherServiceClient {
 	t.Helper()
+	return batcherv1.NewBatcherServiceClient(grpcConn(t, core))
+}
+
+// grpcConn is grpcClient's connection.
+func grpcConn(t *testing.T, core *batcher.Batcher) *grpc.ClientConn {
+	t.Helper()
 	srv := server.New(core, server.WithLogger(slog.New(slog.DiscardHandler)))
 	gs := server.NewGRPCServer(nil)
 	srv.Register(gs)
@@ -51,7 +57,7 @@ func grpcClient(t *testing.T, core *batcher.Batcher) batcherv1.BatcherServiceCli
 		gs.Stop()
 		<-served
 	})
-	return batcherv1.NewBatcherServiceClient(conn)
+	return conn
 }
 
 // TestClassesReachCallersAsGRPCCodes runs each upstream failure through the

@@ -184,41 +184,55 @@ func (b *Backend) richChoice(content, refusal *string, calls []wireToolCall, lp 
 		return ch, errors.New("no content")
 	}
 	for _, c := range calls {
-		t := toolNamed(r, c.Function.Name)
-		if t == nil {
-			return ch, fmt.Errorf("a call of %q, which is not a tool of the request", clip(c.Function.Name, 64))
-		}
-		if !json.Valid([]byte(c.Function.Arguments)) {
-			return ch, fmt.Errorf("tool call %q: arguments are not JSON", clip(c.Function.Name, 64))
-		}
-		if t.Strict && t.Parameters != nil {
-			if err := b.schemas.Validate(t.Parameters, []byte(c.Function.Arguments)); err != nil {
-				return ch, fmt.Errorf("tool call %q: arguments break the strict schema: %v", clip(c.Function.Name, 64), err)
-			}
-		}
 		ch.ToolCalls = append(ch.ToolCalls, batcher.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
 	}
-	if len(ch.ToolCalls) == 0 && ch.Refusal == "" && ch.FinishReason != batcher.FinishLength {
-		switch rf := &r.ResponseFormat; rf.Type {
-		case batcher.FormatJSONObject:
-			if !json.Valid([]byte(ch.Text)) {
-				return ch, errors.New("response_format json_object: the answer is not JSON")
-			}
-		case batcher.FormatJSONSchema:
-			if !json.Valid([]byte(ch.Text)) {
-				return ch, errors.New("response_format json_schema: the answer is not JSON")
-			}
-			if rf.Strict {
-				if err := b.schemas.Validate(rf.Schema, []byte(ch.Text)); err != nil {
-					return ch, fmt.Errorf("response_format json_schema: the answer breaks the strict schema: %v", err)
-				}
-			}
-		}
+	if err := b.checkAnswer(&ch, r); err != nil {
+		return ch, err
 	}
 	if lp != nil {
 		ch.Logprobs = &batcher.Logprobs{Content: tokens(lp.Content), Refusal: tokens(lp.Refusal)}
 	}
 	return ch, nil
+}
+
+// checkAnswer checks an answer, whole or streamed, against what r asked
+// for: each tool call names a tool of r with JSON arguments (which follow
+// the tool's schema when it is strict), and a text answer to a JSON
+// response format is JSON (following the schema when it is strict).
+func (b *Backend) checkAnswer(ch *batcher.Choice, r *batcher.Request) error {
+	for i := range ch.ToolCalls {
+		c := &ch.ToolCalls[i]
+		t := toolNamed(r, c.Name)
+		if t == nil {
+			return fmt.Errorf("a call of %q, which is not a tool of the request", clip(c.Name, 64))
+		}
+		if !json.Valid([]byte(c.Arguments)) {
+			return fmt.Errorf("tool call %q: arguments are not JSON", clip(c.Name, 64))
+		}
+		if t.Strict && t.Parameters != nil {
+			if err := b.schemas.Validate(t.Parameters, []byte(c.Arguments)); err != nil {
+				return fmt.Errorf("tool call %q: arguments break the strict schema: %v", clip(c.Name, 64), err)
+			}
+		}
+	}
+	if len(ch.ToolCalls) == 0 && ch.Refusal == "" && ch.FinishReason != batcher.FinishLength {
+		switch rf := &r.ResponseFormat; rf.Type {
+		case batcher.FormatJSONObject:
+			if !json.Valid([]byte(ch.Text)) {
+				return errors.New("response_format json_object: the answer is not JSON")
+			}
+		case batcher.FormatJSONSchema:
+			if !json.Valid([]byte(ch.Text)) {
+				return errors.New("response_format json_schema: the answer is not JSON")
+			}
+			if rf.Strict {
+				if err := b.schemas.Validate(rf.Schema, []byte(ch.Text)); err != nil {
+					return fmt.Errorf("response_format json_schema: the answer breaks the strict schema: %v", err)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func toolNamed(r *batcher.Request, name string) *batcher.Tool {

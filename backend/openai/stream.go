@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -91,7 +92,17 @@ func (b *Backend) Stream(ctx context.Context, batch *batcher.Batch, w batcher.De
 		return batcher.Response{}, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "cannot stream " + batch.Op.String()}
 	}
 	b.st.calls.Add(1)
-	resp, rl, err := b.stream(ctx, path, body, w)
+	// A rich chat answer is checked whole once streamed, as an unstreamed
+	// one is (richChoice): its tool calls, and its text against a JSON
+	// response format.
+	check := batch.Op == batcher.OpChat && r.Rich()
+	resp, rl, err := b.stream(ctx, path, body, w, check)
+	if err == nil && check {
+		ch := batcher.Choice{Text: resp.Text, Refusal: resp.Refusal, ToolCalls: resp.ToolCalls, FinishReason: resp.FinishReason}
+		if cerr := b.checkAnswer(&ch, r); cerr != nil {
+			err = invalidResponse(http.StatusOK, b.cfg.endpointPath(path), cerr.Error(), nil)
+		}
+	}
 	if err != nil {
 		b.st.failed.Add(1)
 		b.logFailure(ctx, path, batch, 1, err)
@@ -103,8 +114,9 @@ func (b *Backend) Stream(ctx context.Context, batch *batcher.Batch, w batcher.De
 	return resp, nil
 }
 
-// stream makes the streamed call and reads its events to the end.
-func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.DeltaWriter) (batcher.Response, *batcher.RateLimitInfo, error) {
+// stream makes the streamed call and reads its events to the end; with
+// keep, the answer's text and refusal are kept in the Response too.
+func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.DeltaWriter, keep bool) (batcher.Response, *batcher.RateLimitInfo, error) {
 	ep := b.cfg.endpointPath(path)
 	raw, err := json.Marshal(body)
 	if err != nil {
@@ -140,7 +152,7 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 		}
 		return batcher.Response{}, nil, b.statusError(res.StatusCode, ep, data, rl)
 	}
-	out, err := readStream(res.Body, w, func(msg string, cause error) error {
+	out, err := readStream(res.Body, w, keep, func(msg string, cause error) error {
 		switch {
 		case errors.Is(cause, errInStream):
 			// Mid-stream errors are the upstream's failures (OpenAI sends
@@ -202,16 +214,19 @@ var (
 
 // readStream reads a streamed answer's server-sent events from body,
 // writes each chunk's pieces (of choice 0) to w, and returns how the
-// answer ended. fail builds the error of a broken stream: msg says what is
+// answer ended, with its tool calls assembled from their pieces (and its
+// text and refusal when keep is set). fail builds the error of a broken stream: msg says what is
 // wrong; cause is errMalformed for a stream that breaks the protocol,
 // errInStream for an error event (msg is the upstream's message), the
 // read error otherwise. A stream must end with "data: [DONE]": one that
 // ends before it was cut.
-func readStream(body io.Reader, w batcher.DeltaWriter, fail func(msg string, cause error) error) (batcher.Response, error) {
+func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg string, cause error) error) (batcher.Response, error) {
 	br := bufio.NewReaderSize(body, 4096)
 	var out batcher.Response
 	var data []byte // the event's data lines so far
 	var d batcher.Delta
+	var text, refusal strings.Builder
+	var calls toolCalls
 	for {
 		line, err := readLine(br)
 		if err != nil {
@@ -241,6 +256,10 @@ func readStream(body io.Reader, w batcher.DeltaWriter, fail func(msg string, cau
 			continue
 		}
 		if string(data) == "[DONE]" {
+			out.ToolCalls = calls.done()
+			if keep {
+				out.Text, out.Refusal = text.String(), refusal.String()
+			}
 			return out, nil
 		}
 		var ch streamChunk
@@ -271,19 +290,67 @@ func readStream(body io.Reader, w batcher.DeltaWriter, fail func(msg string, cau
 				d.Refusal = *c.Delta.Refusal
 			}
 			for _, t := range c.Delta.ToolCalls {
-				d.ToolCalls = append(d.ToolCalls, batcher.ToolCallDelta{Index: t.Index, ID: t.ID, Name: t.Function.Name, Arguments: t.Function.Arguments})
+				tc := batcher.ToolCallDelta{Index: t.Index, ID: t.ID, Name: t.Function.Name, Arguments: t.Function.Arguments}
+				if err := calls.add(&tc); err != nil {
+					return out, fail(err.Error(), errMalformed)
+				}
+				d.ToolCalls = append(d.ToolCalls, tc)
+			}
+			if keep {
+				text.WriteString(d.Text)
+				refusal.WriteString(d.Refusal)
 			}
 			if err := w.WriteDelta(&d); err != nil {
 				return out, err
 			}
 			if c.FinishReason != nil && *c.FinishReason != "" {
 				out.FinishReason = finishReason(*c.FinishReason)
-				if d.Refusal != "" || *c.FinishReason == "content_filter" {
+				switch {
+				case d.Refusal != "" || *c.FinishReason == "content_filter":
 					out.FinishReason = batcher.FinishContentFilter
+				case *c.FinishReason == "tool_calls":
+					out.FinishReason = batcher.FinishToolCalls
 				}
 			}
 		}
 	}
+}
+
+// toolCalls assembles a streamed answer's tool calls from their pieces.
+type toolCalls struct {
+	calls []batcher.ToolCall
+	args  [][]byte // each call's arguments so far
+}
+
+// add adds a piece: one with the next index begins a call (OpenAI numbers
+// them from 0, in order), one with a known index adds to its call's
+// arguments, and either sets the call's id and name when it carries them.
+func (tc *toolCalls) add(t *batcher.ToolCallDelta) error {
+	i := int(t.Index)
+	if i == len(tc.calls) && i < batcher.MaxToolCalls {
+		tc.calls = append(tc.calls, batcher.ToolCall{})
+		tc.args = append(tc.args, nil)
+	}
+	if i < 0 || i >= len(tc.calls) {
+		return fmt.Errorf("tool call index %d out of place (%d calls so far, at most %d)", t.Index, len(tc.calls), batcher.MaxToolCalls)
+	}
+	c := &tc.calls[i]
+	if t.ID != "" {
+		c.ID = t.ID
+	}
+	if t.Name != "" {
+		c.Name = t.Name
+	}
+	tc.args[i] = append(tc.args[i], t.Arguments...)
+	return nil
+}
+
+// done returns the calls (nil for none).
+func (tc *toolCalls) done() []batcher.ToolCall {
+	for i := range tc.calls {
+		tc.calls[i].Arguments = string(tc.args[i])
+	}
+	return tc.calls
 }
 
 // readLine reads one line without its end ("\n", "\r\n"), at most

@@ -2,6 +2,8 @@ package openai
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,8 +20,9 @@ func (c *collect) WriteDelta(d *batcher.Delta) error {
 func failAs(msg string, cause error) error { return errors.Join(errors.New(msg), cause) }
 
 // TestReadStreamToolCalls: tool-call fragments pass through with their
-// index, id and name; usage and the finish reason come from the last
-// chunks; multi-line data and comments are read as SSE says.
+// index, id and name, and assemble into the answer's calls; usage and the
+// finish reason (tool_calls) come from the last chunks; multi-line data
+// and comments are read as SSE says.
 func TestReadStreamToolCalls(t *testing.T) {
 	body := ": keep-alive\n\n" +
 		`data: {"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get","arguments":""}}]}}]}` + "\n\n" +
@@ -29,7 +32,7 @@ func TestReadStreamToolCalls(t *testing.T) {
 		`data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7}}` + "\n\n" +
 		"data: [DONE]\n\n"
 	var c collect
-	out, err := readStream(strings.NewReader(body), &c, failAs)
+	out, err := readStream(strings.NewReader(body), &c, true, failAs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +45,35 @@ func TestReadStreamToolCalls(t *testing.T) {
 	if first := c.ds[0].ToolCalls; len(first) != 1 || first[0].ID != "call_1" || first[0].Name != "get" {
 		t.Fatalf("first delta %+v", c.ds[0])
 	}
-	if args.String() != `{"a":1}` || out.FinishReason != batcher.FinishStop || out.Usage.CompletionTokens != 7 {
+	if args.String() != `{"a":1}` || out.FinishReason != batcher.FinishToolCalls || out.Usage.CompletionTokens != 7 {
 		t.Fatalf("arguments %q, end %+v", args.String(), out)
 	}
-	if _, err := readStream(strings.NewReader(`data: {"choices":[]}`+"\n\n"), &c, failAs); err == nil {
+	if want := []batcher.ToolCall{{ID: "call_1", Name: "get", Arguments: `{"a":1}`}}; !slices.Equal(out.ToolCalls, want) {
+		t.Fatalf("assembled calls %+v, want %+v", out.ToolCalls, want)
+	}
+	if _, err := readStream(strings.NewReader(`data: {"choices":[]}`+"\n\n"), &c, false, failAs); err == nil {
 		t.Fatal("a stream without [DONE] read as whole")
+	}
+}
+
+// TestReadStreamParallelToolCalls: pieces of two calls, interleaved,
+// assemble by index; a piece whose index skips ahead is a malformed
+// stream.
+func TestReadStreamParallelToolCalls(t *testing.T) {
+	piece := func(i int, id, name, args string) string {
+		return fmt.Sprintf(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":%q,"function":{"name":%q,"arguments":%q}}]}}]}`+"\n\n", i, id, name, args)
+	}
+	body := piece(0, "c0", "a", "") + piece(1, "c1", "b", `{"y"`) + piece(0, "", "", `{"x":`) + piece(1, "", "", `:2}`) +
+		piece(0, "", "", `1}`) + `data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+	var c collect
+	out, err := readStream(strings.NewReader(body), &c, false, failAs)
+	want := []batcher.ToolCall{{ID: "c0", Name: "a", Arguments: `{"x":1}`}, {ID: "c1", Name: "b", Arguments: `{"y":2}`}}
+	if err != nil || !slices.Equal(out.ToolCalls, want) || out.FinishReason != batcher.FinishToolCalls {
+		t.Fatalf("calls %+v (%v), err %v; want %+v", out.ToolCalls, out.FinishReason, err, want)
+	}
+	_, err = readStream(strings.NewReader(piece(0, "c0", "a", "")+piece(2, "c2", "b", "")+"data: [DONE]\n\n"), &c, false, failAs)
+	if !errors.Is(err, errMalformed) {
+		t.Fatalf("index 2 after 0: err %v, want a malformed stream", err)
 	}
 }
 
@@ -58,11 +85,25 @@ func FuzzReadStream(f *testing.F) {
 	f.Add("data: {\"error\":{\"message\":\"overloaded\"}}\n\n")
 	f.Add("data: {\"choices\":[{\"delta\":{\"content\":\"bro\n\n")
 	f.Add("event: x\nid: 1\nretry: 5\n:comment\n\n")
+	f.Add("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{\"}}]}}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n")
 	f.Fuzz(func(t *testing.T, body string) {
 		var c collect
-		out, err := readStream(strings.NewReader(body), &c, failAs)
+		out, err := readStream(strings.NewReader(body), &c, true, failAs)
 		if err == nil && !strings.Contains(body, "[DONE]") {
 			t.Fatalf("answer %+v without [DONE]", out)
+		}
+		if len(out.ToolCalls) > batcher.MaxToolCalls {
+			t.Fatalf("%d tool calls", len(out.ToolCalls))
+		}
+		if err == nil {
+			var text strings.Builder
+			for _, d := range c.ds {
+				text.WriteString(d.Text)
+			}
+			if text.String() != out.Text {
+				t.Fatalf("kept text %q, deltas %q", out.Text, text.String())
+			}
 		}
 		if out.Usage.PromptTokens < 0 || out.Usage.CompletionTokens < 0 {
 			t.Fatalf("negative usage %+v", out.Usage)
