@@ -15,6 +15,10 @@ const (
 	// MaxInputs bounds the inputs of one embeddings or completions call,
 	// as OpenAI does.
 	MaxInputs = 2048
+	// DefaultBatchMaxRequests and DefaultBatchMaxFileBytes are OpenAI's
+	// limits of one batch input file.
+	DefaultBatchMaxRequests  = 50_000
+	DefaultBatchMaxFileBytes = 200 << 20
 )
 
 // DefaultModels are served when Config.Models is empty.
@@ -93,7 +97,26 @@ type Config struct {
 	// call's connection before the answer's end (tests wait on it).
 	OnStreamClosed func()
 
-	// Now, when set, is the clock of the rate limits (tests).
+	// The batch API (/v1/files, /v1/batches; batchapi.go). BatchTime is
+	// how long a batch takes from its creation to its end (default 0: it
+	// ends at the first look); its request counts grow evenly meanwhile.
+	// BatchFailRate and BatchExpireRate, each from 0 to 1 and adding up to
+	// at most 1, are drawn per line: a failed line goes to the error file
+	// answered 500; an expired line goes there as batch_expired, and the
+	// batch ends "expired". BatchMaxRequests and BatchMaxFileBytes are the
+	// limits of one file (default OpenAI's 50,000 and 200 MB): a larger
+	// upload is refused, a batch over more lines fails. BatchQueueTokens,
+	// when positive, bounds the tokens (prompt estimate plus max_tokens) of
+	// the batches not ended: a batch past it fails token_limit_exceeded.
+	BatchTime         time.Duration
+	BatchFailRate     float64
+	BatchExpireRate   float64
+	BatchMaxRequests  int
+	BatchMaxFileBytes int64
+	BatchQueueTokens  int64
+
+	// Now, when set, is the clock of the rate limits and of the batch API
+	// (tests).
 	Now func() time.Time
 	// Logger receives a debug line for every fault and rate-limited call.
 	// Default: none.
@@ -154,6 +177,7 @@ func (c Config) resolve() (Config, error) {
 		{"malformed rate", c.MalformedRate}, {"pack missing rate", c.PackMissingRate},
 		{"pack malformed rate", c.PackMalformedRate}, {"pack unparseable rate", c.PackUnparseableRate},
 		{"tool call malformed rate", c.ToolCallMalformedRate}, {"schema violation rate", c.SchemaViolationRate},
+		{"batch fail rate", c.BatchFailRate}, {"batch expire rate", c.BatchExpireRate},
 		{"stream cut rate", c.StreamCutRate}, {"stream stall rate", c.StreamStallRate}, {"stream malformed rate", c.StreamMalformedRate},
 	}
 	for _, r := range rates {
@@ -166,6 +190,18 @@ func (c Config) resolve() (Config, error) {
 	}
 	if sum := c.StreamCutRate + c.StreamStallRate + c.StreamMalformedRate; sum > 1 {
 		errs = append(errs, fmt.Errorf("llmsim: stream fault rates: cut, stall and malformed must add up to at most 1, got %v", sum))
+	}
+	if c.BatchFailRate+c.BatchExpireRate > 1 {
+		errs = append(errs, fmt.Errorf("llmsim: batch fail and expire rates: must add up to at most 1, got %v", c.BatchFailRate+c.BatchExpireRate))
+	}
+	if c.BatchMaxRequests == 0 {
+		c.BatchMaxRequests = DefaultBatchMaxRequests
+	}
+	if c.BatchMaxFileBytes == 0 {
+		c.BatchMaxFileBytes = DefaultBatchMaxFileBytes
+	}
+	if c.BatchTime < 0 || c.BatchMaxRequests < 0 || c.BatchMaxFileBytes < 0 || c.BatchQueueTokens < 0 {
+		errs = append(errs, fmt.Errorf("llmsim: batch time, max requests, max file bytes and queue tokens: must not be negative"))
 	}
 	if c.PackMissingRate+c.PackMalformedRate > 1 {
 		errs = append(errs, fmt.Errorf("llmsim: pack missing and malformed rates: must add up to at most 1, got %v", c.PackMissingRate+c.PackMalformedRate))

@@ -26,6 +26,13 @@
 // streamed events (message_start ... message_stop, tool input as
 // input_json_delta).
 //
+// OpenAI's Batch API is served too (batchapi.go): /v1/files (purpose
+// batch) and /v1/batches, with a processing time (BatchTime), a fraction of
+// failed and of expired lines, OpenAI's file limits (50,000 requests and
+// 200 MB) and an enqueued-token limit; BatchStats counts uploads and
+// creations, by file name and by metadata, so that tests can see a file
+// uploaded or a batch created twice.
+//
 // Guarantees:
 //   - output depends only on the input: Reply and Embedding say what any
 //     prompt or text gets, and a packed item gets the same answer as the
