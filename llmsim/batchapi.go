@@ -46,7 +46,7 @@ type batchError struct {
 }
 
 type simBatch struct {
-	mu            sync.Mutex // guards the fields below while it runs
+	mu            sync.Mutex        // guards the fields below while it runs
 	ID            string            `json:"id"`
 	Object        string            `json:"object"`
 	Endpoint      string            `json:"endpoint"`

@@ -184,7 +184,9 @@ type wireFile struct {
 	Created  int64  `json:"created_at"`
 }
 
-func (f *wireFile) file() *batchapi.File { return &batchapi.File{ID: f.ID, Name: f.Filename, Bytes: f.Bytes} }
+func (f *wireFile) file() *batchapi.File {
+	return &batchapi.File{ID: f.ID, Name: f.Filename, Bytes: f.Bytes}
+}
 
 // Upload streams r as a multipart body to /files with purpose batch.
 func (u *Batches) Upload(ctx context.Context, name string, r io.Reader, size int64) (*batchapi.File, error) {
@@ -507,4 +509,3 @@ func ParseBatchLine(line []byte) (*batchapi.Result, error) {
 	}
 	return r, nil
 }
-
