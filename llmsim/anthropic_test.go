@@ -118,3 +118,23 @@ func TestMessagesOverloaded(t *testing.T) {
 		t.Errorf("faults seen %v, want 500 and 529", seen)
 	}
 }
+
+func TestMessageBatchRefusals(t *testing.T) {
+	_, url := start(t, Config{})
+	params := map[string]any{"model": "sim-chat", "max_tokens": 5, "messages": []any{map[string]any{"role": "user", "content": "hi"}}}
+	for _, tc := range []struct {
+		name string
+		reqs []any
+		msg  string
+	}{
+		{"none", []any{}, "at least one request"},
+		{"bad id", []any{map[string]any{"custom_id": "a b", "params": params}}, "requests.0.custom_id"},
+		{"twice", []any{map[string]any{"custom_id": "a", "params": params}, map[string]any{"custom_id": "a", "params": params}}, "used twice"},
+		{"no params", []any{map[string]any{"custom_id": "a"}}, "requests.0.params"},
+	} {
+		resp, body := post(t, url+"/v1/messages/batches", map[string]any{"requests": tc.reqs}, "anthropic-version", "2023-06-01")
+		if _, msg := anthropicErrorOf(t, body); resp.StatusCode != 400 || !strings.Contains(msg, tc.msg) {
+			t.Errorf("%s: %d %s", tc.name, resp.StatusCode, body)
+		}
+	}
+}

@@ -24,7 +24,8 @@
 // sequences, anthropic-ratelimit-* headers, 429 rate_limit_error with
 // retry-after, 500 api_error and 529 overloaded_error faults, and the
 // streamed events (message_start ... message_stop, tool input as
-// input_json_delta).
+// input_json_delta), and its Message Batches, /v1/messages/batches
+// (anthropic_batches.go): create, get, results as JSON lines, cancel.
 //
 // OpenAI's Batch API is served too (batchapi.go): /v1/files (purpose
 // batch) and /v1/batches, with a processing time (BatchTime), a fraction of

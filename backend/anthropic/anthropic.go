@@ -263,6 +263,13 @@ func (b *Backend) answer(resp *messagesResponse, r *batcher.Request) (batcher.Re
 // checks the answer instead, and an answer that breaks it is an
 // invalid_response, retried as such).
 func (b *Backend) checkCall(r *batcher.Request, name, args string) error {
+	if r == nil { // a batch's result, read without its request: only the shape is checked
+		var obj map[string]json.RawMessage
+		if json.Unmarshal([]byte(args), &obj) != nil || obj == nil {
+			return fmt.Errorf("tool call %q: input is not a JSON object", clip(name, 64))
+		}
+		return nil
+	}
 	var t *batcher.Tool
 	for i := range r.Tools {
 		if r.Tools[i].Name == name {

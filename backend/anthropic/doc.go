@@ -42,6 +42,16 @@
 // message, redacted and cut short; 401 and 403 auth errors without it.
 // Every answer's anthropic-ratelimit-* headers (requests and tokens:
 // limit, remaining, reset) feed the core's adaptive limits through
-// Batch.RateLimit and Config.OnRateLimit, as x-ratelimit-* do for
+// // Batch.RateLimit and Config.OnRateLimit, as x-ratelimit-* do for
 // backend/openai.
+//
+// Message Batches (batches.go), half price within 24 hours:
+// EncodeBatchRequest writes a request as a {custom_id, params} line (the
+// same mapping, the same refusals), CreateBatch streams such lines into
+// one POST /v1/messages/batches (Anthropic has no file API; at most
+// BatchMaxRequests requests and BatchMaxBytes), GetBatch polls,
+// BatchResults streams an ended batch's JSON-lines results back by custom
+// id (succeeded: the answer as Dispatch reads it; errored: the error the
+// online call would have got; canceled and expired: errors saying so), and
+// CancelBatch cancels.
 package anthropic

@@ -85,3 +85,29 @@ func FuzzParseRateLimit(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBatchResult feeds the results-line decoder arbitrary lines: each is
+// a result with a custom id (an error set unless it succeeded) or an
+// invalid response, never a panic.
+func FuzzBatchResult(f *testing.F) {
+	f.Add(`{"custom_id":"a","result":{"type":"succeeded","message":{"type":"message","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}}}`)
+	f.Add(`{"custom_id":"b","result":{"type":"errored","error":{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}}}`)
+	f.Add(`{"custom_id":"c","result":{"type":"expired"}}`)
+	f.Add(`{"custom_id":"d","result":{"type":"canceled"}}`)
+	b, err := New(Config{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		r, err := b.batchResult([]byte(line), "/v1/messages/batches/x/results")
+		if err != nil {
+			if batcher.ClassOf(err) != batcher.ClassInvalidResponse {
+				t.Errorf("error %v is not an invalid response", err)
+			}
+			return
+		}
+		if r.CustomID == "" || (r.Type != "succeeded" && r.Resp.Err == nil) {
+			t.Errorf("result %+v", r)
+		}
+	})
+}

@@ -1,0 +1,287 @@
+package llmsim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Anthropic's Message Batches: POST /v1/messages/batches takes up to
+// AnthropicBatchMaxRequests requests, each a custom_id and the params of a
+// /v1/messages call; GET /v1/messages/batches/{id} reports the batch
+// (processing_status in_progress, canceling or ended, request_counts);
+// GET /v1/messages/batches/{id}/results streams one JSON line per request
+// once it has ended ({"custom_id", "result": {"type": "succeeded",
+// "message"} or errored, canceled, expired}); POST .../{id}/cancel cancels
+// the requests not yet run. Each request is answered as the same call to
+// /v1/messages would be, faults included (ErrorRate makes errored lines),
+// but outside the RPM and TPM limits, as Anthropic's batches are. The
+// batch runs in the background as soon as it is created, one request
+// after another.
+
+// AnthropicBatchMaxRequests is Anthropic's bound on one batch's requests.
+const AnthropicBatchMaxRequests = 100_000
+
+var customIDRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+type anthropicBatch struct {
+	id                           string
+	created                      time.Time
+	cancelled                    bool      // cancel asked
+	ended                        time.Time // zero: running
+	cancelAt                     time.Time
+	stop                         context.CancelFunc // ends the run (cancel)
+	ids                          []string
+	params                       []json.RawMessage
+	results                      []json.RawMessage // nil: not run
+	succeeded, errored, canceled int
+}
+
+type anthropicBatches struct {
+	mu      sync.Mutex
+	batches map[string]*anthropicBatch
+}
+
+func (s *Server) anthropicBatchesOf() *anthropicBatches {
+	s.abOnce.Do(func() { s.ab = &anthropicBatches{batches: map[string]*anthropicBatch{}} })
+	return s.ab
+}
+
+func (s *Server) createMessageBatch(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Requests []struct {
+			CustomID string          `json:"custom_id"`
+			Params   json.RawMessage `json:"params"`
+		} `json:"requests"`
+	}
+	if !s.beginAnthropic(w, r, &req) {
+		return
+	}
+	switch n := len(req.Requests); {
+	case n == 0:
+		anthropicBadRequest(w, "requests: at least one request is required")
+		return
+	case n > AnthropicBatchMaxRequests:
+		anthropicBadRequest(w, fmt.Sprintf("requests: at most %d requests, got %d", AnthropicBatchMaxRequests, n))
+		return
+	}
+	b := &anthropicBatch{id: "msgbatch_sim" + strconv.FormatUint(s.seq.Add(1), 10), created: s.cfg.Now()}
+	seen := make(map[string]bool, len(req.Requests))
+	for i, q := range req.Requests {
+		if !customIDRE.MatchString(q.CustomID) {
+			anthropicBadRequest(w, fmt.Sprintf("requests.%d.custom_id: must match ^[a-zA-Z0-9_-]{1,64}$", i))
+			return
+		}
+		if seen[q.CustomID] {
+			anthropicBadRequest(w, fmt.Sprintf("requests.%d.custom_id: %q is used twice", i, q.CustomID))
+			return
+		}
+		seen[q.CustomID] = true
+		if len(q.Params) == 0 || q.Params[0] != '{' {
+			anthropicBadRequest(w, fmt.Sprintf("requests.%d.params: Field required", i))
+			return
+		}
+		b.ids = append(b.ids, q.CustomID)
+		b.params = append(b.params, q.Params)
+	}
+	b.results = make([]json.RawMessage, len(b.ids))
+	ctx, stop := context.WithCancel(context.Background())
+	b.stop = stop
+	ab := s.anthropicBatchesOf()
+	ab.mu.Lock()
+	ab.batches[b.id] = b
+	view := s.batchView(b)
+	ab.mu.Unlock()
+	go s.runMessageBatch(ctx, b, r.Header.Get(anthropicVersionHeader))
+	writeJSON(w, http.StatusOK, view)
+}
+
+// runMessageBatch answers b's requests one by one, each as /v1/messages
+// would, until they are all answered or the batch is cancelled.
+func (s *Server) runMessageBatch(ctx context.Context, b *anthropicBatch, version string) {
+	ab := s.anthropicBatchesOf()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for i := range b.ids {
+		ab.mu.Lock()
+		stop := b.cancelled
+		ab.mu.Unlock()
+		if stop || ctx.Err() != nil {
+			break
+		}
+		var params map[string]json.RawMessage
+		_ = json.Unmarshal(b.params[i], &params)
+		var line json.RawMessage
+		if _, ok := params["stream"]; ok && string(params["stream"]) != "false" {
+			line = errored(http.StatusBadRequest, []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"stream: not supported in batches"}}`))
+		} else {
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/messages", bytes.NewReader(b.params[i]))
+			req.Header.Set(anthropicVersionHeader, version)
+			req.Header.Set("x-api-key", s.cfg.APIKey)
+			req = req.WithContext(context.WithValue(ctx, batchCallKey{}, true))
+			rec := httptest.NewRecorder()
+			func() {
+				defer func() { _ = recover() }() // a hang or reset fault aborts the handler
+				s.messages(rec, req)
+			}()
+			if ctx.Err() != nil {
+				break // cancelled mid-call: the request did not run
+			}
+			if rec.Code == http.StatusOK && json.Valid(rec.Body.Bytes()) {
+				line, _ = json.Marshal(map[string]any{"type": "succeeded", "message": json.RawMessage(rec.Body.Bytes())})
+			} else {
+				line = errored(rec.Code, rec.Body.Bytes())
+			}
+		}
+		out, _ := json.Marshal(map[string]any{"custom_id": b.ids[i], "result": line})
+		ab.mu.Lock()
+		b.results[i] = out
+		if bytes.Contains(line, []byte(`"type":"succeeded"`)) {
+			b.succeeded++
+		} else {
+			b.errored++
+		}
+		ab.mu.Unlock()
+	}
+	ab.mu.Lock()
+	defer ab.mu.Unlock()
+	for i := range b.results {
+		if b.results[i] == nil {
+			b.results[i], _ = json.Marshal(map[string]any{"custom_id": b.ids[i], "result": map[string]string{"type": "canceled"}})
+			b.canceled++
+		}
+	}
+	b.ended = s.cfg.Now()
+}
+
+// batchCallKey marks a /v1/messages call made for a batch: outside the
+// rate limits.
+type batchCallKey struct{}
+
+// errored is an errored result line from a call's status and body.
+func errored(status int, body []byte) json.RawMessage {
+	var e json.RawMessage = body
+	if !json.Valid(body) {
+		e, _ = json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": "api_error",
+			"message": fmt.Sprintf("HTTP %d with a body that is not JSON", status)}})
+	}
+	out, _ := json.Marshal(map[string]any{"type": "errored", "error": e})
+	return out
+}
+
+// batchView is b as GET /v1/messages/batches/{id} shows it.
+func (s *Server) batchView(b *anthropicBatch) map[string]any {
+	status := "in_progress"
+	if b.cancelled {
+		status = "canceling"
+	}
+	processing := len(b.ids) - b.succeeded - b.errored - b.canceled
+	v := map[string]any{
+		"id": b.id, "type": "message_batch", "processing_status": status,
+		"request_counts": map[string]int{"processing": processing, "succeeded": b.succeeded, "errored": b.errored,
+			"canceled": b.canceled, "expired": 0},
+		"created_at": b.created.UTC().Format(time.RFC3339), "expires_at": b.created.Add(24 * time.Hour).UTC().Format(time.RFC3339),
+		"ended_at": nil, "cancel_initiated_at": nil, "results_url": nil,
+	}
+	if !b.cancelAt.IsZero() {
+		v["cancel_initiated_at"] = b.cancelAt.UTC().Format(time.RFC3339)
+	}
+	if !b.ended.IsZero() {
+		v["processing_status"] = "ended"
+		v["ended_at"] = b.ended.UTC().Format(time.RFC3339)
+		v["results_url"] = "/v1/messages/batches/" + b.id + "/results"
+	}
+	return v
+}
+
+// messageBatch finds the batch the path names, answering 404 when none.
+func (s *Server) messageBatch(w http.ResponseWriter, r *http.Request) *anthropicBatch {
+	if !s.anthropicAuthorized(w, r) {
+		return nil
+	}
+	ab := s.anthropicBatchesOf()
+	ab.mu.Lock()
+	b := ab.batches[r.PathValue("id")]
+	ab.mu.Unlock()
+	if b == nil {
+		anthropicError(w, http.StatusNotFound, "not_found_error", "message batch "+cutRunes(r.PathValue("id"), 64)+" not found")
+	}
+	return b
+}
+
+func (s *Server) getMessageBatch(w http.ResponseWriter, r *http.Request) {
+	b := s.messageBatch(w, r)
+	if b == nil {
+		return
+	}
+	ab := s.anthropicBatchesOf()
+	ab.mu.Lock()
+	v := s.batchView(b)
+	ab.mu.Unlock()
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) cancelMessageBatch(w http.ResponseWriter, r *http.Request) {
+	b := s.messageBatch(w, r)
+	if b == nil {
+		return
+	}
+	ab := s.anthropicBatchesOf()
+	ab.mu.Lock()
+	if b.ended.IsZero() && !b.cancelled {
+		b.cancelled, b.cancelAt = true, s.cfg.Now()
+		b.stop()
+	}
+	v := s.batchView(b)
+	ab.mu.Unlock()
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) messageBatchResults(w http.ResponseWriter, r *http.Request) {
+	b := s.messageBatch(w, r)
+	if b == nil {
+		return
+	}
+	ab := s.anthropicBatchesOf()
+	ab.mu.Lock()
+	ended := !b.ended.IsZero()
+	lines := b.results // complete and no longer written once ended
+	ab.mu.Unlock()
+	if !ended {
+		anthropicBadRequest(w, "message batch "+b.id+" has not ended: its results are not ready")
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-jsonl")
+	w.WriteHeader(http.StatusOK)
+	for _, l := range lines {
+		_, _ = w.Write(append(l, '\n'))
+	}
+}
+
+// anthropicAuthorized checks x-api-key and anthropic-version for a call
+// without a body.
+func (s *Server) anthropicAuthorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.APIKey != "" && r.Header.Get("x-api-key") != s.cfg.APIKey {
+		anthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
+		return false
+	}
+	if r.Header.Get(anthropicVersionHeader) == "" {
+		anthropicBadRequest(w, "anthropic-version: header is required")
+		return false
+	}
+	return true
+}
