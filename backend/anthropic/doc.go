@@ -53,5 +53,7 @@
 // BatchResults streams an ended batch's JSON-lines results back by custom
 // id (succeeded: the answer as Dispatch reads it; errored: the error the
 // online call would have got; canceled and expired: errors saying so), and
-// CancelBatch cancels.
+// CancelBatch cancels. Backend.Batches is the same as a
+// batchapi.Upstream (no file API: Create takes the lines itself; no
+// metadata: Find is unsupported), for the jobs' batch dispatch.
 package anthropic

@@ -15,6 +15,7 @@ func TestContract(t *testing.T) {
 		New: func(t testing.TB, baseURL string) batcher.Backend {
 			return newBackend(t, openai.Config{BaseURL: baseURL + "/v1"})
 		},
-		JSON: true,
+		JSON:             true,
+		StreamsToolCalls: true,
 	})
 }
