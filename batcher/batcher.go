@@ -214,6 +214,9 @@ type RouteInfo struct {
 	Backend string
 	// DefaultMaxTokens is what a request that leaves max_tokens unset gets.
 	DefaultMaxTokens int32
+	// Features are what every target of the route honours beyond plain
+	// text (FeatureDeclarer), which ValidateRich checks a request against.
+	Features Features
 }
 
 // Routes lists the configured routes.
@@ -221,7 +224,7 @@ func (b *Batcher) Routes() []RouteInfo {
 	routes := *b.routes.Load()
 	out := make([]RouteInfo, 0, len(routes))
 	for _, rc := range routes {
-		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend, DefaultMaxTokens: rc.DefaultMaxTokens})
+		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend, DefaultMaxTokens: rc.DefaultMaxTokens, Features: rc.features})
 	}
 	return out
 }

@@ -86,6 +86,31 @@ var ReservedExtraFields = []string{
 
 var reasoningEfforts = map[string]bool{"none": true, "minimal": true, "low": true, "medium": true, "high": true}
 
+// ValidateRich checks r's fields beyond plain text, as Submit does, for
+// the route ri: its messages' parts, names, tool calls and tool answers
+// (for a chat request), its tools, tool choice, response format, user,
+// extra body fields and the parameters only some backends honour. It
+// returns a *ValidationError (wrapping ErrInvalid) naming the first bad
+// field or the first one ri's backends cannot honour, or nil; nil at once
+// for a plain request. A door that holds requests before submitting them
+// (a batch job's items) calls it to refuse such a request when it arrives,
+// by the same rule Submit applies when it runs.
+func ValidateRich(r *Request, ri RouteInfo) error {
+	if r.Input.Op == OpChat && ri.Op == OpChat {
+		for i := range r.Input.Messages {
+			if m := &r.Input.Messages[i]; m.rich() {
+				if ve := validateMessage(m, i, ri.Features); ve != nil {
+					return ve
+				}
+			}
+		}
+	}
+	if ve := validateRich(r, ri.Op, ri.Features); ve != nil {
+		return ve
+	}
+	return nil
+}
+
 // validateRich checks r's fields beyond plain text, for a route of
 // operation op honouring have. It returns nil at once for a plain request.
 func validateRich(r *Request, op Operation, have Features) *ValidationError {

@@ -203,10 +203,13 @@ func (c *Creator) next() error {
 }
 
 func (c *Creator) addInvalid(ctx context.Context, customID, msg string) error {
-	msg = fmt.Sprintf("line %d: %s", c.items, msg)
 	if c.job.Spec.FailOnInvalid {
-		return fmt.Errorf("%w: %s", ErrInvalid, msg)
+		if customID != "" {
+			return fmt.Errorf("%w: line %d (custom_id %q): %s", ErrInvalid, c.items, cut(customID), msg)
+		}
+		return fmt.Errorf("%w: line %d: %s", ErrInvalid, c.items, msg)
 	}
+	msg = fmt.Sprintf("line %d: %s", c.items, msg)
 	c.invalid++
 	item := c.items - 1
 	c.buf = append(c.buf, Task{Seq: item * c.lay.k, Item: item, Group: GroupNone, CustomID: customID, Line: c.items,
@@ -299,12 +302,17 @@ func (c *Creator) check(req *ItemRequest) string {
 		if mdl == "" {
 			return "model: must be set (in the item, the job's spec or its run group)"
 		}
-		op, ok := c.m.route(mdl)
+		ri, ok := c.m.routeInfo(mdl)
 		if !ok {
 			return fmt.Sprintf("model: unknown model %q", cut(mdl))
 		}
-		if op != req.Input.Op {
-			return fmt.Sprintf("model %q serves %s requests, not %s", cut(mdl), op, req.Input.Op)
+		if ri.Op != req.Input.Op {
+			return fmt.Sprintf("model %q serves %s requests, not %s", cut(mdl), ri.Op, req.Input.Op)
+		}
+		// The same rule as Submit's, now rather than when the item runs:
+		// a field the model's backends cannot honour is refused by name.
+		if err := batcher.ValidateRich(req.coreRequest(mdl), ri); err != nil {
+			return fmt.Sprintf("model %q: %v", cut(mdl), err)
 		}
 	}
 	return ""

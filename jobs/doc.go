@@ -19,6 +19,20 @@
 // (the done number). Counts per state, per group and tokens live on the job
 // row and move in the same transaction, so progress never scans tasks.
 //
+// # Items
+//
+// An item carries everything a Submit carries (ItemRequest: the messages
+// with their parts, names, tool calls and tool answers, the parameters,
+// tools, tool choice, response format, user and extra body fields), stored
+// in the task's encoded request and passed to the core unchanged. A chat
+// line of an OpenAI batch file is read by the front door's decoder
+// (openaiapi.ChatBody). When the job is created each item is checked
+// against its model by the core's own rule (batcher.ValidateRich): what the
+// model's backends cannot honour is an error line naming the field, never
+// run with it dropped. A chat answer's output line is the front door's
+// chat.completion (openaiapi.ChatCompletionBody): the whole message, tool
+// calls, refusal and logprobs included.
+//
 // # Guarantees
 //
 //   - A finished task is never run again: Complete records only tasks the

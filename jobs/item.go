@@ -21,6 +21,32 @@ type ItemRequest struct {
 	// ServiceTier is the OpenAI line's service_tier, echoed on its output
 	// line.
 	ServiceTier string `json:"service_tier,omitempty"`
+
+	// The chat surface beyond text, as batcher.Request's fields of the
+	// same names, passed to the core unchanged (Input and Params carry the
+	// messages' parts and tool calls and the other parameters). They are
+	// part of the task's stored request, an encoded blob, so rows stored
+	// before they existed load with them unset.
+	Tools             []batcher.Tool         `json:"tools,omitempty"`
+	ToolChoice        batcher.ToolChoice     `json:"tool_choice,omitzero"`
+	ParallelToolCalls *bool                  `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat    batcher.ResponseFormat `json:"response_format,omitzero"`
+	User              string                 `json:"user,omitempty"`
+	Extra             []byte                 `json:"extra,omitempty"`
+}
+
+// coreRequest returns r as a core request of route: the fields the core
+// reads at validation, for ValidateRich. The run sets the rest (run.go).
+func (r *ItemRequest) coreRequest(route string) *batcher.Request {
+	req := &batcher.Request{Route: route, Input: r.Input, Params: r.Params, Metadata: r.Metadata}
+	r.setRich(req)
+	return req
+}
+
+// setRich sets req's chat fields beyond text from r.
+func (r *ItemRequest) setRich(req *batcher.Request) {
+	req.Tools, req.ToolChoice, req.ParallelToolCalls = r.Tools, r.ToolChoice, r.ParallelToolCalls
+	req.ResponseFormat, req.User, req.Extra = r.ResponseFormat, r.User, r.Extra
 }
 
 // Record is a finished task's result as the store keeps it.
@@ -42,6 +68,19 @@ type Record struct {
 	// JudgePrompt is the prompt a judge task sent: the runs' outputs as the
 	// template received them.
 	JudgePrompt string `json:"judge_prompt,omitempty"`
+	// A chat answer's tool calls, refusal, log probabilities and, with
+	// n > 1, every choice: the whole message, as batcher.Result holds it.
+	ToolCalls []batcher.ToolCall `json:"tool_calls,omitempty"`
+	Refusal   string             `json:"refusal,omitempty"`
+	Logprobs  *batcher.Logprobs  `json:"logprobs,omitempty"`
+	Choices   []batcher.Choice   `json:"choices,omitempty"`
+}
+
+// result returns the answer rec holds as a core result, to render.
+func (rec *Record) result() *batcher.Result {
+	return &batcher.Result{Text: rec.Text, Embedding: rec.Embedding, FinishReason: rec.FinishReason,
+		Usage:     batcher.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens},
+		ToolCalls: rec.ToolCalls, Refusal: rec.Refusal, Logprobs: rec.Logprobs, Choices: rec.Choices}
 }
 
 // The error codes of Record.ErrCode.

@@ -184,8 +184,14 @@ func (m *Manager) RoutesChanged() {
 
 // route returns the operation of the named route, and whether it exists.
 func (m *Manager) route(name string) (batcher.Operation, bool) {
-	ri, ok := (*m.routes.Load())[name]
+	ri, ok := m.routeInfo(name)
 	return ri.Op, ok
+}
+
+// routeInfo returns the named route, and whether it exists.
+func (m *Manager) routeInfo(name string) (batcher.RouteInfo, bool) {
+	ri, ok := (*m.routes.Load())[name]
+	return ri, ok
 }
 
 // defaultMaxTokens is the named route's max_tokens for requests that set

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/openaiapi"
 )
 
 // MaxLineBytes bounds one OpenAI batch input line.
@@ -32,7 +33,6 @@ type openAILine struct {
 
 type openAIBody struct {
 	Model       string          `json:"model"`
-	Messages    []openAIMessage `json:"messages"`
 	Prompt      json.RawMessage `json:"prompt"`
 	Input       json.RawMessage `json:"input"`
 	MaxTokens   *int32          `json:"max_tokens"`
@@ -42,11 +42,6 @@ type openAIBody struct {
 	Stop        json.RawMessage `json:"stop"`
 	Seed        *int64          `json:"seed"`
 	ServiceTier string          `json:"service_tier"`
-}
-
-type openAIMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
 }
 
 // ParseOpenAILine parses one line of an OpenAI batch input file into its
@@ -74,12 +69,37 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 	if l.Method != "" && l.Method != http.MethodPost {
 		return l.CustomID, nil, fmt.Errorf("method: must be POST, got %q", cut(l.Method))
 	}
-	var b openAIBody
-	if len(l.Body) == 0 || json.Unmarshal(l.Body, &b) != nil {
+	if len(l.Body) == 0 {
 		return l.CustomID, nil, errors.New("body: must be a JSON object")
 	}
-	if err := unreadFields(l.Body); err != nil {
-		return l.CustomID, nil, err
+	var b openAIBody
+	var chat *batcher.Request
+	if l.URL == URLChat {
+		// The front door's decoder: the line carries what a request to
+		// /v1/chat/completions carries (tools, response formats, images,
+		// the other parameters, unknown fields as extra body fields), and
+		// the core refuses by name what the model cannot honour (Creator).
+		cr, e := openaiapi.ChatBody(l.Body)
+		if e != nil {
+			if e.Param == "" {
+				return l.CustomID, nil, fmt.Errorf("body: %s", e.Message)
+			}
+			return l.CustomID, nil, fmt.Errorf("body.%s: %s", e.Param, e.Message)
+		}
+		var tier struct {
+			ServiceTier string `json:"service_tier"`
+		}
+		if json.Unmarshal(l.Body, &tier) != nil {
+			return l.CustomID, nil, errors.New("body.service_tier: must be a string")
+		}
+		chat, b.Model, b.ServiceTier = cr, cr.Route, tier.ServiceTier
+	} else {
+		if json.Unmarshal(l.Body, &b) != nil {
+			return l.CustomID, nil, errors.New("body: must be a JSON object")
+		}
+		if err := unreadFields(l.Body); err != nil {
+			return l.CustomID, nil, err
+		}
 	}
 	switch b.ServiceTier {
 	case "", "auto", "default", "flex", "scale", "priority":
@@ -91,17 +111,10 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 	req = &ItemRequest{Model: b.Model, URL: l.URL, ServiceTier: b.ServiceTier}
 	switch l.URL {
 	case URLChat:
-		if len(b.Messages) == 0 {
-			return l.CustomID, nil, errors.New("body.messages: must not be empty")
-		}
-		req.Input.Op = batcher.OpChat
-		for i, m := range b.Messages {
-			text, err := contentText(m.Content)
-			if err != nil {
-				return l.CustomID, nil, fmt.Errorf("body.messages[%d].content: %w", i, err)
-			}
-			req.Input.Messages = append(req.Input.Messages, batcher.Message{Role: m.Role, Content: text})
-		}
+		req.Input, req.Params, req.Metadata = chat.Input, chat.Params, chat.Metadata
+		req.Tools, req.ToolChoice, req.ParallelToolCalls = chat.Tools, chat.ToolChoice, chat.ParallelToolCalls
+		req.ResponseFormat, req.User, req.Extra = chat.ResponseFormat, chat.User, chat.Extra
+		return l.CustomID, req, nil
 	case URLCompletions:
 		var p string
 		if json.Unmarshal(b.Prompt, &p) != nil {
@@ -136,34 +149,24 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 	return l.CustomID, req, nil
 }
 
-// readBodyFields and readMessageFields are what a batch line's body and its
-// messages may hold: the fields ParseOpenAILine carries into the job.
-var (
-	readBodyFields = map[string]bool{"model": true, "messages": true, "prompt": true, "input": true, "max_tokens": true,
-		"max_completion_tokens": true, "temperature": true, "top_p": true, "stop": true, "seed": true,
-		"service_tier": true} // carried to the output line
-	readMessageFields = map[string]bool{"role": true, "content": true}
-)
+// readBodyFields are what a completions or embeddings batch line's body
+// may hold: the fields ParseOpenAILine carries into the job. (A chat
+// line's body is read as /v1/chat/completions reads it.)
+var readBodyFields = map[string]bool{"model": true, "prompt": true, "input": true, "max_tokens": true,
+	"max_completion_tokens": true, "temperature": true, "top_p": true, "stop": true, "seed": true,
+	"service_tier": true} // carried to the output line
 
-// unreadFields refuses, by name, a field of a line's body or of one of its
-// messages that the job would not carry (tools, response_format, a
-// message's tool_calls, ...): a batch line is never run with part of it
-// dropped. The first such field, in sorted order, is named.
+// unreadFields refuses, by name, a field of a completions or embeddings
+// line's body that the job would not carry (tools, logprobs, ...): a
+// batch line is never run with part of it dropped. The first such field,
+// in sorted order, is named.
 func unreadFields(body json.RawMessage) error {
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) != nil {
 		return errors.New("body: must be a JSON object")
 	}
 	if k := firstUnread(top, readBodyFields); k != "" {
-		return fmt.Errorf("body.%s: not supported in batch lines: send it to /v1/chat/completions or Submit", cut(k))
-	}
-	var msgs []map[string]json.RawMessage
-	if raw := top["messages"]; len(raw) > 0 && json.Unmarshal(raw, &msgs) == nil {
-		for i, m := range msgs {
-			if k := firstUnread(m, readMessageFields); k != "" {
-				return fmt.Errorf("body.messages[%d].%s: not supported in batch lines: send it to /v1/chat/completions or Submit", i, cut(k))
-			}
-		}
+		return fmt.Errorf("body.%s: not supported in %s and %s batch lines", cut(k), URLCompletions, URLEmbeddings)
 	}
 	return nil
 }
@@ -176,29 +179,6 @@ func firstUnread(m map[string]json.RawMessage, read map[string]bool) string {
 		}
 	}
 	return first
-}
-
-// contentText reads a message's content: a string, or a list of text parts.
-func contentText(raw json.RawMessage) (string, error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(raw, &parts) != nil {
-		return "", errors.New("must be a string or a list of text parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type != "text" {
-			return "", fmt.Errorf("part type %q not supported (text only)", cut(p.Type))
-		}
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
 }
 
 func embeddingInput(raw json.RawMessage) (string, error) {
@@ -264,15 +244,9 @@ type chatBody struct {
 }
 
 type chatChoice struct {
-	Index        int          `json:"index"`
-	Message      *chatMessage `json:"message,omitempty"`
-	Text         *string      `json:"text,omitempty"`
-	FinishReason string       `json:"finish_reason"`
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Index        int     `json:"index"`
+	Text         *string `json:"text,omitempty"`
+	FinishReason string  `json:"finish_reason"`
 }
 
 type usageBody struct {
@@ -357,10 +331,9 @@ func formatLine(j *Job, t *Task, created time.Time) ([]byte, bool) {
 		resp.Body = chatBody{ID: "cmpl-" + strconv.FormatInt(t.DoneSeq, 10), Object: "text_completion", Created: created.Unix(),
 			Model: t.Model, Usage: usage, Choices: []chatChoice{{Text: &text, FinishReason: finishName(rec.FinishReason)}},
 			ServiceTier: rec.ServiceTier}
-	default:
-		resp.Body = chatBody{ID: "chatcmpl-" + strconv.FormatInt(t.DoneSeq, 10), Object: "chat.completion", Created: created.Unix(),
-			Model: t.Model, Usage: usage, Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: rec.Text},
-				FinishReason: finishName(rec.FinishReason)}}, ServiceTier: rec.ServiceTier}
+	default: // the whole message, tool calls included, as the front door renders it
+		resp.Body = openaiapi.ChatCompletionBody("chatcmpl-"+strconv.FormatInt(t.DoneSeq, 10), t.Model, created.Unix(),
+			rec.ServiceTier, rec.result())
 	}
 	l.Response = resp
 	return encode(&l), false

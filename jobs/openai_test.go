@@ -24,7 +24,9 @@ func TestParseOpenAILine(t *testing.T) {
 					*r.Params.Temperature == 0.5 && r.Params.Stop[0] == "x" && *r.Params.Seed == 3
 			}},
 		{`{"custom_id":"b","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"max_completion_tokens":7}}`, "",
-			func(r *jobs.ItemRequest) bool { return r.Input.Messages[0].Content == "ab" && r.Params.MaxTokens == 7 }},
+			func(r *jobs.ItemRequest) bool {
+				return r.Input.Messages[0].Content == "a\nb" && r.Params.MaxTokens == 7
+			}},
 		{`{"custom_id":"c","method":"POST","url":"/v1/completions","body":{"model":"m","prompt":"p","stop":["a","b"]}}`, "",
 			func(r *jobs.ItemRequest) bool { return r.Input.Prompt == "p" && len(r.Params.Stop) == 2 }},
 		{`{"custom_id":"d","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":["t"]}}`, "",
@@ -32,14 +34,36 @@ func TestParseOpenAILine(t *testing.T) {
 		{`{"custom_id":"e","method":"GET","url":"/v1/completions","body":{}}`, "method: must be POST", nil},
 		{`{"method":"POST","url":"/v1/completions","body":{}}`, "custom_id: must be set", nil},
 		{`{"custom_id":"f","url":"/v1/images","body":{}}`, "url: unknown endpoint", nil},
-		{`{"custom_id":"g","url":"/v1/chat/completions","body":{"messages":[]}}`, "body.messages: must not be empty", nil},
+		{`{"custom_id":"g","url":"/v1/chat/completions","body":{"messages":[]}}`, "body.messages: must hold at least one message", nil},
 		{`{"custom_id":"h","url":"/v1/completions","body":{"prompt":["a","b"]}}`, "body.prompt: must be a string", nil},
-		{`{"custom_id":"i","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}}`, "part type", nil},
+		{`{"custom_id":"i","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}}`, "body.messages[0].content[0].image_url: must be set", nil},
+		{`{"custom_id":"i2","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"stream":true}}`, "body.stream: must not be true", nil},
+		{`{"custom_id":"i3","url":"/v1/completions","body":{"prompt":"x","tools":[]}}`, "body.tools: not supported in /v1/completions and /v1/embeddings batch lines", nil},
 		{`{"custom_id":"j"} {"x":1}`, "more than one value", nil},
-		// Nothing is dropped: what a job would not carry is refused by name.
-		{`{"custom_id":"k","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"response_format":{"type":"json_object"}}}`, "body.response_format: not supported", nil},
-		{`{"custom_id":"l","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"logprobs":true}}`, "body.logprobs: not supported", nil},
-		{`{"custom_id":"m","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"c","content":"y"}]}}`, "body.messages[1].tool_call_id: not supported", nil},
+		// Nothing is dropped: a chat line carries what /v1/chat/completions
+		// carries (the core refuses, at the job's creation, what the
+		// model cannot honour), unknown fields as extra body fields.
+		{`{"custom_id":"k","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false,"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{"type":"object"},"strict":true}},"user":"u","vendor_x":{"a":1}}}`, "",
+			func(r *jobs.ItemRequest) bool {
+				return len(r.Tools) == 1 && r.Tools[0].Name == "f" && string(r.Tools[0].Parameters) == `{"type":"object"}` &&
+					r.ToolChoice == batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "f"} &&
+					r.ParallelToolCalls != nil && !*r.ParallelToolCalls && r.ResponseFormat.Type == batcher.FormatJSONSchema &&
+					r.ResponseFormat.Name == "s" && r.ResponseFormat.Strict && string(r.ResponseFormat.Schema) == `{"type":"object"}` &&
+					r.User == "u" && string(r.Extra) == `{"vendor_x":{"a":1}}`
+			}},
+		{`{"custom_id":"l","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":2,"n":3,"presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"7":5},"reasoning_effort":"low"}}`, "",
+			func(r *jobs.ItemRequest) bool {
+				p := &r.Params
+				return p.Logprobs && *p.TopLogprobs == 2 && p.N == 3 && *p.PresencePenalty == 0.5 && *p.FrequencyPenalty == -1 &&
+					p.LogitBias["7"] == 5 && p.ReasoningEffort == "low"
+			}},
+		{`{"custom_id":"m","url":"/v1/chat/completions","body":{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"y"},{"role":"user","name":"bob","content":[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"https://x/i.png","detail":"low"}}]}]}}`, "",
+			func(r *jobs.ItemRequest) bool {
+				m := r.Input.Messages
+				return len(m) == 3 && m[0].ToolCalls[0] == batcher.ToolCall{ID: "c", Name: "f", Arguments: "{}"} && m[1].ToolCallID == "c" &&
+					m[1].Content == "y" && m[2].Name == "bob" && len(m[2].Parts) == 2 &&
+					m[2].Parts[1] == batcher.ContentPart{Kind: batcher.PartImage, ImageURL: "https://x/i.png", Detail: "low"}
+			}},
 		{`nope`, "malformed JSON", nil},
 	} {
 		id, req, err := jobs.ParseOpenAILine([]byte(tc.line))
@@ -61,6 +85,8 @@ func FuzzParseOpenAILine(f *testing.F) {
 		`{"custom_id":"c","url":"/v1/completions","body":{"prompt":"p","stop":["a"]}}`,
 		`{"custom_id":"d","url":"/v1/embeddings","body":{"input":"t"}}`,
 		`{"custom_id":"x","url":"/v1/chat/completions","body":{"messages":[{"content":[{"type":"text","text":"\u00ff"}]}]}}`,
+		`{"custom_id":"t","url":"/v1/chat/completions","body":{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"y"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"required"}}`,
+		`{"custom_id":"s","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x"}}]}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{}}},"x":1}}`,
 		`{`, ``, `null`, `[]`,
 	} {
 		f.Add([]byte(s))
@@ -78,6 +104,18 @@ func FuzzParseOpenAILine(f *testing.F) {
 		}
 		if id == "" || req == nil {
 			t.Fatalf("no error, but id %q request %v", id, req)
+		}
+		// The request as a task stores it reads back the same.
+		stored, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("encoding %+v: %v", req, err)
+		}
+		var back jobs.ItemRequest
+		if err := json.Unmarshal(stored, &back); err != nil {
+			t.Fatalf("decoding %s: %v", stored, err)
+		}
+		if again, _ := json.Marshal(&back); string(again) != string(stored) {
+			t.Fatalf("stored %s, read back as %s", stored, again)
 		}
 		switch req.Input.Op {
 		case batcher.OpChat:

@@ -402,6 +402,7 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 		Params:   mergeParams(ir.Params, spec.Params),
 		Metadata: ir.Metadata,
 	}
+	ir.setRich(req)
 	model := cmp.Or(ir.Model, spec.Model)
 	switch {
 	case t.Group >= 0 && t.Group < len(spec.Groups):
@@ -422,6 +423,9 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 		}
 		f.judge = prompt
 		req.Params = spec.Judge.Params
+		// The judge reads the runs' outputs: the item's tools and format
+		// are the runs', not its own.
+		(&ItemRequest{}).setRich(req)
 		if op, _ := r.m.route(model); op == batcher.OpCompletion {
 			req.Input = batcher.Input{Op: batcher.OpCompletion, Prompt: prompt}
 		} else {
@@ -521,7 +525,7 @@ func lastText(in *batcher.Input) string {
 	switch in.Op {
 	case batcher.OpChat:
 		if n := len(in.Messages); n > 0 {
-			return in.Messages[n-1].Content
+			return in.Messages[n-1].Text()
 		}
 	case batcher.OpCompletion:
 		return in.Prompt
@@ -578,7 +582,7 @@ func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
 	t := &f.task
 	rec := Record{URL: f.url, ServiceTier: f.tier, JudgePrompt: f.judge, Text: res.Text, Embedding: res.Embedding, FinishReason: res.FinishReason,
 		PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Attempts: res.Attempts,
-		BatchID: res.BatchID, Backend: res.Backend}
+		BatchID: res.BatchID, Backend: res.Backend, ToolCalls: res.ToolCalls, Refusal: res.Refusal, Logprobs: res.Logprobs, Choices: res.Choices}
 	o := Outcome{Seq: t.Seq, Group: t.Group, Item: t.Item, Run: t.Run, CustomID: t.CustomID, State: ItemSucceeded, Model: f.model,
 		TokensIn: int64(res.Usage.PromptTokens), TokensOut: int64(res.Usage.CompletionTokens),
 		JudgeSeq: r.lay.judgeSeq(t.Item), RunsFrom: t.Item * r.lay.k}

@@ -39,16 +39,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	out := res[0]
 	setResultHeaders(w, req.ID, &out)
-	resp := chatCompletion{
-		ID:          req.ID,
-		Object:      "chat.completion",
-		Created:     time.Now().Unix(),
-		Model:       body.Model,
-		ServiceTier: tierName(body.ServiceTier, o),
-	}
-	resp.Choices = chatChoices(&out)
-	resp.Usage = usageOf(out.Usage)
-	writeJSON(w, &resp)
+	writeJSON(w, ChatCompletionBody(req.ID, body.Model, time.Now().Unix(), tierName(body.ServiceTier, o), &out))
 }
 
 // chatRequest translates a chat body into a core request.
@@ -60,11 +51,23 @@ func (h *Handler) chatRequest(r *http.Request, body *chatRequest) (*batcher.Requ
 	if body.Model == "" {
 		return nil, o, badRequest("model", "must be set")
 	}
+	req, e := chatToCore(body)
+	if e != nil {
+		return nil, o, e
+	}
+	req.ID, req.Priority, req.Timeout, req.Cache = h.newID("chatcmpl-"), o.priority, o.timeout, o.cache
+	return req, o, nil
+}
+
+// chatToCore translates a chat body into a core request without the
+// caller's options (id, priority, timeout, cache mode), which its door
+// sets: the HTTP headers here, a batch job's spec for a batch line.
+func chatToCore(body *chatRequest) (*batcher.Request, *Error) {
 	if len(body.Messages) == 0 {
-		return nil, o, badRequest("messages", "must hold at least one message")
+		return nil, badRequest("messages", "must hold at least one message")
 	}
 	if len(body.Messages) > batcher.MaxChatMessages {
-		return nil, o, badRequest("messages", "must hold at most %d messages, got %d", batcher.MaxChatMessages, len(body.Messages))
+		return nil, badRequest("messages", "must hold at most %d messages, got %d", batcher.MaxChatMessages, len(body.Messages))
 	}
 	g := genParams{maxTokens: body.MaxCompletionTokens, maxParam: "max_completion_tokens",
 		temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed}
@@ -73,34 +76,30 @@ func (h *Handler) chatRequest(r *http.Request, body *chatRequest) (*batcher.Requ
 	}
 	params, e := g.toCore()
 	if e != nil {
-		return nil, o, e
+		return nil, e
 	}
 	if n := body.N; n != nil { // several choices, where the backend honours n (the core checks)
 		if *n < 1 || *n > batcher.MaxChoices {
-			return nil, o, badRequest("n", "must be 1 to %d, got %d", batcher.MaxChoices, *n)
+			return nil, badRequest("n", "must be 1 to %d, got %d", batcher.MaxChoices, *n)
 		}
 		params.N = int32(*n)
 	}
 	msgs := make([]batcher.Message, len(body.Messages))
 	for i := range body.Messages {
 		if e := messageToCore(&body.Messages[i], i, &msgs[i]); e != nil {
-			return nil, o, e
+			return nil, e
 		}
 	}
 	req := &batcher.Request{
-		ID:       h.newID("chatcmpl-"),
 		Route:    body.Model,
-		Priority: o.priority,
 		Input:    batcher.Input{Op: batcher.OpChat, Messages: msgs},
 		Params:   params,
-		Timeout:  o.timeout,
-		Cache:    o.cache,
 		Metadata: body.Metadata,
 	}
 	if e := body.chatExtras.toCore(req); e != nil {
-		return nil, o, e
+		return nil, e
 	}
-	return req, o, nil
+	return req, nil
 }
 
 // join returns the content's text: the string, or its text parts joined

@@ -40,6 +40,9 @@
 //     embeddings, fields whose value would change the answer's meaning and
 //     that Batcher cannot serve (n > 1, token-id inputs, suffix) are
 //     refused by name, other unknown fields ignored;
+//   - a batch job's chat lines are read by the same decoder (ChatBody) and
+//     their answers written by the same renderer (ChatCompletionBody), so a
+//     line carries, and its output line answers, what this door does;
 //   - bearer tokens are compared in constant time and never logged;
 //   - with a tracer provider, every call is an otelhttp server span that
 //     continues the caller's traceparent and parents the core's request

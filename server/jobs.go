@@ -166,7 +166,9 @@ func (s *JobService) addRequest(ctx context.Context, c *jobs.Creator, pr *batche
 	if st := toCore(pr, &r); st != nil {
 		return c.AddInvalid(ctx, pr.GetId(), st.Message())
 	}
-	return c.Add(ctx, r.ID, &jobs.ItemRequest{Model: r.Route, Input: r.Input, Params: r.Params, Metadata: r.Metadata})
+	return c.Add(ctx, r.ID, &jobs.ItemRequest{Model: r.Route, Input: r.Input, Params: r.Params, Metadata: r.Metadata,
+		Tools: r.Tools, ToolChoice: r.ToolChoice, ParallelToolCalls: r.ParallelToolCalls, ResponseFormat: r.ResponseFormat,
+		User: r.User, Extra: r.Extra})
 }
 
 // specToJobs translates a spec, naming a bad field.
