@@ -42,6 +42,9 @@ type config struct {
 	prefix       string
 	mp           metric.MeterProvider
 	clock        func() time.Time
+	// otterClock is the memory layer's time source: nil, otter's own (the
+	// wall clock) unless a test set the clock (withClock).
+	otterClock otter.Clock
 }
 
 // WithMaxBytes sets the memory budget of the routes without one of their
@@ -62,6 +65,20 @@ func WithRedisPrefix(p string) Option { return func(c *config) { c.prefix = p } 
 
 // WithMeterProvider sets where the cache's metrics go. Default none.
 func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
+
+// withClock sets the cache's clock, the memory layer's included: tests
+// move time instead of waiting for it. Default time.Now.
+func withClock(now func() time.Time) Option {
+	return func(c *config) { c.clock, c.otterClock = now, otterClock(now) }
+}
+
+// otterClock is an otter.Clock reading now. It gives no ticks: otter then
+// does without its periodic clean-up, and an expired entry is found
+// expired when it is read.
+type otterClock func() time.Time
+
+func (f otterClock) NowNano() int64                    { return f().UnixNano() }
+func (otterClock) Tick(time.Duration) <-chan time.Time { return nil }
 
 // Cache is a batcher.Cache: memory, and Redis behind it when configured.
 // It is safe for concurrent use. Close stops its goroutines.
@@ -137,6 +154,7 @@ func (c *Cache) newPart(maxBytes int64) (*part, error) {
 	var err error
 	p.c, err = otter.New(&otter.Options[localKey, *entry]{
 		MaximumWeight: uint64(maxBytes),
+		Clock:         c.cfg.otterClock,
 		Weigher:       func(_ localKey, e *entry) uint32 { return e.weight },
 		ExpiryCalculator: otter.ExpiryCreatingFunc(func(e otter.Entry[localKey, *entry]) time.Duration {
 			return max(e.Value.expires.Sub(c.cfg.clock()), time.Nanosecond)
@@ -253,6 +271,56 @@ func (c *Cache) setLocal(k *batcher.CacheKey, r *batcher.Result, expires time.Ti
 	e := &entry{r: r, st: st, expires: expires, weight: uint32(min(w, 1<<31))}
 	st.bytes.Add(int64(e.weight))
 	c.partFor(k).c.Set(localKey{k.Tenant, k.ID}, e)
+}
+
+// Retain forgets what the cache keeps for the routes that are not in
+// routes, the routes in force after a reload: their counts (and so their
+// metrics series), their own budgets and the answers in them, and their
+// answers in the shared budget. A route in routes that no longer has a
+// budget of its own (RouteCache.MaxBytes 0, or the cache off) loses the
+// one it had, and its answers with it. A request admitted on a removed
+// route before the reload may still store its answer after Retain; it is
+// counted again under that route, and ages out.
+func (c *Cache) Retain(routes []batcher.Route) {
+	live := make(map[string]bool, len(routes))
+	own := make(map[string]bool, len(routes))
+	for _, r := range routes {
+		live[r.Name] = true
+		own[r.Name] = !r.Cache.Off && r.Cache.MaxBytes > 0
+	}
+	c.mu.Lock()
+	old := *c.parts.Load()
+	next := make(map[string]*part, len(old))
+	var dropped []*part
+	for r, p := range old {
+		if own[r] {
+			next[r] = p
+		} else {
+			dropped = append(dropped, p)
+		}
+	}
+	c.parts.Store(&next)
+	c.mu.Unlock()
+	for _, p := range dropped {
+		p.c.InvalidateAll()
+		p.c.StopAllGoroutines()
+	}
+	gone := make(map[*routeStats]bool)
+	c.stats.Range(func(r, s any) bool {
+		if !live[r.(string)] {
+			c.stats.Delete(r)
+			gone[s.(*routeStats)] = true
+		}
+		return true
+	})
+	if len(gone) == 0 {
+		return
+	}
+	for k, e := range c.def.c.All() {
+		if gone[e.st] {
+			c.def.c.Invalidate(k)
+		}
+	}
 }
 
 // Close stops the cache's goroutines, after writing to Redis what is

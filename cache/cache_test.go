@@ -4,9 +4,13 @@ import (
 	"context"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -84,22 +88,19 @@ func TestRouteBudgetsAreTheirOwn(t *testing.T) {
 }
 
 func TestTTLExpires(t *testing.T) {
-	now := time.Now()
-	c := newTest(t)
-	c.cfg.clock = func() time.Time { return now }
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	c := newTest(t, withClock(func() time.Time { return time.Unix(0, now.Load()) }))
 	k := key("r", "", 1)
 	k.TTL = time.Millisecond
 	c.Put(k, &batcher.Result{Text: "x"})
-	// otter's own clock decides; wait for it rather than sleep a guess.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := c.Get(k); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a 1ms entry outlived 5s")
-		}
-		time.Sleep(time.Millisecond)
+	now.Add(int64(time.Millisecond - 1))
+	if _, ok := c.Get(k); !ok {
+		t.Fatal("a 1ms entry expired before its millisecond")
+	}
+	now.Add(1)
+	if _, ok := c.Get(k); ok {
+		t.Fatal("a 1ms entry outlived its millisecond")
 	}
 }
 
@@ -245,5 +246,82 @@ func TestRedisAwayIsAMiss(t *testing.T) {
 	}
 	if st := c.Stats()[0]; st.RedisErrors != 1 {
 		t.Fatalf("redis errors %d, want 1 (the second lookup leaves Redis alone)", st.RedisErrors)
+	}
+}
+
+// TestRetainForgetsRemovedRoutes: after a reload removes routes, the cache
+// keeps nothing of them: not their budgets, their answers (in their own
+// budget or the shared one), their counts or their metrics series; a
+// route that lost its own budget loses its answers and its budget, and
+// keeps its counts.
+func TestRetainForgetsRemovedRoutes(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	c := newTest(t, WithMeterProvider(mp))
+	own := func(route string) *batcher.CacheKey { k := key(route, "t", 1); k.MaxBytes = 1 << 20; return k }
+	for _, k := range []*batcher.CacheKey{own("kept"), own("unbudgeted"), own("gone"), key("gone-shared", "t", 2), key("kept-shared", "t", 3)} {
+		c.Put(k, &batcher.Result{Text: k.Route})
+	}
+	routes := func() map[string]bool {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				var sets []attribute.Set
+				switch d := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					for _, p := range d.DataPoints {
+						sets = append(sets, p.Attributes)
+					}
+				case metricdata.Gauge[int64]:
+					for _, p := range d.DataPoints {
+						sets = append(sets, p.Attributes)
+					}
+				}
+				for _, s := range sets {
+					r, _ := s.Value("route")
+					seen[r.AsString()] = true
+				}
+			}
+		}
+		return seen
+	}
+	if got := routes(); len(got) != 5 {
+		t.Fatalf("metrics series for %v before the reload, want 5 routes", got)
+	}
+
+	c.Retain([]batcher.Route{
+		{Name: "kept", Cache: batcher.RouteCache{MaxBytes: 1 << 20}},
+		{Name: "unbudgeted"},
+		{Name: "kept-shared"},
+	})
+
+	if got := routes(); !reflect.DeepEqual(got, map[string]bool{"kept": true, "unbudgeted": true, "kept-shared": true}) {
+		t.Fatalf("metrics series for %v after the reload", got)
+	}
+	var stats []string
+	for _, s := range c.Stats() {
+		stats = append(stats, s.Route)
+		if s.Route == "unbudgeted" && s.Bytes != 0 {
+			t.Errorf("unbudgeted still counts %d bytes", s.Bytes)
+		}
+	}
+	if len(stats) != 3 {
+		t.Fatalf("counts kept for %v", stats)
+	}
+	if parts := *c.parts.Load(); len(parts) != 1 || parts["kept"] == nil {
+		t.Fatalf("own budgets kept: %v", parts)
+	}
+	if n := c.def.c.EstimatedSize(); n != 1 {
+		t.Fatalf("the shared budget holds %d answers, want kept-shared's alone", n)
+	}
+	for _, k := range []*batcher.CacheKey{own("kept"), key("kept-shared", "t", 3)} {
+		if _, ok := c.Get(k); !ok {
+			t.Errorf("%s lost its answer", k.Route)
+		}
 	}
 }
