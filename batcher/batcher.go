@@ -385,7 +385,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
 	}
-	if lookup, store := b.cacheWanted(req, rc); store && b.cacheAdmit(c, lookup, now) {
+	if lookup, store := b.cacheWanted(req, rc); store && b.cacheAdmit(c, lookup, now, &hold) {
 		return c, nil // served from the cache, or being looked up in its shared layer
 	}
 	key := keyOf(req, rc, c.target)
@@ -413,7 +413,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 			rc.targets[c.target].be.stats.dedupHits.Add(1)
 			return c, nil
 		}
-		if c.cache != nil && b.cacheLeads(c, now) {
+		if c.cache != nil && b.cacheLeads(c, now, &hold) {
 			return c, nil // an identical leader stored its answer since the lookup
 		}
 	}

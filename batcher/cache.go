@@ -169,13 +169,14 @@ func cacheKey(c *Call, id Identity) *CacheKey {
 // cacheAdmit gives c its cache key, and when lookup says so looks it up:
 // in memory at once, and in the shared layer off the admission path. It
 // reports whether c needs nothing more from Submit: it ended with a hit,
-// or it is being looked up and will be queued on a miss.
-func (b *Batcher) cacheAdmit(c *Call, lookup bool, now time.Time) bool {
+// or it is being looked up and will be queued on a miss. hold is what c's
+// admission took of its tenant's quotas: a hit gives back its RPM and TPM.
+func (b *Batcher) cacheAdmit(c *Call, lookup bool, now time.Time, hold *tenantHold) bool {
 	c.cache = cacheKey(c, identity(c.req, c.rc))
 	if !lookup {
 		return false
 	}
-	if b.cacheHit(c, now) {
+	if b.cacheHit(c, now, hold) {
 		if c.tenant != nil {
 			c.tenant.admitted.Add(1)
 		}
@@ -188,7 +189,7 @@ func (b *Batcher) cacheAdmit(c *Call, lookup bool, now time.Time) bool {
 		c.tenant.admitted.Add(1)
 	}
 	b.fetches.Add(1)
-	go b.cacheFetch(c)
+	go b.cacheFetch(c, *hold)
 	return true
 }
 
@@ -196,12 +197,16 @@ func (b *Batcher) cacheAdmit(c *Call, lookup bool, now time.Time) bool {
 // identical request that was in flight when c missed may have stored its
 // answer and left its group since, and c would go upstream for it again.
 // It reports whether c ended with the hit.
-func (b *Batcher) cacheLeads(c *Call, now time.Time) bool {
+func (b *Batcher) cacheLeads(c *Call, now time.Time, hold *tenantHold) bool {
 	if c.req.Cache == CacheRefresh {
 		return false
 	}
 	r, ok := b.cfg.cache.Again(c.cache)
-	return ok && b.serveHit(c, r, now)
+	if !ok {
+		return false
+	}
+	hold.spare(now)
+	return b.serveHit(c, r, now)
 }
 
 // identity returns c's Identity, computed once with its cache key.
@@ -214,17 +219,23 @@ func (c *Call) identity() Identity {
 
 // cacheHit ends c with the answer cached under its key, if there is one in
 // memory and its deadline has not passed; it reports whether c ended.
-func (b *Batcher) cacheHit(c *Call, now time.Time) bool {
+func (b *Batcher) cacheHit(c *Call, now time.Time, hold *tenantHold) bool {
 	r, ok := b.cfg.cache.Get(c.cache)
 	if !ok {
 		return false
 	}
+	hold.spare(now)
 	return b.serveHit(c, r, now)
 }
 
 // serveHit ends c with the cached answer r, or with ErrDeadline when c's
 // deadline has passed (a hit is never served late). It reports whether
 // this ended c.
+//
+// Either way c goes nowhere upstream, and its callers first give back
+// what its admission took of its tenant's RPM and TPM (tenantHold.spare),
+// so that a hit spends no budget: the backends' and the fleet's are only
+// spent at dispatch, which a hit never reaches.
 func (b *Batcher) serveHit(c *Call, r *Result, now time.Time) bool {
 	if !now.Before(c.deadline) {
 		return c.finish(Result{Err: ErrDeadline}, now)
@@ -236,14 +247,17 @@ func (b *Batcher) serveHit(c *Call, r *Result, now time.Time) bool {
 
 // cacheFetch looks c up in the cache's shared layer, off the admission
 // path, then serves the hit or queues c as Submit would have.
-func (b *Batcher) cacheFetch(c *Call) {
+func (b *Batcher) cacheFetch(c *Call, hold tenantHold) {
 	defer b.fetches.Done()
 	ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
 	r, ok := b.cfg.cache.Fetch(ctx, c.cache)
 	cancel()
 	now := time.Now()
-	if ok && b.serveHit(c, r, now) {
-		return
+	if ok {
+		hold.spareLate(c.tokens)
+		if b.serveHit(c, r, now) {
+			return
+		}
 	}
 	if !c.pending() {
 		return // cancelled, or its deadline passed, while it looked

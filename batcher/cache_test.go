@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -379,5 +380,79 @@ func wantOKEmbed(t *testing.T, c *Call, cached bool) {
 	r := c.Result()
 	if r.Err != nil || len(r.Embedding) == 0 || r.Cached != cached {
 		t.Fatalf("%s: %+v, want an embedding, cached %v", c.req.ID, r, cached)
+	}
+}
+
+// TestCacheHitSpendsNoBudget: a hit, from memory or from the shared
+// layer, spends nothing of what bounds upstream work: not its tenant's
+// RPM or TPM quota (a tenant allowed 2 requests or 5 tokens a minute gets
+// 20 hits after its one miss), not the backend's own RPM and TPM, not the
+// fleet's (one booking, the miss's).
+func TestCacheHitSpendsNoBudget(t *testing.T) {
+	for _, layer := range []string{"memory", "shared"} {
+		for _, q := range []TenantQuotas{{RPM: 2}, {TPM: 5}} {
+			t.Run(fmt.Sprintf("%s/rpm=%d,tpm=%d", layer, q.RPM, q.TPM), func(t *testing.T) {
+				mc := &mapCache{}
+				if layer == "shared" {
+					mc.shared = map[cacheMapKey]*Result{}
+				}
+				be := &fakeBackend{}
+				co := &fakeCoordinator{}
+				b, err := New(WithCache(mc), WithCoordinator(co),
+					WithBackend(BackendConfig{Name: "be", Backend: be, MaxConcurrency: 4, RPM: 600, TPM: 600}),
+					WithRoute(Route{Name: "e", Op: OpEmbedding, Backend: "be", Batch: BatchConfig{MaxBatchSize: 1}}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Shutdown(context.Background())
+				if err := b.SetTenants([]TenantPolicy{{Name: "t", Quotas: q}}); err != nil {
+					t.Fatal(err)
+				}
+				do(t, b, embed("hello", "t")) // the miss: 1 request, 2 tokens
+				if layer == "shared" {
+					mc.mu.Lock()
+					clear(mc.local) // every repeat looks in the shared layer
+					mc.mu.Unlock()
+				}
+				bs := (*b.routes.Load())["e"].targets[0].be
+				bs.mu.Lock()
+				rpmBefore, tpmBefore := bs.rpm.tokensAt(time.Now()), bs.tpm.tokensAt(time.Now())
+				bs.mu.Unlock()
+				for i := range 20 {
+					if r := do(t, b, embed("hello", "t")); !r.Cached {
+						t.Fatalf("repeat %d went upstream", i)
+					}
+				}
+				if layer == "shared" && mc.fetches.Load() != 21 {
+					t.Fatalf("%d lookups in the shared layer, want 21 (the miss and 20 hits)", mc.fetches.Load())
+				}
+				if n := be.calls.Load(); n != 1 {
+					t.Fatalf("%d upstream calls, want 1", n)
+				}
+				co.mu.Lock()
+				booked := len(co.demands)
+				co.mu.Unlock()
+				if booked != 1 {
+					t.Fatalf("%d bookings in the fleet's budget, want the miss's alone", booked)
+				}
+				bs.mu.Lock()
+				rpmAfter, tpmAfter := bs.rpm.tokensAt(time.Now()), bs.tpm.tokensAt(time.Now())
+				bs.mu.Unlock()
+				if rpmAfter < rpmBefore || tpmAfter < tpmBefore {
+					t.Fatalf("the backend's budgets fell from rpm %v tpm %v to %v %v", rpmBefore, tpmBefore, rpmAfter, tpmAfter)
+				}
+				ts := b.tenants.Load().byName["t"]
+				lim := ts.lim.Load()
+				if lim.rpm != nil && lim.rpm.Tokens()+float64(ts.rpmCredit.Load()) < 1 {
+					t.Fatalf("the tenant's RPM holds %v and %d credit, want the 1 the miss left", lim.rpm.Tokens(), ts.rpmCredit.Load())
+				}
+				if lim.tpm != nil && lim.tpm.Tokens()+float64(ts.tpmCredit.Load()) < 3 {
+					t.Fatalf("the tenant's TPM holds %v and %d credit, want the 3 the miss left", lim.tpm.Tokens(), ts.tpmCredit.Load())
+				}
+				if st := b.Tenants()[0]; st.Admitted != 21 || st.Completed["ok"] != 21 || st.Pending != 0 {
+					t.Fatalf("tenant counts %+v, want 21 admitted and ok", st)
+				}
+			})
+		}
 	}
 }

@@ -196,7 +196,11 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 		run.end()
 	}
 	if c.tenant != nil {
-		c.tenant.ended(r.Err, c.tokens, r.Usage)
+		reserved := c.tokens
+		if r.Cached {
+			reserved = 0 // its hold went back whole (serveHit)
+		}
+		c.tenant.ended(r.Err, reserved, r.Usage)
 	}
 	c.b.callEnded()
 	group := c.group

@@ -130,6 +130,7 @@ type tenantState struct {
 
 	pending   atomic.Int64 // admitted requests without a result
 	tpmCredit atomic.Int64 // TPM tokens given back (refundTPM), taken first
+	rpmCredit atomic.Int64 // RPM requests given back (refundRPM), taken first
 	admitted  atomic.Int64
 	completed [numOutcomes]atomic.Int64
 	rejected  [numQuotas]atomic.Int64
@@ -254,9 +255,10 @@ func (b *Batcher) tenantOf(req *Request) *tenantState {
 // tenantHold is what one admission took from its tenant's quotas, to give
 // back when the admission fails further on.
 type tenantHold struct {
-	ts       *tenantState
-	rpm, tpm *rate.Reservation
-	credit   int64 // tokens taken from the tenant's TPM credit
+	ts        *tenantState
+	rpm, tpm  *rate.Reservation
+	credit    int64 // tokens taken from the tenant's TPM credit
+	rpmCredit bool  // the request was taken from the tenant's RPM credit
 }
 
 // admit takes one request of tokens estimated tokens from ts's quotas at
@@ -278,16 +280,18 @@ func (ts *tenantState) admit(now time.Time, tokens int) (tenantHold, error) {
 		return tenantHold{}, refuse(quotaQueueShare, lim.queueMax, QuotaRetryDelay, 0)
 	}
 	if lim.rpm != nil {
-		h.rpm = lim.rpm.ReserveN(now, 1)
-		if d := h.rpm.DelayFrom(now); !h.rpm.OK() || d > 0 {
-			return tenantHold{}, refuse(quotaRPM, lim.rpmN, d, 0)
+		if h.rpmCredit = takeCredit(&ts.rpmCredit, 1) == 1; !h.rpmCredit {
+			h.rpm = lim.rpm.ReserveN(now, 1)
+			if d := h.rpm.DelayFrom(now); !h.rpm.OK() || d > 0 {
+				return tenantHold{}, refuse(quotaRPM, lim.rpmN, d, 0)
+			}
 		}
 	}
 	if lim.tpm != nil {
 		if tokens > lim.tpm.Burst() {
 			return tenantHold{}, refuse(quotaTPM, lim.tpmN, 0, tokens)
 		}
-		h.credit = ts.takeCredit(int64(tokens))
+		h.credit = takeCredit(&ts.tpmCredit, int64(tokens))
 		if rest := tokens - int(h.credit); rest > 0 {
 			h.tpm = lim.tpm.ReserveN(now, rest)
 			if d := h.tpm.DelayFrom(now); d > 0 {
@@ -298,13 +302,13 @@ func (ts *tenantState) admit(now time.Time, tokens int) (tenantHold, error) {
 	return h, nil
 }
 
-// takeCredit takes up to n tokens from the tenant's TPM credit and
+// takeCredit takes up to n from credit (a tenant's TPM or RPM credit) and
 // returns how many it took.
-func (ts *tenantState) takeCredit(n int64) int64 {
+func takeCredit(credit *atomic.Int64, n int64) int64 {
 	for {
-		c := ts.tpmCredit.Load()
+		c := credit.Load()
 		take := min(c, n)
-		if take <= 0 || ts.tpmCredit.CompareAndSwap(c, c-take) {
+		if take <= 0 || credit.CompareAndSwap(c, c-take) {
 			return max(take, 0)
 		}
 	}
@@ -316,15 +320,25 @@ func (ts *tenantState) takeCredit(n int64) int64 {
 // the bucket holds plus the credit stays within the bucket's size (one
 // minute's allowance).
 func (ts *tenantState) refundTPM(n int64) {
-	lim := ts.lim.Load()
-	if lim.tpm == nil || n <= 0 {
+	refund(&ts.tpmCredit, ts.lim.Load().tpm, n)
+}
+
+// refundRPM gives back n requests to the RPM quota, as refundTPM does
+// tokens.
+func (ts *tenantState) refundRPM(n int64) {
+	refund(&ts.rpmCredit, ts.lim.Load().rpm, n)
+}
+
+// refund adds up to n to credit, as far as lim's bucket has room.
+func refund(credit *atomic.Int64, lim *rate.Limiter, n int64) {
+	if lim == nil || n <= 0 {
 		return
 	}
 	for {
-		c := ts.tpmCredit.Load()
-		room := int64(float64(lim.tpm.Burst())-lim.tpm.Tokens()) - c
+		c := credit.Load()
+		room := int64(float64(lim.Burst())-lim.Tokens()) - c
 		add := min(n, room)
-		if add <= 0 || ts.tpmCredit.CompareAndSwap(c, c+add) {
+		if add <= 0 || credit.CompareAndSwap(c, c+add) {
 			return
 		}
 	}
@@ -336,6 +350,17 @@ func (h *tenantHold) undo(now time.Time) {
 		return
 	}
 	h.ts.pending.Add(-1)
+	h.spare(now)
+}
+
+// spare gives back what admit took of the tenant's RPM and TPM at now,
+// the instant of the admission, and leaves the request counted pending:
+// it is answered without going upstream (a cache hit), and ends as any
+// other.
+func (h *tenantHold) spare(now time.Time) {
+	if h.ts == nil {
+		return
+	}
 	if h.rpm != nil {
 		h.rpm.CancelAt(now)
 	}
@@ -344,6 +369,26 @@ func (h *tenantHold) undo(now time.Time) {
 	}
 	if h.credit > 0 {
 		h.ts.tpmCredit.Add(h.credit)
+	}
+	if h.rpmCredit {
+		h.ts.rpmCredit.Add(1)
+	}
+	*h = tenantHold{}
+}
+
+// spareLate is spare after the instant of the admission, for a request of
+// tokens estimated tokens: a reservation cancelled late gives nothing back
+// (rate.Reservation.CancelAt), so what the hold took goes to the tenant's
+// credits instead, within the buckets' room.
+func (h *tenantHold) spareLate(tokens int) {
+	if h.ts == nil {
+		return
+	}
+	if h.rpm != nil || h.rpmCredit {
+		h.ts.refundRPM(1)
+	}
+	if h.tpm != nil || h.credit > 0 {
+		h.ts.refundTPM(int64(tokens))
 	}
 	*h = tenantHold{}
 }
