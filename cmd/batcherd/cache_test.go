@@ -3,6 +3,10 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -66,4 +70,73 @@ func TestCacheByDefault(t *testing.T) {
 	// Two lookups, one hit (the bypass looks nothing up); the sampler
 	// takes a snapshot every 200ms.
 	poll(t, "the status page's hit ratio", func() bool { return ratio() == 0.5 })
+}
+
+// TestCacheForgetsRemovedRoutes: a reload that removes a route leaves
+// nothing of it in the response cache: its memory budget and answers go,
+// and so do its metrics series (and its counts, which the status page
+// shows); the route
+// that stays keeps its answers.
+func TestCacheForgetsRemovedRoutes(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "batcherd.yaml")
+	write := func(data string) {
+		t.Helper()
+		if err := os.WriteFile(cfgFile+".tmp", []byte("security: {reload_interval: 20ms}\n"+data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(cfgFile+".tmp", cfgFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const backends = "backends: [{name: up, type: sim, sim: {base_latency: 1ms}}]\n"
+	write(backends + `routes:
+  - {name: kept, operation: embedding, backend: up, cache: {max_bytes: 1048576}}
+  - {name: gone, operation: embedding, backend: up, cache: {max_bytes: 1048576}}
+`)
+	addr, stop, exit, logs := startInProcess(t, "--listen=127.0.0.1:0", "--config", cfgFile)
+	admin := adminAddr(t, &daemon{logs: logs})
+	c, err := client.Dial(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	embed := func(route string) *batcherv1.Completion {
+		t.Helper()
+		res, err := c.Submit(t.Context(), client.Embed(route, "the same chunk"))
+		if err != nil || res.GetError() != nil {
+			t.Fatalf("%s: %v %v", route, err, res.GetError())
+		}
+		return res
+	}
+	embed("kept")
+	embed("gone")
+	cacheRoutes := func() map[string]bool {
+		fams := scrape(t, admin)
+		out := map[string]bool{}
+		for name, f := range fams {
+			if strings.HasPrefix(name, "batcher_cache_") {
+				for r := range f.labels["route"] {
+					out[r] = true
+				}
+			}
+		}
+		return out
+	}
+	if got := cacheRoutes(); !got["kept"] || !got["gone"] {
+		t.Fatalf("cache series for %v before the reload", got)
+	}
+
+	write(backends + "routes: [{name: kept, operation: embedding, backend: up, cache: {max_bytes: 1048576}}]\n")
+	waitLog(t, logs, `"msg":"configuration reloaded"`)
+
+	if got := cacheRoutes(); !reflect.DeepEqual(got, map[string]bool{"kept": true}) {
+		t.Fatalf("cache series for %v after the reload removed gone", got)
+	}
+	if !embed("kept").GetCached() {
+		t.Fatal("the route that stayed lost its answer")
+	}
+	stop()
+	if code := <-exit; code != exitOK {
+		t.Fatalf("exit %d\n%s", code, logs)
+	}
 }

@@ -165,7 +165,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitFailed
 	}
 	lis = sec.Listener(lis)
-	reloader := newConfigReloader(args, lookupEnv, buildOpts, core, jobManager, log, cfg, built)
+	reloader := newConfigReloader(args, lookupEnv, buildOpts, core, jobManager, rc, log, cfg, built)
 	defer func() {
 		// After the core's drain, as the first backends' close above.
 		if err := reloader.closeBackends(); err != nil {

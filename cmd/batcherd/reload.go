@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/cache"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
 	"github.com/batcherhq/batcher/internal/filewatch"
 	"github.com/batcherhq/batcher/jobs"
@@ -28,6 +29,10 @@ import (
 //   - a backend removed serves what was admitted on it, then idles until
 //     the process exits, when it is closed with the others.
 //
+// The response cache forgets the routes a reload removed (their answers,
+// budgets, counts and metrics series), and the budgets of routes that no
+// longer have one of their own (cache.Cache.Retain).
+//
 // Tenants, tokens, their routes, priority ceilings and quotas, and the TLS
 // and JWKS files reload through security.Security at the same moment. A
 // configuration that fails to load, that the core refuses, or that
@@ -40,6 +45,7 @@ type configReloader struct {
 	buildOpts []config.BuildOption
 	core      *batcher.Batcher
 	jobs      *jobs.Manager // nil: jobs off
+	cache     *cache.Cache  // nil: the response cache off
 	log       *slog.Logger
 
 	mu      sync.Mutex // one reload at a time; guards what follows
@@ -53,9 +59,9 @@ type configReloader struct {
 }
 
 func newConfigReloader(args []string, lookupEnv func(string) (string, bool), buildOpts []config.BuildOption,
-	core *batcher.Batcher, jm *jobs.Manager, log *slog.Logger, running *config.Config, built *config.Built) *configReloader {
+	core *batcher.Batcher, jm *jobs.Manager, rc *cache.Cache, log *slog.Logger, running *config.Config, built *config.Built) *configReloader {
 	r := &configReloader{
-		args: args, lookupEnv: lookupEnv, buildOpts: buildOpts, core: core, jobs: jm, log: log,
+		args: args, lookupEnv: lookupEnv, buildOpts: buildOpts, core: core, jobs: jm, cache: rc, log: log,
 		running: running, impls: make(map[string]batcher.Backend, len(built.Impls)),
 	}
 	for name, impl := range built.Impls {
@@ -140,6 +146,9 @@ func (r *configReloader) apply() error {
 		r.impls[name] = impl
 	}
 	r.built = append(r.built, plan.Built)
+	if r.cache != nil {
+		r.cache.Retain(plan.Routes)
+	}
 	if r.jobs != nil {
 		r.jobs.RoutesChanged()
 	}
