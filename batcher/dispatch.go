@@ -32,7 +32,7 @@ import (
 // and a retry puts a request back into its lane, possibly into another
 // batch (retry.go).
 func decorate(impl Backend, s *backendState) Backend {
-	return breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{streamBackend{impl}}, s.cfg.AttemptTimeout, s.cfg.Retry.MaxRetries + 1}, s}}
+	return breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{streamBackend{impl}}, s.cfg.AttemptTimeout, s.cfg.Retry.MaxRetries + 1, s.cfg.StreamIdleTimeout}, s}}
 }
 
 // recoverBackend turns a backend's panic into an error, so that one bad
@@ -57,6 +57,7 @@ type attemptTimeout struct {
 	next     Backend
 	timeout  time.Duration // 0: automatic
 	attempts int           // the retry policy's attempts per request
+	idle     time.Duration // a streamed answer's longest silence after its first delta
 }
 
 // timeoutFor returns the attempt's timeout for b at now.

@@ -133,6 +133,7 @@ func sameButLimits(a, b BackendConfig) bool {
 	a.rpmBurstSet, a.tpmBurstSet = b.rpmBurstSet, b.tpmBurstSet
 	a.ProtectedShare, a.StrictProtectedShare = b.ProtectedShare, b.StrictProtectedShare
 	return sameImpl(a.Backend, b.Backend) && a.AttemptTimeout == b.AttemptTimeout &&
+		a.StreamIdleTimeout == b.StreamIdleTimeout &&
 		a.Retry == b.Retry && a.Breaker == b.Breaker
 }
 

@@ -36,6 +36,9 @@ const (
 	// still fits.
 	DefaultAttemptTimeout          = 2 * time.Minute
 	DefaultEmbeddingAttemptTimeout = 30 * time.Second
+	// DefaultStreamIdleTimeout bounds the silence between two deltas of a
+	// streamed answer when no StreamIdleTimeout is configured.
+	DefaultStreamIdleTimeout = 60 * time.Second
 	// minAttemptTimeout is the least an automatic attempt timeout gives a
 	// call.
 	minAttemptTimeout = time.Second
@@ -137,6 +140,13 @@ type BackendConfig struct {
 	// DefaultEmbeddingAttemptTimeout for embeddings;
 	// negative fails New.
 	AttemptTimeout time.Duration
+	// StreamIdleTimeout bounds the silence of a streamed answer once its
+	// first delta came (the attempt timeout bounds the wait for that
+	// one): an upstream that sends nothing for this long mid-stream is
+	// stalled, its call is closed and the request ends partial with an
+	// error (ErrStreamStalled, a ClassTimeout UpstreamError). Default
+	// DefaultStreamIdleTimeout; negative fails New.
+	StreamIdleTimeout time.Duration
 	// Retry is the retry policy. Zero fields take their defaults.
 	Retry RetryPolicy
 	// Breaker configures the circuit breaker. Zero fields take their defaults.
@@ -339,6 +349,12 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 	b.ProtectedShare = max(b.ProtectedShare, 0)
 	if b.AttemptTimeout < 0 {
 		return b, fmt.Errorf("%s: must be positive, got %v", field("attempt timeout"), b.AttemptTimeout)
+	}
+	if b.StreamIdleTimeout < 0 {
+		return b, fmt.Errorf("%s: must be positive, got %v", field("stream idle timeout"), b.StreamIdleTimeout)
+	}
+	if b.StreamIdleTimeout == 0 {
+		b.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
 	var err error
 	if b.Retry, err = b.Retry.resolve(); err != nil {

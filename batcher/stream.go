@@ -26,7 +26,10 @@ import (
 //     request is no longer retried or moved to a fallback: a failure ends it
 //     with the text streamed so far, marked Partial, and the error;
 //   - an attempt's timeout bounds the wait for the first delta only (a long
-//     answer is not cut short by it); the request's deadline bounds it all;
+//     answer is not cut short by it); after it, the backend's
+//     StreamIdleTimeout bounds each silence between deltas (a stalled
+//     upstream ends the request partial with ErrStreamStalled); the
+//     request's deadline bounds it all;
 //   - the budgets are settled from the final usage, as for a batch.
 //
 // Backpressure: the buffer holds up to StreamBuffer deltas (default
@@ -163,7 +166,7 @@ type streamState struct {
 	text    strings.Builder // the answer's text so far
 	refusal strings.Builder // its refusal so far
 	tools   []toolAcc       // its tool calls so far, by index
-	onFirst func()          // the attempt timeout's stop, until the first delta
+	onFirst func()          // switches the attempt timeout to the idle timeout, at the first delta
 }
 
 func newStreamState(c *Call) *streamState {
@@ -280,8 +283,8 @@ func (s *streamState) hasStarted() bool {
 	return s.started
 }
 
-// setOnFirst sets what the first delta stops (the attempt timeout), unless
-// it already came.
+// setOnFirst sets what the first delta runs (the attempt timeout becomes
+// the idle timeout), unless it already came.
 func (s *streamState) setOnFirst(f func()) {
 	s.mu.Lock()
 	if !s.started {
@@ -359,6 +362,38 @@ func (s *streamState) take(dst []Delta) ([]Delta, bool) {
 	return dst, !s.drained
 }
 
+// JoinDeltas joins each run of consecutive text and refusal deltas of ds
+// into one, in place, and returns the shortened slice; deltas with
+// tool-call pieces, a finish reason or usage stay as they are. A sender
+// that takes a request's waiting deltas (Call.Deltas) joins them before it
+// writes them to a shared connection, so a request whose deltas piled up
+// while the connection was busy takes one message, not one per token, and
+// the messages of other requests queued behind it wait for that one.
+func JoinDeltas(ds []Delta) []Delta {
+	out := ds[:0]
+	for i := 0; i < len(ds); {
+		j := i + 1
+		if ds[i].mergeable() {
+			for j < len(ds) && ds[j].mergeable() {
+				j++
+			}
+		}
+		d := ds[i]
+		if j-i > 1 {
+			var text, ref strings.Builder
+			for k := i; k < j; k++ {
+				text.WriteString(ds[k].Text)
+				ref.WriteString(ds[k].Refusal)
+			}
+			d.Text, d.Refusal = text.String(), ref.String()
+		}
+		out = append(out, d)
+		i = j
+	}
+	clear(ds[len(out):])
+	return out
+}
+
 // Streamed reports whether the call's request asked for its answer
 // streamed.
 func (c *Call) Streamed() bool { return c.stream != nil }
@@ -429,23 +464,60 @@ func (d streamBackend) Dispatch(ctx context.Context, b *Batch, out []Response) e
 	return nil
 }
 
-// dispatchStream is attemptTimeout for a streamed batch: the timeout bounds
-// the wait for the first delta, and stops once it came.
+// dispatchStream is attemptTimeout for a streamed batch: the timeout
+// bounds the wait for the first delta; after it, the idle timeout bounds
+// each silence between deltas. One timer serves both: the first delta
+// re-arms it for the idle timeout, and when it fires it looks at the last
+// delta's time and re-arms for the rest, so a delta costs no timer call.
 func (d attemptTimeout) dispatchStream(ctx context.Context, b *Batch, out []Response) error {
+	s := b.stream
 	timeout := d.timeoutFor(b, time.Now())
+	idle := d.idle
+	if idle <= 0 {
+		idle = DefaultStreamIdleTimeout
+	}
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	t := time.AfterFunc(timeout, func() { cancel(errAttemptTimeout) })
-	b.stream.setOnFirst(func() { t.Stop() })
+	var t *time.Timer
+	t = time.AfterFunc(timeout, func() {
+		s.mu.Lock()
+		started, last := s.started, s.lastAt
+		s.mu.Unlock()
+		if !started {
+			cancel(errAttemptTimeout)
+			return
+		}
+		if left := idle - time.Since(last); left > 0 {
+			t.Reset(left)
+			return
+		}
+		cancel(errStreamIdle)
+	})
+	s.setOnFirst(func() { t.Reset(idle) })
 	err := d.next.Dispatch(actx, b, out)
 	t.Stop()
-	b.stream.setOnFirst(nil)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
-		err = attemptTimedOut(timeout, err)
-		out[0].Err = err
+	s.setOnFirst(nil)
+	if err != nil && ctx.Err() == nil {
+		switch cause := context.Cause(actx); {
+		case errors.Is(cause, errAttemptTimeout):
+			err = attemptTimedOut(timeout, err)
+			out[0].Err = err
+		case errors.Is(cause, errStreamIdle):
+			err = &UpstreamError{Class: ClassTimeout, Message: fmt.Sprintf("the stream stalled: no delta for %v", idle.Round(time.Millisecond)),
+				Err: errors.Join(ErrStreamStalled, err)}
+			out[0].Err = err
+		}
 	}
 	return err
 }
+
+// ErrStreamStalled: a streamed answer's upstream sent nothing for longer
+// than its backend's StreamIdleTimeout after the first delta; the call was
+// closed and the request ended with the text streamed so far, partial.
+var ErrStreamStalled = errors.New("batcher: the upstream stalled mid-stream")
+
+// errStreamIdle is the cause with which the idle timeout ends an attempt.
+var errStreamIdle = errors.New("stream idle")
 
 // retryable reports whether a failed attempt of c may be retried or moved
 // to a fallback: not once a streamed answer has reached its caller.

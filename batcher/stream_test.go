@@ -3,6 +3,7 @@ package batcher
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,4 +362,23 @@ func TestStreamBatchTakesTheRequestsMaxTokens(t *testing.T) {
 			t.Fatalf("max tokens %d and %d, want 7 and the route's 100", own, def)
 		}
 	})
+}
+
+// TestJoinDeltas: runs of text and refusal deltas join; tool-call pieces
+// and the last delta (finish reason, usage) stay apart, in order.
+func TestJoinDeltas(t *testing.T) {
+	u := &Usage{PromptTokens: 1, CompletionTokens: 3}
+	tool := Delta{ToolCalls: []ToolCallDelta{{Index: 0, Name: "f", Arguments: "{}"}}}
+	ds := []Delta{{Text: "a"}, {Text: "b"}, {Refusal: "r"}, tool, {Text: "c"}, {Text: "d"}, {FinishReason: FinishStop, Usage: u}}
+	got := JoinDeltas(ds)
+	want := []Delta{{Text: "ab", Refusal: "r"}, tool, {Text: "cd"}, {FinishReason: FinishStop, Usage: u}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("JoinDeltas = %+v, want %+v", got, want)
+	}
+	if one := JoinDeltas([]Delta{{Text: "x"}}); len(one) != 1 || one[0].Text != "x" {
+		t.Fatalf("one delta: %+v", one)
+	}
+	if none := JoinDeltas(nil); len(none) != 0 {
+		t.Fatalf("no delta: %+v", none)
+	}
 }

@@ -25,8 +25,12 @@ func (st *stream) DeltasReady(c *batcher.Call) {
 
 // sendDeltas sends the deltas waiting on the calls of ready, and gives the
 // slice back for the next take. While a send blocks (the caller reads
-// slowly) the deltas wait in the core's bounded buffers, which coalesce
-// and then cancel the request (batcher.ErrStreamOverflow).
+// slowly) the deltas wait in the core's bounded buffers, one per request,
+// which coalesce and then cancel the request (batcher.ErrStreamOverflow);
+// a request found with more than joinAfter deltas waiting is behind, and
+// its deltas go as one message (batcher.JoinDeltas), so the completions
+// queued behind a take's deltas wait for at most joinAfter messages per
+// streamed request in flight, however fast their tokens came.
 func (st *stream) sendDeltas(ready []*batcher.Call) error {
 	if len(ready) == 0 {
 		return nil
@@ -39,6 +43,9 @@ func (st *stream) sendDeltas(ready []*batcher.Call) error {
 			continue
 		}
 		ds, _ = c.Deltas(ds[:0])
+		if len(ds) > joinAfter {
+			ds = batcher.JoinDeltas(ds)
+		}
 		id := c.Request().ID
 		for j := range ds {
 			m := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Delta{Delta: toDelta(id, &ds[j])}}
@@ -55,6 +62,10 @@ func (st *stream) sendDeltas(ready []*batcher.Call) error {
 	st.mu.Unlock()
 	return err
 }
+
+// joinAfter is how many deltas of one request a SubmitStream sender sends
+// as they are; more waiting are joined.
+const joinAfter = 16
 
 // toDelta translates one delta of request id.
 func toDelta(id string, d *batcher.Delta) *batcherv1.Delta {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -219,5 +220,79 @@ func TestSubmitStreamedRPC(t *testing.T) {
 	bad.Input = &batcherv1.Request_Embedding{Embedding: &batcherv1.EmbeddingInput{Text: "x"}}
 	if _, _, err := read(bad); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "request.stream") {
 		t.Fatalf("an embedding streamed: %v, want INVALID_ARGUMENT naming request.stream", err)
+	}
+}
+
+// floodStreamer writes 8 KiB text deltas until the core refuses one.
+type floodStreamer struct {
+	written atomic.Int64
+	ended   chan struct{}
+}
+
+func (f *floodStreamer) Dispatch(context.Context, *batcher.Batch, []batcher.Response) error {
+	return errors.New("floodStreamer: only streams")
+}
+
+func (f *floodStreamer) Stream(ctx context.Context, _ *batcher.Batch, w batcher.DeltaWriter) (batcher.Response, error) {
+	defer close(f.ended)
+	chunk := strings.Repeat("x", 8<<10)
+	for ctx.Err() == nil {
+		if err := w.WriteDelta(&batcher.Delta{Text: chunk}); err != nil {
+			return batcher.Response{}, err
+		}
+		f.written.Add(1)
+	}
+	return batcher.Response{}, ctx.Err()
+}
+
+// TestSubmitStreamSlowReader: a caller that stops reading its stream while
+// a streamed request floods it. The request's deltas wait in the core's
+// bounded buffer, coalesce, and once more than its limit is unread the
+// request is cancelled (RESOURCE_EXHAUSTED): memory does not grow with the
+// flood. Nothing is lost: its delta messages, joined per take, add up to
+// its completion's partial text; and a plain request on the same stream
+// still gets its completion.
+func TestSubmitStreamSlowReader(t *testing.T) {
+	flood := &floodStreamer{ended: make(chan struct{})}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
+		batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
+		batcher.WithStreamBuffer(4, 256<<10),
+	))
+	ctx := testCtx(t)
+	s := e.openStream(t, ctx)
+	big := chatReq("big", "flood me")
+	big.Model, big.Stream = "flood", true
+	s.send(reqMsg(big))
+	<-flood.ended // nobody reads: the core cut the flood off
+	s.send(reqMsg(chatReq("p", "plain")))
+	var text strings.Builder
+	msgs := 0
+	done := map[string]*batcherv1.Completion{}
+	for len(done) < 2 {
+		m := s.next()
+		if d := m.GetDelta(); d != nil {
+			if d.GetId() != "big" || done["big"] != nil {
+				t.Fatalf("unexpected delta %s (after its completion: %v)", d.GetId(), done["big"] != nil)
+			}
+			text.WriteString(d.GetText())
+			msgs++
+		}
+		if c := m.GetCompletion(); c != nil {
+			done[c.GetId()] = c
+		}
+	}
+	c := done["big"]
+	if codes.Code(c.GetError().GetCode()) != codes.ResourceExhausted || !c.GetPartial() {
+		t.Fatalf("flooded request: error %v, partial %v; want RESOURCE_EXHAUSTED, partial", c.GetError(), c.GetPartial())
+	}
+	if text.String() != c.GetText() {
+		t.Fatalf("deltas hold %d bytes, the completion %d: something was lost", text.Len(), len(c.GetText()))
+	}
+	if n := flood.written.Load(); int64(msgs) >= n {
+		t.Fatalf("%d delta messages for %d deltas written: none coalesced or joined", msgs, n)
+	}
+	if p := done["p"]; p.GetError() != nil || p.GetText() == "" {
+		t.Fatalf("plain request: %v", p)
 	}
 }

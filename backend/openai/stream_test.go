@@ -131,6 +131,38 @@ func TestStreamThroughTheCore(t *testing.T) {
 	}
 }
 
+// TestStreamStallEndsPartial: an upstream that stalls after the first
+// delta is cut off by the backend's StreamIdleTimeout: the request ends
+// partial with ErrStreamStalled (a timeout), without a retry, and llmsim
+// sees the connection close.
+func TestStreamStallEndsPartial(t *testing.T) {
+	closed := make(chan struct{}, 1)
+	sim, url := startSim(t, llmsim.Config{StreamStallRate: 1, OnStreamClosed: func() { closed <- struct{}{} }})
+	be := newBackend(t, openai.Config{BaseURL: url})
+	core := newCore(t, []batcher.BackendConfig{{Name: "up", Backend: be, StreamIdleTimeout: 50 * time.Millisecond,
+		Retry: batcher.RetryPolicy{MaxRetries: 3, InitialBackoff: time.Millisecond}}},
+		[]batcher.Route{{Name: "r", Op: batcher.OpChat, Backend: "up", Model: "sim-chat"}})
+	r := chat("r", "stall this answer after a word or two")
+	r.ID, r.Stream = "s", true
+	c, err := core.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-c.Done()
+	res := c.Result()
+	if !errors.Is(res.Err, batcher.ErrStreamStalled) || batcher.ClassOf(res.Err) != batcher.ClassTimeout ||
+		!res.Partial || res.Text == "" || res.Attempts != 1 {
+		t.Fatalf("result %+v: want a stall (timeout) after partial text, one attempt", res)
+	}
+	if !strings.Contains(res.Err.Error(), "stalled") {
+		t.Fatalf("error %q does not name the stall", res.Err)
+	}
+	<-closed // the upstream call was closed
+	if st := sim.Stats(); st.Streams != 1 || st.StreamStalls != 1 {
+		t.Fatalf("llmsim saw %d streams (%d stalled), want 1: no retry", st.Streams, st.StreamStalls)
+	}
+}
+
 // TestStreamErrorStatus: a refusal before the stream starts is the
 // status's error, as for any call.
 func TestStreamErrorStatus(t *testing.T) {

@@ -37,16 +37,17 @@ func (c *Config) serverOptions() []server.Option {
 // coreConfig is b as the core takes it, with impl as its implementation.
 func (b *Backend) coreConfig(impl batcher.Backend) batcher.BackendConfig {
 	return batcher.BackendConfig{
-		Name:           b.Name,
-		Backend:        impl,
-		MaxConcurrency: b.MaxConcurrency,
-		MinConcurrency: b.MinConcurrency,
-		RPM:            b.RPM,
-		TPM:            b.TPM,
-		RPMBurst:       b.RPMBurst,
-		TPMBurst:       b.TPMBurst,
-		ProtectedShare: b.ProtectedShare,
-		AttemptTimeout: b.AttemptTimeout.D(),
+		Name:              b.Name,
+		Backend:           impl,
+		MaxConcurrency:    b.MaxConcurrency,
+		MinConcurrency:    b.MinConcurrency,
+		RPM:               b.RPM,
+		TPM:               b.TPM,
+		RPMBurst:          b.RPMBurst,
+		TPMBurst:          b.TPMBurst,
+		ProtectedShare:    b.ProtectedShare,
+		AttemptTimeout:    b.AttemptTimeout.D(),
+		StreamIdleTimeout: b.StreamIdleTimeout.D(),
 		Retry: batcher.RetryPolicy{
 			MaxRetries:     b.Retry.MaxRetries,
 			InitialBackoff: b.Retry.InitialBackoff.D(),

@@ -112,8 +112,12 @@ type Backend struct {
 	ProtectedShare float64 `yaml:"protected_share"`
 	// AttemptTimeout bounds one upstream call. 0: the core's default.
 	AttemptTimeout Duration `yaml:"attempt_timeout"`
-	Retry          Retry    `yaml:"retry"`
-	Breaker        Breaker  `yaml:"breaker"`
+	// StreamIdleTimeout bounds the silence between two deltas of a
+	// streamed answer, once the first came; a stalled upstream is cut off
+	// and the request ends partial. 0: the core's default (60s).
+	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
+	Retry             Retry    `yaml:"retry"`
+	Breaker           Breaker  `yaml:"breaker"`
 	// Sim configures a backend of type sim; absent, it takes the defaults.
 	Sim *Sim `yaml:"sim"`
 	// OpenAI configures a backend of type openai; its base_url is required.
