@@ -6,6 +6,7 @@ import (
 	"io"
 	"iter"
 	"slices"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -15,19 +16,48 @@ import (
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 )
 
+// MaxQueuedDeltas bounds the deltas that wait on one handle for its
+// caller (Handle.Deltas). Past it, a text or refusal delta is folded into
+// the last one waiting, so a caller who reads slowly, or never, gets
+// fewer, larger deltas and the handle holds at most this many messages
+// beyond its answer's text (which the service bounds: max_tokens, and its
+// own per-request limit on unread deltas). Deltas with tool-call pieces,
+// a finish reason or usage are never folded.
+const MaxQueuedDeltas = 256
+
 // deltaQueue holds a streamed request's deltas until its caller takes
-// them. The stream's receiver appends; the caller takes. Deltas a caller
-// never reads stay until the handle is dropped: the Completion holds the
-// whole text anyway, and the service bounds what it buffers per request.
+// them. The stream's receiver appends; the caller takes. It holds at most
+// MaxQueuedDeltas messages: past that, text deltas coalesce (push).
 type deltaQueue struct {
-	mu     sync.Mutex
-	ds     []*batcherv1.Delta
-	notify chan struct{} // capacity 1
+	mu      sync.Mutex
+	ds      []*batcherv1.Delta
+	merging bool // ds's last delta's text is in tail, tailRef
+	tail    strings.Builder
+	tailRef strings.Builder
+	notify  chan struct{} // capacity 1
+}
+
+// foldable reports whether d holds only text or refusal.
+func foldable(d *batcherv1.Delta) bool {
+	return len(d.GetToolCalls()) == 0 && d.GetFinishReason() == batcherv1.FinishReason_FINISH_REASON_UNSPECIFIED && d.GetUsage() == nil
 }
 
 func (q *deltaQueue) push(d *batcherv1.Delta) {
 	q.mu.Lock()
-	q.ds = append(q.ds, d)
+	if n := len(q.ds); n >= MaxQueuedDeltas && foldable(d) && foldable(q.ds[n-1]) {
+		// The caller is behind: fold d into the last delta waiting (the
+		// queue's own until taken). The builders keep folding linear.
+		if !q.merging {
+			q.merging = true
+			q.tail.WriteString(q.ds[n-1].GetText())
+			q.tailRef.WriteString(q.ds[n-1].GetRefusal())
+		}
+		q.tail.WriteString(d.GetText())
+		q.tailRef.WriteString(d.GetRefusal())
+	} else {
+		q.sealLocked()
+		q.ds = append(q.ds, d)
+	}
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
@@ -35,12 +65,28 @@ func (q *deltaQueue) push(d *batcherv1.Delta) {
 	}
 }
 
+// sealLocked ends folding: the text folded so far becomes the last
+// waiting delta's.
+func (q *deltaQueue) sealLocked() {
+	if !q.merging {
+		return
+	}
+	last := q.ds[len(q.ds)-1]
+	last.Text, last.Refusal = q.tail.String(), q.tailRef.String()
+	q.tail, q.tailRef = strings.Builder{}, strings.Builder{}
+	q.merging = false
+}
+
 func (q *deltaQueue) take(dst []*batcherv1.Delta) []*batcherv1.Delta {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.sealLocked()
 	dst = append(dst, q.ds...)
 	clear(q.ds)
 	q.ds = q.ds[:0]
+	if cap(q.ds) > 32 {
+		q.ds = nil // a burst's array goes
+	}
 	return dst
 }
 
