@@ -44,7 +44,10 @@ func TestHandleDeltas(t *testing.T) {
 		n++
 	}
 	comp, err := wait(t, h)
-	if err != nil || n < 3 || text.String() != comp.GetText() || last.GetFinishReason() == batcherv1.FinishReason_FINISH_REASON_UNSPECIFIED {
+	// The sim answers at once: when its words pile up before the stream's
+	// sender takes them (more than 16), they come joined in one delta, so
+	// at least the text and the last delta.
+	if err != nil || n < 2 || text.String() != comp.GetText() || last.GetFinishReason() == batcherv1.FinishReason_FINISH_REASON_UNSPECIFIED {
 		t.Fatalf("%d deltas %q, completion %q, err %v", n, text.String(), comp.GetText(), err)
 	}
 	for range plain.Deltas(t.Context()) {
