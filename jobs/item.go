@@ -76,8 +76,9 @@ type Record struct {
 	Choices   []batcher.Choice   `json:"choices,omitempty"`
 }
 
-// result returns the answer rec holds as a core result, to render.
-func (rec *Record) result() *batcher.Result {
+// Result returns the answer rec holds as a core result, to render (a
+// door's own shape: an output line, a JobResult).
+func (rec *Record) Result() *batcher.Result {
 	return &batcher.Result{Text: rec.Text, Embedding: rec.Embedding, FinishReason: rec.FinishReason,
 		Usage:     batcher.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens},
 		ToolCalls: rec.ToolCalls, Refusal: rec.Refusal, Logprobs: rec.Logprobs, Choices: rec.Choices}

@@ -333,7 +333,7 @@ func formatLine(j *Job, t *Task, created time.Time) ([]byte, bool) {
 			ServiceTier: rec.ServiceTier}
 	default: // the whole message, tool calls included, as the front door renders it
 		resp.Body = openaiapi.ChatCompletionBody("chatcmpl-"+strconv.FormatInt(t.DoneSeq, 10), t.Model, created.Unix(),
-			rec.ServiceTier, rec.result())
+			rec.ServiceTier, rec.Result())
 	}
 	l.Response = resp
 	return encode(&l), false

@@ -505,6 +505,9 @@ func jobResult(j *jobs.Job, t *jobs.Task) *batcherv1.JobResult {
 		} else {
 			c.Output = &batcherv1.Completion_Text{Text: rec.Text}
 		}
+		if rec.ToolCalls != nil || rec.Refusal != "" || rec.Logprobs != nil || rec.Choices != nil {
+			outputMessages(c, rec.Result()) // the whole message, as Submit answers it
+		}
 		return r
 	case jobs.ItemCancelled:
 		r.Outcome = batcherv1.ItemOutcome_ITEM_OUTCOME_CANCELLED

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -263,6 +264,33 @@ routes:
 				id := resp.GetJob().GetId()
 				if last := watchUntil(t, jc, id, terminal); last.GetState() != batcherv1.JobState_JOB_STATE_COMPLETED {
 					t.Fatalf("the job ended %v", last)
+				}
+				// ListJobResults (batcherctl jobs results) answers with the
+				// whole message too, as Submit does.
+				rs, err := jc.ListJobResults(t.Context(), &batcherv1.ListJobResultsRequest{Id: id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls := 0
+				for {
+					r, err := rs.Recv()
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						t.Fatalf("ListJobResults: %v", err)
+					}
+					if res := r.GetResult(); res.GetCustomId() == "tool" {
+						m := res.GetCompletion().GetMessage()
+						if m.GetFinishReason() != batcherv1.FinishReason_FINISH_REASON_TOOL_CALLS || len(m.GetToolCalls()) != 1 ||
+							m.GetToolCalls()[0].GetName() != "get_weather" || !json.Valid([]byte(m.GetToolCalls()[0].GetArguments())) {
+							t.Errorf("ListJobResults: the tool call is missing: %v", res)
+						}
+						calls++
+					}
+				}
+				if calls != 1 {
+					t.Errorf("ListJobResults: %d results for custom_id tool, want 1", calls)
 				}
 				dir := jobs.JobDir(dataDir, id)
 				var rerr, eerr error
