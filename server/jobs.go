@@ -259,6 +259,18 @@ func paramsToCore(p *batcherv1.GenerationParams, field string) (batcher.Params, 
 		out.MaxTokens = *p.MaxTokens
 	}
 	out.Temperature, out.TopP, out.Stop, out.Seed = p.Temperature, p.TopP, p.Stop, p.Seed
+	// A spec's defaults are the five plain parameters; the others would be
+	// dropped (mergeParams fills only these), so they are refused by name.
+	for _, x := range [...]struct {
+		name string
+		set  bool
+	}{{"presence_penalty", p.PresencePenalty != nil}, {"frequency_penalty", p.FrequencyPenalty != nil}, {"n", p.N != nil},
+		{"logit_bias", len(p.LogitBias) > 0}, {"logprobs", p.Logprobs}, {"top_logprobs", p.TopLogprobs != nil},
+		{"reasoning_effort", p.ReasoningEffort != ""}} {
+		if x.set {
+			return out, invalidArgument(field+"."+x.name, "not taken as a job's default: set it on each item")
+		}
+	}
 	return out, nil
 }
 

@@ -305,6 +305,10 @@ func TestJobSpecRoundTrip(t *testing.T) {
 	}{
 		{&batcherv1.JobSpec{RunGroups: []*batcherv1.RunGroup{{Delay: durationpb.New(-time.Second)}}}, "spec.run_groups[0].delay"},
 		{&batcherv1.JobSpec{RunGroups: []*batcherv1.RunGroup{{}, {RetryDelay: durationpb.New(-time.Second)}}}, "spec.run_groups[1].retry_delay"},
+		// Never dropped: a parameter a spec cannot default is refused by name.
+		{&batcherv1.JobSpec{Params: &batcherv1.GenerationParams{Logprobs: true}}, "spec.params.logprobs"},
+		{&batcherv1.JobSpec{Judge: &batcherv1.Judge{Model: "m", PromptTemplate: "x", Params: &batcherv1.GenerationParams{ReasoningEffort: "low"}}},
+			"spec.judge.params.reasoning_effort"},
 	} {
 		if _, st := specToJobs(tc.spec); st == nil || st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.field) {
 			t.Errorf("%v: %v, want INVALID_ARGUMENT naming %s", tc.spec, st, tc.field)
