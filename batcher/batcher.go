@@ -375,6 +375,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		done:     token,
 		token:    token != nil,
 		progress: req.Sink != nil && wantsProgress(req.Sink),
+		named:    req.Tenant != "",
 	}
 	if token == nil {
 		c.done = make(chan struct{})
@@ -446,7 +447,7 @@ func (b *Batcher) enqueue(c *Call) {
 
 // Do submits req and waits for its result. When ctx ends first, the request
 // ends with ErrCanceled or ErrDeadline. The error is the result's Err.
-func (b *Batcher) Do(ctx context.Context, req *Request) (Result, error) {
+func (b *Batcher) Do(ctx context.Context, req *Request) (res Result, err error) {
 	if req.Stream {
 		err := invalid("stream", "Do returns the whole answer: submit a streamed request with Submit and read its deltas")
 		return Result{Err: err}, err
@@ -475,13 +476,16 @@ func (b *Batcher) Do(ctx context.Context, req *Request) (Result, error) {
 	}
 	// finish sent the one token and wrote the result before it; nobody
 	// else receives on token, so it is empty and free again.
-	res := c.result
+	// Straight into the named result: a Result is 30 words, and each
+	// copy of it costs.
+	res = c.result
 	b.tokenPool.Put(token)
 	if c.recycle {
 		*c = Call{}
 		b.callPool.Put(c)
 	}
-	return res, res.Err
+	err = res.Err
+	return
 }
 
 // ctxErr translates ctx's error into the batcher's sentinels.
@@ -506,7 +510,9 @@ func estimateTokens(r *Request, rc *routeConfig) int {
 // tokens it may generate (its max_tokens, or defaultMaxTokens when unset).
 func (r *Request) EstimatedTokens(defaultMaxTokens int32) int {
 	n := r.Input.Size()/4 + 1
-	if r.Rich() {
+	// richTokens counts tools, a schema and images, so it is 0 without
+	// them: a plain completion or embedding does not ask Rich.
+	if (len(r.Tools) > 0 || len(r.ResponseFormat.Schema) > 0 || len(r.Input.Messages) > 0) && r.Rich() {
 		n += r.richTokens()
 	}
 	if r.Input.Op != OpEmbedding {

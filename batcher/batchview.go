@@ -51,10 +51,26 @@ func (b *Batcher) tenantBatchID(id, tenant string) string {
 
 // setViews sets each live call's view of the run's batch. A batch of one
 // tenant (the usual case) costs one hash; the per-tenant counts are made
-// only when the batch holds more than one tenant.
+// only when the batch holds more than one tenant. A batch without tenants
+// (no request names one) reads no request: each Request is cold in the
+// cache by now, so the tenants are looked at only when a call says it has
+// one (Call.named).
 func (r *batchRun) setViews() {
 	live := r.live
 	whole := batchView{id: r.batch.ID, size: len(live)}
+	named := false
+	for _, c := range live {
+		if c.named {
+			named = true
+			break
+		}
+	}
+	if !named {
+		for _, c := range live {
+			c.view = whole
+		}
+		return
+	}
 	first := live[0].req.Tenant
 	mixed := false
 	for _, c := range live[1:] {

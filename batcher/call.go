@@ -29,8 +29,10 @@ const (
 //
 // The fields are ordered so that the small ones share words, and the
 // first batch and dispatch are kept as durations; when its lane must send
-// it is computed (due), not kept: 392 bytes with the tenant and cache
-// fields, an allocation of 416.
+// it is computed (due), not kept: 504 bytes with the tenant, cache,
+// stream and batch view fields and the chat answer's Result, an
+// allocation of 512 (eight cache lines; a call is written and read by
+// several goroutines, so each line it spans costs on every request).
 type Call struct {
 	req      *Request
 	b        *Batcher
@@ -55,14 +57,15 @@ type Call struct {
 	// finishAs). Written by the finisher before it signals done.
 	recycle bool
 	late    bool        // queued behind a call admitted after it (lane.lates); lane-owned
+	named   bool        // req.Tenant is set: its batch view is its tenant's (setViews)
 	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
 	entry   uint32      // its entry's number in its flow of level qidx (fifo)
 
 	batchWait      time.Duration // admission to its first batch
 	queuedFor      time.Duration // admission to its first upstream call
 	upstream       time.Duration
-	attempts       int32
 	view           batchView // its caller's view of its current batch (setViews)
+	attempts       int32
 	retries        int32
 	unknownRetries int32
 	state          atomic.Uint32
@@ -136,7 +139,7 @@ func sendEvent(sink EventSink, ev *Event) {
 
 // finish gives the call its terminal result, once; later calls are no-ops.
 // It reports whether this call decided the result.
-func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(r, now, false) }
+func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(&r, now, false) }
 
 // finishAs is finish; byRun says that the caller is a batch run
 // delivering its own upstream result, after which the run, whose
@@ -150,8 +153,9 @@ func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(r, now, 
 // more, and it left b.runs, which abort walks, before it delivered
 // anything. abort sets aborted before it copies b.runs: a run that
 // untracked after the copy sees aborted here and keeps the call out of
-// the pool.
-func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
+// the pool. r is the caller's, which finishAs may change (its
+// Timings.Total): passed by pointer, since a Result is 30 words.
+func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 	sink := c.req.Sink
 	if sink != nil {
 		c.evMu.Lock()
@@ -162,23 +166,23 @@ func (c *Call) finishAs(r Result, now time.Time, byRun bool) bool {
 		// longer follows c (dedup), so it must find the answer stored.
 		// An upstream answer that arrives after c ended is still a true
 		// answer; an error never is stored (cacheStore).
-		c.cacheStore(&r)
+		c.cacheStore(r)
 	}
 	if !c.state.CompareAndSwap(callPending, callDone) {
 		return false
 	}
 	if c.stream != nil {
-		c.stream.end(&r)
+		c.stream.end(r)
 	}
 	r.Timings.Total = now.Sub(c.admitted)
-	c.result = r
+	c.result = *r
 	c.b.metrics.finished(c, &c.result)
 	if c.span != nil {
 		if c.span.IsRecording() { // a span the sampler dropped takes nothing
 			if r.Err != nil {
 				c.span.SetStatus(codes.Error, r.Err.Error())
 			}
-			setResultAttrs(c.span, &r)
+			setResultAttrs(c.span, r)
 		}
 		c.span.End(trace.WithTimestamp(now))
 	}

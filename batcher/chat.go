@@ -169,12 +169,16 @@ func (m *Message) Text() string {
 
 // richFields reports whether r sets any request-level field or parameter
 // beyond plain text (Rich without looking at the messages).
+//
+// It is on every request's admission path, where a plain request reads
+// every field it names, so it is written to be cheap and inlined: the
+// lengths ORed together, and no comparison with ToolChoice{} (which would
+// call memequal for its string).
 func (r *Request) richFields() bool {
 	p := &r.Params
-	return len(r.Tools) > 0 || r.ToolChoice != (ToolChoice{}) || r.ParallelToolCalls != nil ||
-		r.ResponseFormat.Type != FormatDefault || len(r.Extra) > 0 || r.User != "" ||
-		p.PresencePenalty != nil || p.FrequencyPenalty != nil || p.N > 1 || len(p.LogitBias) > 0 ||
-		p.Logprobs || p.TopLogprobs != nil || p.ReasoningEffort != ""
+	return len(r.Tools)|len(r.Extra)|len(r.User)|len(r.ToolChoice.Function)|len(p.LogitBias)|len(p.ReasoningEffort) != 0 ||
+		r.ToolChoice.Mode != ToolChoiceDefault || r.ResponseFormat.Type != FormatDefault || p.Logprobs || p.N > 1 ||
+		r.ParallelToolCalls != nil || p.PresencePenalty != nil || p.FrequencyPenalty != nil || p.TopLogprobs != nil
 }
 
 // richKey encodes everything of r beyond plain text that shapes its answer,

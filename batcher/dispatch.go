@@ -463,7 +463,7 @@ func (r *batchRun) run() {
 			res.Text, res.Embedding, res.FinishReason, res.Usage = resp.Text, resp.Embedding, resp.FinishReason, resp.Usage
 			res.ToolCalls, res.Refusal, res.Logprobs, res.Choices = resp.ToolCalls, resp.Refusal, resp.Logprobs, resp.Choices
 		}
-		c.finishAs(res, end, true)
+		c.finishAs(&res, end, true)
 	}
 	if ticket.Release != nil {
 		o := Outcome{Requests: used.requests, Tokens: used.tokens, Called: true, RateLimited: rateLimited, Succeeded: err == nil && !rateLimited}

@@ -112,7 +112,8 @@ func ValidateRich(r *Request, ri RouteInfo) error {
 }
 
 // validateRich checks r's fields beyond plain text, for a route of
-// operation op honouring have. It returns nil at once for a plain request.
+// operation op honouring have. A plain request passes every check: validate
+// calls it only when r is not plain (richFields, or a negative N).
 func validateRich(r *Request, op Operation, have Features) *ValidationError {
 	p := &r.Params
 	if ve := validateRichParams(p, have); ve != nil {

@@ -34,10 +34,13 @@ type laneKey struct {
 }
 
 // same is k == *o, cheapest fields first, and the route's name not
-// compared: the same rc is the same route.
+// compared: the same rc is the same route. Each admission calls it, and
+// most keys have neither stop nor rich: those are compared without a call
+// to memequal.
 func (k *laneKey) same(o *laneKey) bool {
 	return k.rc == o.rc && k.target == o.target && k.stream == o.stream && k.maxTokens == o.maxTokens && k.set == o.set &&
-		k.temp == o.temp && k.topP == o.topP && k.seed == o.seed && k.stop == o.stop && k.rich == o.rich
+		k.temp == o.temp && k.topP == o.topP && k.seed == o.seed &&
+		(len(k.stop)|len(k.rich)|len(o.stop)|len(o.rich) == 0 || k.stop == o.stop && k.rich == o.rich)
 }
 
 const (
@@ -80,7 +83,7 @@ func keyWith(r *Request, rc *routeConfig, target uint8, shared ParamSet) laneKey
 	if len(p.Stop) > 0 && shared.Has(ParamStop) {
 		k.stop = strings.Join(p.Stop, "\x00")
 	}
-	if shared.Has(ParamRich) {
+	if shared.Has(ParamRich) && r.richFields() { // richFields inlined: a plain request makes no call
 		k.rich = richKey(r)
 	}
 	return k

@@ -101,28 +101,40 @@ type Input struct {
 func (in *Input) Size() int {
 	switch in.Op {
 	case OpChat:
-		n := 0
-		for i := range in.Messages {
-			m := &in.Messages[i]
-			n += len(m.Content)
-			if m.rich() {
-				n += len(m.Name) + len(m.ToolCallID)
-				for j := range m.Parts {
-					n += len(m.Parts[j].Text) + len(m.Parts[j].ImageURL)
-				}
-				for j := range m.ToolCalls {
-					c := &m.ToolCalls[j]
-					n += len(c.ID) + len(c.Name) + len(c.Arguments)
-				}
-			}
-		}
-		return n
+		return in.chatSize()
 	case OpCompletion:
 		return len(in.Prompt)
 	case OpEmbedding:
 		return len(in.Text)
 	}
 	return 0
+}
+
+// chatSize is Size for OpChat; apart, so that Size stays small enough to
+// be inlined on the admission path.
+func (in *Input) chatSize() int {
+	n := 0
+	for i := range in.Messages {
+		m := &in.Messages[i]
+		n += len(m.Content)
+		if m.rich() {
+			n += m.richSize()
+		}
+	}
+	return n
+}
+
+// richSize is the size of m's fields beyond Role and Content.
+func (m *Message) richSize() int {
+	n := len(m.Name) + len(m.ToolCallID)
+	for j := range m.Parts {
+		n += len(m.Parts[j].Text) + len(m.Parts[j].ImageURL)
+	}
+	for j := range m.ToolCalls {
+		c := &m.ToolCalls[j]
+		n += len(c.ID) + len(c.Name) + len(c.Arguments)
+	}
+	return n
 }
 
 // Params are the generation parameters. Nil means unset.
@@ -289,12 +301,13 @@ type Result struct {
 	Backend      string
 	Deduplicated bool
 	// Cached: the answer came from the response cache, not the upstream.
-	Cached  bool
-	Timings Timings
+	Cached bool
 	// Partial: a streamed request failed after deltas had reached its
 	// caller; Text holds the answer as far as it was streamed, Err what
-	// ended it.
+	// ended it. (Beside the other flags: a Result is copied several times
+	// on every request's way back, so it wastes no padding.)
 	Partial bool
+	Timings Timings
 
 	Err error
 }

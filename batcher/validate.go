@@ -96,8 +96,10 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 			return invalid("params.stop["+strconv.Itoa(i)+"]", "must be 1 to %d bytes, got %d", MaxStopBytes, len(s))
 		}
 	}
-	if ve := validateRich(r, in.Op, rc.features); ve != nil {
-		return ve
+	if r.Params.N < 0 || r.richFields() { // inlined: a plain request makes no call
+		if ve := validateRich(r, in.Op, rc.features); ve != nil {
+			return ve
+		}
 	}
 	if r.Timeout < 0 {
 		return invalid("timeout", "must not be negative, got %v", r.Timeout)
