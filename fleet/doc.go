@@ -13,6 +13,15 @@
 //     whatever its size: the batch is the chunk.
 //   - Concurrency, as leases that expire: a replica renews its own with
 //     each heartbeat, so a dead replica's slots come back within the TTL.
+//     A booking that finds every lease taken waits in the backend's queue,
+//     first come first served across the fleet, and does not poll: the
+//     replica that frees a slot books the head waiter in its release and
+//     tells the waiter's replica on that replica's pub/sub channel, so a
+//     batch that waited still costs two round trips. A lost message is
+//     found by the waiter's replica at its next heartbeat; a waiter whose
+//     batch ends leaves the queue (a lease handed to it meanwhile is
+//     released); a dead replica's waiters and handed leases lapse with the
+//     TTL.
 //   - What one replica learns: a 429's Retry-After pauses every replica's
 //     next booking; a 429 halves the fleet's adaptive factor on configured
 //     rates (successes climb it back); x-ratelimit-remaining readings drain
@@ -25,7 +34,7 @@
 // of every limit; each booking then sets it to what the fleet has left and
 // to the slots the other replicas leave, so that a busy replica borrows
 // what idle ones do not use, while the replicas' own grants rarely run
-// ahead of the fleet's (which would cost waits and lease polls).
+// ahead of the fleet's (which would cost waits in the lease queue).
 //
 // Guarantees. No request fails because Redis is down: a command that fails
 // (or takes longer than the timeout, 300 ms by default) puts the replica

@@ -42,14 +42,6 @@ const (
 	lowerGap       = time.Second
 )
 
-// How a booking that found every concurrency lease taken polls again:
-// from minBusyWait, doubling to maxBusyWait, never past the oldest lease's
-// expiry.
-const (
-	minBusyWait = 2 * time.Millisecond
-	maxBusyWait = 100 * time.Millisecond
-)
-
 // Option configures a Fleet.
 type Option func(*config)
 
@@ -116,6 +108,20 @@ type Fleet struct {
 	stopped  chan struct{}
 	status   Status // the last heartbeat's view
 	infoJSON string
+
+	down     chan struct{} // closed when the replica goes to local mode; guarded by mu
+	ps       *redis.PubSub // this replica's channel: hand-offs to its waiters
+	listened chan struct{} // closed when the listener has stopped
+
+	// channel is this replica's pub/sub channel, where a replica that frees
+	// a slot tells it which of its waiters got it (scripts.go).
+	channel string
+	seq     atomic.Uint64 // numbers the replica's members (bookings)
+	wmu     sync.Mutex
+	waiters map[string]*waiter // members waiting in a queue, by member
+	// dropNotes makes the listener lose every message (tests: the
+	// heartbeat's fallback).
+	dropNotes atomic.Bool
 
 	local   atomic.Bool  // Redis is unreachable: every budget holds its local share
 	n       atomic.Int32 // replicas, as last known (at least 1)
@@ -202,11 +208,14 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{
-		cfg:  cfg,
-		rdb:  rdb,
-		log:  cfg.logger,
-		keys: keys{members: cfg.prefix + ":members", info: cfg.prefix + ":members:info"},
-		kick: make(chan struct{}, 1),
+		cfg:     cfg,
+		rdb:     rdb,
+		log:     cfg.logger,
+		keys:    keys{members: cfg.prefix + ":members", info: cfg.prefix + ":members:info"},
+		kick:    make(chan struct{}, 1),
+		down:    make(chan struct{}),
+		channel: cfg.prefix + ":wake:" + cfg.id,
+		waiters: map[string]*waiter{},
 	}
 	f.n.Store(1)
 	f.joined = time.Now()
@@ -247,7 +256,7 @@ func (f *Fleet) ID() string { return f.cfg.id }
 // Budget implements batcher.Coordinator.
 func (f *Fleet) Budget(backend string, local batcher.LocalBudget) batcher.SharedBudget {
 	tag := "{" + f.cfg.prefix + ":b:" + backend + "}"
-	b := &budget{f: f, name: backend, local: local, state: tag + ":s", leases: tag + ":l", mine: map[string]struct{}{}}
+	b := &budget{f: f, name: backend, local: local, keys: []string{tag + ":s", tag + ":l", tag + ":q", tag + ":w"}, mine: map[string]bool{}}
 	f.mu.Lock()
 	f.budgets = append(f.budgets, b)
 	f.mu.Unlock()
@@ -265,9 +274,27 @@ func (f *Fleet) Start(ctx context.Context) {
 	}
 	f.started = true
 	f.stop, f.stopped = make(chan struct{}), make(chan struct{})
+	f.listened = make(chan struct{})
+	// The subscription reconnects by itself; a message sent while it is
+	// away is lost, and the heartbeat finds what it said.
+	f.ps = f.rdb.Subscribe(context.Background(), f.channel)
 	f.mu.Unlock()
+	go f.listen(f.ps.Channel())
 	f.beat(ctx)
 	go f.loop()
+}
+
+// listen delivers the hand-offs published on the replica's channel to
+// their waiters, until the subscription closes.
+func (f *Fleet) listen(ch <-chan *redis.Message) {
+	defer close(f.listened)
+	for m := range ch {
+		var note []string
+		if f.dropNotes.Load() || json.Unmarshal([]byte(m.Payload), &note) != nil || len(note) < 2 {
+			continue
+		}
+		f.deliver(note[0], answer(note[1:]), time.Time{})
+	}
 }
 
 // Close leaves the fleet: heartbeats stop and the replica's membership is
@@ -281,6 +308,8 @@ func (f *Fleet) Close(ctx context.Context) error {
 	if started {
 		close(f.stop)
 		<-f.stopped
+		_ = f.ps.Close()
+		<-f.listened
 		if !f.local.Load() {
 			_ = leaveScript.Run(ctx, f.rdb, []string{f.keys.members, f.keys.info}, f.cfg.id).Err()
 		}
@@ -309,8 +338,9 @@ func (f *Fleet) loop() {
 	}
 }
 
-// beat is one heartbeat: membership, lease renewal and the status view, in
-// one round trip (a pipeline of scripts). Its failure puts the replica in
+// beat is one heartbeat: membership, the renewal of leases and waiters
+// (and what was handed to the waiters, in case a message was lost) and
+// the status view, in one round trip (a pipeline of scripts). Its failure puts the replica in
 // local mode; its success after one brings it back.
 func (f *Fleet) beat(ctx context.Context) {
 	ttl := f.cfg.ttl.Milliseconds()
@@ -321,18 +351,31 @@ func (f *Fleet) beat(ctx context.Context) {
 	pipe := f.rdb.Pipeline()
 	hb := heartbeatScript.Eval(ctx, pipe, []string{f.keys.members, f.keys.info}, f.cfg.id, ttl, info)
 	peeks := make([]*redis.Cmd, len(budgets))
+	var renews []*redis.Cmd
+	sent := time.Now() // after every waiter this beat may call gone was queued
 	for i, b := range budgets {
 		if mine := b.myLeases(); len(mine) > 0 {
 			args := append([]any{ttl}, mine...)
-			renewScript.Eval(ctx, pipe, []string{b.leases}, args...)
+			renews = append(renews, renewScript.Eval(ctx, pipe, b.keys, args...))
 		}
-		peeks[i] = peekScript.Eval(ctx, pipe, []string{b.state, b.leases})
+		peeks[i] = peekScript.Eval(ctx, pipe, b.keys[:2])
 	}
 	_, err := pipe.Exec(ctx)
 	f.trips[opHeartbeat].Add(1)
 	if err != nil {
 		f.lost(err)
 		return
+	}
+	// The fallback for lost messages: what was handed to this replica's
+	// waiters, or that one is no longer queued.
+	for _, r := range renews {
+		notes, _ := r.StringSlice()
+		for _, n := range notes {
+			var note []string
+			if json.Unmarshal([]byte(n), &note) == nil && len(note) >= 2 {
+				f.deliver(note[0], answer(note[1:]), sent)
+			}
+		}
 	}
 	vals, _ := hb.Slice()
 	st := Status{Self: f.cfg.id, Redis: true}
@@ -375,6 +418,13 @@ func (f *Fleet) lost(err error) {
 	f.mu.Lock()
 	budgets := append([]*budget(nil), f.budgets...)
 	f.status.Redis = false
+	if f.local.Load() { // not rejoined meanwhile
+		select {
+		case <-f.down:
+		default:
+			close(f.down) // the waiters go on their local share
+		}
+	}
 	f.mu.Unlock()
 	for _, b := range budgets {
 		b.local.Share(1 / float64(n))
@@ -387,10 +437,72 @@ func (f *Fleet) lost(err error) {
 
 // rejoin takes the replica out of local mode once Redis answers again.
 func (f *Fleet) rejoin(n int) {
+	f.mu.Lock()
 	if !f.local.CompareAndSwap(true, false) {
+		f.mu.Unlock()
 		return
 	}
+	select {
+	case <-f.down:
+		f.down = make(chan struct{})
+	default:
+	}
+	f.mu.Unlock()
 	f.log.Info("fleet: Redis reachable again; the fleet's budgets are shared again", "replicas", n)
+}
+
+// downCh returns a channel closed when the replica goes to local mode.
+func (f *Fleet) downCh() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.down
+}
+
+// waiter is a booking that may wait in a queue for a lease.
+type waiter struct {
+	ch chan answer // the answer handed to it: one, buffered
+	// since is when its booking's reply said it was queued (zero before):
+	// a heartbeat sent earlier may not have seen it queued.
+	since atomic.Int64
+}
+
+func (w *waiter) queued() { w.since.Store(time.Now().UnixNano()) }
+
+// await registers member as a possible waiter, before its booking is sent.
+func (f *Fleet) await(member string) *waiter {
+	w := &waiter{ch: make(chan answer, 1)}
+	f.wmu.Lock()
+	f.waiters[member] = w
+	f.wmu.Unlock()
+	return w
+}
+
+func (f *Fleet) unwait(member string) {
+	f.wmu.Lock()
+	delete(f.waiters, member)
+	f.wmu.Unlock()
+}
+
+// deliver hands a member's answer to its waiter. An answer read by a
+// heartbeat (sent: when it was sent) that says the member is gone counts
+// only if the member was queued before that heartbeat was sent.
+func (f *Fleet) deliver(member string, a answer, sent time.Time) {
+	f.wmu.Lock()
+	w := f.waiters[member]
+	f.wmu.Unlock()
+	if w == nil {
+		return // booked, given up, or not this replica's: nothing waits
+	}
+	if a.kind() == "gone" {
+		since := w.since.Load()
+		if since == 0 || sent.UnixNano() <= since {
+			return
+		}
+	}
+	select {
+	case w.ch <- a:
+	default: // already answered (the message and the heartbeat both)
+	}
 }
 
 // Local reports whether the replica is in local mode (Redis unreachable).
@@ -401,8 +513,9 @@ func (f *Fleet) Replicas() int { return int(f.n.Load()) }
 
 // Counters are the fleet's running counts, for tests and benchmarks.
 type Counters struct {
-	// RoundTrips to Redis made by bookings (acquire, including polls for
-	// a lease, and release) and by heartbeats.
+	// RoundTrips to Redis made by bookings (acquire; a waiter makes none
+	// while it waits), by their ends (release, or a waiter's leaving the
+	// queue) and by heartbeats.
 	Acquires, Releases, Heartbeats int64
 	// Batches booked through Redis.
 	Batches int64

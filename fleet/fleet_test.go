@@ -85,15 +85,21 @@ func rpm(per float64, burst int) batcher.Rate {
 	return batcher.Rate{PerMinute: per, Burst: burst, Adaptive: true}
 }
 
-// book runs the acquire script once and returns its kind and delay.
+// book runs the acquire script once and returns its kind and delay; a
+// booking it queued leaves the queue at once.
 func book(t *testing.T, b *budget, member string, d batcher.Demand) (string, time.Duration, []any) {
 	t.Helper()
-	v, err := acquireScript.Run(context.Background(), b.f.rdb, []string{b.state, b.leases},
+	v, err := acquireScript.Run(context.Background(), b.f.rdb, b.keys,
 		member, b.f.cfg.ttl.Milliseconds(), d.MaxConcurrency,
 		d.RPM.PerMinute, d.RPM.Burst, flag(d.RPM.Adaptive), d.Requests,
-		d.TPM.PerMinute, d.TPM.Burst, flag(d.TPM.Adaptive), d.Tokens).Slice()
+		d.TPM.PerMinute, d.TPM.Burst, flag(d.TPM.Adaptive), d.Tokens, b.f.channel).Slice()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if v[0] == "queued" {
+		if err := cancelScript.Run(context.Background(), b.f.rdb, b.keys, member).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ms, _ := parseFloat(v[1])
 	return v[0].(string), time.Duration(ms * float64(time.Millisecond)), v
@@ -164,8 +170,8 @@ func TestLeasesBoundConcurrencyAndExpire(t *testing.T) {
 	if t2.Slots != 2 {
 		t.Fatalf("slots left to this replica: %d, want 2 (it holds both)", t2.Slots)
 	}
-	if kind, _, _ := book(t, b, "third", d); kind != "busy" {
-		t.Fatalf("third lease of two: %s, want busy", kind)
+	if kind, _, _ := book(t, b, "third", d); kind != "queued" {
+		t.Fatalf("third lease of two: %s, want queued", kind)
 	}
 	// A waiting Acquire gets the slot once one is released.
 	got := make(chan batcher.Ticket)
@@ -211,7 +217,7 @@ func TestHeartbeatRenewsLeasesOfLongCalls(t *testing.T) {
 	// Three TTLs later the lease still holds: the heartbeat renews it.
 	beats := f.Counters().Heartbeats
 	until(t, "thirty heartbeats", func() bool { return f.Counters().Heartbeats >= beats+30 })
-	if kind, _, _ := book(t, b, "other", d); kind != "busy" {
+	if kind, _, _ := book(t, b, "other", d); kind != "queued" {
 		t.Fatalf("the long call's lease lapsed: a second booking got %s", kind)
 	}
 }
@@ -385,7 +391,7 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // peekNow reads a backend's shared state now.
 func peekNow(t *testing.T, f *Fleet, b *budget) BackendStatus {
 	t.Helper()
-	v, err := peekScript.Run(context.Background(), f.rdb, []string{b.state, b.leases}).Slice()
+	v, err := peekScript.Run(context.Background(), f.rdb, b.keys[:2]).Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
