@@ -67,7 +67,18 @@ func (r *statusRecorder) Write(p []byte) (int, error) {
 
 func newUpstreamLog(t *testing.T) *upstreamLog {
 	t.Helper()
-	sim, err := llmsim.New(llmsim.Config{ReplyTokens: 8, Latency: 20 * time.Millisecond, RPM: fleetRPM, TPM: fleetTPM})
+	// BATCHER_FLEET_SOAK_LATENCY slows the upstream so that the fleet's
+	// concurrency (8 slots), not its rate, binds: 700ms allows 11.4 calls a
+	// second against the rate's 10, so every burst waits for a slot.
+	latency := 20 * time.Millisecond
+	if s := os.Getenv("BATCHER_FLEET_SOAK_LATENCY"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("BATCHER_FLEET_SOAK_LATENCY: %v", err)
+		}
+		latency = d
+	}
+	sim, err := llmsim.New(llmsim.Config{ReplyTokens: 8, Latency: latency, RPM: fleetRPM, TPM: fleetTPM})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,11 +375,6 @@ func TestFleetEndToEnd(t *testing.T) {
 	}
 	poll(t, "three replicas in the fleet", func() bool { return members(t, addr, prefix) == 3 })
 
-	cs := startCallers(t, addrs, 200)
-	defer cs.end()
-	// Warm up (the queues fill, llmsim's initial burst is not ours to
-	// spend), then measure.
-	hold(3 * time.Second)
 	admins := []string{adminAddr(t, ds[0]), adminAddr(t, ds[1]), adminAddr(t, ds[2])}
 	tripsAt := func() (n float64) {
 		for _, a := range admins {
@@ -380,16 +386,29 @@ func TestFleetEndToEnd(t *testing.T) {
 		}
 		return n
 	}
+	tripsStart, start := tripsAt(), time.Now()
+	cs := startCallers(t, addrs, 200)
+	defer cs.end()
+	// Warm up (the queues fill, llmsim's initial burst is not ours to
+	// spend), then measure.
+	hold(3 * time.Second)
 	trips0 := tripsAt()
 	from := time.Now()
 	hold(steady)
 	to := time.Now()
-	trips := tripsAt() - trips0
+	tripsEnd := tripsAt()
 	calls := up.between(from, to)
-	rtPerBatch := trips / float64(len(calls))
-	t.Logf("Redis round trips a batch (bookings and releases, heartbeats aside): %.2f", rtPerBatch)
-	if rtPerBatch < 1.5 || rtPerBatch > 3 {
-		t.Errorf("%.2f Redis round trips a batch; two are the design (a booking and a release)", rtPerBatch)
+	rtPerBatch := (tripsEnd - trips0) / float64(len(calls))
+	// From the first call: the warm-up's burst, when 200 callers start at
+	// once and the fleet's slots, not its rate, bind, included.
+	rtWhole := (tripsEnd - tripsStart) / float64(len(up.between(start, to)))
+	t.Logf("Redis round trips a batch (bookings and releases, heartbeats aside): %.2f steady, %.2f from the first call (the warm-up's burst included)", rtPerBatch, rtWhole)
+	for _, rt := range []float64{rtPerBatch, rtWhole} {
+		// Two are the design; a batch booked but not yet released at
+		// either end of the span may count one over.
+		if rt < 1.5 || rt > 2.2 {
+			t.Errorf("%.2f Redis round trips a batch; two are the design (a booking and a release, no polls)", rt)
+		}
 	}
 	if f := statusFleet(t, admins[0]); f == nil || len(f.Replicas) != 3 || !f.Redis || len(f.Budgets) != 1 || f.Budgets[0].Backend != "llmsim" {
 		t.Errorf("the status page's fleet: %+v", f)
