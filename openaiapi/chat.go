@@ -34,7 +34,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := h.run(r.Context(), []*batcher.Request{req}, false)
 	if err != nil {
-		WriteError(w, ErrorFrom(err, "messages"))
+		WriteError(w, chatError(err, &body))
 		return
 	}
 	out := res[0]

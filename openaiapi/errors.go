@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/fieldname"
 )
 
 // OpenAI's error types, as its API spells them in error.type.
@@ -134,7 +135,7 @@ func ErrorFrom(err error, input string) *Error {
 				return notFound("model", "model_not_found", "The model does not exist: %s", strings.TrimPrefix(ve.Reason, "unknown model "))
 			}
 		}
-		return badRequest(param(ve.Field, input), "%s", ve.Reason)
+		return badRequest(fieldname.OpenAI(ve.Field, input, ""), "%s", ve.Reason)
 	}
 	switch {
 	case errors.Is(err, batcher.ErrInvalid):
@@ -226,32 +227,17 @@ func upstreamError(ue *batcher.UpstreamError) *Error {
 	return &Error{Status: http.StatusBadGateway, Type: TypeUpstream, Code: "upstream_error", Message: with("upstream failed")}
 }
 
-// param translates a core field name into the OpenAI request's. input is
-// the name of the input field ("messages", "prompt" or "input", perhaps
-// indexed).
-func param(field, input string) string {
-	switch {
-	case strings.HasPrefix(field, "input.chat.messages"):
-		return paramReplacer.Replace("messages" + strings.TrimPrefix(field, "input.chat.messages"))
-	case strings.HasPrefix(field, "extra_body."):
-		return strings.TrimPrefix(field, "extra_body.") // an unknown top-level field, forwarded
-	case strings.HasPrefix(field, "tools["):
-		return strings.Replace(strings.Replace(field, "].name", "].function.name", 1), "].parameters", "].function.parameters", 1)
-	case field == "tool_choice.function":
-		return "tool_choice.function.name"
-	case field == "response_format.schema", field == "response_format.name":
-		return "response_format.json_schema." + strings.TrimPrefix(field, "response_format.")
-	case field == "input.completion.prompt", field == "input.embedding.text", field == "input":
-		return input
-	case strings.HasPrefix(field, "params."):
-		return strings.TrimPrefix(field, "params.")
+// chatError is ErrorFrom for a chat request, whose token cap the caller
+// may have set as max_completion_tokens: a bad cap is named as it was set.
+func chatError(err error, body *chatRequest) *Error {
+	e := ErrorFrom(err, "messages")
+	if e.Param == "max_tokens" && body.MaxCompletionTokens != nil {
+		out := *e
+		out.Param = fieldname.OpenAI("params.max_tokens", "messages", "max_completion_tokens")
+		return &out
 	}
-	return field
+	return e
 }
-
-// paramReplacer turns the core's message field names into OpenAI's.
-var paramReplacer = strings.NewReplacer(".parts[", ".content[", ".image.url", ".image_url.url", ".image.detail", ".image_url.detail", "].image", "].image_url",
-	".tool_calls[", ".tool_calls[")
 
 // itemError is the failure of one item of an array input, by index.
 type itemError struct {

@@ -65,16 +65,16 @@ type streamErrorEvent struct {
 // startStream admits and submits req streamed and waits for its first
 // delta or its end. When it fails before any delta it writes the error
 // and returns nil.
-func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, req *batcher.Request, input string) *batcher.Call {
+func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, req *batcher.Request, errorOf func(error) *Error) *batcher.Call {
 	ctx := r.Context()
 	if err := admit(ctx, req); err != nil {
-		WriteError(w, ErrorFrom(err, input))
+		WriteError(w, errorOf(err))
 		return nil
 	}
 	req.Stream = true
 	c, err := h.core.Submit(ctx, req)
 	if err != nil {
-		WriteError(w, ErrorFrom(err, input))
+		WriteError(w, errorOf(err))
 		return nil
 	}
 	select {
@@ -86,7 +86,7 @@ func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, req *batch
 	select {
 	case <-c.Done():
 		if res := c.Result(); res.Err != nil && !res.Partial { // no delta was sent
-			WriteError(w, ErrorFrom(res.Err, input))
+			WriteError(w, errorOf(res.Err))
 			return nil
 		}
 	default:
@@ -122,7 +122,7 @@ func pumpDeltas(ctx context.Context, c *batcher.Call, each func(d *batcher.Delta
 
 // streamChat answers a chat call with stream: true.
 func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batcher.Request, body *chatRequest, o callOptions) {
-	c := h.startStream(w, r, req, "messages")
+	c := h.startStream(w, r, req, func(err error) *Error { return chatError(err, body) })
 	if c == nil {
 		return
 	}
@@ -180,7 +180,7 @@ func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batche
 // streamCompletion answers a completions call of one prompt with stream:
 // true.
 func (h *Handler) streamCompletion(w http.ResponseWriter, r *http.Request, req *batcher.Request, body *completionRequest, id string) {
-	c := h.startStream(w, r, req, "prompt")
+	c := h.startStream(w, r, req, func(err error) *Error { return ErrorFrom(err, "prompt") })
 	if c == nil {
 		return
 	}

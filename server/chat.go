@@ -27,7 +27,7 @@ func messageToCore(m *batcherv1.ChatMessage, i int, dst *batcher.Message) *statu
 			case *batcherv1.ContentPart_Image:
 				dst.Parts[j] = batcher.ContentPart{Kind: batcher.PartImage, ImageURL: x.Image.GetUrl(), Detail: x.Image.GetDetail()}
 			default:
-				return invalidArgument("request.input.chat.messages["+strconv.Itoa(i)+"].parts["+strconv.Itoa(j)+"]", "must be set: text or image")
+				return invalidArgument("request.chat.messages["+strconv.Itoa(i)+"].parts["+strconv.Itoa(j)+"]", "must be set: text or image")
 			}
 		}
 	}

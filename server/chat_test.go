@@ -87,7 +87,7 @@ func TestToCoreChatSurface(t *testing.T) {
 	}
 	bad = richChatReq("b")
 	bad.GetChat().Messages[0].Parts[0] = &batcherv1.ContentPart{}
-	if st := toCore(bad, &got); st == nil || !strings.HasPrefix(st.Message(), "request.input.chat.messages[0].parts[0]") {
+	if st := toCore(bad, &got); st == nil || !strings.HasPrefix(st.Message(), "request.chat.messages[0].parts[0]") {
 		t.Fatalf("empty part: %v", st)
 	}
 }
@@ -103,7 +103,7 @@ func TestSubmitRefusesWhatTheBackendCannotHonour(t *testing.T) {
 			r.ResponseFormat = richChatReq("").ResponseFormat
 			return r
 		}(),
-		"request.input.chat.messages[0].parts[1].image": func() *batcherv1.Request {
+		"request.chat.messages[0].parts[1].image": func() *batcherv1.Request {
 			r := chatReq("i", "")
 			r.GetChat().Messages[0].Parts = richChatReq("").GetChat().Messages[0].Parts
 			return r

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/fieldname"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,8 +24,9 @@ const maxUpstreamMessage = 256
 
 // toStatus is the one place where errors from the core become gRPC statuses.
 //
-// Bad input becomes INVALID_ARGUMENT naming the field (relative to the
-// Request message, under "request."); a full queue RESOURCE_EXHAUSTED with a
+// Bad input becomes INVALID_ARGUMENT naming the field as a path into the
+// Request message, under "request." (fieldname.Proto: the proto's names,
+// as the caller set them); a full queue RESOURCE_EXHAUSTED with a
 // RetryInfo; a route or priority the tenant may not use PERMISSION_DENIED;
 // a revoked credential UNAUTHENTICATED; a tenant's quota
 // RESOURCE_EXHAUSTED naming the quota, with a
@@ -43,7 +45,7 @@ func toStatus(err error) *status.Status {
 	}
 	var ve *batcher.ValidationError
 	if errors.As(err, &ve) {
-		return invalidArgument("request."+ve.Field, ve.Reason)
+		return invalidArgument("request."+fieldname.Proto(ve.Field), ve.Reason)
 	}
 	switch {
 	case errors.Is(err, batcher.ErrInvalid):

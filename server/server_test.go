@@ -113,14 +113,14 @@ func badRequests() []struct {
 		{"missing model", chat(func(r *batcherv1.Request) { r.Model = "" }), "request.model"},
 		{"unknown model", chat(func(r *batcherv1.Request) { r.Model = "gpt-nope" }), "request.model"},
 		{"no input", chat(func(r *batcherv1.Request) { r.Input = nil }), "request.input"},
-		{"empty chat", chat(func(r *batcherv1.Request) { r.Input = &batcherv1.Request_Chat{Chat: &batcherv1.ChatInput{}} }), "request.input.chat.messages"},
-		{"empty message", chat(func(r *batcherv1.Request) { r.GetChat().Messages[0].Content = "" }), "request.input.chat.messages"},
-		{"bad role", chat(func(r *batcherv1.Request) { r.GetChat().Messages[0].Role = "wizard" }), "request.input.chat.messages[0].role"},
+		{"empty chat", chat(func(r *batcherv1.Request) { r.Input = &batcherv1.Request_Chat{Chat: &batcherv1.ChatInput{}} }), "request.chat.messages"},
+		{"empty message", chat(func(r *batcherv1.Request) { r.GetChat().Messages[0].Content = "" }), "request.chat.messages"},
+		{"bad role", chat(func(r *batcherv1.Request) { r.GetChat().Messages[0].Role = "wizard" }), "request.chat.messages[0].role"},
 		{"wrong input shape", chat(func(r *batcherv1.Request) {
 			r.Input = &batcherv1.Request_Embedding{Embedding: &batcherv1.EmbeddingInput{Text: "x"}}
 		}), "request.input"},
 		{"empty prompt", &batcherv1.Request{Id: "bad", Model: routeComplete,
-			Input: &batcherv1.Request_Completion{Completion: &batcherv1.CompletionInput{}}}, "request.input.completion.prompt"},
+			Input: &batcherv1.Request_Completion{Completion: &batcherv1.CompletionInput{}}}, "request.completion.prompt"},
 		{"prompt over size limit", chat(func(r *batcherv1.Request) {
 			r.GetChat().Messages[0].Content = strings.Repeat("x", testMaxInputBytes+1)
 		}), "request.input"},
@@ -140,6 +140,37 @@ func badRequests() []struct {
 		{"unknown priority", chat(func(r *batcherv1.Request) { r.Priority = 42 }), "request.priority"},
 		{"unknown dedup", chat(func(r *batcherv1.Request) { r.Dedup = 9 }), "request.dedup"},
 		{"long id", chat(func(r *batcherv1.Request) { r.Id = strings.Repeat("i", batcher.MaxIDBytes+1) }), "request.id"},
+		// The chat surface's deep fields, named by their proto path (the
+		// caller never wrote the core's "input.chat...").
+		{"tool call without id", chat(func(r *batcherv1.Request) {
+			r.GetChat().Messages = append(r.GetChat().Messages, &batcherv1.ChatMessage{Role: "assistant",
+				ToolCalls: []*batcherv1.ToolCall{{Id: "call_1", Name: "f"}, {Name: "f"}}})
+		}), "request.chat.messages[1].tool_calls[1].id"},
+		{"tool call bad name", chat(func(r *batcherv1.Request) {
+			r.GetChat().Messages = append(r.GetChat().Messages, &batcherv1.ChatMessage{Role: "assistant",
+				ToolCalls: []*batcherv1.ToolCall{{Id: "call_1", Name: "no spaces"}}})
+		}), "request.chat.messages[1].tool_calls[0].name"},
+		{"tool calls on a user message", chat(func(r *batcherv1.Request) {
+			r.GetChat().Messages[0].ToolCalls = []*batcherv1.ToolCall{{Id: "call_1", Name: "f"}}
+		}), "request.chat.messages[0].tool_calls"},
+		{"tool_call_id on a user message", chat(func(r *batcherv1.Request) { r.GetChat().Messages[0].ToolCallId = "call_1" }),
+			"request.chat.messages[0].tool_call_id"},
+		{"image part with a bad url", chat(func(r *batcherv1.Request) {
+			r.GetChat().Messages[0].Content = ""
+			r.GetChat().Messages[0].Parts = []*batcherv1.ContentPart{{Part: &batcherv1.ContentPart_Image{Image: &batcherv1.ImagePart{Url: "ftp://x"}}}}
+		}), "request.chat.messages[0].parts[0].image.url"},
+		{"empty content part", chat(func(r *batcherv1.Request) {
+			r.GetChat().Messages[0].Content = ""
+			r.GetChat().Messages[0].Parts = []*batcherv1.ContentPart{{}}
+		}), "request.chat.messages[0].parts[0]"},
+		{"tool bad name", chat(func(r *batcherv1.Request) { r.Tools = []*batcherv1.Tool{{Name: "a b"}} }), "request.tools[0].name"},
+		{"tool_choice names no tool", chat(func(r *batcherv1.Request) {
+			r.Tools = []*batcherv1.Tool{{Name: "f"}}
+			r.ToolChoice = &batcherv1.ToolChoice{Choice: &batcherv1.ToolChoice_Function{Function: "g"}}
+		}), "request.tool_choice.function"},
+		{"json_schema without a schema", chat(func(r *batcherv1.Request) {
+			r.ResponseFormat = &batcherv1.ResponseFormat{Type: batcherv1.ResponseFormatType_RESPONSE_FORMAT_TYPE_JSON_SCHEMA, Name: "s"}
+		}), "request.response_format.schema"},
 		{"too much metadata", chat(func(r *batcherv1.Request) {
 			r.Metadata = map[string]string{}
 			for i := range batcher.MaxMetadataEntries + 1 {

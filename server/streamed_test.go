@@ -296,3 +296,24 @@ func TestSubmitStreamSlowReader(t *testing.T) {
 		t.Fatalf("plain request: %v", p)
 	}
 }
+
+// TestSubmitStreamedInvalid: the streamed door names every bad field as
+// Submit and SubmitStream do (badRequests), before any upstream call.
+func TestSubmitStreamedInvalid(t *testing.T) {
+	e := newStreamEnv(t, newStreamFake())
+	ctx := testCtx(t)
+	for _, tt := range badRequests() {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := e.client.SubmitStreamed(ctx, &batcherv1.SubmitStreamedRequest{Request: tt.req})
+			if err == nil {
+				for err == nil {
+					_, err = rs.Recv()
+				}
+			}
+			st := status.Convert(err)
+			if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), tt.field+": ") {
+				t.Fatalf("SubmitStreamed = %v %q, want INVALID_ARGUMENT naming %s", st.Code(), st.Message(), tt.field)
+			}
+		})
+	}
+}
