@@ -22,7 +22,9 @@ import (
 // "message"} or errored, canceled, expired}); POST .../{id}/cancel cancels
 // the requests not yet run. Each request is answered as the same call to
 // /v1/messages would be, faults included (ErrorRate makes errored lines),
-// but outside the RPM and TPM limits, as Anthropic's batches are. The
+// but outside the RPM and TPM limits, as Anthropic's batches are;
+// BatchFailRate and BatchExpireRate, drawn per request, make errored (500
+// api_error) and expired lines. The
 // batch runs in the background as soon as it is created, one request
 // after another.
 
@@ -42,6 +44,7 @@ type anthropicBatch struct {
 	params                       []json.RawMessage
 	results                      []json.RawMessage // nil: not run
 	succeeded, errored, canceled int
+	expired                      int
 }
 
 type anthropicBatches struct {
@@ -126,7 +129,14 @@ func (s *Server) runMessageBatch(ctx context.Context, b *anthropicBatch, version
 		var params map[string]json.RawMessage
 		_ = json.Unmarshal(b.params[i], &params)
 		var line json.RawMessage
-		if _, ok := params["stream"]; ok && string(params["stream"]) != "false" {
+		u := s.draw()
+		if u < s.cfg.BatchFailRate+s.cfg.BatchExpireRate {
+			if u < s.cfg.BatchFailRate {
+				line = errored(http.StatusInternalServerError, []byte(`{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`))
+			} else {
+				line = json.RawMessage(`{"type":"expired"}`)
+			}
+		} else if _, ok := params["stream"]; ok && string(params["stream"]) != "false" {
 			line = errored(http.StatusBadRequest, []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"stream: not supported in batches"}}`))
 		} else {
 			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/messages", bytes.NewReader(b.params[i]))
@@ -150,9 +160,12 @@ func (s *Server) runMessageBatch(ctx context.Context, b *anthropicBatch, version
 		out, _ := json.Marshal(map[string]any{"custom_id": b.ids[i], "result": line})
 		ab.mu.Lock()
 		b.results[i] = out
-		if bytes.Contains(line, []byte(`"type":"succeeded"`)) {
+		switch {
+		case bytes.Contains(line, []byte(`"type":"succeeded"`)):
 			b.succeeded++
-		} else {
+		case bytes.Equal(line, []byte(`{"type":"expired"}`)):
+			b.expired++
+		default:
 			b.errored++
 		}
 		ab.mu.Unlock()
@@ -189,11 +202,11 @@ func (s *Server) batchView(b *anthropicBatch) map[string]any {
 	if b.cancelled {
 		status = "canceling"
 	}
-	processing := len(b.ids) - b.succeeded - b.errored - b.canceled
+	processing := len(b.ids) - b.succeeded - b.errored - b.canceled - b.expired
 	v := map[string]any{
 		"id": b.id, "type": "message_batch", "processing_status": status,
 		"request_counts": map[string]int{"processing": processing, "succeeded": b.succeeded, "errored": b.errored,
-			"canceled": b.canceled, "expired": 0},
+			"canceled": b.canceled, "expired": b.expired},
 		"created_at": b.created.UTC().Format(time.RFC3339), "expires_at": b.created.Add(24 * time.Hour).UTC().Format(time.RFC3339),
 		"ended_at": nil, "cancel_initiated_at": nil, "results_url": nil,
 	}

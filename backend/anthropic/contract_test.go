@@ -5,6 +5,7 @@ import (
 
 	"github.com/batcherhq/batcher/backend/anthropic"
 	"github.com/batcherhq/batcher/backend/backendtest"
+	"github.com/batcherhq/batcher/backend/batchapi"
 	"github.com/batcherhq/batcher/batcher"
 )
 
@@ -16,5 +17,15 @@ func TestContract(t *testing.T) {
 			return newBackend(t, anthropic.Config{BaseURL: baseURL})
 		},
 		StreamsToolCalls: true,
+	})
+}
+
+// TestBatchContract runs the batched contract against llmsim's
+// /v1/messages/batches.
+func TestBatchContract(t *testing.T) {
+	backendtest.RunBatch(t, backendtest.BatchTarget{
+		New: func(t testing.TB, baseURL string) batchapi.Upstream {
+			return newBackend(t, anthropic.Config{BaseURL: baseURL}).Batches()
+		},
 	})
 }

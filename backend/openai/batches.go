@@ -500,11 +500,24 @@ func ParseBatchLine(line []byte) (*batchapi.Result, error) {
 		if err := json.Unmarshal(body, &cr); err != nil {
 			return nil, fmt.Errorf("chat body: %w", err)
 		}
+		p, c := usageOf(cr.Usage)
+		if len(cr.Choices) > 0 && len(cr.Choices[0].Message.ToolCalls) > 0 {
+			// A tool call's message may have no content (null): the
+			// calls are the answer.
+			m := &cr.Choices[0].Message
+			r.Resp = batcher.Response{FinishReason: batcher.FinishToolCalls, Usage: clampUsage(p, c)}
+			if m.Content != nil {
+				r.Resp.Text = *m.Content
+			}
+			for _, tc := range m.ToolCalls {
+				r.Resp.ToolCalls = append(r.Resp.ToolCalls, batcher.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+			}
+			return r, nil
+		}
 		text, fr, err := chatAnswer(&cr, ep)
 		if err != nil {
 			return nil, err
 		}
-		p, c := usageOf(cr.Usage)
 		r.Resp = batcher.Response{Text: text, FinishReason: fr, Usage: clampUsage(p, c)}
 	}
 	return r, nil

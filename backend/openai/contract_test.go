@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/batcherhq/batcher/backend/backendtest"
+	"github.com/batcherhq/batcher/backend/batchapi"
 	"github.com/batcherhq/batcher/backend/openai"
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -18,4 +19,30 @@ func TestContract(t *testing.T) {
 		JSON:             true,
 		StreamsToolCalls: true,
 	})
+}
+
+// TestBatchContract runs the batched contract against llmsim's /v1/files
+// and /v1/batches.
+func TestBatchContract(t *testing.T) {
+	backendtest.RunBatch(t, backendtest.BatchTarget{
+		New: func(t testing.TB, baseURL string) batchapi.Upstream {
+			return newBackend(t, openai.Config{BaseURL: baseURL + "/v1"}).Batches()
+		},
+	})
+}
+
+// TestParseBatchLineToolCall: an output line whose answer is a tool call
+// with content null (as OpenAI sends it) is that call, not a broken line.
+func TestParseBatchLineToolCall(t *testing.T) {
+	line := `{"custom_id":"a","response":{"status_code":200,"body":{"object":"chat.completion","choices":[{"index":0,` +
+		`"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},` +
+		`"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":3}}},"error":null}`
+	r, err := openai.ParseBatchLine([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Outcome != batchapi.Succeeded || len(r.Resp.ToolCalls) != 1 || r.Resp.ToolCalls[0].Arguments != `{"x":1}` ||
+		r.Resp.FinishReason != batcher.FinishToolCalls || r.Resp.Usage.CompletionTokens != 3 {
+		t.Errorf("got %+v", r)
+	}
 }
