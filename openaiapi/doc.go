@@ -22,8 +22,8 @@
 //   - errors come in OpenAI's shape and statuses: 400 naming the param for
 //     bad input (malformed JSON names its line, column and byte), 401 for a
 //     missing or wrong token, 404 for an unknown model, file or URL, 413 past
-//     the body limit, 429 with Retry-After for a full queue or an exhausted
-//     budget, 503 once the core's admission has closed, and upstream
+//     the body limit, 429 with Retry-After for a full queue, an exhausted
+//     budget or the lane cap (too_many_lanes), 503 once the core's admission has closed, and upstream
 //     failures by class (429, 400, 502, 504), never passed through;
 //   - nothing a caller sends is dropped. Chat carries tools, tool_choice,
 //     parallel_tool_calls, tool calls and tool messages, response_format
@@ -43,6 +43,10 @@
 //   - a batch job's chat lines are read by the same decoder (ChatBody) and
 //     their answers written by the same renderer (ChatCompletionBody), so a
 //     line carries, and its output line answers, what this door does;
+//   - each request carries its HTTP connection (its remote address: one
+//     per keep-alive or HTTP/2 connection) as batcher.Request.Conn, so the
+//     lane cap's fair share holds per connection within a tenant, as on
+//     the gRPC doors;
 //   - bearer tokens are compared in constant time and never logged;
 //   - with a tracer provider, every call is an otelhttp server span that
 //     continues the caller's traceparent and parents the core's request
