@@ -1,0 +1,494 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/backend/openai"
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/llmsim"
+	"github.com/batcherhq/batcher/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+)
+
+// Issue 28's figures: token streaming through batcherd against straight to
+// llmsim, in the same run.
+//
+// llmsim runs in this process behind a tap (chunkTap) that timestamps each
+// chunk of an answer as llmsim flushes it, keyed by the chat's prompt. The
+// direct load reads llmsim's server-sent events itself; the load through
+// Batcher calls SubmitStreamed on batcherd's stack (setupBatcherd: security,
+// metrics, otelgrpc, the worker pool) whose core has an openai backend
+// pointed at llmsim. Each delta's delivery is the time from llmsim's flush
+// of the chunk that completes its text to the client's receipt of it.
+
+const (
+	streamTTFT      = 100 * time.Millisecond // llmsim's time to first token
+	streamPerToken  = 10 * time.Millisecond  // and per token after
+	streamReply     = 40                     // tokens of a full answer
+	streamMaxTokens = 256
+)
+
+// chunkTap wraps llmsim and records, per prompt, when each chunk of a
+// streamed answer was flushed and the answer's text length by then. hold,
+// while set, stops every answer after its first content chunk until it is
+// closed (the memory figure holds streams mid-answer).
+type chunkTap struct {
+	next http.Handler
+	mu   sync.Mutex
+	by   map[string][]tapChunk
+	hold chan struct{}
+	held sync.WaitGroup // answers stopped at hold
+}
+
+type tapChunk struct {
+	at  time.Time
+	cum int // the answer's text bytes up to and with this chunk
+}
+
+func (t *chunkTap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	key := ""
+	if n := len(req.Messages); n > 0 {
+		key = req.Messages[n-1].Content
+	}
+	t.mu.Lock()
+	hold := t.hold
+	t.mu.Unlock()
+	tw := &tapWriter{ResponseWriter: w, tap: t, key: key, hold: hold}
+	t.next.ServeHTTP(tw, r)
+}
+
+// tapWriter is one answer's writer: Write notes the chunk's text, Flush
+// stamps it.
+type tapWriter struct {
+	http.ResponseWriter
+	tap     *chunkTap
+	key     string
+	cum     int
+	pending bool
+	hold    chan struct{}
+	waited  bool
+}
+
+func (w *tapWriter) Write(p []byte) (int, error) {
+	if data, ok := bytes.CutPrefix(p, []byte("data: ")); ok {
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(bytes.TrimSpace(data), &ch) == nil && len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			if w.hold != nil && !w.waited && w.cum > 0 {
+				w.waited = true
+				w.tap.held.Done()
+				<-w.hold
+			}
+			w.cum += len(ch.Choices[0].Delta.Content)
+			w.pending = true
+		}
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *tapWriter) Flush() {
+	w.ResponseWriter.(http.Flusher).Flush()
+	if w.pending {
+		w.pending = false
+		now := time.Now()
+		w.tap.mu.Lock()
+		w.tap.by[w.key] = append(w.tap.by[w.key], tapChunk{at: now, cum: w.cum})
+		w.tap.mu.Unlock()
+	}
+}
+
+func (w *tapWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// chunks returns the stamps of key's answer.
+func (t *chunkTap) chunks(key string) []tapChunk {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.by[key]
+}
+
+// recv is one delta as the client got it: when, and the answer's text
+// length with it.
+type recv struct {
+	at  time.Time
+	cum int
+}
+
+// chatResult is one streamed chat as its client saw it.
+type chatResult struct {
+	key   string
+	start time.Time
+	recvs []recv
+	text  string
+	err   error
+}
+
+// streamRig is llmsim behind its tap, and batcherd's stack in front of it.
+type streamRig struct {
+	tap    *chunkTap
+	url    string // llmsim's /v1
+	hc     *http.Client
+	conns  []*target // SubmitStreamed clients, one connection each
+	core   *batcher.Batcher
+	stopFn []func()
+}
+
+// newStreamRig starts llmsim and batcherd with room for n concurrent
+// streamed chats, and conns client connections to batcherd (a connection
+// carries at most security.DefaultMaxConcurrentStreams RPCs at once).
+func newStreamRig(tb testing.TB, n, conns int) *streamRig {
+	tb.Helper()
+	sim, err := llmsim.New(llmsim.Config{Latency: streamTTFT, PerToken: streamPerToken, ReplyTokens: streamReply})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tap := &chunkTap{next: sim, by: make(map[string][]tapChunk)}
+	ts := httptest.NewServer(tap)
+	rig := &streamRig{tap: tap, url: ts.URL + "/v1",
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}}
+	rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
+	be, err := openai.New(openai.Config{BaseURL: rig.url, MaxIdleConns: 4 * n})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rig.stopFn = append(rig.stopFn, func() { _ = be.Close() })
+	bd := setupBatcherd.build(tb)
+	core, err := batcher.New(append(bd.core,
+		batcher.WithBackend(batcher.BackendConfig{Name: "llmsim", Backend: be, MaxConcurrency: n, ProtectedShare: -1}),
+		batcher.WithRoute(batcher.Route{Name: "chat", Op: batcher.OpChat, Backend: "llmsim", Model: "sim-chat"}),
+		batcher.WithQueueCapacity(2*n),
+	)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rig.core = core
+	srv := server.New(core, bd.server...)
+	srv.Register(bd.gs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = bd.gs.Serve(lis)
+	}()
+	for range conns {
+		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rig.conns = append(rig.conns, &target{client: batcherv1.NewBatcherServiceClient(cc), stop: func() { _ = cc.Close() }})
+	}
+	rig.stopFn = append([]func(){func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			tb.Error(err)
+		}
+		bd.cleanup()
+		bd.gs.Stop()
+		<-served
+	}}, rig.stopFn...)
+	return rig
+}
+
+func (r *streamRig) stop() {
+	for i := len(r.conns) - 1; i >= 0; i-- {
+		r.conns[i].stop()
+	}
+	for _, f := range r.stopFn {
+		f()
+	}
+	r.hc.CloseIdleConnections()
+}
+
+// direct streams one chat straight from llmsim.
+func (r *streamRig) direct(ctx context.Context, prompt string, onDelta func()) chatResult {
+	res := chatResult{key: prompt}
+	body, _ := json.Marshal(map[string]any{"model": "sim-chat", "stream": true, "max_tokens": streamMaxTokens,
+		"messages": []map[string]string{{"role": "user", "content": prompt}}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		res.err = err
+		return res
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res.start = time.Now()
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer func() { _ = resp.Body.Close() }()
+	br := bufio.NewReader(resp.Body)
+	var text strings.Builder
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			res.err = fmt.Errorf("stream ended before [DONE]: %w", err)
+			return res
+		}
+		data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: "))
+		if !ok {
+			continue
+		}
+		if string(data) == "[DONE]" {
+			res.text = text.String()
+			return res
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(data, &ch); err != nil {
+			res.err = err
+			return res
+		}
+		if len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			text.WriteString(ch.Choices[0].Delta.Content)
+			res.recvs = append(res.recvs, recv{at: time.Now(), cum: text.Len()})
+			if onDelta != nil && len(res.recvs) == 1 {
+				onDelta()
+			}
+		}
+	}
+}
+
+// through streams one chat through batcherd (SubmitStreamed) on conn.
+func (r *streamRig) through(ctx context.Context, conn *target, prompt string, onDelta func()) chatResult {
+	res := chatResult{key: prompt}
+	res.start = time.Now()
+	ss, err := conn.client.SubmitStreamed(ctx, &batcherv1.SubmitStreamedRequest{Request: &batcherv1.Request{
+		Model: "chat", Params: &batcherv1.GenerationParams{MaxTokens: proto.Int32(streamMaxTokens)},
+		Input: &batcherv1.Request_Chat{Chat: &batcherv1.ChatInput{Messages: []*batcherv1.ChatMessage{{Role: "user", Content: prompt}}}},
+	}})
+	if err != nil {
+		res.err = err
+		return res
+	}
+	cum := 0
+	for {
+		m, err := ss.Recv()
+		if err != nil {
+			if err == io.EOF {
+				err = fmt.Errorf("no completion")
+			}
+			res.err = err
+			return res
+		}
+		switch k := m.GetKind().(type) {
+		case *batcherv1.SubmitStreamedResponse_Delta:
+			if t := k.Delta.GetText(); t != "" {
+				cum += len(t)
+				res.recvs = append(res.recvs, recv{at: time.Now(), cum: cum})
+				if onDelta != nil && len(res.recvs) == 1 {
+					onDelta()
+				}
+			}
+		case *batcherv1.SubmitStreamedResponse_Completion:
+			res.text = k.Completion.GetText()
+			if k.Completion.GetError() != nil {
+				res.err = fmt.Errorf("completion error %v", k.Completion.GetError())
+			}
+			_, _ = ss.Recv() // the end of the RPC
+			return res
+		}
+	}
+}
+
+// run streams n chats at once, directly or through batcherd, prompts
+// tagged with tag.
+func (r *streamRig) run(ctx context.Context, n int, tag string, through bool, onDelta func()) []chatResult {
+	out := make([]chatResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			prompt := fmt.Sprintf("stream %s chat %d please", tag, i)
+			if through {
+				out[i] = r.through(ctx, r.conns[i%len(r.conns)], prompt, onDelta)
+			} else {
+				out[i] = r.direct(ctx, prompt, onDelta)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// measure turns results into time to first token and per-delta delivery
+// samples (client receipt minus llmsim's flush of the chunk that completed
+// the delta's text), checking every answer whole.
+func (r *streamRig) measure(tb testing.TB, rs []chatResult) (ttft, delivery []time.Duration) {
+	tb.Helper()
+	for _, c := range rs {
+		if c.err != nil {
+			tb.Fatalf("chat %q: %v", c.key, c.err)
+		}
+		want, _ := llmsim.Reply(c.key, streamMaxTokens, streamReply)
+		if c.text != want {
+			tb.Fatalf("chat %q: answer %q, want %q", c.key, c.text, want)
+		}
+		ttft = append(ttft, c.recvs[0].at.Sub(c.start))
+		chunks := r.tap.chunks(c.key)
+		j := 0
+		for _, d := range c.recvs {
+			for j < len(chunks) && chunks[j].cum < d.cum {
+				j++
+			}
+			if j == len(chunks) {
+				tb.Fatalf("chat %q: a delta past llmsim's chunks", c.key)
+			}
+			delivery = append(delivery, d.at.Sub(chunks[j].at))
+		}
+	}
+	return ttft, delivery
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkStreamTTFT is issue 28's first two figures: 100 concurrent
+// streamed chats straight to llmsim and through batcherd, alternated in
+// each iteration. It reports each path's time to first token and per-delta
+// delivery (p50, p99, in ms) and what Batcher adds (through minus direct,
+// percentile against percentile). Targets: added TTFT p50 <= 2, p99 <= 10;
+// added delivery p99 <= 1.
+func BenchmarkStreamTTFT(b *testing.B) {
+	// chats=100 is the issue's load; chats=10 the same with less CPU
+	// asked of a shared machine.
+	for _, n := range []int{100, 10} {
+		b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) { benchStreamTTFT(b, n) })
+	}
+}
+
+func benchStreamTTFT(b *testing.B, n int) {
+	rig := newStreamRig(b, n, 1)
+	defer rig.stop()
+	ctx := context.Background()
+	rig.run(ctx, n, "warm-d", false, nil)
+	rig.run(ctx, n, "warm-t", true, nil)
+	var dT, tT, dD, tD []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		a, d := rig.measure(b, rig.run(ctx, n, fmt.Sprint("d", i), false, nil))
+		dT, dD = append(dT, a...), append(dD, d...)
+		a, d = rig.measure(b, rig.run(ctx, n, fmt.Sprint("t", i), true, nil))
+		tT, tD = append(tT, a...), append(tD, d...)
+	}
+	for _, p := range []struct {
+		name string
+		q    float64
+	}{{"p50", 0.5}, {"p99", 0.99}} {
+		b.ReportMetric(ms(pct(dT, p.q)), "ttft-direct-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tT, p.q)), "ttft-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tT, p.q)-pct(dT, p.q)), "ttft-added-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(dD, p.q)), "delta-direct-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tD, p.q)), "delta-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tD, p.q)-pct(dD, p.q)), "delta-added-"+p.name+"-ms")
+	}
+}
+
+// BenchmarkStream2000 is issue 28's last two figures: 2,000 concurrent
+// streamed chats through one batcherd, each checked to end with its whole
+// answer; and memory per open streamed request: the live heap (HeapAlloc
+// after a GC) with the 2,000 held mid-answer at llmsim, minus before, over 2,000.
+// That heap counts llmsim's handlers and the load client's streams too, so
+// the same is measured for 2,000 chats held straight at llmsim, and
+// bytes/stream-batcher is the difference: what batcherd holds (with the
+// gRPC client's side of each stream). Target: at most 16 KiB.
+func BenchmarkStream2000(b *testing.B) {
+	const n = 2000
+	rig := newStreamRig(b, n, 4)
+	defer rig.stop()
+	ctx := context.Background()
+	held := func(through bool, tag string) (perStream float64, stacks float64) {
+		// One chat of the kind first, so that lazily built state is there.
+		rig.run(ctx, 1, tag+"-warm", through, nil)
+		var before, during runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		hold := make(chan struct{})
+		rig.tap.mu.Lock()
+		rig.tap.hold = hold
+		rig.tap.mu.Unlock()
+		rig.tap.held.Add(n)
+		var got sync.WaitGroup
+		got.Add(n)
+		var rs []chatResult
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			rs = rig.run(ctx, n, tag, through, got.Done)
+		}()
+		rig.tap.held.Wait() // every answer stopped after its first chunk
+		got.Wait()          // and its first delta at the client
+		runtime.GC()
+		runtime.ReadMemStats(&during)
+		rig.tap.mu.Lock()
+		rig.tap.hold = nil
+		rig.tap.mu.Unlock()
+		close(hold)
+		<-done
+		rig.measure(b, rs) // every answer whole
+		return (float64(during.HeapAlloc) - float64(before.HeapAlloc)) / n,
+			(float64(during.StackInuse) - float64(before.StackInuse)) / n
+	}
+	var heapT, heapD, stackT, stackD []float64
+	i := 0
+	for b.Loop() {
+		i++
+		h, s := held(false, fmt.Sprint("held-d", i))
+		heapD, stackD = append(heapD, h), append(stackD, s)
+		h, s = held(true, fmt.Sprint("held-t", i))
+		heapT, stackT = append(heapT, h), append(stackT, s)
+	}
+	med := func(xs []float64) float64 { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
+	b.ReportMetric(med(heapT), "bytes/stream-total")
+	b.ReportMetric(med(heapD), "bytes/stream-direct")
+	b.ReportMetric(med(heapT)-med(heapD), "bytes/stream-batcher")
+	b.ReportMetric(med(stackT)-med(stackD), "stack/stream-batcher")
+	b.ReportMetric(n, "chats-whole")
+}
