@@ -88,7 +88,15 @@ type Config struct {
 	// PollInterval is how often the manager looks for work and a running
 	// job for changes other processes made.
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// BatchRoutes are the routes whose provider batch API jobs may choose
+	// (Spec.Dispatch), by route name.
+	BatchRoutes map[string]BatchRoute
+	// BatchHook, when set, is called before and after each upstream step
+	// of a batch-API dispatch (claimed, uploading, uploaded, created,
+	// polling, collected); returning true stops that dispatch on the spot,
+	// recording nothing more, as a kill would. For tests.
+	BatchHook func(jobID string, chunk int, step string) bool
+	Logger    *slog.Logger
 }
 
 func (c *Config) resolve() error {
@@ -666,6 +674,9 @@ func (m *Manager) validateSpec(s *Spec) error {
 		if f := g.BackoffFactor; f != 0 && !(f >= 1 && f <= batcher.MaxBackoffFactor) {
 			return bad(field+".backoff_factor", "0 (the backend's) or 1 to %d, got %v", batcher.MaxBackoffFactor, f)
 		}
+	}
+	if err := m.validateDispatch(s); err != nil {
+		return err
 	}
 	if err := m.validateOutputDir(s.OutputDir); err != nil {
 		return err

@@ -78,6 +78,11 @@ type run struct {
 	// the backlog waits for the next round.
 	full bool
 
+	// up, when set, dispatches the job's tasks through a provider's batch
+	// API (batchapi.go) on goroutines of its own; the loop then claims
+	// nothing itself and runs online only what up hands back.
+	up *upstream
+
 	// committing is the batch of the commit in flight (nil: none); the
 	// commit's goroutine owns it until it reports on commitDone
 	// (capacity 1).
@@ -160,6 +165,24 @@ func (r *run) loop() {
 	defer r.dropCommit()
 	r.exported = r.out.pos
 	r.behind = true // the store may hold lines the files lack (invalid items, a crash)
+	var requeue chan []Task
+	if br, route := r.m.batchRoute(&j.Spec); br != nil {
+		if r.up, err = newUpstream(r, br, route); err != nil {
+			r.fail(ctx, err)
+			return
+		}
+		requeue = r.up.requeue
+		uctx, cancel := context.WithCancel(ctx)
+		upDone := make(chan struct{})
+		go func() {
+			defer close(upDone)
+			r.up.main(uctx)
+		}()
+		defer func() {
+			cancel()
+			<-upDone
+		}()
+	}
 	var expiry <-chan time.Time
 	if dl := j.Deadline(); !dl.IsZero() {
 		t := time.NewTimer(time.Until(dl))
@@ -197,6 +220,10 @@ func (r *run) loop() {
 		select {
 		case f := <-r.results:
 			r.handle(ctx, f)
+		case ts := <-requeue:
+			// Tasks the batch API did not answer run online.
+			r.backlog = append(r.backlog, ts...)
+			r.checked = false
 		case <-r.paceC:
 			r.paceC = nil // fill runs at the top of the loop
 		case res := <-r.commitDone:
@@ -281,6 +308,9 @@ func (r *run) fill(ctx context.Context) {
 		}
 		clear(r.backlog[len(kept):])
 		r.backlog = kept
+	}
+	if r.up != nil {
+		r.dry = true // the batch API claims the job's tasks
 	}
 	if len(r.backlog) > 0 || r.dry {
 		return
@@ -599,6 +629,18 @@ func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
 	}
 	o.Result = encode(&rec)
 	return o
+}
+
+// outcomeAs is the end of a task that never ran: cancelled or expired
+// with the job. It reads no state of the loop.
+func (r *run) outcomeAs(f *inflight, state ItemState) Outcome {
+	t := &f.task
+	rec := errorRecord(CodeCancelled, "the job was cancelled")
+	if state == ItemExpired {
+		rec = errorRecord(CodeExpired, "the job's completion window ended first")
+	}
+	return Outcome{Seq: t.Seq, Group: t.Group, Item: t.Item, Run: t.Run, CustomID: t.CustomID, State: state, Model: f.model,
+		JudgeSeq: r.lay.judgeSeq(t.Item), RunsFrom: t.Item * r.lay.k, Result: rec}
 }
 
 // commit starts recording the pending results in one transaction unless a

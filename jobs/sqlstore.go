@@ -501,6 +501,9 @@ func (s *sqlStore) DeleteJob(ctx context.Context, id string) error {
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM job_groups WHERE job_id = ?`), id); err != nil {
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM upstream_batches WHERE job_id = ?`), id); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM leases WHERE job_id = ?`), id); err != nil {
 			return err
 		}

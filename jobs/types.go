@@ -112,6 +112,10 @@ type Spec struct {
 	// OutputDir, when set, is where the job's files go: a relative
 	// directory under the manager's OutputRoot.
 	OutputDir string `json:"output_dir,omitempty"`
+	// Dispatch is DispatchOnline (empty: the same), DispatchBatchAPI or
+	// DispatchAuto: whether the tasks go through the route's provider
+	// batch API (Config.BatchRoutes) at its batch price.
+	Dispatch string `json:"dispatch,omitempty"`
 }
 
 // Group is a run group: every input runs Runs times on Model at

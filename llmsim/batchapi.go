@@ -81,7 +81,7 @@ type batchState struct {
 	border  []*simBatch
 	seq     int
 	// Counters (Stats).
-	uploads, creates, cancels, linesDone int64
+	uploads, creates, cancels, linesDone, answered int64
 }
 
 // BatchStats counts what the batch API did.
@@ -95,8 +95,10 @@ type BatchStats struct {
 	BatchesCreated int64
 	Tags           map[string]int
 	Cancelled      int64
-	// Lines counts the lines of ended batches.
-	Lines int64
+	// Lines counts the lines of ended batches; Answered those answered
+	// through the model endpoints (which count them in Stats too).
+	Lines    int64
+	Answered int64
 }
 
 // BatchStats returns the batch API's counters so far.
@@ -104,7 +106,7 @@ func (s *Server) BatchStats() BatchStats {
 	b := &s.bat
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := BatchStats{FilesUploaded: b.uploads, BatchesCreated: b.creates, Cancelled: b.cancels, Lines: b.linesDone,
+	st := BatchStats{FilesUploaded: b.uploads, BatchesCreated: b.creates, Cancelled: b.cancels, Lines: b.linesDone, Answered: b.answered,
 		FileNames: map[string]int{}, Tags: map[string]int{}}
 	for _, f := range b.order {
 		if f.Purpose == "batch" {
@@ -547,6 +549,7 @@ func batchCall(r *http.Request) bool { return r.Context().Value(ctxKey{}) != nil
 func (s *Server) finish(b *simBatch, done int, now time.Time) {
 	var out, errf bytes.Buffer
 	expired := false
+	var answered int64
 	b.RequestCounts.Completed, b.RequestCounts.Failed = 0, 0
 	ctx := context.WithValue(context.Background(), ctxKey{}, true)
 	for i, raw := range b.lines {
@@ -578,6 +581,7 @@ func (s *Server) finish(b *simBatch, done int, now time.Time) {
 			}
 			rec := httptest.NewRecorder()
 			s.mux.ServeHTTP(rec, req)
+			answered++
 			ol.Response = &struct {
 				StatusCode int             `json:"status_code"`
 				RequestID  string          `json:"request_id"`
@@ -618,6 +622,7 @@ func (s *Server) finish(b *simBatch, done int, now time.Time) {
 		s.bat.order = append(s.bat.order, f)
 	}
 	s.bat.linesDone += int64(len(b.lines))
+	s.bat.answered += answered
 	s.bat.mu.Unlock()
 	b.lines = nil
 }
