@@ -84,7 +84,7 @@ func (e *batchEnv) manager(t *testing.T, hook func(string, int, string) bool) (m
 	}
 	m, err := jobs.New(jobs.Config{Store: store, Core: e.core, DataDir: e.dir, Exclusive: !e.pg,
 		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond,
-		BatchRoutes: map[string]jobs.BatchRoute{"chat": {Upstream: e.up, Model: "sim-chat", MaxRequests: 400,
+		BatchRoutes: map[string]jobs.BatchRoute{"chat": {Upstream: e.up, Model: "sim-chat", MaxRequests: 100,
 			PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond}},
 		BatchHook: hook})
 	if err != nil {
@@ -198,7 +198,7 @@ func TestBatchAPIDispatch(t *testing.T) {
 			e := newBatchEnv(t, st.open, llmsim.Config{BatchTime: 50 * time.Millisecond, BatchFailRate: 0.01, BatchExpireRate: 0.01, Seed: 7})
 			e.pg = st.pg
 			m, _ := e.manager(t, nil)
-			const n = 2000
+			const n = 500
 			j := createChat(t, m, jobs.Spec{Model: "chat", Dispatch: jobs.DispatchBatchAPI}, n)
 			p := waitJob(t, m, j.ID)
 			if p.State != jobs.StateCompleted || p.Counts.Succeeded != n {
@@ -208,10 +208,10 @@ func TestBatchAPIDispatch(t *testing.T) {
 				t.Errorf("%d error lines, want 0 (retried online)", errs)
 			}
 			files, batches := e.noneTwice(t)
-			if files != n/400 || batches != n/400 {
-				t.Errorf("%d files and %d batches upstream, want %d each", files, batches, n/400)
+			if files != n/100 || batches != n/100 {
+				t.Errorf("%d files and %d batches upstream, want %d each", files, batches, n/100)
 			}
-			if online := e.sim.Stats().Chat - e.sim.BatchStats().Answered; online == 0 || online > n/10 {
+			if online := e.sim.Stats().Chat - e.sim.BatchStats().Answered; online == 0 || online > n/5 {
 				t.Errorf("%d online calls; want the failed and expired lines only", online)
 			}
 		})
@@ -241,7 +241,7 @@ func TestBatchAPIResume(t *testing.T) {
 					}
 					return false
 				})
-				const n = 1000
+				const n = 300
 				j := createChat(t, m, jobs.Spec{Model: "chat", Dispatch: jobs.DispatchBatchAPI}, n)
 				select {
 				case <-hit:

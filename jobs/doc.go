@@ -33,6 +33,16 @@
 // chat.completion (openaiapi.ChatCompletionBody): the whole message, tool
 // calls, refusal and logprobs included.
 //
+// # Batch-API dispatch
+//
+// A job may go through its route's provider batch API (Spec.Dispatch,
+// Config.BatchRoutes; backend/batchapi) at the provider's batch price: its
+// tasks are written to upstream input files in chunks within the
+// provider's limits, uploaded, run upstream, and their answers recorded as
+// online results are. Every upstream id is recorded before the next step,
+// so a process killed at any step resumes without uploading a file or
+// creating a batch twice (see DESIGN.md).
+//
 // # Guarantees
 //
 //   - A finished task is never run again: Complete records only tasks the

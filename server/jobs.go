@@ -175,7 +175,8 @@ func (s *JobService) addRequest(ctx context.Context, c *jobs.Creator, pr *batche
 func specToJobs(ps *batcherv1.JobSpec) (jobs.Spec, *status.Status) {
 	s := jobs.Spec{Name: ps.GetName(), Metadata: ps.GetMetadata(), Model: ps.GetModel(),
 		ConcurrentRequests: int(ps.GetConcurrentRequests()), FailOnInvalid: ps.GetFailOnInvalid(),
-		RPM: int(ps.GetRequestsPerMinute()), TPM: ps.GetTokensPerMinute(), OutputDir: ps.GetOutputDir()}
+		RPM: int(ps.GetRequestsPerMinute()), TPM: ps.GetTokensPerMinute(), OutputDir: ps.GetOutputDir(),
+		Dispatch: ps.GetDispatch()}
 	var st *status.Status
 	if s.Params, st = paramsToCore(ps.GetParams(), "spec.params"); st != nil {
 		return s, st
@@ -285,7 +286,7 @@ func paramsToProto(p batcher.Params) *batcherv1.GenerationParams {
 func specToProto(s *jobs.Spec) *batcherv1.JobSpec {
 	ps := &batcherv1.JobSpec{Name: s.Name, Metadata: s.Metadata, Model: s.Model, Params: paramsToProto(s.Params),
 		Priority: batcherv1.Priority_PRIORITY_DEFERRABLE, ConcurrentRequests: int32(s.ConcurrentRequests), FailOnInvalid: s.FailOnInvalid,
-		RequestsPerMinute: int32(s.RPM), TokensPerMinute: s.TPM, OutputDir: s.OutputDir}
+		RequestsPerMinute: int32(s.RPM), TokensPerMinute: s.TPM, OutputDir: s.OutputDir, Dispatch: s.Dispatch}
 	if s.Priority == batcher.PriorityLow {
 		ps.Priority = batcherv1.Priority_PRIORITY_LOW
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +31,7 @@ const storeOpenTimeout = 15 * time.Second
 // shutdown, before the core's own drain, and the manager the batch API
 // serves (nil with jobs off). With no data directory, jobs are off and the
 // JobService answers FAILED_PRECONDITION saying that jobs need --data-dir.
-func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, gs *grpc.Server, log *slog.Logger) (func(context.Context), *jobs.Manager, error) {
+func startJobs(ctx context.Context, cfg *config.Config, built *config.Built, core *batcher.Batcher, gs *grpc.Server, log *slog.Logger) (func(context.Context), *jobs.Manager, error) {
 	jc := &cfg.Jobs
 	if jc.DataDir == "" {
 		log.Info("jobs off: set data_dir (--data-dir, BATCHER_DATA_DIR) to run batch jobs")
@@ -69,6 +70,7 @@ func startJobs(ctx context.Context, cfg *config.Config, core *batcher.Batcher, g
 		Store: store, Core: core, DataDir: jc.DataDir, Exclusive: kind == config.JobStoreSQLite,
 		MaxItems: l.MaxItems, MaxRunning: l.MaxRunning, MaxInFlight: l.MaxInFlight, ConcurrentRequests: l.ConcurrentRequests,
 		TTL: l.TTL.D(), Lease: l.Lease.D(), Logger: log, OutputRoot: l.OutputRoot,
+		BatchRoutes: batchRoutes(cfg, built),
 	})
 	if err == nil {
 		err = m.Start(ctx)
@@ -140,6 +142,22 @@ func jobStateNames() []string {
 	var out []string
 	for _, s := range jobs.States() {
 		out = append(out, s.String())
+	}
+	return out
+}
+
+// batchRoutes are the routes with batch_api set, over their backends'
+// batch APIs (validated: OpenAI backends).
+func batchRoutes(cfg *config.Config, built *config.Built) map[string]jobs.BatchRoute {
+	out := map[string]jobs.BatchRoute{}
+	for _, r := range cfg.Routes {
+		ba := r.BatchAPI
+		be := built.OpenAI[r.Backend]
+		if ba == nil || be == nil {
+			continue
+		}
+		out[r.Name] = jobs.BatchRoute{Upstream: be.Batches(), Model: cmp.Or(r.Model, r.Name), MaxRequests: ba.MaxRequests,
+			MaxBytes: ba.MaxBytes, Gather: ba.Gather.D(), PollMin: ba.PollMin.D(), PollMax: ba.PollMax.D()}
 	}
 	return out
 }

@@ -201,7 +201,14 @@ type JobSpec struct {
 	// Absolute paths, "..", and paths that leave the root through a
 	// symbolic link are INVALID_ARGUMENT. Empty: jobs/<id> under the data
 	// directory.
-	OutputDir     string `protobuf:"bytes,15,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	OutputDir string `protobuf:"bytes,15,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	// How the items go upstream: "online" (empty: the same) through the
+	// core, "batch_api" through the route's provider batch API (the route
+	// must enable batch_api; about half the price, up to the provider's
+	// window), or "auto": the batch API when the route has one and the
+	// completion window is unset or at least the provider's. Anything else
+	// is INVALID_ARGUMENT.
+	Dispatch      string `protobuf:"bytes,16,opt,name=dispatch,proto3" json:"dispatch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +344,13 @@ func (x *JobSpec) GetTokensPerMinute() int64 {
 func (x *JobSpec) GetOutputDir() string {
 	if x != nil {
 		return x.OutputDir
+	}
+	return ""
+}
+
+func (x *JobSpec) GetDispatch() string {
+	if x != nil {
+		return x.Dispatch
 	}
 	return ""
 }
@@ -1848,7 +1862,7 @@ var File_batcher_v1_jobs_proto protoreflect.FileDescriptor
 const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"\n" +
 	"\x15batcher/v1/jobs.proto\x12\n" +
-	"batcher.v1\x1a\x18batcher/v1/batcher.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\x83\x06\n" +
+	"batcher.v1\x1a\x18batcher/v1/batcher.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\x9f\x06\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
 	"\bmetadata\x18\x02 \x03(\v2!.batcher.v1.JobSpec.MetadataEntryR\bmetadata\x12\x14\n" +
@@ -1869,7 +1883,8 @@ const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"\x13requests_per_minute\x18\r \x01(\x05R\x11requestsPerMinute\x12*\n" +
 	"\x11tokens_per_minute\x18\x0e \x01(\x03R\x0ftokensPerMinute\x12\x1d\n" +
 	"\n" +
-	"output_dir\x18\x0f \x01(\tR\toutputDir\x1a;\n" +
+	"output_dir\x18\x0f \x01(\tR\toutputDir\x12\x1a\n" +
+	"\bdispatch\x18\x10 \x01(\tR\bdispatch\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0e\n" +

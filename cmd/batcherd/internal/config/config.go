@@ -204,6 +204,23 @@ type Route struct {
 	DefaultMaxTokens int32    `yaml:"default_max_tokens"`
 	// Cache is the route's use of the response cache (cache.go).
 	Cache RouteCache `yaml:"cache"`
+	// BatchAPI, when set, lets jobs on the route choose its backend's
+	// provider batch API (jobs' dispatch: batch_api or auto).
+	BatchAPI *RouteBatchAPI `yaml:"batch_api"`
+}
+
+// RouteBatchAPI sets a route's use of its provider's batch API. Zero
+// fields take the provider's limits and the jobs package's defaults.
+type RouteBatchAPI struct {
+	// MaxRequests and MaxBytes bound one upstream batch (at most the
+	// provider's: OpenAI 50,000 requests and 200 MB).
+	MaxRequests int   `yaml:"max_requests"`
+	MaxBytes    int64 `yaml:"max_bytes"`
+	// Gather is how long to gather tasks before submitting a batch.
+	Gather Duration `yaml:"gather"`
+	// PollMin and PollMax bound the backoff between looks at a batch.
+	PollMin Duration `yaml:"poll_min"`
+	PollMax Duration `yaml:"poll_max"`
 }
 
 // Target is a fallback: a backend and its model name for the route (the

@@ -137,6 +137,14 @@ func (c *Config) Validate() error {
 				e.add(path+".backend", "no backend named %q (%s)", r.Backend, names(backends))
 			}
 		}
+		if ba := r.BatchAPI; ba != nil {
+			if j, ok := backends[r.Backend]; ok && c.Backends[j].Type != TypeOpenAI {
+				e.add(path+".batch_api", "backend %q is of type %s, whose batch API Batcher does not drive yet (openai only)", r.Backend, c.Backends[j].Type)
+			}
+			if ba.MaxRequests < 0 || ba.MaxBytes < 0 || ba.Gather < 0 || ba.PollMin < 0 || ba.PollMax < 0 {
+				e.add(path+".batch_api", "max_requests, max_bytes, gather, poll_min and poll_max must not be negative")
+			}
+		}
 		if len(r.Fallbacks) > maxFallbacks {
 			e.add(path+".fallbacks", "must hold at most %d, got %d", maxFallbacks, len(r.Fallbacks))
 		}

@@ -178,7 +178,7 @@ class JobResult(_message.Message):
     def __init__(self, item: _Optional[int] = ..., custom_id: _Optional[str] = ..., group: _Optional[str] = ..., run: _Optional[int] = ..., judge: bool = ..., outcome: _Optional[_Union[ItemOutcome, str]] = ..., completion: _Optional[_Union[_batcher_pb2.Completion, _Mapping]] = ..., model: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ["completion_window", "concurrent_requests", "fail_on_invalid", "judge", "max_retries", "metadata", "model", "name", "output_dir", "params", "priority", "requests_per_minute", "retry_delay", "run_groups", "tokens_per_minute"]
+    __slots__ = ["completion_window", "concurrent_requests", "dispatch", "fail_on_invalid", "judge", "max_retries", "metadata", "model", "name", "output_dir", "params", "priority", "requests_per_minute", "retry_delay", "run_groups", "tokens_per_minute"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +188,7 @@ class JobSpec(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     COMPLETION_WINDOW_FIELD_NUMBER: _ClassVar[int]
     CONCURRENT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_FIELD_NUMBER: _ClassVar[int]
     FAIL_ON_INVALID_FIELD_NUMBER: _ClassVar[int]
     JUDGE_FIELD_NUMBER: _ClassVar[int]
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +204,7 @@ class JobSpec(_message.Message):
     TOKENS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
     completion_window: _duration_pb2.Duration
     concurrent_requests: int
+    dispatch: str
     fail_on_invalid: bool
     judge: Judge
     max_retries: int
@@ -216,7 +218,7 @@ class JobSpec(_message.Message):
     retry_delay: _duration_pb2.Duration
     run_groups: _containers.RepeatedCompositeFieldContainer[RunGroup]
     tokens_per_minute: int
-    def __init__(self, name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., params: _Optional[_Union[_batcher_pb2.GenerationParams, _Mapping]] = ..., priority: _Optional[_Union[_batcher_pb2.Priority, str]] = ..., max_retries: _Optional[int] = ..., retry_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., concurrent_requests: _Optional[int] = ..., completion_window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., run_groups: _Optional[_Iterable[_Union[RunGroup, _Mapping]]] = ..., judge: _Optional[_Union[Judge, _Mapping]] = ..., fail_on_invalid: bool = ..., requests_per_minute: _Optional[int] = ..., tokens_per_minute: _Optional[int] = ..., output_dir: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., model: _Optional[str] = ..., params: _Optional[_Union[_batcher_pb2.GenerationParams, _Mapping]] = ..., priority: _Optional[_Union[_batcher_pb2.Priority, str]] = ..., max_retries: _Optional[int] = ..., retry_delay: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., concurrent_requests: _Optional[int] = ..., completion_window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., run_groups: _Optional[_Iterable[_Union[RunGroup, _Mapping]]] = ..., judge: _Optional[_Union[Judge, _Mapping]] = ..., fail_on_invalid: bool = ..., requests_per_minute: _Optional[int] = ..., tokens_per_minute: _Optional[int] = ..., output_dir: _Optional[str] = ..., dispatch: _Optional[str] = ...) -> None: ...
 
 class Judge(_message.Message):
     __slots__ = ["model", "params", "prompt_template"]

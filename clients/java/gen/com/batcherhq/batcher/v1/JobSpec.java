@@ -25,6 +25,7 @@ private static final long serialVersionUID = 0L;
     priority_ = 0;
     runGroups_ = java.util.Collections.emptyList();
     outputDir_ = "";
+    dispatch_ = "";
   }
 
   @java.lang.Override
@@ -647,6 +648,63 @@ java.lang.String defaultValue) {
     }
   }
 
+  public static final int DISPATCH_FIELD_NUMBER = 16;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object dispatch_ = "";
+  /**
+   * <pre>
+   * How the items go upstream: "online" (empty: the same) through the
+   * core, "batch_api" through the route's provider batch API (the route
+   * must enable batch_api; about half the price, up to the provider's
+   * window), or "auto": the batch API when the route has one and the
+   * completion window is unset or at least the provider's. Anything else
+   * is INVALID_ARGUMENT.
+   * </pre>
+   *
+   * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+   * @return The dispatch.
+   */
+  @java.lang.Override
+  public java.lang.String getDispatch() {
+    java.lang.Object ref = dispatch_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      dispatch_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * How the items go upstream: "online" (empty: the same) through the
+   * core, "batch_api" through the route's provider batch API (the route
+   * must enable batch_api; about half the price, up to the provider's
+   * window), or "auto": the batch API when the route has one and the
+   * completion window is unset or at least the provider's. Anything else
+   * is INVALID_ARGUMENT.
+   * </pre>
+   *
+   * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+   * @return The bytes for dispatch.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getDispatchBytes() {
+    java.lang.Object ref = dispatch_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      dispatch_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -708,6 +766,9 @@ java.lang.String defaultValue) {
     }
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(outputDir_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 15, outputDir_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(dispatch_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 16, dispatch_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -781,6 +842,9 @@ java.lang.String defaultValue) {
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(outputDir_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(15, outputDir_);
     }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(dispatch_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(16, dispatch_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -840,6 +904,8 @@ java.lang.String defaultValue) {
         != other.getTokensPerMinute()) return false;
     if (!getOutputDir()
         .equals(other.getOutputDir())) return false;
+    if (!getDispatch()
+        .equals(other.getDispatch())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -897,6 +963,8 @@ java.lang.String defaultValue) {
         getTokensPerMinute());
     hash = (37 * hash) + OUTPUT_DIR_FIELD_NUMBER;
     hash = (53 * hash) + getOutputDir().hashCode();
+    hash = (37 * hash) + DISPATCH_FIELD_NUMBER;
+    hash = (53 * hash) + getDispatch().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -1089,6 +1157,7 @@ java.lang.String defaultValue) {
       requestsPerMinute_ = 0;
       tokensPerMinute_ = 0L;
       outputDir_ = "";
+      dispatch_ = "";
       return this;
     }
 
@@ -1187,6 +1256,9 @@ java.lang.String defaultValue) {
       }
       if (((from_bitField0_ & 0x00004000) != 0)) {
         result.outputDir_ = outputDir_;
+      }
+      if (((from_bitField0_ & 0x00008000) != 0)) {
+        result.dispatch_ = dispatch_;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -1307,6 +1379,11 @@ java.lang.String defaultValue) {
       if (!other.getOutputDir().isEmpty()) {
         outputDir_ = other.outputDir_;
         bitField0_ |= 0x00004000;
+        onChanged();
+      }
+      if (!other.getDispatch().isEmpty()) {
+        dispatch_ = other.dispatch_;
+        bitField0_ |= 0x00008000;
         onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
@@ -1430,6 +1507,11 @@ java.lang.String defaultValue) {
               bitField0_ |= 0x00004000;
               break;
             } // case 122
+            case 130: {
+              dispatch_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00008000;
+              break;
+            } // case 130
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -3164,6 +3246,123 @@ java.lang.String defaultValue) {
       checkByteStringIsUtf8(value);
       outputDir_ = value;
       bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object dispatch_ = "";
+    /**
+     * <pre>
+     * How the items go upstream: "online" (empty: the same) through the
+     * core, "batch_api" through the route's provider batch API (the route
+     * must enable batch_api; about half the price, up to the provider's
+     * window), or "auto": the batch API when the route has one and the
+     * completion window is unset or at least the provider's. Anything else
+     * is INVALID_ARGUMENT.
+     * </pre>
+     *
+     * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+     * @return The dispatch.
+     */
+    public java.lang.String getDispatch() {
+      java.lang.Object ref = dispatch_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        dispatch_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * How the items go upstream: "online" (empty: the same) through the
+     * core, "batch_api" through the route's provider batch API (the route
+     * must enable batch_api; about half the price, up to the provider's
+     * window), or "auto": the batch API when the route has one and the
+     * completion window is unset or at least the provider's. Anything else
+     * is INVALID_ARGUMENT.
+     * </pre>
+     *
+     * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+     * @return The bytes for dispatch.
+     */
+    public com.google.protobuf.ByteString
+        getDispatchBytes() {
+      java.lang.Object ref = dispatch_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        dispatch_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * How the items go upstream: "online" (empty: the same) through the
+     * core, "batch_api" through the route's provider batch API (the route
+     * must enable batch_api; about half the price, up to the provider's
+     * window), or "auto": the batch API when the route has one and the
+     * completion window is unset or at least the provider's. Anything else
+     * is INVALID_ARGUMENT.
+     * </pre>
+     *
+     * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+     * @param value The dispatch to set.
+     * @return This builder for chaining.
+     */
+    public Builder setDispatch(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      dispatch_ = value;
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * How the items go upstream: "online" (empty: the same) through the
+     * core, "batch_api" through the route's provider batch API (the route
+     * must enable batch_api; about half the price, up to the provider's
+     * window), or "auto": the batch API when the route has one and the
+     * completion window is unset or at least the provider's. Anything else
+     * is INVALID_ARGUMENT.
+     * </pre>
+     *
+     * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearDispatch() {
+      dispatch_ = getDefaultInstance().getDispatch();
+      bitField0_ = (bitField0_ & ~0x00008000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * How the items go upstream: "online" (empty: the same) through the
+     * core, "batch_api" through the route's provider batch API (the route
+     * must enable batch_api; about half the price, up to the provider's
+     * window), or "auto": the batch API when the route has one and the
+     * completion window is unset or at least the provider's. Anything else
+     * is INVALID_ARGUMENT.
+     * </pre>
+     *
+     * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+     * @param value The bytes for dispatch to set.
+     * @return This builder for chaining.
+     */
+    public Builder setDispatchBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      dispatch_ = value;
+      bitField0_ |= 0x00008000;
       onChanged();
       return this;
     }

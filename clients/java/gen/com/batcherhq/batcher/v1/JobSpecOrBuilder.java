@@ -370,4 +370,34 @@ java.lang.String defaultValue);
    */
   com.google.protobuf.ByteString
       getOutputDirBytes();
+
+  /**
+   * <pre>
+   * How the items go upstream: "online" (empty: the same) through the
+   * core, "batch_api" through the route's provider batch API (the route
+   * must enable batch_api; about half the price, up to the provider's
+   * window), or "auto": the batch API when the route has one and the
+   * completion window is unset or at least the provider's. Anything else
+   * is INVALID_ARGUMENT.
+   * </pre>
+   *
+   * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+   * @return The dispatch.
+   */
+  java.lang.String getDispatch();
+  /**
+   * <pre>
+   * How the items go upstream: "online" (empty: the same) through the
+   * core, "batch_api" through the route's provider batch API (the route
+   * must enable batch_api; about half the price, up to the provider's
+   * window), or "auto": the batch API when the route has one and the
+   * completion window is unset or at least the provider's. Anything else
+   * is INVALID_ARGUMENT.
+   * </pre>
+   *
+   * <code>string dispatch = 16 [json_name = "dispatch"];</code>
+   * @return The bytes for dispatch.
+   */
+  com.google.protobuf.ByteString
+      getDispatchBytes();
 }

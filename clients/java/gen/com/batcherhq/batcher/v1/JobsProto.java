@@ -151,7 +151,7 @@ public final class JobsProto {
       "\n\025batcher/v1/jobs.proto\022\nbatcher.v1\032\030bat" +
       "cher/v1/batcher.proto\032\036google/protobuf/d" +
       "uration.proto\032\037google/protobuf/timestamp" +
-      ".proto\032\027google/rpc/status.proto\"\203\006\n\007JobS" +
+      ".proto\032\027google/rpc/status.proto\"\237\006\n\007JobS" +
       "pec\022\022\n\004name\030\001 \001(\tR\004name\022=\n\010metadata\030\002 \003(" +
       "\0132!.batcher.v1.JobSpec.MetadataEntryR\010me" +
       "tadata\022\024\n\005model\030\003 \001(\tR\005model\0224\n\006params\030\004" +
@@ -169,110 +169,111 @@ public final class JobsProto {
       "valid\022.\n\023requests_per_minute\030\r \001(\005R\021requ" +
       "estsPerMinute\022*\n\021tokens_per_minute\030\016 \001(\003" +
       "R\017tokensPerMinute\022\035\n\noutput_dir\030\017 \001(\tR\to" +
-      "utputDir\032;\n\rMetadataEntry\022\020\n\003key\030\001 \001(\tR\003" +
-      "key\022\024\n\005value\030\002 \001(\tR\005value:\0028\001B\016\n\014_max_re" +
-      "tries\"\376\002\n\010RunGroup\022\022\n\004name\030\001 \001(\tR\004name\022\024" +
-      "\n\005model\030\002 \001(\tR\005model\022\022\n\004runs\030\003 \001(\005R\004runs" +
-      "\022%\n\013temperature\030\004 \001(\002H\000R\013temperature\210\001\001\022" +
-      "\024\n\005seeds\030\005 \003(\003R\005seeds\022\035\n\nnext_model\030\006 \001(" +
-      "\tR\tnextModel\022/\n\005delay\030\007 \001(\0132\031.google.pro" +
-      "tobuf.DurationR\005delay\022$\n\013max_retries\030\010 \001" +
-      "(\005H\001R\nmaxRetries\210\001\001\022:\n\013retry_delay\030\t \001(\013" +
-      "2\031.google.protobuf.DurationR\nretryDelay\022" +
-      "%\n\016backoff_factor\030\n \001(\001R\rbackoffFactorB\016" +
-      "\n\014_temperatureB\016\n\014_max_retries\"|\n\005Judge\022" +
-      "\024\n\005model\030\001 \001(\tR\005model\022\'\n\017prompt_template" +
-      "\030\002 \001(\tR\016promptTemplate\0224\n\006params\030\003 \001(\0132\034" +
-      ".batcher.v1.GenerationParamsR\006params\"%\n\017" +
-      "OpenAIBatchLine\022\022\n\004line\030\001 \001(\014R\004line\"{\n\010J" +
-      "obItems\022/\n\010requests\030\001 \003(\0132\023.batcher.v1.R" +
-      "equestR\010requests\022>\n\014openai_lines\030\002 \003(\0132\033" +
-      ".batcher.v1.OpenAIBatchLineR\013openaiLines" +
-      "\"s\n\020CreateJobRequest\022)\n\004spec\030\001 \001(\0132\023.bat" +
-      "cher.v1.JobSpecH\000R\004spec\022,\n\005items\030\002 \001(\0132\024" +
-      ".batcher.v1.JobItemsH\000R\005itemsB\006\n\004kind\"l\n" +
-      "\021CreateJobResponse\022!\n\003job\030\001 \001(\0132\017.batche" +
-      "r.v1.JobR\003job\022\032\n\010accepted\030\002 \001(\003R\010accepte" +
-      "d\022\030\n\007invalid\030\003 \001(\003R\007invalid\"\256\002\n\003Job\022\016\n\002i" +
-      "d\030\001 \001(\tR\002id\022\'\n\004spec\030\002 \001(\0132\023.batcher.v1.J" +
-      "obSpecR\004spec\0223\n\010progress\030\003 \001(\0132\027.batcher" +
-      ".v1.JobProgressR\010progress\0229\n\ncreated_at\030" +
-      "\004 \001(\0132\032.google.protobuf.TimestampR\tcreat" +
-      "edAt\0225\n\010ended_at\030\005 \001(\0132\032.google.protobuf" +
-      ".TimestampR\007endedAt\022(\n\005error\030\006 \001(\0132\022.goo" +
-      "gle.rpc.StatusR\005error\022\035\n\noutput_dir\030\007 \001(" +
-      "\tR\toutputDir\"\303\001\n\tJobCounts\022\024\n\005total\030\001 \001(" +
-      "\003R\005total\022\030\n\007pending\030\002 \001(\003R\007pending\022\030\n\007ru" +
-      "nning\030\003 \001(\003R\007running\022\034\n\tsucceeded\030\004 \001(\003R" +
-      "\tsucceeded\022\026\n\006failed\030\005 \001(\003R\006failed\022\034\n\tca" +
-      "ncelled\030\006 \001(\003R\tcancelled\022\030\n\007expired\030\007 \001(" +
-      "\003R\007expired\"T\n\rGroupProgress\022\024\n\005group\030\001 \001" +
-      "(\tR\005group\022-\n\006counts\030\002 \001(\0132\025.batcher.v1.J" +
-      "obCountsR\006counts\"\336\003\n\013JobProgress\022*\n\005stat" +
-      "e\030\001 \001(\0162\024.batcher.v1.JobStateR\005state\022-\n\006" +
-      "counts\030\002 \001(\0132\025.batcher.v1.JobCountsR\006cou" +
-      "nts\0221\n\006groups\030\003 \003(\0132\031.batcher.v1.GroupPr" +
-      "ogressR\006groups\022!\n\014success_rate\030\004 \001(\001R\013su" +
-      "ccessRate\022\033\n\ttokens_in\030\005 \001(\003R\010tokensIn\022\035" +
-      "\n\ntokens_out\030\006 \001(\003R\ttokensOut\022*\n\021tokens_" +
-      "per_second\030\007 \001(\001R\017tokensPerSecond\022$\n\016ite" +
-      "ms_per_hour\030\010 \001(\001R\014itemsPerHour\0223\n\007elaps" +
-      "ed\030\t \001(\0132\031.google.protobuf.DurationR\007ela" +
-      "psed\022+\n\003eta\030\n \001(\0132\031.google.protobuf.Dura" +
-      "tionR\003eta\022.\n\004time\030\013 \001(\0132\032.google.protobu" +
-      "f.TimestampR\004time\"\037\n\rGetJobRequest\022\016\n\002id" +
-      "\030\001 \001(\tR\002id\"3\n\016GetJobResponse\022!\n\003job\030\001 \001(" +
-      "\0132\017.batcher.v1.JobR\003job\"y\n\017ListJobsReque" +
-      "st\022*\n\005state\030\001 \001(\0162\024.batcher.v1.JobStateR" +
-      "\005state\022\033\n\tpage_size\030\002 \001(\005R\010pageSize\022\035\n\np" +
-      "age_token\030\003 \001(\tR\tpageToken\"_\n\020ListJobsRe" +
-      "sponse\022#\n\004jobs\030\001 \003(\0132\017.batcher.v1.JobR\004j" +
-      "obs\022&\n\017next_page_token\030\002 \001(\tR\rnextPageTo" +
-      "ken\"\"\n\020CancelJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"" +
-      "6\n\021CancelJobResponse\022!\n\003job\030\001 \001(\0132\017.batc" +
-      "her.v1.JobR\003job\"\"\n\020DeleteJobRequest\022\016\n\002i" +
-      "d\030\001 \001(\tR\002id\"\023\n\021DeleteJobResponse\"!\n\017Watc" +
-      "hJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"G\n\020WatchJobR" +
-      "esponse\0223\n\010progress\030\001 \001(\0132\027.batcher.v1.J" +
-      "obProgressR\010progress\"r\n\025ListJobResultsRe" +
-      "quest\022\016\n\002id\030\001 \001(\tR\002id\0221\n\007outcome\030\002 \001(\0162\027" +
-      ".batcher.v1.ItemOutcomeR\007outcome\022\026\n\006curs" +
-      "or\030\003 \001(\tR\006cursor\"G\n\026ListJobResultsRespon" +
-      "se\022-\n\006result\030\001 \001(\0132\025.batcher.v1.JobResul" +
-      "tR\006result\"\223\002\n\tJobResult\022\022\n\004item\030\001 \001(\003R\004i" +
-      "tem\022\033\n\tcustom_id\030\002 \001(\tR\010customId\022\024\n\005grou" +
-      "p\030\003 \001(\tR\005group\022\020\n\003run\030\004 \001(\005R\003run\022\024\n\005judg" +
-      "e\030\005 \001(\010R\005judge\0221\n\007outcome\030\006 \001(\0162\027.batche" +
-      "r.v1.ItemOutcomeR\007outcome\0226\n\ncompletion\030" +
-      "\007 \001(\0132\026.batcher.v1.CompletionR\ncompletio" +
-      "n\022\024\n\005model\030\010 \001(\tR\005model\022\026\n\006cursor\030\t \001(\tR" +
-      "\006cursor*\377\001\n\010JobState\022\031\n\025JOB_STATE_UNSPEC" +
-      "IFIED\020\000\022\030\n\024JOB_STATE_VALIDATING\020\001\022\024\n\020JOB" +
-      "_STATE_QUEUED\020\002\022\025\n\021JOB_STATE_RUNNING\020\003\022\030" +
-      "\n\024JOB_STATE_FINALIZING\020\004\022\027\n\023JOB_STATE_CO" +
-      "MPLETED\020\005\022\024\n\020JOB_STATE_FAILED\020\006\022\030\n\024JOB_S" +
-      "TATE_CANCELLING\020\007\022\027\n\023JOB_STATE_CANCELLED" +
-      "\020\010\022\025\n\021JOB_STATE_EXPIRED\020\t*\226\001\n\013ItemOutcom" +
-      "e\022\034\n\030ITEM_OUTCOME_UNSPECIFIED\020\000\022\032\n\026ITEM_" +
-      "OUTCOME_SUCCEEDED\020\001\022\027\n\023ITEM_OUTCOME_FAIL" +
-      "ED\020\002\022\032\n\026ITEM_OUTCOME_CANCELLED\020\003\022\030\n\024ITEM" +
-      "_OUTCOME_EXPIRED\020\0042\230\004\n\nJobService\022J\n\tCre" +
-      "ateJob\022\034.batcher.v1.CreateJobRequest\032\035.b" +
-      "atcher.v1.CreateJobResponse(\001\022?\n\006GetJob\022" +
-      "\031.batcher.v1.GetJobRequest\032\032.batcher.v1." +
-      "GetJobResponse\022E\n\010ListJobs\022\033.batcher.v1." +
-      "ListJobsRequest\032\034.batcher.v1.ListJobsRes" +
-      "ponse\022H\n\tCancelJob\022\034.batcher.v1.CancelJo" +
-      "bRequest\032\035.batcher.v1.CancelJobResponse\022" +
-      "H\n\tDeleteJob\022\034.batcher.v1.DeleteJobReque" +
-      "st\032\035.batcher.v1.DeleteJobResponse\022G\n\010Wat" +
-      "chJob\022\033.batcher.v1.WatchJobRequest\032\034.bat" +
-      "cher.v1.WatchJobResponse0\001\022Y\n\016ListJobRes" +
-      "ults\022!.batcher.v1.ListJobResultsRequest\032" +
-      "\".batcher.v1.ListJobResultsResponse0\001B^\n" +
-      "\030com.batcherhq.batcher.v1B\tJobsProtoP\001Z5" +
-      "github.com/batcherhq/batcher/gen/batcher" +
-      "/v1;batcherv1b\006proto3"
+      "utputDir\022\032\n\010dispatch\030\020 \001(\tR\010dispatch\032;\n\r" +
+      "MetadataEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value" +
+      "\030\002 \001(\tR\005value:\0028\001B\016\n\014_max_retries\"\376\002\n\010Ru" +
+      "nGroup\022\022\n\004name\030\001 \001(\tR\004name\022\024\n\005model\030\002 \001(" +
+      "\tR\005model\022\022\n\004runs\030\003 \001(\005R\004runs\022%\n\013temperat" +
+      "ure\030\004 \001(\002H\000R\013temperature\210\001\001\022\024\n\005seeds\030\005 \003" +
+      "(\003R\005seeds\022\035\n\nnext_model\030\006 \001(\tR\tnextModel" +
+      "\022/\n\005delay\030\007 \001(\0132\031.google.protobuf.Durati" +
+      "onR\005delay\022$\n\013max_retries\030\010 \001(\005H\001R\nmaxRet" +
+      "ries\210\001\001\022:\n\013retry_delay\030\t \001(\0132\031.google.pr" +
+      "otobuf.DurationR\nretryDelay\022%\n\016backoff_f" +
+      "actor\030\n \001(\001R\rbackoffFactorB\016\n\014_temperatu" +
+      "reB\016\n\014_max_retries\"|\n\005Judge\022\024\n\005model\030\001 \001" +
+      "(\tR\005model\022\'\n\017prompt_template\030\002 \001(\tR\016prom" +
+      "ptTemplate\0224\n\006params\030\003 \001(\0132\034.batcher.v1." +
+      "GenerationParamsR\006params\"%\n\017OpenAIBatchL" +
+      "ine\022\022\n\004line\030\001 \001(\014R\004line\"{\n\010JobItems\022/\n\010r" +
+      "equests\030\001 \003(\0132\023.batcher.v1.RequestR\010requ" +
+      "ests\022>\n\014openai_lines\030\002 \003(\0132\033.batcher.v1." +
+      "OpenAIBatchLineR\013openaiLines\"s\n\020CreateJo" +
+      "bRequest\022)\n\004spec\030\001 \001(\0132\023.batcher.v1.JobS" +
+      "pecH\000R\004spec\022,\n\005items\030\002 \001(\0132\024.batcher.v1." +
+      "JobItemsH\000R\005itemsB\006\n\004kind\"l\n\021CreateJobRe" +
+      "sponse\022!\n\003job\030\001 \001(\0132\017.batcher.v1.JobR\003jo" +
+      "b\022\032\n\010accepted\030\002 \001(\003R\010accepted\022\030\n\007invalid" +
+      "\030\003 \001(\003R\007invalid\"\256\002\n\003Job\022\016\n\002id\030\001 \001(\tR\002id\022" +
+      "\'\n\004spec\030\002 \001(\0132\023.batcher.v1.JobSpecR\004spec" +
+      "\0223\n\010progress\030\003 \001(\0132\027.batcher.v1.JobProgr" +
+      "essR\010progress\0229\n\ncreated_at\030\004 \001(\0132\032.goog" +
+      "le.protobuf.TimestampR\tcreatedAt\0225\n\010ende" +
+      "d_at\030\005 \001(\0132\032.google.protobuf.TimestampR\007" +
+      "endedAt\022(\n\005error\030\006 \001(\0132\022.google.rpc.Stat" +
+      "usR\005error\022\035\n\noutput_dir\030\007 \001(\tR\toutputDir" +
+      "\"\303\001\n\tJobCounts\022\024\n\005total\030\001 \001(\003R\005total\022\030\n\007" +
+      "pending\030\002 \001(\003R\007pending\022\030\n\007running\030\003 \001(\003R" +
+      "\007running\022\034\n\tsucceeded\030\004 \001(\003R\tsucceeded\022\026" +
+      "\n\006failed\030\005 \001(\003R\006failed\022\034\n\tcancelled\030\006 \001(" +
+      "\003R\tcancelled\022\030\n\007expired\030\007 \001(\003R\007expired\"T" +
+      "\n\rGroupProgress\022\024\n\005group\030\001 \001(\tR\005group\022-\n" +
+      "\006counts\030\002 \001(\0132\025.batcher.v1.JobCountsR\006co" +
+      "unts\"\336\003\n\013JobProgress\022*\n\005state\030\001 \001(\0162\024.ba" +
+      "tcher.v1.JobStateR\005state\022-\n\006counts\030\002 \001(\013" +
+      "2\025.batcher.v1.JobCountsR\006counts\0221\n\006group" +
+      "s\030\003 \003(\0132\031.batcher.v1.GroupProgressR\006grou" +
+      "ps\022!\n\014success_rate\030\004 \001(\001R\013successRate\022\033\n" +
+      "\ttokens_in\030\005 \001(\003R\010tokensIn\022\035\n\ntokens_out" +
+      "\030\006 \001(\003R\ttokensOut\022*\n\021tokens_per_second\030\007" +
+      " \001(\001R\017tokensPerSecond\022$\n\016items_per_hour\030" +
+      "\010 \001(\001R\014itemsPerHour\0223\n\007elapsed\030\t \001(\0132\031.g" +
+      "oogle.protobuf.DurationR\007elapsed\022+\n\003eta\030" +
+      "\n \001(\0132\031.google.protobuf.DurationR\003eta\022.\n" +
+      "\004time\030\013 \001(\0132\032.google.protobuf.TimestampR" +
+      "\004time\"\037\n\rGetJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"3" +
+      "\n\016GetJobResponse\022!\n\003job\030\001 \001(\0132\017.batcher." +
+      "v1.JobR\003job\"y\n\017ListJobsRequest\022*\n\005state\030" +
+      "\001 \001(\0162\024.batcher.v1.JobStateR\005state\022\033\n\tpa" +
+      "ge_size\030\002 \001(\005R\010pageSize\022\035\n\npage_token\030\003 " +
+      "\001(\tR\tpageToken\"_\n\020ListJobsResponse\022#\n\004jo" +
+      "bs\030\001 \003(\0132\017.batcher.v1.JobR\004jobs\022&\n\017next_" +
+      "page_token\030\002 \001(\tR\rnextPageToken\"\"\n\020Cance" +
+      "lJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"6\n\021CancelJob" +
+      "Response\022!\n\003job\030\001 \001(\0132\017.batcher.v1.JobR\003" +
+      "job\"\"\n\020DeleteJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"" +
+      "\023\n\021DeleteJobResponse\"!\n\017WatchJobRequest\022" +
+      "\016\n\002id\030\001 \001(\tR\002id\"G\n\020WatchJobResponse\0223\n\010p" +
+      "rogress\030\001 \001(\0132\027.batcher.v1.JobProgressR\010" +
+      "progress\"r\n\025ListJobResultsRequest\022\016\n\002id\030" +
+      "\001 \001(\tR\002id\0221\n\007outcome\030\002 \001(\0162\027.batcher.v1." +
+      "ItemOutcomeR\007outcome\022\026\n\006cursor\030\003 \001(\tR\006cu" +
+      "rsor\"G\n\026ListJobResultsResponse\022-\n\006result" +
+      "\030\001 \001(\0132\025.batcher.v1.JobResultR\006result\"\223\002" +
+      "\n\tJobResult\022\022\n\004item\030\001 \001(\003R\004item\022\033\n\tcusto" +
+      "m_id\030\002 \001(\tR\010customId\022\024\n\005group\030\003 \001(\tR\005gro" +
+      "up\022\020\n\003run\030\004 \001(\005R\003run\022\024\n\005judge\030\005 \001(\010R\005jud" +
+      "ge\0221\n\007outcome\030\006 \001(\0162\027.batcher.v1.ItemOut" +
+      "comeR\007outcome\0226\n\ncompletion\030\007 \001(\0132\026.batc" +
+      "her.v1.CompletionR\ncompletion\022\024\n\005model\030\010" +
+      " \001(\tR\005model\022\026\n\006cursor\030\t \001(\tR\006cursor*\377\001\n\010" +
+      "JobState\022\031\n\025JOB_STATE_UNSPECIFIED\020\000\022\030\n\024J" +
+      "OB_STATE_VALIDATING\020\001\022\024\n\020JOB_STATE_QUEUE" +
+      "D\020\002\022\025\n\021JOB_STATE_RUNNING\020\003\022\030\n\024JOB_STATE_" +
+      "FINALIZING\020\004\022\027\n\023JOB_STATE_COMPLETED\020\005\022\024\n" +
+      "\020JOB_STATE_FAILED\020\006\022\030\n\024JOB_STATE_CANCELL" +
+      "ING\020\007\022\027\n\023JOB_STATE_CANCELLED\020\010\022\025\n\021JOB_ST" +
+      "ATE_EXPIRED\020\t*\226\001\n\013ItemOutcome\022\034\n\030ITEM_OU" +
+      "TCOME_UNSPECIFIED\020\000\022\032\n\026ITEM_OUTCOME_SUCC" +
+      "EEDED\020\001\022\027\n\023ITEM_OUTCOME_FAILED\020\002\022\032\n\026ITEM" +
+      "_OUTCOME_CANCELLED\020\003\022\030\n\024ITEM_OUTCOME_EXP" +
+      "IRED\020\0042\230\004\n\nJobService\022J\n\tCreateJob\022\034.bat" +
+      "cher.v1.CreateJobRequest\032\035.batcher.v1.Cr" +
+      "eateJobResponse(\001\022?\n\006GetJob\022\031.batcher.v1" +
+      ".GetJobRequest\032\032.batcher.v1.GetJobRespon" +
+      "se\022E\n\010ListJobs\022\033.batcher.v1.ListJobsRequ" +
+      "est\032\034.batcher.v1.ListJobsResponse\022H\n\tCan" +
+      "celJob\022\034.batcher.v1.CancelJobRequest\032\035.b" +
+      "atcher.v1.CancelJobResponse\022H\n\tDeleteJob" +
+      "\022\034.batcher.v1.DeleteJobRequest\032\035.batcher" +
+      ".v1.DeleteJobResponse\022G\n\010WatchJob\022\033.batc" +
+      "her.v1.WatchJobRequest\032\034.batcher.v1.Watc" +
+      "hJobResponse0\001\022Y\n\016ListJobResults\022!.batch" +
+      "er.v1.ListJobResultsRequest\032\".batcher.v1" +
+      ".ListJobResultsResponse0\001B^\n\030com.batcher" +
+      "hq.batcher.v1B\tJobsProtoP\001Z5github.com/b" +
+      "atcherhq/batcher/gen/batcher/v1;batcherv" +
+      "1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -287,7 +288,7 @@ public final class JobsProto {
     internal_static_batcher_v1_JobSpec_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_JobSpec_descriptor,
-        new java.lang.String[] { "Name", "Metadata", "Model", "Params", "Priority", "MaxRetries", "RetryDelay", "ConcurrentRequests", "CompletionWindow", "RunGroups", "Judge", "FailOnInvalid", "RequestsPerMinute", "TokensPerMinute", "OutputDir", "MaxRetries", });
+        new java.lang.String[] { "Name", "Metadata", "Model", "Params", "Priority", "MaxRetries", "RetryDelay", "ConcurrentRequests", "CompletionWindow", "RunGroups", "Judge", "FailOnInvalid", "RequestsPerMinute", "TokensPerMinute", "OutputDir", "Dispatch", "MaxRetries", });
     internal_static_batcher_v1_JobSpec_MetadataEntry_descriptor =
       internal_static_batcher_v1_JobSpec_descriptor.getNestedTypes().get(0);
     internal_static_batcher_v1_JobSpec_MetadataEntry_fieldAccessorTable = new
