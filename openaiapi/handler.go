@@ -83,7 +83,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 	}
-	h.route(w, withConn(r))
+	h.route(w, h.withAccess(withConn(r)))
 }
 
 // authorized checks the bearer token against every configured one, in

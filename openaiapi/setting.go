@@ -1,12 +1,14 @@
 package openaiapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/batcherhq/batcher/batcher"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -84,6 +86,17 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(c *config) { c.propagator = p }
 }
 
+// WithAccessFunc sets what each call's caller may ask of the core:
+// f(ctx) is called once a call, after authentication, and every request of
+// the call is admitted with it (batcher.Access.Admit: its routes, its
+// priority ceiling, its tenant for the core's quotas); /v1/models lists
+// only its routes, and files and batches are its tenant's (TenantOf).
+// batcherd passes security.AccessFrom. Default none, as is f returning
+// nil: every caller may use everything, as one unnamed tenant.
+func WithAccessFunc(f func(context.Context) *batcher.Access) Option {
+	return func(c *config) { c.access = f }
+}
+
 // WithLogger sets where the handler logs. Default slog.Default(); nil is
 // ignored.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -100,6 +113,7 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	propagator     propagation.TextMapPropagator
 	logger         *slog.Logger
+	access         func(context.Context) *batcher.Access
 }
 
 func newConfig(opts []Option) (*config, error) {

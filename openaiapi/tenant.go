@@ -7,7 +7,6 @@ import (
 	"net/http"
 
 	"github.com/batcherhq/batcher/batcher"
-	"github.com/batcherhq/batcher/security"
 )
 
 // TypePermission is OpenAI's error type for a valid key that may not do
@@ -19,15 +18,36 @@ const TypePermission = "permission_error"
 // has no tenants file (every caller the anonymous tenant). Files and
 // batches of a tenant are seen by that tenant only; "" sees everything.
 func TenantOf(ctx context.Context) string {
-	t := security.TenantFrom(ctx)
-	if t == nil || t.Name == security.AnonymousName {
-		return ""
+	if a := accessOf(ctx); a != nil {
+		return a.Tenant
 	}
-	return t.Name
+	return ""
+}
+
+// accessKey is the context key of the call's Access (WithAccessFunc).
+type accessKey struct{}
+
+// withAccess returns r with its caller's Access in its context, taken once
+// from the access function; r itself without one.
+func (h *Handler) withAccess(r *http.Request) *http.Request {
+	if h.cfg.access == nil {
+		return r
+	}
+	a := h.cfg.access(r.Context())
+	if a == nil {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), accessKey{}, a))
+}
+
+// accessOf returns the Access of ctx's call, or nil: everything allowed.
+func accessOf(ctx context.Context) *batcher.Access {
+	a, _ := ctx.Value(accessKey{}).(*batcher.Access)
+	return a
 }
 
 // admit admits req for ctx's caller before the core sees it, with the one
-// rule every door calls (batcher.Access.Admit, from security.AccessFrom):
+// rule every door calls (batcher.Access.Admit, from WithAccessFunc):
 // a route it may not use, or a priority above its ceiling in refuse mode,
 // is a 403; in lower mode the priority is lowered; the request carries the
 // tenant's name for the core's quotas. Without a tenant (no authentication
@@ -39,7 +59,7 @@ func admit(ctx context.Context, req *batcher.Request) error {
 	if req.Conn == nil {
 		req.Conn = connOf(ctx)
 	}
-	return security.AccessFrom(ctx).Admit(req)
+	return accessOf(ctx).Admit(req)
 }
 
 // connKey is the context key of the caller's HTTP connection.
@@ -69,7 +89,7 @@ func connOf(ctx context.Context) net.Addr {
 	return nil
 }
 
-// forbidden answers an error wrapping security.ErrForbidden: 403 with the
+// forbidden answers an error wrapping batcher.ErrForbidden: 403 with the
 // reason, which names the route or priority the caller gave and its
 // tenant, never what exists.
 func forbidden(err error) *Error {
@@ -85,5 +105,5 @@ func forbidden(err error) *Error {
 // modelVisible reports whether ctx's tenant may use the route: /v1/models
 // lists only those, and answers 404 for the others as for unknown ones.
 func modelVisible(ctx context.Context, route string) bool {
-	return security.AccessFrom(ctx).AllowsRoute(route)
+	return accessOf(ctx).AllowsRoute(route)
 }

@@ -53,7 +53,7 @@ func startHTTP(cfg *config.Config, core *batcher.Batcher, sec *security.Security
 		return nil, err
 	}
 	f := &httpFront{served: make(chan error, 1)}
-	opts := append(front.Options, openaiapi.WithLogger(log))
+	opts := append(front.Options, openaiapi.WithLogger(log), openaiapi.WithAccessFunc(security.AccessFrom))
 	if front.FilesDir != "" {
 		if f.Files, err = openaiapi.OpenFileStore(front.FilesDir); err != nil {
 			return nil, fmt.Errorf("data_dir: %w", err)
