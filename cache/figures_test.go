@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -26,15 +27,19 @@ func (f *countingBackend) Dispatch(_ context.Context, b *batcher.Batch, out []ba
 	return nil
 }
 
-func newCore(t testing.TB, c *Cache, be batcher.Backend) *batcher.Batcher {
+// newCore returns a core with an embedding route "embed" on be, and the
+// cache c (when not nil) or what opts set.
+func newCore(t testing.TB, c *Cache, be batcher.Backend, opts ...batcher.Option) *batcher.Batcher {
 	t.Helper()
-	core, err := batcher.New(
-		batcher.WithCache(c),
+	if c != nil {
+		opts = append(opts, batcher.WithCache(c))
+	}
+	core, err := batcher.New(append(opts,
 		batcher.WithQueueCapacity(10_000),
 		batcher.WithBackend(batcher.BackendConfig{Name: "be", Backend: be, MaxConcurrency: 8}),
 		batcher.WithRoute(batcher.Route{Name: "embed", Op: batcher.OpEmbedding, Backend: "be",
 			Batch: batcher.BatchConfig{MaxBatchSize: 64}}),
-	)
+	)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,28 +134,72 @@ func TestFigureMemoryWithinBound(t *testing.T) {
 	runtime.KeepAlive(c)
 }
 
-// BenchmarkHit is a memory hit through the core: Do of an embedding
-// answered before, with the real cache, admission included. cpu-ns/op is
-// the process's CPU time per hit (internal/cputime), which a loaded
-// machine does not inflate as it does ns/op.
-//
-//	go test -run '^$' -bench Hit -benchtime 200000x -count 5 ./cache
-func BenchmarkHit(b *testing.B) {
-	c := newTest(b)
-	core := newCore(b, c, &countingBackend{})
-	req := &batcher.Request{Route: "embed", Input: batcher.Input{Op: batcher.OpEmbedding,
+// hitRequest is the request BenchmarkHit repeats.
+func hitRequest() *batcher.Request {
+	return &batcher.Request{Route: "embed", Input: batcher.Input{Op: batcher.OpEmbedding,
 		Text: "a paragraph of about two hundred bytes, as a chunk of a document that an embedding pipeline sends again and again to the same model, which the cache answers from memory without the upstream"}}
-	if _, err := core.Do(context.Background(), req); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cputime.Process()
-	for range b.N {
-		res, err := core.Do(context.Background(), req)
-		if err != nil || !res.Cached {
-			b.Fatalf("%v %v", err, res.Cached)
+}
+
+// stubCache answers every lookup at once with one answer, with no table
+// behind it: a Do it answers costs the admission path, the request's
+// digest and serving the answer, and no lookup.
+type stubCache struct{ r *batcher.Result }
+
+func (s stubCache) Get(*batcher.CacheKey) (*batcher.Result, bool)   { return s.r, true }
+func (s stubCache) Again(*batcher.CacheKey) (*batcher.Result, bool) { return s.r, true }
+func (s stubCache) Fetch(context.Context, *batcher.CacheKey) (*batcher.Result, bool) {
+	return nil, false
+}
+func (stubCache) Remote() bool                           { return false }
+func (stubCache) Put(*batcher.CacheKey, *batcher.Result) {}
+
+// BenchmarkHit is a memory hit through the core, Do of an embedding
+// answered before, against its baseline in the same binary:
+//   - hit: the real cache (otter), admission included;
+//   - admission: the same Do answered by stubCache, which does no lookup:
+//     the admission path, the request's digest (batcher.Identity) and
+//     serving the answer;
+//   - digest: SHA-256 of as many bytes as the digest hashes for this
+//     request, the part of "admission" that a hit alone pays.
+//
+// A hit's cost beyond the admission path is hit - admission + digest.
+// cpu-ns/op is the process's CPU time per op (internal/cputime), which a
+// loaded machine does not inflate as it does ns/op. Run the binary several
+// times to alternate the cases:
+//
+//	go test -c -o /tmp/cache.test ./cache
+//	for i in 1 2 3 4 5; do /tmp/cache.test -test.run '^$' -test.bench 'BenchmarkHit' -test.benchtime 200000x; done
+func BenchmarkHit(b *testing.B) {
+	run := func(b *testing.B, c batcher.Cache) {
+		core := newCore(b, nil, &countingBackend{}, batcher.WithCache(c))
+		req := hitRequest()
+		if _, err := core.Do(context.Background(), req); err != nil {
+			b.Fatal(err)
 		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu := cputime.Process()
+		for range b.N {
+			res, err := core.Do(context.Background(), req)
+			if err != nil || !res.Cached {
+				b.Fatalf("%v %v", err, res.Cached)
+			}
+		}
+		b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 	}
-	b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
+	b.Run("hit", func(b *testing.B) { run(b, newTest(b)) })
+	b.Run("admission", func(b *testing.B) {
+		run(b, stubCache{&batcher.Result{Embedding: []float32{1, 2, 3, 4}, Usage: batcher.Usage{PromptTokens: 3}}})
+	})
+	b.Run("digest", func(b *testing.B) {
+		// The route, the backend model, the operation, the text and the
+		// parameters, with their lengths: about the text and 64 bytes.
+		in := make([]byte, len(hitRequest().Input.Text)+64)
+		b.ReportAllocs()
+		cpu := cputime.Process()
+		for range b.N {
+			_ = sha256.Sum256(in)
+		}
+		b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
+	})
 }
