@@ -10,7 +10,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/fleet/fleettest"
 	"github.com/batcherhq/batcher/internal/cputime"
 )
 
@@ -202,4 +205,98 @@ func BenchmarkHit(b *testing.B) {
 		}
 		b.ReportMetric(float64(cputime.Process()-cpu)/float64(b.N), "cpu-ns/op")
 	})
+}
+
+// countingHook counts the round trips a go-redis client makes: one per
+// command, one per pipeline.
+type countingHook struct {
+	trips atomic.Int64
+	mu    sync.Mutex
+	names []string
+}
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.trips.Add(1)
+		h.mu.Lock()
+		h.names = append(h.names, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.trips.Add(1); return next(ctx, cmds) }
+}
+
+// redisReplicas returns two cores, each with its own cache over one Redis:
+// a, whose answers are written through at once (its cache closed), and b,
+// whose memory layer is cold and whose Redis round trips hook counts.
+func redisReplicas(t testing.TB, texts []string) (b *batcher.Batcher, hook *countingHook) {
+	addr := fleettest.Redis(t)
+	prefix := fleettest.Prefix(t, addr)
+	rdbA, rdbB := fleettest.Client(addr), fleettest.Client(addr)
+	t.Cleanup(func() { _ = rdbA.Close(); _ = rdbB.Close() })
+	ca, err := New(WithRedis(rdbA), WithRedisPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newCore(t, ca, &countingBackend{})
+	for _, text := range texts {
+		if _, err := a.Do(context.Background(), &batcher.Request{Route: "embed", Input: batcher.Input{Op: batcher.OpEmbedding, Text: text}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.Close(context.Background()); err != nil { // writes what is queued
+		t.Fatal(err)
+	}
+	// A connection open, so that its handshake (HELLO) is not counted:
+	// it is once per connection, not per hit.
+	if err := rdbB.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hook = &countingHook{}
+	rdbB.AddHook(hook)
+	return newCore(t, newTest(t, WithRedis(rdbB), WithRedisPrefix(prefix)), &countingBackend{}), hook
+}
+
+// TestRedisHitOneRoundTrip: a replica whose memory is cold answers from
+// what another stored in Redis with one round trip (a GET), and then from
+// memory with none.
+func TestRedisHitOneRoundTrip(t *testing.T) {
+	b, hook := redisReplicas(t, []string{"stored by a"})
+	req := &batcher.Request{Route: "embed", Input: batcher.Input{Op: batcher.OpEmbedding, Text: "stored by a"}}
+	res, err := b.Do(context.Background(), req)
+	if err != nil || !res.Cached {
+		t.Fatalf("b: %v, cached %v", err, res.Cached)
+	}
+	if n := hook.trips.Load(); n != 1 {
+		t.Fatalf("a Redis hit took %d round trips (%v), want 1", n, hook.names)
+	}
+	if res, err = b.Do(context.Background(), req); err != nil || !res.Cached || hook.trips.Load() != 1 {
+		t.Fatalf("the repeat: %v, cached %v, %d round trips in all", err, res.Cached, hook.trips.Load())
+	}
+}
+
+// BenchmarkRedisHit is a Redis hit through the core of a replica whose
+// memory is cold, one request after another: latency (ns/op) and round
+// trips per hit.
+//
+//	go test -run '^$' -bench RedisHit -benchtime 2000x -count 5 ./cache
+func BenchmarkRedisHit(b *testing.B) {
+	texts := make([]string, b.N)
+	for i := range texts {
+		texts[i] = fmt.Sprintf("chunk %d of a document stored by another replica", i)
+	}
+	core, hook := redisReplicas(b, texts)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, text := range texts {
+		res, err := core.Do(context.Background(), &batcher.Request{Route: "embed", Input: batcher.Input{Op: batcher.OpEmbedding, Text: text}})
+		if err != nil || !res.Cached {
+			b.Fatalf("%v %v", err, res.Cached)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(hook.trips.Load())/float64(b.N), "round-trips/op")
 }
