@@ -166,9 +166,33 @@ func (s *JobService) addRequest(ctx context.Context, c *jobs.Creator, pr *batche
 	if st := toCore(pr, &r); st != nil {
 		return c.AddInvalid(ctx, pr.GetId(), st.Message())
 	}
+	if field, why := jobItemOnly(pr); field != "" {
+		return c.AddInvalid(ctx, pr.GetId(), field+": "+why)
+	}
 	return c.Add(ctx, r.ID, &jobs.ItemRequest{Model: r.Route, Input: r.Input, Params: r.Params, Metadata: r.Metadata,
 		Tools: r.Tools, ToolChoice: r.ToolChoice, ParallelToolCalls: r.ParallelToolCalls, ResponseFormat: r.ResponseFormat,
 		User: r.User, Extra: r.Extra})
+}
+
+// jobItemOnly names a field of a job's item that a job does not take from
+// its items, and why, or returns "": an item is never stripped of what
+// its caller sent in silence. The job's spec sets these for every item.
+func jobItemOnly(pr *batcherv1.Request) (field, why string) {
+	switch {
+	case pr.GetPriority() != batcherv1.Priority_PRIORITY_UNSPECIFIED:
+		return "priority", "a job's items run at the job's priority (spec.priority); leave it unset"
+	case pr.GetTimeout() != nil:
+		return "timeout", "a job's items are bounded by the job's completion_window (spec.completion_window); leave it unset"
+	case pr.GetStream():
+		return "stream", "a job's answers are stored, not streamed; leave it false"
+	case pr.GetDedup() != batcherv1.Dedup_DEDUP_UNSPECIFIED:
+		return "dedup", "a job's items are deduplicated by the route's rules; leave it unset"
+	case pr.GetCache() != batcherv1.CacheMode_CACHE_MODE_UNSPECIFIED:
+		return "cache", "a job's items use the cache by the route's rules; leave it unset"
+	case pr.GetTraceparent() != "" || pr.GetTracestate() != "":
+		return "traceparent", "a job's items carry no trace context of their own; leave it unset"
+	}
+	return "", ""
 }
 
 // specToJobs translates a spec, naming a bad field.

@@ -253,6 +253,31 @@ func TestJobServiceErrors(t *testing.T) {
 	}
 }
 
+// TestJobItemFieldsNeverDropped: a job's item that sets a field a job does
+// not take from its items is refused naming the field, never run without
+// it.
+func TestJobItemFieldsNeverDropped(t *testing.T) {
+	e := newJobsEnv(t, newFake(), 5)
+	for field, set := range map[string]func(r *batcherv1.Request){
+		"priority":    func(r *batcherv1.Request) { r.Priority = batcherv1.Priority_PRIORITY_URGENT },
+		"timeout":     func(r *batcherv1.Request) { r.Timeout = durationpb.New(time.Second) },
+		"stream":      func(r *batcherv1.Request) { r.Stream = true },
+		"dedup":       func(r *batcherv1.Request) { r.Dedup = batcherv1.Dedup_DEDUP_OFF },
+		"cache":       func(r *batcherv1.Request) { r.Cache = batcherv1.CacheMode_CACHE_MODE_BYPASS },
+		"traceparent": func(r *batcherv1.Request) { r.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" },
+	} {
+		t.Run(field, func(t *testing.T) {
+			r := chatRequest("1", "a")
+			set(r)
+			_, err := e.createJob(t, &batcherv1.JobSpec{Model: routeChat, FailOnInvalid: true},
+				&batcherv1.JobItems{Requests: []*batcherv1.Request{r}})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), field+": ") {
+				t.Fatalf("CreateJob with %s set = %v, want INVALID_ARGUMENT naming %s", field, err, field)
+			}
+		})
+	}
+}
+
 func TestJobServiceCancel(t *testing.T) {
 	be := heldFake()
 	e := newJobsEnv(t, be, 0)
