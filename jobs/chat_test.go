@@ -72,7 +72,7 @@ func TestItemsCarryToolCalls(t *testing.T) {
 		t.Fatalf("results.jsonl lacks the tool call:\n%s", raw)
 	}
 	errs := readLines(t, filepath.Join(dir, jobs.ErrorsFile))
-	want := `line 2: model "gatedchat": tools: not supported by this model's backend`
+	want := `line 2: model "gatedchat": request.tools: not supported by this model's backend`
 	if len(errs) != 1 || errs[0].CustomID != "gated" || errs[0].Error == nil || errs[0].Error.Code != jobs.CodeInvalidRequest || errs[0].Error.Message != want {
 		t.Fatalf("errors.jsonl %+v, want %q", errs, want)
 	}
@@ -85,7 +85,7 @@ func TestItemsCarryToolCalls(t *testing.T) {
 	}
 	defer c.Abort()
 	err = c.Add(ctx, "gated", &gated)
-	if want := `line 1 (custom_id "gated"): model "gatedchat": tools: not supported`; !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), want) {
+	if want := `line 1 (custom_id "gated"): model "gatedchat": request.tools: not supported`; !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("fail_on_invalid: %v, want %q", err, want)
 	}
 }

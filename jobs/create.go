@@ -312,7 +312,7 @@ func (c *Creator) check(req *ItemRequest) string {
 		// The same rule as Submit's, now rather than when the item runs:
 		// a field the model's backends cannot honour is refused by name.
 		if err := batcher.ValidateRich(req.coreRequest(mdl), ri); err != nil {
-			return fmt.Sprintf("model %q: %v", cut(mdl), err)
+			return fmt.Sprintf("model %q: %s", cut(mdl), spelled(err, req.URL))
 		}
 	}
 	return ""

@@ -624,7 +624,7 @@ func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
 		case r.ending == endCancel && errors.Is(err, batcher.ErrCanceled):
 			o.State, rec.ErrCode, rec.ErrMessage = ItemCancelled, CodeCancelled, "the job was cancelled"
 		default:
-			o.State, rec.ErrCode, rec.ErrMessage = ItemFailed, errorCode(err), err.Error()
+			o.State, rec.ErrCode, rec.ErrMessage = ItemFailed, errorCode(err), spelled(err, f.url)
 		}
 	}
 	o.Result = encode(&rec)

@@ -223,7 +223,11 @@ routes:
   - {name: sim-chat, operation: chat, backend: sim}
   - {name: sim-text, operation: completion, backend: sim}
 `)
-	const penalty = `params.presence_penalty: not supported by this model's backend`
+	// Each door names the field as its caller wrote it.
+	const (
+		penaltyItem = `request.params.presence_penalty: not supported by this model's backend`
+		penaltyLine = `body.presence_penalty: not supported by this model's backend`
+	)
 	for _, store := range []string{"sqlite", "postgres"} {
 		t.Run(store, func(t *testing.T) {
 			dataDir := t.TempDir()
@@ -309,8 +313,8 @@ routes:
 			}{
 				{"CreateJob items", func(t *testing.T) ([]byte, []byte) {
 					return createJob(t, &batcherv1.JobItems{Requests: chatRequests(t)})
-				}, map[string]string{"penalty": penalty,
-					"completion-tools": `model "sim-text": tools: only chat routes take tools`}},
+				}, map[string]string{"penalty": penaltyItem,
+					"completion-tools": `model "sim-text": request.tools: only chat routes take tools`}},
 				{"CreateJob openai_lines", func(t *testing.T) ([]byte, []byte) {
 					items := &batcherv1.JobItems{}
 					lines := append(chatLines[:len(chatLines):len(chatLines)],
@@ -319,7 +323,7 @@ routes:
 						items.OpenaiLines = append(items.OpenaiLines, &batcherv1.OpenAIBatchLine{Line: []byte(l)})
 					}
 					return createJob(t, items)
-				}, map[string]string{"penalty": penalty, "completion-tools": "body.tools: not supported in /v1/completions"}},
+				}, map[string]string{"penalty": penaltyLine, "completion-tools": "body.tools: not supported in /v1/completions"}},
 				{"/v1/batches", func(t *testing.T) ([]byte, []byte) {
 					c := sdkClient(httpAddr(t, logs), "")
 					f, err := c.Files.New(t.Context(), openai.FileNewParams{File: openai.File(strings.NewReader(strings.Join(chatLines, "\n")+"\n"),
@@ -348,7 +352,7 @@ routes:
 						return data
 					}
 					return read(b.OutputFileID), read(b.ErrorFileID)
-				}, map[string]string{"penalty": penalty}},
+				}, map[string]string{"penalty": penaltyLine}},
 			} {
 				t.Run(door.name, func(t *testing.T) {
 					results, errs := door.run(t)
