@@ -27,8 +27,12 @@ func TestItemsCarryToolCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, req := range map[string]*jobs.ItemRequest{"tool": tool, "gated": &gated} {
-		if err := c.Add(ctx, id, req); err != nil {
+	// In this order: the error line below names the gated item's line.
+	for _, it := range []struct {
+		id  string
+		req *jobs.ItemRequest
+	}{{"tool", tool}, {"gated", &gated}} {
+		if err := c.Add(ctx, it.id, it.req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +78,8 @@ func TestItemsCarryToolCalls(t *testing.T) {
 	errs := readLines(t, filepath.Join(dir, jobs.ErrorsFile))
 	want := `line 2: model "gatedchat": request.tools: not supported by this model's backend`
 	if len(errs) != 1 || errs[0].CustomID != "gated" || errs[0].Error == nil || errs[0].Error.Code != jobs.CodeInvalidRequest || errs[0].Error.Message != want {
-		t.Fatalf("errors.jsonl %+v, want %q", errs, want)
+		raw, _ := os.ReadFile(filepath.Join(dir, jobs.ErrorsFile))
+		t.Fatalf("errors.jsonl:\n%s\nwant one line for gated with %q", raw, want)
 	}
 
 	// With fail_on_invalid the whole job is refused, naming the line, its
