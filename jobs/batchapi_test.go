@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/metric"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -29,6 +30,9 @@ type batchEnv struct {
 	dir   string
 	pg    bool
 	dsn   string // PostgreSQL: each manager opens its own store, as a process would
+	// prices and mp, when set, are the managers' Prices and MeterProvider.
+	prices map[string]jobs.Price
+	mp     metric.MeterProvider
 }
 
 func newBatchEnv(t *testing.T, store func(t *testing.T, dir string) jobs.Store, cfg llmsim.Config) *batchEnv {
@@ -86,7 +90,7 @@ func (e *batchEnv) manager(t *testing.T, hook func(string, int, string) bool) (m
 		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 		BatchRoutes: map[string]jobs.BatchRoute{"chat": {Upstream: e.up, Model: "sim-chat", MaxRequests: 100,
 			PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond}},
-		BatchHook: hook})
+		BatchHook: hook, Prices: e.prices, MeterProvider: e.mp})
 	if err != nil {
 		t.Fatal(err)
 	}

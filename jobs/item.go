@@ -74,6 +74,10 @@ type Record struct {
 	Refusal   string             `json:"refusal,omitempty"`
 	Logprobs  *batcher.Logprobs  `json:"logprobs,omitempty"`
 	Choices   []batcher.Choice   `json:"choices,omitempty"`
+	// Dispatch is how a successful task was sent (online, batch_api);
+	// Cost what it cost in USD at its route's price table, nil without one.
+	Dispatch string   `json:"dispatch,omitempty"`
+	Cost     *float64 `json:"cost,omitempty"`
 }
 
 // Result returns the answer rec holds as a core result, to render (a

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Core is what the jobs need of the core: *batcher.Batcher.
@@ -96,7 +97,12 @@ type Config struct {
 	// polling, collected); returning true stops that dispatch on the spot,
 	// recording nothing more, as a kill would. For tests.
 	BatchHook func(jobID string, chunk int, step string) bool
-	Logger    *slog.Logger
+	// Prices are the routes' price tables, by route name: a task's cost,
+	// its job's, and batcher_cost_total. A route without one costs nothing.
+	Prices map[string]Price
+	// MeterProvider is where batcher_cost_total is recorded; nil: nowhere.
+	MeterProvider metric.MeterProvider
+	Logger        *slog.Logger
 }
 
 func (c *Config) resolve() error {
@@ -142,6 +148,11 @@ func (c *Config) resolve() error {
 	case c.Lease < time.Second:
 		return fmt.Errorf("jobs: lease: at least 1s, got %v", c.Lease)
 	}
+	for route, p := range c.Prices {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("jobs: prices: route %q: %w", route, err)
+		}
+	}
 	return nil
 }
 
@@ -164,6 +175,7 @@ type Manager struct {
 	stopOnce sync.Once
 	loopDone chan struct{}
 	wg       sync.WaitGroup // runs
+	cost     *costMetric
 }
 
 // New returns a Manager; Start sets it going.
@@ -174,6 +186,11 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, runs: map[string]*run{},
 		changed: map[string]chan struct{}{}, trackers: map[string]*rateTracker{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{})}
+	cost, err := newCostMetric(cfg.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: metrics: %w", err)
+	}
+	m.cost = cost
 	m.RoutesChanged()
 	return m, nil
 }

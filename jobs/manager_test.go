@@ -206,6 +206,8 @@ type outLine struct {
 		Model       string `json:"model"`
 		JudgePrompt string `json:"judge_prompt"`
 	} `json:"batcher"`
+	Dispatch string   `json:"dispatch"`
+	Cost     *float64 `json:"cost_usd"`
 }
 
 func readLines(t *testing.T, path string) []outLine {

@@ -208,6 +208,10 @@ type outputLine struct {
 	Error    *outputError    `json:"error"`
 	// Batcher's tags, present when the job has run groups or a judge.
 	Batcher *outputTags `json:"batcher,omitempty"`
+	// How a successful task was sent (online, batch_api), and what it cost
+	// in USD at its route's price table (absent without one).
+	Dispatch string   `json:"dispatch,omitempty"`
+	Cost     *float64 `json:"cost_usd,omitempty"`
 }
 
 type outputResponse struct {
@@ -320,6 +324,7 @@ func formatLine(j *Job, t *Task, created time.Time) ([]byte, bool) {
 		l.Error = &outputError{Code: rec.ErrCode, Message: rec.ErrMessage}
 		return encode(&l), true
 	}
+	l.Dispatch, l.Cost = rec.Dispatch, rec.Cost
 	usage := usageBody{rec.PromptTokens, rec.CompletionTokens, rec.PromptTokens + rec.CompletionTokens}
 	resp := &outputResponse{StatusCode: 200, RequestID: requestID(j.ID, t.Seq)}
 	switch {

@@ -199,6 +199,10 @@ type Summary struct {
 	Invalid   int64             `json:"invalid"`
 	TokensIn  int64             `json:"tokens_in"`
 	TokensOut int64             `json:"tokens_out"`
+	// Cost is what the job cost in USD at its routes' price tables;
+	// Saving what it saved against online dispatch of the same tokens.
+	Cost      float64           `json:"cost_usd"`
+	Saving    float64           `json:"saving_usd"`
 	CreatedAt time.Time         `json:"created_at"`
 	StartedAt time.Time         `json:"started_at"`
 	EndedAt   time.Time         `json:"ended_at"`
@@ -208,7 +212,7 @@ type Summary struct {
 
 func writeSummary(dir *os.Root, j *Job) error {
 	s := Summary{ID: j.ID, Name: j.Spec.Name, State: j.State.String(), Error: j.Error, Counts: j.Counts, Invalid: j.Invalid,
-		TokensIn: j.TokensIn, TokensOut: j.TokensOut, CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt,
+		TokensIn: j.TokensIn, TokensOut: j.TokensOut, Cost: j.Cost, Saving: j.Saving(), CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt,
 		Files: map[string]string{"results": ResultsFile, "errors": ErrorsFile}}
 	if !j.StartedAt.IsZero() && !j.EndedAt.IsZero() {
 		s.Seconds = j.EndedAt.Sub(j.StartedAt).Seconds()

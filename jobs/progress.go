@@ -18,9 +18,13 @@ type Progress struct {
 	SuccessRate float64 // succeeded over ended, 0 to 1
 	TokensIn    int64
 	TokensOut   int64
-	TokensPerS  float64
-	ItemsPerH   float64
-	Elapsed     time.Duration
+	// Cost is what the job cost so far in USD; Saving what it saved
+	// against online dispatch of the same tokens.
+	Cost       float64
+	Saving     float64
+	TokensPerS float64
+	ItemsPerH  float64
+	Elapsed    time.Duration
 	// ETA is the time left at the window's completion rate; negative while
 	// unknown.
 	ETA  time.Duration
@@ -73,7 +77,7 @@ func (r *rateTracker) rates() (endedPerS, tokensPerS float64, ok bool) {
 
 // progressOf computes a job's progress, feeding tr with its counts.
 func progressOf(j *Job, tr *rateTracker, now time.Time) Progress {
-	p := Progress{ID: j.ID, State: j.State, Counts: j.Counts, TokensIn: j.TokensIn, TokensOut: j.TokensOut, ETA: -1, Time: now}
+	p := Progress{ID: j.ID, State: j.State, Counts: j.Counts, TokensIn: j.TokensIn, TokensOut: j.TokensOut, Cost: j.Cost, Saving: j.Saving(), ETA: -1, Time: now}
 	for g, c := range j.Groups {
 		if name := j.GroupName(g); name != "" {
 			if p.Groups == nil {

@@ -627,6 +627,9 @@ func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
 			o.State, rec.ErrCode, rec.ErrMessage = ItemFailed, errorCode(err), spelled(err, f.url)
 		}
 	}
+	if o.State == ItemSucceeded {
+		r.m.price(&o, &rec)
+	}
 	o.Result = encode(&rec)
 	return o
 }
@@ -684,6 +687,7 @@ func (r *run) committed(res commitResult) bool {
 		r.pending = append(res.outs, r.pending...)
 		return false
 	}
+	r.m.cost.recorded(res.outs)
 	if !r.writeDirect(res.outs) {
 		r.behind = true
 	}
@@ -844,6 +848,14 @@ func (r *run) maybeFinish(ctx context.Context) bool {
 	}
 	if r.over {
 		return true
+	}
+	// summary.json is there before the job is seen terminal (a watcher
+	// reads it at once), and written again with the stored end after.
+	if j, err = st.GetJob(ctx, r.id); err == nil {
+		j.State, j.EndedAt = final, time.Now()
+		if err := writeSummary(r.out.root, j); err != nil {
+			r.logErr("writing the summary", err)
+		}
 	}
 	from := []State{StateRunning, StateQueued, StateFinalizing, StateCancelling}
 	if err := st.Transition(ctx, r.id, from, final, ""); err != nil && !errors.Is(err, ErrConflict) {

@@ -212,6 +212,8 @@ type delta struct {
 	tokensIn  int64
 	tokensOut int64
 	invalid   int64
+	cost      float64
+	online    float64
 }
 
 func (d *delta) move(group int, from, to ItemState, n int64) {
@@ -236,9 +238,10 @@ func (s *sqlStore) apply(ctx context.Context, tx *sql.Tx, jobID string, d *delta
 	c := &d.job
 	if _, err := tx.ExecContext(ctx, s.q(`UPDATE jobs SET total = total + ?, pending = pending + ?, running = running + ?,
 		succeeded = succeeded + ?, failed = failed + ?, cancelled = cancelled + ?, expired = expired + ?,
-		tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, invalid = invalid + ? WHERE id = ?`),
+		tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, invalid = invalid + ?,
+		cost = cost + ?, online_cost = online_cost + ? WHERE id = ?`),
 		c.Total, c.Pending, c.Running, c.Succeeded, c.Failed, c.Cancelled, c.Expired,
-		d.tokensIn, d.tokensOut, d.invalid, jobID); err != nil {
+		d.tokensIn, d.tokensOut, d.invalid, d.cost, d.online, jobID); err != nil {
 		return err
 	}
 	for g, c := range d.groups {
@@ -379,7 +382,7 @@ func (s *sqlStore) Transition(ctx context.Context, id string, from []State, to S
 }
 
 const jobColumns = `id, tenant, spec, state, total, pending, running, succeeded, failed, cancelled, expired, invalid,
-	tokens_in, tokens_out, created_at, started_at, ended_at, error, cancelling_at, finalizing_at`
+	tokens_in, tokens_out, created_at, started_at, ended_at, error, cancelling_at, finalizing_at, cost, online_cost`
 
 func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
 	var (
@@ -391,7 +394,7 @@ func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
 	)
 	c := &j.Counts
 	if err := row.Scan(&j.ID, &j.Tenant, &spec, &state, &c.Total, &c.Pending, &c.Running, &c.Succeeded, &c.Failed, &c.Cancelled, &c.Expired,
-		&j.Invalid, &j.TokensIn, &j.TokensOut, &created, &started, &ended, &j.Error, &cancelling, &finalizing); err != nil {
+		&j.Invalid, &j.TokensIn, &j.TokensOut, &created, &started, &ended, &j.Error, &cancelling, &finalizing, &j.Cost, &j.OnlineCost); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &j.Spec); err != nil {
@@ -628,6 +631,8 @@ func (s *sqlStore) Complete(ctx context.Context, jobID, owner string, outs []Out
 			d.move(o.Group, ItemRunning, o.State, 1)
 			d.tokensIn += o.TokensIn
 			d.tokensOut += o.TokensOut
+			d.cost += o.Cost
+			d.online += o.OnlineCost
 			if o.JudgeSeq >= 0 && o.Group != GroupJudge {
 				judges[o.JudgeSeq] = o.RunsFrom
 			}

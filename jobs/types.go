@@ -200,9 +200,14 @@ type Job struct {
 	Groups    map[int]Counts // by group index, GroupJudge included
 	TokensIn  int64
 	TokensOut int64
-	CreatedAt time.Time
-	StartedAt time.Time // zero until it first ran
-	EndedAt   time.Time // zero until terminal
+	// Cost is what its tasks cost at their routes' price tables, in USD;
+	// OnlineCost what the same tokens cost online: the saving is the
+	// difference.
+	Cost       float64
+	OnlineCost float64
+	CreatedAt  time.Time
+	StartedAt  time.Time // zero until it first ran
+	EndedAt    time.Time // zero until terminal
 	// CancellingAt and FinalizingAt are when the job entered CANCELLING
 	// and FINALIZING; zero if it did not.
 	CancellingAt time.Time
@@ -212,6 +217,10 @@ type Job struct {
 	// Invalid counts the inputs that became error lines at creation.
 	Invalid int64
 }
+
+// Saving returns what the job saved, in USD, against online dispatch of
+// the same tokens.
+func (j *Job) Saving() float64 { return max(j.OnlineCost-j.Cost, 0) }
 
 // Deadline returns when the job's completion window ends; zero: never.
 func (j *Job) Deadline() time.Time {
@@ -262,6 +271,12 @@ type Outcome struct {
 	Result    []byte
 	TokensIn  int64
 	TokensOut int64
+	// Cost and OnlineCost are the task's cost in USD through its dispatch
+	// mode and online (Manager.price); Dispatch is the mode, "" when its
+	// route has no price table.
+	Cost       float64
+	OnlineCost float64
+	Dispatch   string
 	// JudgeSeq is the Seq of the input's judge task, or -1 when the job has
 	// no judge; the input's runs are the tasks from RunsFrom up to it.
 	JudgeSeq int64

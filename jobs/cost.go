@@ -1,0 +1,105 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Price is a route's price table: what its provider charges per million
+// tokens, online, and how much less its batch API charges.
+type Price struct {
+	InputPerMTok  float64 // USD per million input (prompt) tokens
+	OutputPerMTok float64 // USD per million output (completion) tokens
+	// BatchDiscount is the fraction of the online price the batch API
+	// takes off: 0.5 is half price. 0 to 1.
+	BatchDiscount float64
+}
+
+// Validate checks p; the error names the field as a route's price table
+// spells it.
+func (p Price) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"input_per_mtok", p.InputPerMTok}, {"output_per_mtok", p.OutputPerMTok}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("%s: a price in USD per million tokens, at least 0, got %v", f.name, f.v)
+		}
+	}
+	if !(p.BatchDiscount >= 0 && p.BatchDiscount <= 1) {
+		return fmt.Errorf("batch_discount: a fraction of the online price from 0 to 1 (0.5: half price), got %v", p.BatchDiscount)
+	}
+	return nil
+}
+
+// Cost returns what in input and out output tokens cost through the given
+// dispatch mode (DispatchOnline or DispatchBatchAPI), and what they would
+// have cost online; in USD.
+func (p Price) Cost(in, out int64, dispatch string) (cost, online float64) {
+	online = (float64(in)*p.InputPerMTok + float64(out)*p.OutputPerMTok) / 1e6
+	cost = online
+	if dispatch == DispatchBatchAPI {
+		cost = online * (1 - p.BatchDiscount)
+	}
+	return cost, online
+}
+
+// backendBatchAPI is a record's Backend when a provider batch API answered.
+const backendBatchAPI = "batch_api"
+
+// price fills a successful outcome's cost from its route's price table,
+// and its record's cost and dispatch mode: the one place a task's cost is
+// computed, for every door (items, OpenAI batch lines) and both dispatch
+// modes.
+func (m *Manager) price(o *Outcome, rec *Record) {
+	rec.Dispatch = DispatchOnline
+	if rec.Backend == backendBatchAPI {
+		rec.Dispatch = DispatchBatchAPI
+	}
+	p, ok := m.cfg.Prices[o.Model]
+	if !ok {
+		return
+	}
+	o.Cost, o.OnlineCost = p.Cost(int64(rec.PromptTokens), int64(rec.CompletionTokens), rec.Dispatch)
+	c := o.Cost
+	rec.Cost = &c
+	o.Dispatch = rec.Dispatch
+}
+
+// costMetric is batcher_cost_total: USD spent, by route and dispatch mode.
+type costMetric struct {
+	ctr metric.Float64Counter
+}
+
+func newCostMetric(mp metric.MeterProvider) (*costMetric, error) {
+	if mp == nil {
+		return nil, nil
+	}
+	ctr, err := mp.Meter(meterName).Float64Counter("batcher.cost", metric.WithUnit("{USD}"),
+		metric.WithDescription("What the tasks of jobs cost at their routes' price tables, in USD, by route and dispatch mode (online, batch_api)."))
+	if err != nil {
+		return nil, err
+	}
+	return &costMetric{ctr: ctr}, nil
+}
+
+// meterName is the instrumentation scope of the jobs' metrics.
+const meterName = "github.com/batcherhq/batcher/jobs"
+
+// recorded counts the cost of outs that Complete recorded (DoneSeq set).
+func (c *costMetric) recorded(outs []Outcome) {
+	if c == nil {
+		return
+	}
+	for i := range outs {
+		o := &outs[i]
+		if o.DoneSeq == 0 || o.Dispatch == "" {
+			continue
+		}
+		c.ctr.Add(context.Background(), o.Cost, metric.WithAttributes(attribute.String("route", o.Model), attribute.String("dispatch", o.Dispatch)))
+	}
+}

@@ -1,0 +1,123 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/jobs"
+	"github.com/batcherhq/batcher/llmsim"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(math.Abs(a), math.Abs(b), 1e-12) }
+
+// TestJobCost: a job through the batch API costs half what the same
+// tokens cost online (batch_discount 0.5), an online job the full price;
+// each result line, summary.json, the job's progress and
+// batcher_cost_total carry it.
+func TestJobCost(t *testing.T) {
+	price := jobs.Price{InputPerMTok: 2.5, OutputPerMTok: 10, BatchDiscount: 0.5}
+	for _, st := range batchStores {
+		t.Run(st.name, func(t *testing.T) {
+			e := newBatchEnv(t, st.open, llmsim.Config{BatchTime: 20 * time.Millisecond, Seed: 3})
+			e.pg = st.pg
+			reader := sdkmetric.NewManualReader()
+			e.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			e.prices = map[string]jobs.Price{"chat": price}
+			m, _ := e.manager(t, nil)
+			const n = 150
+			byMode := map[string]float64{}
+			for _, mode := range []string{jobs.DispatchBatchAPI, jobs.DispatchOnline} {
+				j := createChat(t, m, jobs.Spec{Model: "chat", Dispatch: mode}, n)
+				p := waitJob(t, m, j.ID)
+				if p.State != jobs.StateCompleted || p.Counts.Succeeded != n {
+					t.Fatalf("%s: ended %s %+v", mode, p.State, p.Counts)
+				}
+				online := (float64(p.TokensIn)*price.InputPerMTok + float64(p.TokensOut)*price.OutputPerMTok) / 1e6
+				want, saving := online, 0.0
+				if mode == jobs.DispatchBatchAPI {
+					want, saving = online/2, online/2
+				}
+				if online == 0 || !near(p.Cost, want) || !near(p.Saving, saving) {
+					t.Errorf("%s: progress cost %v saving %v over %d+%d tokens; want %v and %v (online %v)",
+						mode, p.Cost, p.Saving, p.TokensIn, p.TokensOut, want, saving, online)
+				}
+				byMode[mode] = p.Cost
+				var lines float64
+				for _, l := range readLines(t, filepath.Join(m.Dir(j), "results.jsonl")) {
+					if l.Dispatch != mode || l.Cost == nil {
+						t.Fatalf("%s: a result line says dispatch %q cost %v", mode, l.Dispatch, l.Cost)
+					}
+					lines += *l.Cost
+				}
+				if !near(lines, want) {
+					t.Errorf("%s: the result lines' costs add up to %v, want %v", mode, lines, want)
+				}
+				b, err := os.ReadFile(filepath.Join(m.Dir(j), "summary.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var s jobs.Summary
+				if err := json.Unmarshal(b, &s); err != nil {
+					t.Fatal(err)
+				}
+				if !near(s.Cost, want) || !near(s.Saving, saving) {
+					t.Errorf("%s: summary.json cost %v saving %v, want %v and %v", mode, s.Cost, s.Saving, want, saving)
+				}
+			}
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, mt := range sm.Metrics {
+					if mt.Name != "batcher.cost" {
+						continue
+					}
+					for _, dp := range mt.Data.(metricdata.Sum[float64]).DataPoints {
+						route, _ := dp.Attributes.Value("route")
+						mode, _ := dp.Attributes.Value("dispatch")
+						if route.AsString() != "chat" {
+							t.Errorf("batcher.cost for route %q", route.AsString())
+						}
+						got[mode.AsString()] += dp.Value
+					}
+				}
+			}
+			for mode, want := range byMode {
+				if !near(got[mode], want) {
+					t.Errorf("batcher.cost{dispatch=%s} = %v, want %v", mode, got[mode], want)
+				}
+			}
+		})
+	}
+}
+
+// TestPriceValidate: a bad price table is refused, naming the field.
+func TestPriceValidate(t *testing.T) {
+	for _, tc := range []struct {
+		p    jobs.Price
+		want string
+	}{
+		{jobs.Price{InputPerMTok: -1}, "input_per_mtok"},
+		{jobs.Price{OutputPerMTok: math.NaN()}, "output_per_mtok"},
+		{jobs.Price{BatchDiscount: 1.5}, "batch_discount"},
+		{jobs.Price{BatchDiscount: -0.1}, "batch_discount"},
+	} {
+		err := tc.p.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.p, err, tc.want)
+		}
+	}
+	if err := (jobs.Price{InputPerMTok: 1, OutputPerMTok: 2, BatchDiscount: 0.5}).Validate(); err != nil {
+		t.Errorf("a good price: %v", err)
+	}
+}
