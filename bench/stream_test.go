@@ -53,6 +53,7 @@ type chunkTap struct {
 	next http.Handler
 	mu   sync.Mutex
 	by   map[string][]tapChunk
+	arr  map[string]time.Time // when each answer's request arrived
 	hold chan struct{}
 	held sync.WaitGroup // answers stopped at hold
 }
@@ -63,6 +64,7 @@ type tapChunk struct {
 }
 
 func (t *chunkTap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -80,6 +82,7 @@ func (t *chunkTap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		key = req.Messages[n-1].Content
 	}
 	t.mu.Lock()
+	t.arr[key] = arrived
 	hold := t.hold
 	t.mu.Unlock()
 	tw := &tapWriter{ResponseWriter: w, tap: t, key: key, hold: hold}
@@ -163,6 +166,8 @@ type streamRig struct {
 	hc     *http.Client
 	conns  []*target // SubmitStreamed clients, one connection each
 	core   *batcher.Batcher
+	mu     sync.Mutex
+	disp   map[string]time.Time // when the core handed each chat to the backend
 	stopFn []func()
 }
 
@@ -175,19 +180,21 @@ func newStreamRig(tb testing.TB, n, conns int) *streamRig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tap := &chunkTap{next: sim, by: make(map[string][]tapChunk)}
+	tap := &chunkTap{next: sim, by: make(map[string][]tapChunk), arr: make(map[string]time.Time)}
 	ts := httptest.NewServer(tap)
-	rig := &streamRig{tap: tap, url: ts.URL + "/v1",
+	rig := &streamRig{tap: tap, url: ts.URL + "/v1", disp: make(map[string]time.Time),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}}
 	rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
-	be, err := openai.New(openai.Config{BaseURL: rig.url, MaxIdleConns: 4 * n})
+	// The backend as batcherd builds it by default: no transport tuning
+	// beyond what production gets.
+	be, err := openai.New(openai.Config{BaseURL: rig.url})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	rig.stopFn = append(rig.stopFn, func() { _ = be.Close() })
 	bd := setupBatcherd.build(tb)
 	core, err := batcher.New(append(bd.core,
-		batcher.WithBackend(batcher.BackendConfig{Name: "llmsim", Backend: be, MaxConcurrency: n, ProtectedShare: -1}),
+		batcher.WithBackend(batcher.BackendConfig{Name: "llmsim", Backend: stampedBackend{be, rig}, MaxConcurrency: n, ProtectedShare: -1}),
 		batcher.WithRoute(batcher.Route{Name: "chat", Op: batcher.OpChat, Backend: "llmsim", Model: "sim-chat"}),
 		batcher.WithQueueCapacity(2*n),
 	)...)
@@ -234,6 +241,43 @@ func (r *streamRig) stop() {
 		f()
 	}
 	r.hc.CloseIdleConnections()
+}
+
+// stampedBackend is the openai backend with the time the core dispatched
+// each streamed chat noted (a map insert: the benchmark's only addition to
+// the path).
+type stampedBackend struct {
+	*openai.Backend
+	rig *streamRig
+}
+
+func (s stampedBackend) Stream(ctx context.Context, b *batcher.Batch, w batcher.DeltaWriter) (batcher.Response, error) {
+	if len(b.Requests) == 1 {
+		if m := b.Requests[0].Input.Messages; len(m) > 0 {
+			now := time.Now()
+			s.rig.mu.Lock()
+			s.rig.disp[m[len(m)-1].Content] = now
+			s.rig.mu.Unlock()
+		}
+	}
+	return s.Backend.Stream(ctx, b, w)
+}
+
+// hops returns, for chats through batcherd (through) or direct, how long
+// after its start each chat was dispatched by the core (through only) and
+// reached llmsim.
+func (r *streamRig) hops(rs []chatResult, through bool) (dispatched, arrived []time.Duration) {
+	r.tap.mu.Lock()
+	defer r.tap.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range rs {
+		if through {
+			dispatched = append(dispatched, r.disp[c.key].Sub(c.start))
+		}
+		arrived = append(arrived, r.tap.arr[c.key].Sub(c.start))
+	}
+	return dispatched, arrived
 }
 
 // direct streams one chat straight from llmsim.
@@ -409,15 +453,26 @@ func benchStreamTTFT(b *testing.B, n int) {
 	ctx := context.Background()
 	rig.run(ctx, n, "warm-d", false, nil)
 	rig.run(ctx, n, "warm-t", true, nil)
-	var dT, tT, dD, tD []time.Duration
+	var dT, tT, dD, tD, dUp, tUp, tDisp []time.Duration
 	i := 0
 	for b.Loop() {
 		i++
-		a, d := rig.measure(b, rig.run(ctx, n, fmt.Sprint("d", i), false, nil))
+		rs := rig.run(ctx, n, fmt.Sprint("d", i), false, nil)
+		a, d := rig.measure(b, rs)
 		dT, dD = append(dT, a...), append(dD, d...)
-		a, d = rig.measure(b, rig.run(ctx, n, fmt.Sprint("t", i), true, nil))
+		_, up := rig.hops(rs, false)
+		dUp = append(dUp, up...)
+		rs = rig.run(ctx, n, fmt.Sprint("t", i), true, nil)
+		a, d = rig.measure(b, rs)
 		tT, tD = append(tT, a...), append(tD, d...)
+		disp, up := rig.hops(rs, true)
+		tUp, tDisp = append(tUp, up...), append(tDisp, disp...)
 	}
+	// Where the added time to first token goes: from a chat's start to the
+	// core's dispatch, and to its request reaching llmsim.
+	b.ReportMetric(ms(pct(tDisp, 0.5)), "hop-dispatch-batcher-p50-ms")
+	b.ReportMetric(ms(pct(tUp, 0.5)), "hop-upstream-batcher-p50-ms")
+	b.ReportMetric(ms(pct(dUp, 0.5)), "hop-upstream-direct-p50-ms")
 	for _, p := range []struct {
 		name string
 		q    float64

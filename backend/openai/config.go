@@ -27,9 +27,14 @@ const (
 	DefaultTimeout          = 60 * time.Second
 	DefaultMaxResponseBytes = 32 << 20
 	DefaultMaxFanOut        = 16
-	DefaultMaxIdleConns     = 64
-	DefaultPackMaxItems     = 10
-	DefaultPackMaxTokens    = 4096
+	// DefaultMaxIdleConns is 256, not 64: over HTTP/1.1 each streamed
+	// answer holds a connection of its own, and an idle pool smaller than
+	// the streams in flight closes the surplus at each answer's end, so the
+	// next ones pay a new connection (a TLS handshake upstream) before
+	// their first token.
+	DefaultMaxIdleConns  = 256
+	DefaultPackMaxItems  = 10
+	DefaultPackMaxTokens = 4096
 	// DefaultPackPauseAfter packs failing in a row pause a route's packing.
 	DefaultPackPauseAfter = 3
 	// DefaultPackPauseFor is how long a route's packing pauses.

@@ -45,7 +45,7 @@ type OpenAI struct {
 	// MaxFanOut bounds the concurrent upstream calls of one chat batch.
 	// Default 16.
 	MaxFanOut int `yaml:"max_fan_out"`
-	// MaxIdleConns bounds the idle keep-alive connections. Default 64.
+	// MaxIdleConns bounds the idle keep-alive connections. Default 256.
 	MaxIdleConns int `yaml:"max_idle_conns"`
 	// MaxTokensField is max_tokens (default) or max_completion_tokens
 	// (OpenAI's reasoning models).
