@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -425,6 +426,15 @@ func (r *streamRig) measure(tb testing.TB, rs []chatResult) (ttft, delivery []ti
 	return ttft, delivery
 }
 
+// processCPU returns the process's CPU time so far, user and system.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func pct(ds []time.Duration, p float64) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -454,15 +464,21 @@ func benchStreamTTFT(b *testing.B, n int) {
 	rig.run(ctx, n, "warm-d", false, nil)
 	rig.run(ctx, n, "warm-t", true, nil)
 	var dT, tT, dD, tD, dUp, tUp, tDisp []time.Duration
+	var dCPU, tCPU time.Duration // the process's CPU time in each side's rounds
 	i := 0
 	for b.Loop() {
 		i++
+		c0 := processCPU(b)
 		rs := rig.run(ctx, n, fmt.Sprint("d", i), false, nil)
+		c1 := processCPU(b)
+		dCPU += c1 - c0
 		a, d := rig.measure(b, rs)
 		dT, dD = append(dT, a...), append(dD, d...)
 		_, up := rig.hops(rs, false)
 		dUp = append(dUp, up...)
+		c0 = processCPU(b)
 		rs = rig.run(ctx, n, fmt.Sprint("t", i), true, nil)
+		tCPU += processCPU(b) - c0
 		a, d = rig.measure(b, rs)
 		tT, tD = append(tT, a...), append(tD, d...)
 		disp, up := rig.hops(rs, true)
@@ -473,6 +489,13 @@ func benchStreamTTFT(b *testing.B, n int) {
 	b.ReportMetric(ms(pct(tDisp, 0.5)), "hop-dispatch-batcher-p50-ms")
 	b.ReportMetric(ms(pct(tUp, 0.5)), "hop-upstream-batcher-p50-ms")
 	b.ReportMetric(ms(pct(dUp, 0.5)), "hop-upstream-direct-p50-ms")
+	// CPU per chat, llmsim and the load client included on both sides: the
+	// difference is what a chat through Batcher costs in CPU, which a burst
+	// of n chats starting at once queues behind on this machine's cores.
+	chats := float64(i * n)
+	b.ReportMetric(ms(dCPU)/chats, "cpu-direct-ms/chat")
+	b.ReportMetric(ms(tCPU)/chats, "cpu-batcher-ms/chat")
+	b.ReportMetric(ms(tCPU-dCPU)/chats, "cpu-added-ms/chat")
 	for _, p := range []struct {
 		name string
 		q    float64
