@@ -92,17 +92,19 @@ func TestGroupDelay(t *testing.T) {
 	if span := at[len(at)-1].Sub(at[0]); span < 7*delay-5*time.Millisecond {
 		t.Fatalf("16 runs started within %v; the slow group's 8 need at least 7 delays of %v", span, delay)
 	}
-	// The fast group's runs all went out with the first slow run or soon
-	// after: the first batch holds more than one request.
-	if n := countAt(at, at[0]); n < 2 {
-		t.Errorf("the first dispatch held %d request(s); the fast group waited for the slow one", n)
+	// The fast group's runs went out with the first slow run or soon after,
+	// before the slow group's second: more than one run started within the
+	// first delay. (Whether they share the first batch depends on the
+	// machine's speed; this does not.)
+	if n := countBefore(at, at[0].Add(delay)); n < 2 {
+		t.Errorf("%d run(s) started within the first delay of %v: the fast group waited for the slow one", n, delay)
 	}
 }
 
-func countAt(at []time.Time, t0 time.Time) int {
+func countBefore(at []time.Time, t0 time.Time) int {
 	n := 0
 	for _, t := range at {
-		if t.Equal(t0) {
+		if t.Before(t0) {
 			n++
 		}
 	}
