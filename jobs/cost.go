@@ -22,18 +22,27 @@ type Price struct {
 // Validate checks p; the error names the field as a route's price table
 // spells it.
 func (p Price) Validate() error {
+	if field, problem := p.Problem(); field != "" {
+		return fmt.Errorf("%s: %s", field, problem)
+	}
+	return nil
+}
+
+// Problem returns p's first bad field, as a route's price table spells it,
+// and what is wrong with it; "" when p is good.
+func (p Price) Problem() (field, problem string) {
 	for _, f := range []struct {
 		name string
 		v    float64
 	}{{"input_per_mtok", p.InputPerMTok}, {"output_per_mtok", p.OutputPerMTok}} {
 		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-			return fmt.Errorf("%s: a price in USD per million tokens, at least 0, got %v", f.name, f.v)
+			return f.name, fmt.Sprintf("a price in USD per million tokens, at least 0, got %v", f.v)
 		}
 	}
 	if !(p.BatchDiscount >= 0 && p.BatchDiscount <= 1) {
-		return fmt.Errorf("batch_discount: a fraction of the online price from 0 to 1 (0.5: half price), got %v", p.BatchDiscount)
+		return "batch_discount", fmt.Sprintf("a fraction of the online price from 0 to 1 (0.5: half price), got %v", p.BatchDiscount)
 	}
-	return nil
+	return "", ""
 }
 
 // Cost returns what in input and out output tokens cost through the given
@@ -60,7 +69,7 @@ func (m *Manager) price(o *Outcome, rec *Record) {
 	if rec.Backend == backendBatchAPI {
 		rec.Dispatch = DispatchBatchAPI
 	}
-	p, ok := m.cfg.Prices[o.Model]
+	p, ok := (*m.prices.Load())[o.Model]
 	if !ok {
 		return
 	}

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -119,5 +120,43 @@ func TestPriceValidate(t *testing.T) {
 	}
 	if err := (jobs.Price{InputPerMTok: 1, OutputPerMTok: 2, BatchDiscount: 0.5}).Validate(); err != nil {
 		t.Errorf("a good price: %v", err)
+	}
+}
+
+// TestUpstreamProgress: while a job's items wait in upstream batches its
+// progress shows them, the batches by provider state and an ETA from the
+// provider's progress; at the end every batch is completed and none waits.
+func TestUpstreamProgress(t *testing.T) {
+	e := newBatchEnv(t, openSQLite, llmsim.Config{BatchTime: 3 * time.Second, Seed: 5})
+	m, _ := e.manager(t, nil)
+	const n = 200 // two upstream batches of 100
+	j := createChat(t, m, jobs.Spec{Model: "chat", Dispatch: jobs.DispatchBatchAPI}, n)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var seen *jobs.UpstreamProgress
+	var eta time.Duration
+	errSeen := errors.New("seen")
+	err := m.Watch(ctx, j.ID, 20*time.Millisecond, func(p jobs.Progress) error {
+		if u := p.Upstream; u != nil && u.Items == n && u.Batches["in_progress"] == 2 && u.ETA > 0 && u.ETA <= 4*time.Second {
+			seen, eta = u, p.ETA
+			return errSeen
+		}
+		return nil
+	})
+	if !errors.Is(err, errSeen) {
+		// llmsim takes 3s a batch; its times are whole seconds, as OpenAI's.
+		t.Fatalf("Watch: %v; never saw %d items in 2 in-progress batches with an ETA within 4s", err, n)
+	}
+	if eta < seen.ETA {
+		t.Errorf("upstream ETA %v, job ETA %v: want the job's at least the upstream's", seen.ETA, eta)
+	}
+	p := waitJob(t, m, j.ID)
+	if p.State != jobs.StateCompleted || p.Upstream == nil || p.Upstream.Items != 0 || p.Upstream.Batches["completed"] != 2 || len(p.Upstream.Batches) != 1 {
+		t.Fatalf("ended %s with upstream %+v; want completed, 2 completed batches, none waiting", p.State, p.Upstream)
+	}
+	// An online job has no upstream progress.
+	p2, _, err := m.Progress(t.Context(), createChat(t, m, jobs.Spec{Model: "chat"}, 1).ID)
+	if err != nil || p2.Upstream != nil {
+		t.Errorf("an online job's upstream progress: %+v (%v), want none", p2.Upstream, err)
 	}
 }

@@ -176,6 +176,7 @@ type Manager struct {
 	loopDone chan struct{}
 	wg       sync.WaitGroup // runs
 	cost     *costMetric
+	prices   atomic.Pointer[map[string]Price] // replaced whole by SetPrices
 }
 
 // New returns a Manager; Start sets it going.
@@ -191,6 +192,8 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("jobs: metrics: %w", err)
 	}
 	m.cost = cost
+	prices := cfg.Prices
+	m.prices.Store(&prices)
 	m.RoutesChanged()
 	return m, nil
 }
@@ -205,6 +208,19 @@ func (m *Manager) RoutesChanged() {
 		routes[r.Name] = r
 	}
 	m.routes.Store(&routes)
+}
+
+// SetPrices replaces the routes' price tables (Config.Prices): tasks that
+// end from now on cost at the new prices. It refuses a bad table, naming
+// its route and field, and keeps the old ones.
+func (m *Manager) SetPrices(prices map[string]Price) error {
+	for route, p := range prices {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("jobs: prices: route %q: %w", route, err)
+		}
+	}
+	m.prices.Store(&prices)
+	return nil
 }
 
 // route returns the operation of the named route, and whether it exists.
@@ -513,7 +529,21 @@ func (m *Manager) Progress(ctx context.Context, id string) (Progress, *Job, erro
 	if err != nil {
 		return Progress{}, nil, err
 	}
-	return m.ProgressOf(j), j, nil
+	p := m.ProgressOf(j)
+	if j.Spec.Dispatch == DispatchBatchAPI || j.Spec.Dispatch == DispatchAuto {
+		if cs, ok := m.cfg.Store.(ChunkStore); ok {
+			chunks, err := cs.Chunks(ctx, id)
+			if err != nil {
+				return Progress{}, nil, err
+			}
+			if p.Upstream = upstreamProgress(chunks, p.Time); p.Upstream != nil && !j.State.Terminal() {
+				if e := p.Upstream.ETA; e >= 0 && (p.ETA < 0 || e > p.ETA) {
+					p.ETA = e // the job cannot end before its upstream batches do
+				}
+			}
+		}
+	}
+	return p, j, nil
 }
 
 // ProgressOf returns the progress of a job read from the store (Get,

@@ -25,10 +25,55 @@ type Progress struct {
 	TokensPerS float64
 	ItemsPerH  float64
 	Elapsed    time.Duration
-	// ETA is the time left at the window's completion rate; negative while
-	// unknown.
+	// ETA is the time left at the window's completion rate, or, while
+	// items wait in upstream batches, at least what the provider's progress
+	// says; negative while unknown.
 	ETA  time.Duration
 	Time time.Time
+	// Upstream is the job's batch-API dispatch; nil when it has none.
+	Upstream *UpstreamProgress
+}
+
+// UpstreamProgress is a job's provider batches at their last look.
+type UpstreamProgress struct {
+	// Items are the tasks in upstream batches that have not come back.
+	Items int64
+	// Batches counts the upstream batches by the provider's status
+	// (batchapi.Status); "preparing" before one is created.
+	Batches map[string]int64
+	// ETA is when the provider's progress says the last running batch
+	// ends, from now; negative while unknown.
+	ETA time.Duration
+}
+
+// upstreamProgress sums a job's chunks as they were at their last look.
+func upstreamProgress(chunks []Chunk, now time.Time) *UpstreamProgress {
+	if len(chunks) == 0 {
+		return nil
+	}
+	u := &UpstreamProgress{Batches: map[string]int64{}, ETA: -1}
+	unknown := false
+	for i := range chunks {
+		c := &chunks[i]
+		status := c.Status
+		if status == "" {
+			status = "preparing"
+		}
+		u.Batches[status]++
+		if c.Step != StepRunning {
+			continue
+		}
+		u.Items += int64(len(c.Seqs))
+		if c.ETA.IsZero() {
+			unknown = true
+		} else {
+			u.ETA = max(u.ETA, max(c.ETA.Sub(now), 0))
+		}
+	}
+	if unknown {
+		u.ETA = -1 // the last batch's end is not known while one's is not
+	}
+	return u
 }
 
 // rateTracker keeps a job's recent (time, ended, tokens) samples.

@@ -356,9 +356,15 @@ func stateToProto(s jobs.State) batcherv1.JobState { return batcherv1.JobState(s
 func progressToProto(p *jobs.Progress) *batcherv1.JobProgress {
 	out := &batcherv1.JobProgress{State: stateToProto(p.State), Counts: countsToProto(p.Counts), SuccessRate: p.SuccessRate,
 		TokensIn: p.TokensIn, TokensOut: p.TokensOut, TokensPerSecond: p.TokensPerS, ItemsPerHour: p.ItemsPerH,
-		Elapsed: durationpb.New(p.Elapsed), Time: timestamppb.New(p.Time)}
+		Elapsed: durationpb.New(p.Elapsed), Time: timestamppb.New(p.Time), CostUsd: p.Cost, SavingUsd: p.Saving}
 	if p.ETA >= 0 {
 		out.Eta = durationpb.New(p.ETA)
+	}
+	if u := p.Upstream; u != nil {
+		out.UpstreamItems, out.UpstreamBatches = u.Items, u.Batches
+		if u.ETA >= 0 {
+			out.UpstreamEta = durationpb.New(u.ETA)
+		}
 	}
 	for name, c := range p.Groups {
 		out.Groups = append(out.Groups, &batcherv1.GroupProgress{Group: name, Counts: countsToProto(c)})
@@ -374,7 +380,8 @@ func progressToProto(p *jobs.Progress) *batcherv1.JobProgress {
 
 func (s *JobService) job(j *jobs.Job, p *jobs.Progress) *batcherv1.Job {
 	if p == nil {
-		pp := jobs.Progress{ID: j.ID, State: j.State, Counts: j.Counts, TokensIn: j.TokensIn, TokensOut: j.TokensOut, ETA: -1, Time: time.Now()}
+		pp := jobs.Progress{ID: j.ID, State: j.State, Counts: j.Counts, TokensIn: j.TokensIn, TokensOut: j.TokensOut,
+			Cost: j.Cost, Saving: j.Saving(), ETA: -1, Time: time.Now()}
 		p = &pp
 	}
 	out := &batcherv1.Job{Id: j.ID, Spec: specToProto(&j.Spec), Progress: progressToProto(p),
@@ -528,6 +535,10 @@ func jobResult(j *jobs.Job, t *jobs.Task) *batcherv1.JobResult {
 		r.Group = ""
 	}
 	rec, _ := jobs.DecodeRecord(t.Result)
+	r.Dispatch = rec.Dispatch
+	if rec.Cost != nil {
+		r.CostUsd = *rec.Cost
+	}
 	c := &batcherv1.Completion{Id: t.CustomID, BatchId: rec.BatchID, Attempts: int32(rec.Attempts), Backend: rec.Backend,
 		Usage: &batcherv1.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, TotalTokens: rec.PromptTokens + rec.CompletionTokens}}
 	r.Completion = c

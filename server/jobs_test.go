@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -338,5 +339,28 @@ func TestJobSpecRoundTrip(t *testing.T) {
 		if _, st := specToJobs(tc.spec); st == nil || st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.field) {
 			t.Errorf("%v: %v, want INVALID_ARGUMENT naming %s", tc.spec, st, tc.field)
 		}
+	}
+}
+
+// TestJobCostAndUpstreamToProto: a job's cost, saving and upstream
+// batches reach JobProgress, and a result's cost and dispatch JobResult.
+func TestJobCostAndUpstreamToProto(t *testing.T) {
+	p := &jobs.Progress{Cost: 1.25, Saving: 1.25, ETA: -1,
+		Upstream: &jobs.UpstreamProgress{Items: 300, Batches: map[string]int64{"in_progress": 2, "completed": 1}, ETA: 90 * time.Second}}
+	out := progressToProto(p)
+	if out.GetCostUsd() != 1.25 || out.GetSavingUsd() != 1.25 || out.GetUpstreamItems() != 300 ||
+		out.GetUpstreamBatches()["in_progress"] != 2 || out.GetUpstreamBatches()["completed"] != 1 ||
+		out.GetUpstreamEta().AsDuration() != 90*time.Second {
+		t.Errorf("JobProgress %v", out)
+	}
+	p.Upstream.ETA = -1
+	if out := progressToProto(p); out.UpstreamEta != nil {
+		t.Errorf("an unknown upstream ETA became %v", out.UpstreamEta)
+	}
+	cost := 0.0005
+	rec, _ := json.Marshal(jobs.Record{Text: "hi", Dispatch: jobs.DispatchBatchAPI, Cost: &cost})
+	r := jobResult(&jobs.Job{}, &jobs.Task{State: jobs.ItemSucceeded, Result: rec})
+	if r.GetCostUsd() != cost || r.GetDispatch() != "batch_api" {
+		t.Errorf("JobResult cost %v dispatch %q", r.GetCostUsd(), r.GetDispatch())
 	}
 }

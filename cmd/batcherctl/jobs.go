@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,6 +107,15 @@ func jobText(job *batcherv1.Job) string {
 	}
 	fmt.Fprintf(&b, "rate\t%s\n", rateText(p))
 	fmt.Fprintf(&b, "tokens\t%d in, %d out\n", p.GetTokensIn(), p.GetTokensOut())
+	if d := job.GetSpec().GetDispatch(); d != "" {
+		fmt.Fprintf(&b, "dispatch\t%s\n", d)
+	}
+	if p.GetCostUsd() > 0 || p.GetSavingUsd() > 0 {
+		fmt.Fprintf(&b, "cost\t$%.6f (saved $%.6f against online)\n", p.GetCostUsd(), p.GetSavingUsd())
+	}
+	if ub := p.GetUpstreamBatches(); len(ub) > 0 {
+		fmt.Fprintf(&b, "upstream\t%s\n", upstreamText(p))
+	}
 	if t := job.GetCreatedAt(); t != nil {
 		fmt.Fprintf(&b, "created\t%s\n", t.AsTime().Format(time.RFC3339))
 	}
@@ -121,13 +131,40 @@ func jobText(job *batcherv1.Job) string {
 	return b.String()
 }
 
+// upstreamText is a progress's upstream batches for people: the items
+// waiting upstream, the batches by state, and the provider's ETA.
+func upstreamText(p *batcherv1.JobProgress) string {
+	ub := p.GetUpstreamBatches()
+	states := make([]string, 0, len(ub))
+	for s := range ub {
+		states = append(states, s)
+	}
+	slices.Sort(states)
+	parts := make([]string, len(states))
+	for i, s := range states {
+		parts[i] = fmt.Sprintf("%d %s", ub[s], s)
+	}
+	eta := "unknown"
+	if e := p.GetUpstreamEta(); e != nil {
+		eta = e.AsDuration().Round(time.Second).String()
+	}
+	return fmt.Sprintf("%d items waiting; batches: %s; eta %s", p.GetUpstreamItems(), strings.Join(parts, ", "), eta)
+}
+
 // rateText is a progress's rate, tokens per second and ETA, for people.
 func rateText(p *batcherv1.JobProgress) string {
 	eta := "unknown"
 	if e := p.GetEta(); e != nil {
 		eta = e.AsDuration().Round(time.Second).String()
 	}
-	return fmt.Sprintf("%.1f items/s, %.0f tokens/s, eta %s", p.GetItemsPerHour()/3600, p.GetTokensPerSecond(), eta)
+	s := fmt.Sprintf("%.1f items/s, %.0f tokens/s, eta %s", p.GetItemsPerHour()/3600, p.GetTokensPerSecond(), eta)
+	if p.GetCostUsd() > 0 {
+		s += fmt.Sprintf(", $%.4f", p.GetCostUsd())
+	}
+	if p.GetUpstreamItems() > 0 {
+		s += fmt.Sprintf(", %d upstream", p.GetUpstreamItems())
+	}
+	return s
 }
 
 func newJobsDeleteCmd(a *app) *cobra.Command {
@@ -216,6 +253,7 @@ in protobuf JSON with --spec (the flags then override it).`,
 	fl.Int32Var(&cf.rpm, "rpm", 0, "the job's requests per minute, on top of the backends' limits (0: none)")
 	fl.Int64Var(&cf.tpm, "tpm", 0, "the job's tokens per minute, on top of the backends' limits (0: none)")
 	fl.StringVar(&cf.outputDir, "output-dir", "", "where the job's files go, under the service's jobs.output_root")
+	fl.StringVar(&cf.dispatch, "dispatch", "", "online, batch_api (the route's provider batch API, at its batch price) or auto (the batch API when the job's window allows); default online")
 	addOutputFlag(c, &out)
 	return c
 }

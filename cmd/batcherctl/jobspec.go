@@ -26,6 +26,7 @@ type createFlags struct {
 	rpm           int32
 	tpm           int64
 	outputDir     string
+	dispatch      string
 }
 
 // spec builds the job's spec: --spec's file first (protobuf JSON of
@@ -76,6 +77,13 @@ func (f *createFlags) spec(base *batcherv1.JobSpec) (*batcherv1.JobSpec, error) 
 	}
 	if f.outputDir != "" {
 		spec.OutputDir = f.outputDir
+	}
+	switch f.dispatch {
+	case "":
+	case "online", "batch_api", "auto":
+		spec.Dispatch = f.dispatch
+	default:
+		return nil, usageError("--dispatch: online, batch_api or auto, got %q", f.dispatch)
 	}
 	return spec, nil
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 )
 
 func TestParseGroup(t *testing.T) {
@@ -53,5 +55,17 @@ func TestBatchLineProblem(t *testing.T) {
 		if got := batchLineProblem([]byte(line)) != ""; got != bad {
 			t.Errorf("%s: problem %v, want %v", line, got, bad)
 		}
+	}
+}
+
+func TestCreateFlagsDispatch(t *testing.T) {
+	for _, d := range []string{"online", "batch_api", "auto"} {
+		spec, err := (&createFlags{dispatch: d}).spec(&batcherv1.JobSpec{})
+		if err != nil || spec.GetDispatch() != d {
+			t.Errorf("--dispatch %s: %v (%v)", d, spec.GetDispatch(), err)
+		}
+	}
+	if _, err := (&createFlags{dispatch: "later"}).spec(&batcherv1.JobSpec{}); err == nil || !strings.Contains(err.Error(), "--dispatch") {
+		t.Errorf("--dispatch later: %v, want an error naming --dispatch", err)
 	}
 }

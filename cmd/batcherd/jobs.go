@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -31,7 +32,7 @@ const storeOpenTimeout = 15 * time.Second
 // shutdown, before the core's own drain, and the manager the batch API
 // serves (nil with jobs off). With no data directory, jobs are off and the
 // JobService answers FAILED_PRECONDITION saying that jobs need --data-dir.
-func startJobs(ctx context.Context, cfg *config.Config, built *config.Built, core *batcher.Batcher, gs *grpc.Server, log *slog.Logger) (func(context.Context), *jobs.Manager, error) {
+func startJobs(ctx context.Context, cfg *config.Config, built *config.Built, core *batcher.Batcher, gs *grpc.Server, mp metric.MeterProvider, log *slog.Logger) (func(context.Context), *jobs.Manager, error) {
 	jc := &cfg.Jobs
 	if jc.DataDir == "" {
 		log.Info("jobs off: set data_dir (--data-dir, BATCHER_DATA_DIR) to run batch jobs")
@@ -70,7 +71,7 @@ func startJobs(ctx context.Context, cfg *config.Config, built *config.Built, cor
 		Store: store, Core: core, DataDir: jc.DataDir, Exclusive: kind == config.JobStoreSQLite,
 		MaxItems: l.MaxItems, MaxRunning: l.MaxRunning, MaxInFlight: l.MaxInFlight, ConcurrentRequests: l.ConcurrentRequests,
 		TTL: l.TTL.D(), Lease: l.Lease.D(), Logger: log, OutputRoot: l.OutputRoot,
-		BatchRoutes: batchRoutes(cfg, built),
+		BatchRoutes: batchRoutes(cfg, built), Prices: cfg.Prices(), MeterProvider: mp,
 	})
 	if err == nil {
 		err = m.Start(ctx)

@@ -136,7 +136,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 	// on the way out through shutdown below it has stopped already.
 	defer gs.Stop()
 	srv.Register(gs)
-	stopJobs, jobManager, err := startJobs(ctx, cfg, built, core, gs, log)
+	stopJobs, jobManager, err := startJobs(ctx, cfg, built, core, gs, obs.tel.MeterProvider, log)
 	obs.setJobs(jobManager)
 	if err != nil {
 		log.Error("jobs", "err", err)

@@ -151,6 +151,9 @@ func (r *configReloader) apply() error {
 	}
 	if r.jobs != nil {
 		r.jobs.RoutesChanged()
+		if err := r.jobs.SetPrices(next.Prices()); err != nil { // validated with the config
+			r.log.Error("configuration reload: prices", "err", err)
+		}
 	}
 	r.running = next
 	names := make([]string, len(next.Routes))

@@ -1051,10 +1051,24 @@ type JobProgress struct {
 	ItemsPerHour    float64              `protobuf:"fixed64,8,opt,name=items_per_hour,json=itemsPerHour,proto3" json:"items_per_hour,omitempty"`
 	Elapsed         *durationpb.Duration `protobuf:"bytes,9,opt,name=elapsed,proto3" json:"elapsed,omitempty"`
 	// Unset while unknown.
-	Eta           *durationpb.Duration   `protobuf:"bytes,10,opt,name=eta,proto3" json:"eta,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=time,proto3" json:"time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Eta  *durationpb.Duration   `protobuf:"bytes,10,opt,name=eta,proto3" json:"eta,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=time,proto3" json:"time,omitempty"`
+	// What the job cost so far in USD at its routes' price tables (a route's
+	// price in batcherd's config), and what it saved against online dispatch
+	// of the same tokens (the batch API's discount). 0 without prices.
+	CostUsd   float64 `protobuf:"fixed64,12,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	SavingUsd float64 `protobuf:"fixed64,13,opt,name=saving_usd,json=savingUsd,proto3" json:"saving_usd,omitempty"`
+	// Batch-API dispatch (JobSpec.dispatch): the items in upstream batches
+	// that have not come back yet, the upstream batches by their provider
+	// state (validating, in_progress, finalizing, completed, failed,
+	// expired, cancelling, cancelled; "preparing" before one is created),
+	// and when the provider's progress says the last running one ends
+	// (unset while unknown).
+	UpstreamItems   int64                `protobuf:"varint,14,opt,name=upstream_items,json=upstreamItems,proto3" json:"upstream_items,omitempty"`
+	UpstreamBatches map[string]int64     `protobuf:"bytes,15,rep,name=upstream_batches,json=upstreamBatches,proto3" json:"upstream_batches,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	UpstreamEta     *durationpb.Duration `protobuf:"bytes,16,opt,name=upstream_eta,json=upstreamEta,proto3" json:"upstream_eta,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JobProgress) Reset() {
@@ -1160,6 +1174,41 @@ func (x *JobProgress) GetEta() *durationpb.Duration {
 func (x *JobProgress) GetTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Time
+	}
+	return nil
+}
+
+func (x *JobProgress) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *JobProgress) GetSavingUsd() float64 {
+	if x != nil {
+		return x.SavingUsd
+	}
+	return 0
+}
+
+func (x *JobProgress) GetUpstreamItems() int64 {
+	if x != nil {
+		return x.UpstreamItems
+	}
+	return 0
+}
+
+func (x *JobProgress) GetUpstreamBatches() map[string]int64 {
+	if x != nil {
+		return x.UpstreamBatches
+	}
+	return nil
+}
+
+func (x *JobProgress) GetUpstreamEta() *durationpb.Duration {
+	if x != nil {
+		return x.UpstreamEta
 	}
 	return nil
 }
@@ -1759,7 +1808,11 @@ type JobResult struct {
 	// The model that served it (a group's next_model after a move).
 	Model string `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
 	// Resume ListJobResults after this result.
-	Cursor        string `protobuf:"bytes,9,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Cursor string `protobuf:"bytes,9,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// A succeeded result's cost in USD at its route's price table (0
+	// without one), and how it was sent: online or batch_api.
+	CostUsd       float64 `protobuf:"fixed64,10,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	Dispatch      string  `protobuf:"bytes,11,opt,name=dispatch,proto3" json:"dispatch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1857,6 +1910,20 @@ func (x *JobResult) GetCursor() string {
 	return ""
 }
 
+func (x *JobResult) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *JobResult) GetDispatch() string {
+	if x != nil {
+		return x.Dispatch
+	}
+	return ""
+}
+
 var File_batcher_v1_jobs_proto protoreflect.FileDescriptor
 
 const file_batcher_v1_jobs_proto_rawDesc = "" +
@@ -1943,7 +2010,7 @@ const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"\aexpired\x18\a \x01(\x03R\aexpired\"T\n" +
 	"\rGroupProgress\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12-\n" +
-	"\x06counts\x18\x02 \x01(\v2\x15.batcher.v1.JobCountsR\x06counts\"\xde\x03\n" +
+	"\x06counts\x18\x02 \x01(\v2\x15.batcher.v1.JobCountsR\x06counts\"\x9a\x06\n" +
 	"\vJobProgress\x12*\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x14.batcher.v1.JobStateR\x05state\x12-\n" +
 	"\x06counts\x18\x02 \x01(\v2\x15.batcher.v1.JobCountsR\x06counts\x121\n" +
@@ -1957,7 +2024,16 @@ const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"\aelapsed\x18\t \x01(\v2\x19.google.protobuf.DurationR\aelapsed\x12+\n" +
 	"\x03eta\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x03eta\x12.\n" +
-	"\x04time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x1f\n" +
+	"\x04time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x19\n" +
+	"\bcost_usd\x18\f \x01(\x01R\acostUsd\x12\x1d\n" +
+	"\n" +
+	"saving_usd\x18\r \x01(\x01R\tsavingUsd\x12%\n" +
+	"\x0eupstream_items\x18\x0e \x01(\x03R\rupstreamItems\x12W\n" +
+	"\x10upstream_batches\x18\x0f \x03(\v2,.batcher.v1.JobProgress.UpstreamBatchesEntryR\x0fupstreamBatches\x12<\n" +
+	"\fupstream_eta\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\vupstreamEta\x1aB\n" +
+	"\x14UpstreamBatchesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x1f\n" +
 	"\rGetJobRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"3\n" +
 	"\x0eGetJobResponse\x12!\n" +
@@ -1986,7 +2062,7 @@ const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x17.batcher.v1.ItemOutcomeR\aoutcome\x12\x16\n" +
 	"\x06cursor\x18\x03 \x01(\tR\x06cursor\"G\n" +
 	"\x16ListJobResultsResponse\x12-\n" +
-	"\x06result\x18\x01 \x01(\v2\x15.batcher.v1.JobResultR\x06result\"\x93\x02\n" +
+	"\x06result\x18\x01 \x01(\v2\x15.batcher.v1.JobResultR\x06result\"\xca\x02\n" +
 	"\tJobResult\x12\x12\n" +
 	"\x04item\x18\x01 \x01(\x03R\x04item\x12\x1b\n" +
 	"\tcustom_id\x18\x02 \x01(\tR\bcustomId\x12\x14\n" +
@@ -1998,7 +2074,10 @@ const file_batcher_v1_jobs_proto_rawDesc = "" +
 	"completion\x18\a \x01(\v2\x16.batcher.v1.CompletionR\n" +
 	"completion\x12\x14\n" +
 	"\x05model\x18\b \x01(\tR\x05model\x12\x16\n" +
-	"\x06cursor\x18\t \x01(\tR\x06cursor*\xff\x01\n" +
+	"\x06cursor\x18\t \x01(\tR\x06cursor\x12\x19\n" +
+	"\bcost_usd\x18\n" +
+	" \x01(\x01R\acostUsd\x12\x1a\n" +
+	"\bdispatch\x18\v \x01(\tR\bdispatch*\xff\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14JOB_STATE_VALIDATING\x10\x01\x12\x14\n" +
@@ -2040,7 +2119,7 @@ func file_batcher_v1_jobs_proto_rawDescGZIP() []byte {
 }
 
 var file_batcher_v1_jobs_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_batcher_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_batcher_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_batcher_v1_jobs_proto_goTypes = []any{
 	(JobState)(0),                  // 0: batcher.v1.JobState
 	(ItemOutcome)(0),               // 1: batcher.v1.ItemOutcome
@@ -2069,70 +2148,73 @@ var file_batcher_v1_jobs_proto_goTypes = []any{
 	(*ListJobResultsResponse)(nil), // 24: batcher.v1.ListJobResultsResponse
 	(*JobResult)(nil),              // 25: batcher.v1.JobResult
 	nil,                            // 26: batcher.v1.JobSpec.MetadataEntry
-	(*GenerationParams)(nil),       // 27: batcher.v1.GenerationParams
-	(Priority)(0),                  // 28: batcher.v1.Priority
-	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
-	(*Request)(nil),                // 30: batcher.v1.Request
-	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
-	(*status.Status)(nil),          // 32: google.rpc.Status
-	(*Completion)(nil),             // 33: batcher.v1.Completion
+	nil,                            // 27: batcher.v1.JobProgress.UpstreamBatchesEntry
+	(*GenerationParams)(nil),       // 28: batcher.v1.GenerationParams
+	(Priority)(0),                  // 29: batcher.v1.Priority
+	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
+	(*Request)(nil),                // 31: batcher.v1.Request
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
+	(*status.Status)(nil),          // 33: google.rpc.Status
+	(*Completion)(nil),             // 34: batcher.v1.Completion
 }
 var file_batcher_v1_jobs_proto_depIdxs = []int32{
 	26, // 0: batcher.v1.JobSpec.metadata:type_name -> batcher.v1.JobSpec.MetadataEntry
-	27, // 1: batcher.v1.JobSpec.params:type_name -> batcher.v1.GenerationParams
-	28, // 2: batcher.v1.JobSpec.priority:type_name -> batcher.v1.Priority
-	29, // 3: batcher.v1.JobSpec.retry_delay:type_name -> google.protobuf.Duration
-	29, // 4: batcher.v1.JobSpec.completion_window:type_name -> google.protobuf.Duration
+	28, // 1: batcher.v1.JobSpec.params:type_name -> batcher.v1.GenerationParams
+	29, // 2: batcher.v1.JobSpec.priority:type_name -> batcher.v1.Priority
+	30, // 3: batcher.v1.JobSpec.retry_delay:type_name -> google.protobuf.Duration
+	30, // 4: batcher.v1.JobSpec.completion_window:type_name -> google.protobuf.Duration
 	3,  // 5: batcher.v1.JobSpec.run_groups:type_name -> batcher.v1.RunGroup
 	4,  // 6: batcher.v1.JobSpec.judge:type_name -> batcher.v1.Judge
-	29, // 7: batcher.v1.RunGroup.delay:type_name -> google.protobuf.Duration
-	29, // 8: batcher.v1.RunGroup.retry_delay:type_name -> google.protobuf.Duration
-	27, // 9: batcher.v1.Judge.params:type_name -> batcher.v1.GenerationParams
-	30, // 10: batcher.v1.JobItems.requests:type_name -> batcher.v1.Request
+	30, // 7: batcher.v1.RunGroup.delay:type_name -> google.protobuf.Duration
+	30, // 8: batcher.v1.RunGroup.retry_delay:type_name -> google.protobuf.Duration
+	28, // 9: batcher.v1.Judge.params:type_name -> batcher.v1.GenerationParams
+	31, // 10: batcher.v1.JobItems.requests:type_name -> batcher.v1.Request
 	5,  // 11: batcher.v1.JobItems.openai_lines:type_name -> batcher.v1.OpenAIBatchLine
 	2,  // 12: batcher.v1.CreateJobRequest.spec:type_name -> batcher.v1.JobSpec
 	6,  // 13: batcher.v1.CreateJobRequest.items:type_name -> batcher.v1.JobItems
 	9,  // 14: batcher.v1.CreateJobResponse.job:type_name -> batcher.v1.Job
 	2,  // 15: batcher.v1.Job.spec:type_name -> batcher.v1.JobSpec
 	12, // 16: batcher.v1.Job.progress:type_name -> batcher.v1.JobProgress
-	31, // 17: batcher.v1.Job.created_at:type_name -> google.protobuf.Timestamp
-	31, // 18: batcher.v1.Job.ended_at:type_name -> google.protobuf.Timestamp
-	32, // 19: batcher.v1.Job.error:type_name -> google.rpc.Status
+	32, // 17: batcher.v1.Job.created_at:type_name -> google.protobuf.Timestamp
+	32, // 18: batcher.v1.Job.ended_at:type_name -> google.protobuf.Timestamp
+	33, // 19: batcher.v1.Job.error:type_name -> google.rpc.Status
 	10, // 20: batcher.v1.GroupProgress.counts:type_name -> batcher.v1.JobCounts
 	0,  // 21: batcher.v1.JobProgress.state:type_name -> batcher.v1.JobState
 	10, // 22: batcher.v1.JobProgress.counts:type_name -> batcher.v1.JobCounts
 	11, // 23: batcher.v1.JobProgress.groups:type_name -> batcher.v1.GroupProgress
-	29, // 24: batcher.v1.JobProgress.elapsed:type_name -> google.protobuf.Duration
-	29, // 25: batcher.v1.JobProgress.eta:type_name -> google.protobuf.Duration
-	31, // 26: batcher.v1.JobProgress.time:type_name -> google.protobuf.Timestamp
-	9,  // 27: batcher.v1.GetJobResponse.job:type_name -> batcher.v1.Job
-	0,  // 28: batcher.v1.ListJobsRequest.state:type_name -> batcher.v1.JobState
-	9,  // 29: batcher.v1.ListJobsResponse.jobs:type_name -> batcher.v1.Job
-	9,  // 30: batcher.v1.CancelJobResponse.job:type_name -> batcher.v1.Job
-	12, // 31: batcher.v1.WatchJobResponse.progress:type_name -> batcher.v1.JobProgress
-	1,  // 32: batcher.v1.ListJobResultsRequest.outcome:type_name -> batcher.v1.ItemOutcome
-	25, // 33: batcher.v1.ListJobResultsResponse.result:type_name -> batcher.v1.JobResult
-	1,  // 34: batcher.v1.JobResult.outcome:type_name -> batcher.v1.ItemOutcome
-	33, // 35: batcher.v1.JobResult.completion:type_name -> batcher.v1.Completion
-	7,  // 36: batcher.v1.JobService.CreateJob:input_type -> batcher.v1.CreateJobRequest
-	13, // 37: batcher.v1.JobService.GetJob:input_type -> batcher.v1.GetJobRequest
-	15, // 38: batcher.v1.JobService.ListJobs:input_type -> batcher.v1.ListJobsRequest
-	17, // 39: batcher.v1.JobService.CancelJob:input_type -> batcher.v1.CancelJobRequest
-	19, // 40: batcher.v1.JobService.DeleteJob:input_type -> batcher.v1.DeleteJobRequest
-	21, // 41: batcher.v1.JobService.WatchJob:input_type -> batcher.v1.WatchJobRequest
-	23, // 42: batcher.v1.JobService.ListJobResults:input_type -> batcher.v1.ListJobResultsRequest
-	8,  // 43: batcher.v1.JobService.CreateJob:output_type -> batcher.v1.CreateJobResponse
-	14, // 44: batcher.v1.JobService.GetJob:output_type -> batcher.v1.GetJobResponse
-	16, // 45: batcher.v1.JobService.ListJobs:output_type -> batcher.v1.ListJobsResponse
-	18, // 46: batcher.v1.JobService.CancelJob:output_type -> batcher.v1.CancelJobResponse
-	20, // 47: batcher.v1.JobService.DeleteJob:output_type -> batcher.v1.DeleteJobResponse
-	22, // 48: batcher.v1.JobService.WatchJob:output_type -> batcher.v1.WatchJobResponse
-	24, // 49: batcher.v1.JobService.ListJobResults:output_type -> batcher.v1.ListJobResultsResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	30, // 24: batcher.v1.JobProgress.elapsed:type_name -> google.protobuf.Duration
+	30, // 25: batcher.v1.JobProgress.eta:type_name -> google.protobuf.Duration
+	32, // 26: batcher.v1.JobProgress.time:type_name -> google.protobuf.Timestamp
+	27, // 27: batcher.v1.JobProgress.upstream_batches:type_name -> batcher.v1.JobProgress.UpstreamBatchesEntry
+	30, // 28: batcher.v1.JobProgress.upstream_eta:type_name -> google.protobuf.Duration
+	9,  // 29: batcher.v1.GetJobResponse.job:type_name -> batcher.v1.Job
+	0,  // 30: batcher.v1.ListJobsRequest.state:type_name -> batcher.v1.JobState
+	9,  // 31: batcher.v1.ListJobsResponse.jobs:type_name -> batcher.v1.Job
+	9,  // 32: batcher.v1.CancelJobResponse.job:type_name -> batcher.v1.Job
+	12, // 33: batcher.v1.WatchJobResponse.progress:type_name -> batcher.v1.JobProgress
+	1,  // 34: batcher.v1.ListJobResultsRequest.outcome:type_name -> batcher.v1.ItemOutcome
+	25, // 35: batcher.v1.ListJobResultsResponse.result:type_name -> batcher.v1.JobResult
+	1,  // 36: batcher.v1.JobResult.outcome:type_name -> batcher.v1.ItemOutcome
+	34, // 37: batcher.v1.JobResult.completion:type_name -> batcher.v1.Completion
+	7,  // 38: batcher.v1.JobService.CreateJob:input_type -> batcher.v1.CreateJobRequest
+	13, // 39: batcher.v1.JobService.GetJob:input_type -> batcher.v1.GetJobRequest
+	15, // 40: batcher.v1.JobService.ListJobs:input_type -> batcher.v1.ListJobsRequest
+	17, // 41: batcher.v1.JobService.CancelJob:input_type -> batcher.v1.CancelJobRequest
+	19, // 42: batcher.v1.JobService.DeleteJob:input_type -> batcher.v1.DeleteJobRequest
+	21, // 43: batcher.v1.JobService.WatchJob:input_type -> batcher.v1.WatchJobRequest
+	23, // 44: batcher.v1.JobService.ListJobResults:input_type -> batcher.v1.ListJobResultsRequest
+	8,  // 45: batcher.v1.JobService.CreateJob:output_type -> batcher.v1.CreateJobResponse
+	14, // 46: batcher.v1.JobService.GetJob:output_type -> batcher.v1.GetJobResponse
+	16, // 47: batcher.v1.JobService.ListJobs:output_type -> batcher.v1.ListJobsResponse
+	18, // 48: batcher.v1.JobService.CancelJob:output_type -> batcher.v1.CancelJobResponse
+	20, // 49: batcher.v1.JobService.DeleteJob:output_type -> batcher.v1.DeleteJobResponse
+	22, // 50: batcher.v1.JobService.WatchJob:output_type -> batcher.v1.WatchJobResponse
+	24, // 51: batcher.v1.JobService.ListJobResults:output_type -> batcher.v1.ListJobResultsResponse
+	45, // [45:52] is the sub-list for method output_type
+	38, // [38:45] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_batcher_v1_jobs_proto_init() }
@@ -2153,7 +2235,7 @@ func file_batcher_v1_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_batcher_v1_jobs_proto_rawDesc), len(file_batcher_v1_jobs_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8,6 +8,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/server"
 )
 
@@ -207,6 +208,35 @@ type Route struct {
 	// BatchAPI, when set, lets jobs on the route choose its backend's
 	// provider batch API (jobs' dispatch: batch_api or auto).
 	BatchAPI *RouteBatchAPI `yaml:"batch_api"`
+	// Price is what the route's provider charges: jobs report each task's
+	// cost, their own and the saving of batch_api dispatch from it, and
+	// batcher_cost_total counts it. Absent: the route costs nothing.
+	Price *RoutePrice `yaml:"price"`
+}
+
+// RoutePrice is a route's price table, in USD per million tokens.
+type RoutePrice struct {
+	InputPerMTok  float64 `yaml:"input_per_mtok"`
+	OutputPerMTok float64 `yaml:"output_per_mtok"`
+	// BatchDiscount is the fraction of the price the provider's batch API
+	// takes off: 0.5 (OpenAI's and Anthropic's) is half price.
+	BatchDiscount float64 `yaml:"batch_discount"`
+}
+
+// Jobs returns the price as the jobs package takes it.
+func (p *RoutePrice) Jobs() jobs.Price {
+	return jobs.Price{InputPerMTok: p.InputPerMTok, OutputPerMTok: p.OutputPerMTok, BatchDiscount: p.BatchDiscount}
+}
+
+// Prices returns the routes' price tables, by route name.
+func (c *Config) Prices() map[string]jobs.Price {
+	out := map[string]jobs.Price{}
+	for _, r := range c.Routes {
+		if r.Price != nil {
+			out[r.Name] = r.Price.Jobs()
+		}
+	}
+	return out
 }
 
 // RouteBatchAPI sets a route's use of its provider's batch API. Zero

@@ -145,6 +145,11 @@ func (c *Config) Validate() error {
 				e.add(path+".batch_api", "max_requests, max_bytes, gather, poll_min and poll_max must not be negative")
 			}
 		}
+		if r.Price != nil {
+			if field, problem := r.Price.Jobs().Problem(); field != "" {
+				e.add(path+".price."+field, "%s", problem)
+			}
+		}
 		if len(r.Fallbacks) > maxFallbacks {
 			e.add(path+".fallbacks", "must hold at most %d, got %d", maxFallbacks, len(r.Fallbacks))
 		}

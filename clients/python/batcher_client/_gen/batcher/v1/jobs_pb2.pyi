@@ -130,36 +130,55 @@ class JobItems(_message.Message):
     def __init__(self, requests: _Optional[_Iterable[_Union[_batcher_pb2.Request, _Mapping]]] = ..., openai_lines: _Optional[_Iterable[_Union[OpenAIBatchLine, _Mapping]]] = ...) -> None: ...
 
 class JobProgress(_message.Message):
-    __slots__ = ["counts", "elapsed", "eta", "groups", "items_per_hour", "state", "success_rate", "time", "tokens_in", "tokens_out", "tokens_per_second"]
+    __slots__ = ["cost_usd", "counts", "elapsed", "eta", "groups", "items_per_hour", "saving_usd", "state", "success_rate", "time", "tokens_in", "tokens_out", "tokens_per_second", "upstream_batches", "upstream_eta", "upstream_items"]
+    class UpstreamBatchesEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_FIELD_NUMBER: _ClassVar[int]
     ETA_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     ITEMS_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    SAVING_USD_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_RATE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TOKENS_IN_FIELD_NUMBER: _ClassVar[int]
     TOKENS_OUT_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_ETA_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    cost_usd: float
     counts: JobCounts
     elapsed: _duration_pb2.Duration
     eta: _duration_pb2.Duration
     groups: _containers.RepeatedCompositeFieldContainer[GroupProgress]
     items_per_hour: float
+    saving_usd: float
     state: JobState
     success_rate: float
     time: _timestamp_pb2.Timestamp
     tokens_in: int
     tokens_out: int
     tokens_per_second: float
-    def __init__(self, state: _Optional[_Union[JobState, str]] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupProgress, _Mapping]]] = ..., success_rate: _Optional[float] = ..., tokens_in: _Optional[int] = ..., tokens_out: _Optional[int] = ..., tokens_per_second: _Optional[float] = ..., items_per_hour: _Optional[float] = ..., elapsed: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., eta: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    upstream_batches: _containers.ScalarMap[str, int]
+    upstream_eta: _duration_pb2.Duration
+    upstream_items: int
+    def __init__(self, state: _Optional[_Union[JobState, str]] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[GroupProgress, _Mapping]]] = ..., success_rate: _Optional[float] = ..., tokens_in: _Optional[int] = ..., tokens_out: _Optional[int] = ..., tokens_per_second: _Optional[float] = ..., items_per_hour: _Optional[float] = ..., elapsed: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., eta: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., cost_usd: _Optional[float] = ..., saving_usd: _Optional[float] = ..., upstream_items: _Optional[int] = ..., upstream_batches: _Optional[_Mapping[str, int]] = ..., upstream_eta: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class JobResult(_message.Message):
-    __slots__ = ["completion", "cursor", "custom_id", "group", "item", "judge", "model", "outcome", "run"]
+    __slots__ = ["completion", "cost_usd", "cursor", "custom_id", "dispatch", "group", "item", "judge", "model", "outcome", "run"]
     COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     ITEM_FIELD_NUMBER: _ClassVar[int]
     JUDGE_FIELD_NUMBER: _ClassVar[int]
@@ -167,15 +186,17 @@ class JobResult(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     RUN_FIELD_NUMBER: _ClassVar[int]
     completion: _batcher_pb2.Completion
+    cost_usd: float
     cursor: str
     custom_id: str
+    dispatch: str
     group: str
     item: int
     judge: bool
     model: str
     outcome: ItemOutcome
     run: int
-    def __init__(self, item: _Optional[int] = ..., custom_id: _Optional[str] = ..., group: _Optional[str] = ..., run: _Optional[int] = ..., judge: bool = ..., outcome: _Optional[_Union[ItemOutcome, str]] = ..., completion: _Optional[_Union[_batcher_pb2.Completion, _Mapping]] = ..., model: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...
+    def __init__(self, item: _Optional[int] = ..., custom_id: _Optional[str] = ..., group: _Optional[str] = ..., run: _Optional[int] = ..., judge: bool = ..., outcome: _Optional[_Union[ItemOutcome, str]] = ..., completion: _Optional[_Union[_batcher_pb2.Completion, _Mapping]] = ..., model: _Optional[str] = ..., cursor: _Optional[str] = ..., cost_usd: _Optional[float] = ..., dispatch: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ["completion_window", "concurrent_requests", "dispatch", "fail_on_invalid", "judge", "max_retries", "metadata", "model", "name", "output_dir", "params", "priority", "requests_per_minute", "retry_delay", "run_groups", "tokens_per_minute"]

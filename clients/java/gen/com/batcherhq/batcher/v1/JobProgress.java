@@ -41,6 +41,18 @@ private static final long serialVersionUID = 0L;
     return com.batcherhq.batcher.v1.JobsProto.internal_static_batcher_v1_JobProgress_descriptor;
   }
 
+  @SuppressWarnings({"rawtypes"})
+  @java.lang.Override
+  protected com.google.protobuf.MapField internalGetMapField(
+      int number) {
+    switch (number) {
+      case 15:
+        return internalGetUpstreamBatches();
+      default:
+        throw new RuntimeException(
+            "Invalid map field number: " + number);
+    }
+  }
   @java.lang.Override
   protected com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internalGetFieldAccessorTable() {
@@ -287,6 +299,157 @@ private static final long serialVersionUID = 0L;
     return time_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : time_;
   }
 
+  public static final int COST_USD_FIELD_NUMBER = 12;
+  private double costUsd_ = 0D;
+  /**
+   * <pre>
+   * What the job cost so far in USD at its routes' price tables (a route's
+   * price in batcherd's config), and what it saved against online dispatch
+   * of the same tokens (the batch API's discount). 0 without prices.
+   * </pre>
+   *
+   * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+   * @return The costUsd.
+   */
+  @java.lang.Override
+  public double getCostUsd() {
+    return costUsd_;
+  }
+
+  public static final int SAVING_USD_FIELD_NUMBER = 13;
+  private double savingUsd_ = 0D;
+  /**
+   * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+   * @return The savingUsd.
+   */
+  @java.lang.Override
+  public double getSavingUsd() {
+    return savingUsd_;
+  }
+
+  public static final int UPSTREAM_ITEMS_FIELD_NUMBER = 14;
+  private long upstreamItems_ = 0L;
+  /**
+   * <pre>
+   * Batch-API dispatch (JobSpec.dispatch): the items in upstream batches
+   * that have not come back yet, the upstream batches by their provider
+   * state (validating, in_progress, finalizing, completed, failed,
+   * expired, cancelling, cancelled; "preparing" before one is created),
+   * and when the provider's progress says the last running one ends
+   * (unset while unknown).
+   * </pre>
+   *
+   * <code>int64 upstream_items = 14 [json_name = "upstreamItems"];</code>
+   * @return The upstreamItems.
+   */
+  @java.lang.Override
+  public long getUpstreamItems() {
+    return upstreamItems_;
+  }
+
+  public static final int UPSTREAM_BATCHES_FIELD_NUMBER = 15;
+  private static final class UpstreamBatchesDefaultEntryHolder {
+    static final com.google.protobuf.MapEntry<
+        java.lang.String, java.lang.Long> defaultEntry =
+            com.google.protobuf.MapEntry
+            .<java.lang.String, java.lang.Long>newDefaultInstance(
+                com.batcherhq.batcher.v1.JobsProto.internal_static_batcher_v1_JobProgress_UpstreamBatchesEntry_descriptor, 
+                com.google.protobuf.WireFormat.FieldType.STRING,
+                "",
+                com.google.protobuf.WireFormat.FieldType.INT64,
+                0L);
+  }
+  @SuppressWarnings("serial")
+  private com.google.protobuf.MapField<
+      java.lang.String, java.lang.Long> upstreamBatches_;
+  private com.google.protobuf.MapField<java.lang.String, java.lang.Long>
+  internalGetUpstreamBatches() {
+    if (upstreamBatches_ == null) {
+      return com.google.protobuf.MapField.emptyMapField(
+          UpstreamBatchesDefaultEntryHolder.defaultEntry);
+    }
+    return upstreamBatches_;
+  }
+  public int getUpstreamBatchesCount() {
+    return internalGetUpstreamBatches().getMap().size();
+  }
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  @java.lang.Override
+  public boolean containsUpstreamBatches(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    return internalGetUpstreamBatches().getMap().containsKey(key);
+  }
+  /**
+   * Use {@link #getUpstreamBatchesMap()} instead.
+   */
+  @java.lang.Override
+  @java.lang.Deprecated
+  public java.util.Map<java.lang.String, java.lang.Long> getUpstreamBatches() {
+    return getUpstreamBatchesMap();
+  }
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  @java.lang.Override
+  public java.util.Map<java.lang.String, java.lang.Long> getUpstreamBatchesMap() {
+    return internalGetUpstreamBatches().getMap();
+  }
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  @java.lang.Override
+  public long getUpstreamBatchesOrDefault(
+      java.lang.String key,
+      long defaultValue) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Long> map =
+        internalGetUpstreamBatches().getMap();
+    return map.containsKey(key) ? map.get(key) : defaultValue;
+  }
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  @java.lang.Override
+  public long getUpstreamBatchesOrThrow(
+      java.lang.String key) {
+    if (key == null) { throw new NullPointerException("map key"); }
+    java.util.Map<java.lang.String, java.lang.Long> map =
+        internalGetUpstreamBatches().getMap();
+    if (!map.containsKey(key)) {
+      throw new java.lang.IllegalArgumentException();
+    }
+    return map.get(key);
+  }
+
+  public static final int UPSTREAM_ETA_FIELD_NUMBER = 16;
+  private com.google.protobuf.Duration upstreamEta_;
+  /**
+   * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+   * @return Whether the upstreamEta field is set.
+   */
+  @java.lang.Override
+  public boolean hasUpstreamEta() {
+    return upstreamEta_ != null;
+  }
+  /**
+   * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+   * @return The upstreamEta.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Duration getUpstreamEta() {
+    return upstreamEta_ == null ? com.google.protobuf.Duration.getDefaultInstance() : upstreamEta_;
+  }
+  /**
+   * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.DurationOrBuilder getUpstreamEtaOrBuilder() {
+    return upstreamEta_ == null ? com.google.protobuf.Duration.getDefaultInstance() : upstreamEta_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -333,6 +496,24 @@ private static final long serialVersionUID = 0L;
     }
     if (time_ != null) {
       output.writeMessage(11, getTime());
+    }
+    if (java.lang.Double.doubleToRawLongBits(costUsd_) != 0) {
+      output.writeDouble(12, costUsd_);
+    }
+    if (java.lang.Double.doubleToRawLongBits(savingUsd_) != 0) {
+      output.writeDouble(13, savingUsd_);
+    }
+    if (upstreamItems_ != 0L) {
+      output.writeInt64(14, upstreamItems_);
+    }
+    com.google.protobuf.GeneratedMessageV3
+      .serializeStringMapTo(
+        output,
+        internalGetUpstreamBatches(),
+        UpstreamBatchesDefaultEntryHolder.defaultEntry,
+        15);
+    if (upstreamEta_ != null) {
+      output.writeMessage(16, getUpstreamEta());
     }
     getUnknownFields().writeTo(output);
   }
@@ -387,6 +568,32 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(11, getTime());
     }
+    if (java.lang.Double.doubleToRawLongBits(costUsd_) != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeDoubleSize(12, costUsd_);
+    }
+    if (java.lang.Double.doubleToRawLongBits(savingUsd_) != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeDoubleSize(13, savingUsd_);
+    }
+    if (upstreamItems_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(14, upstreamItems_);
+    }
+    for (java.util.Map.Entry<java.lang.String, java.lang.Long> entry
+         : internalGetUpstreamBatches().getMap().entrySet()) {
+      com.google.protobuf.MapEntry<java.lang.String, java.lang.Long>
+      upstreamBatches__ = UpstreamBatchesDefaultEntryHolder.defaultEntry.newBuilderForType()
+          .setKey(entry.getKey())
+          .setValue(entry.getValue())
+          .build();
+      size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(15, upstreamBatches__);
+    }
+    if (upstreamEta_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(16, getUpstreamEta());
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -438,6 +645,21 @@ private static final long serialVersionUID = 0L;
       if (!getTime()
           .equals(other.getTime())) return false;
     }
+    if (java.lang.Double.doubleToLongBits(getCostUsd())
+        != java.lang.Double.doubleToLongBits(
+            other.getCostUsd())) return false;
+    if (java.lang.Double.doubleToLongBits(getSavingUsd())
+        != java.lang.Double.doubleToLongBits(
+            other.getSavingUsd())) return false;
+    if (getUpstreamItems()
+        != other.getUpstreamItems()) return false;
+    if (!internalGetUpstreamBatches().equals(
+        other.internalGetUpstreamBatches())) return false;
+    if (hasUpstreamEta() != other.hasUpstreamEta()) return false;
+    if (hasUpstreamEta()) {
+      if (!getUpstreamEta()
+          .equals(other.getUpstreamEta())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -485,6 +707,23 @@ private static final long serialVersionUID = 0L;
     if (hasTime()) {
       hash = (37 * hash) + TIME_FIELD_NUMBER;
       hash = (53 * hash) + getTime().hashCode();
+    }
+    hash = (37 * hash) + COST_USD_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        java.lang.Double.doubleToLongBits(getCostUsd()));
+    hash = (37 * hash) + SAVING_USD_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        java.lang.Double.doubleToLongBits(getSavingUsd()));
+    hash = (37 * hash) + UPSTREAM_ITEMS_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getUpstreamItems());
+    if (!internalGetUpstreamBatches().getMap().isEmpty()) {
+      hash = (37 * hash) + UPSTREAM_BATCHES_FIELD_NUMBER;
+      hash = (53 * hash) + internalGetUpstreamBatches().hashCode();
+    }
+    if (hasUpstreamEta()) {
+      hash = (37 * hash) + UPSTREAM_ETA_FIELD_NUMBER;
+      hash = (53 * hash) + getUpstreamEta().hashCode();
     }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
@@ -597,6 +836,28 @@ private static final long serialVersionUID = 0L;
       return com.batcherhq.batcher.v1.JobsProto.internal_static_batcher_v1_JobProgress_descriptor;
     }
 
+    @SuppressWarnings({"rawtypes"})
+    protected com.google.protobuf.MapField internalGetMapField(
+        int number) {
+      switch (number) {
+        case 15:
+          return internalGetUpstreamBatches();
+        default:
+          throw new RuntimeException(
+              "Invalid map field number: " + number);
+      }
+    }
+    @SuppressWarnings({"rawtypes"})
+    protected com.google.protobuf.MapField internalGetMutableMapField(
+        int number) {
+      switch (number) {
+        case 15:
+          return internalGetMutableUpstreamBatches();
+        default:
+          throw new RuntimeException(
+              "Invalid map field number: " + number);
+      }
+    }
     @java.lang.Override
     protected com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
         internalGetFieldAccessorTable() {
@@ -651,6 +912,15 @@ private static final long serialVersionUID = 0L;
       if (timeBuilder_ != null) {
         timeBuilder_.dispose();
         timeBuilder_ = null;
+      }
+      costUsd_ = 0D;
+      savingUsd_ = 0D;
+      upstreamItems_ = 0L;
+      internalGetMutableUpstreamBatches().clear();
+      upstreamEta_ = null;
+      if (upstreamEtaBuilder_ != null) {
+        upstreamEtaBuilder_.dispose();
+        upstreamEtaBuilder_ = null;
       }
       return this;
     }
@@ -735,6 +1005,24 @@ private static final long serialVersionUID = 0L;
         result.time_ = timeBuilder_ == null
             ? time_
             : timeBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000800) != 0)) {
+        result.costUsd_ = costUsd_;
+      }
+      if (((from_bitField0_ & 0x00001000) != 0)) {
+        result.savingUsd_ = savingUsd_;
+      }
+      if (((from_bitField0_ & 0x00002000) != 0)) {
+        result.upstreamItems_ = upstreamItems_;
+      }
+      if (((from_bitField0_ & 0x00004000) != 0)) {
+        result.upstreamBatches_ = internalGetUpstreamBatches();
+        result.upstreamBatches_.makeImmutable();
+      }
+      if (((from_bitField0_ & 0x00008000) != 0)) {
+        result.upstreamEta_ = upstreamEtaBuilder_ == null
+            ? upstreamEta_
+            : upstreamEtaBuilder_.build();
       }
     }
 
@@ -838,6 +1126,21 @@ private static final long serialVersionUID = 0L;
       if (other.hasTime()) {
         mergeTime(other.getTime());
       }
+      if (other.getCostUsd() != 0D) {
+        setCostUsd(other.getCostUsd());
+      }
+      if (other.getSavingUsd() != 0D) {
+        setSavingUsd(other.getSavingUsd());
+      }
+      if (other.getUpstreamItems() != 0L) {
+        setUpstreamItems(other.getUpstreamItems());
+      }
+      internalGetMutableUpstreamBatches().mergeFrom(
+          other.internalGetUpstreamBatches());
+      bitField0_ |= 0x00004000;
+      if (other.hasUpstreamEta()) {
+        mergeUpstreamEta(other.getUpstreamEta());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -935,6 +1238,37 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000400;
               break;
             } // case 90
+            case 97: {
+              costUsd_ = input.readDouble();
+              bitField0_ |= 0x00000800;
+              break;
+            } // case 97
+            case 105: {
+              savingUsd_ = input.readDouble();
+              bitField0_ |= 0x00001000;
+              break;
+            } // case 105
+            case 112: {
+              upstreamItems_ = input.readInt64();
+              bitField0_ |= 0x00002000;
+              break;
+            } // case 112
+            case 122: {
+              com.google.protobuf.MapEntry<java.lang.String, java.lang.Long>
+              upstreamBatches__ = input.readMessage(
+                  UpstreamBatchesDefaultEntryHolder.defaultEntry.getParserForType(), extensionRegistry);
+              internalGetMutableUpstreamBatches().getMutableMap().put(
+                  upstreamBatches__.getKey(), upstreamBatches__.getValue());
+              bitField0_ |= 0x00004000;
+              break;
+            } // case 122
+            case 130: {
+              input.readMessage(
+                  getUpstreamEtaFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00008000;
+              break;
+            } // case 130
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1939,6 +2273,391 @@ private static final long serialVersionUID = 0L;
         time_ = null;
       }
       return timeBuilder_;
+    }
+
+    private double costUsd_ ;
+    /**
+     * <pre>
+     * What the job cost so far in USD at its routes' price tables (a route's
+     * price in batcherd's config), and what it saved against online dispatch
+     * of the same tokens (the batch API's discount). 0 without prices.
+     * </pre>
+     *
+     * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+     * @return The costUsd.
+     */
+    @java.lang.Override
+    public double getCostUsd() {
+      return costUsd_;
+    }
+    /**
+     * <pre>
+     * What the job cost so far in USD at its routes' price tables (a route's
+     * price in batcherd's config), and what it saved against online dispatch
+     * of the same tokens (the batch API's discount). 0 without prices.
+     * </pre>
+     *
+     * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+     * @param value The costUsd to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCostUsd(double value) {
+      
+      costUsd_ = value;
+      bitField0_ |= 0x00000800;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * What the job cost so far in USD at its routes' price tables (a route's
+     * price in batcherd's config), and what it saved against online dispatch
+     * of the same tokens (the batch API's discount). 0 without prices.
+     * </pre>
+     *
+     * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearCostUsd() {
+      bitField0_ = (bitField0_ & ~0x00000800);
+      costUsd_ = 0D;
+      onChanged();
+      return this;
+    }
+
+    private double savingUsd_ ;
+    /**
+     * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+     * @return The savingUsd.
+     */
+    @java.lang.Override
+    public double getSavingUsd() {
+      return savingUsd_;
+    }
+    /**
+     * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+     * @param value The savingUsd to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSavingUsd(double value) {
+      
+      savingUsd_ = value;
+      bitField0_ |= 0x00001000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSavingUsd() {
+      bitField0_ = (bitField0_ & ~0x00001000);
+      savingUsd_ = 0D;
+      onChanged();
+      return this;
+    }
+
+    private long upstreamItems_ ;
+    /**
+     * <pre>
+     * Batch-API dispatch (JobSpec.dispatch): the items in upstream batches
+     * that have not come back yet, the upstream batches by their provider
+     * state (validating, in_progress, finalizing, completed, failed,
+     * expired, cancelling, cancelled; "preparing" before one is created),
+     * and when the provider's progress says the last running one ends
+     * (unset while unknown).
+     * </pre>
+     *
+     * <code>int64 upstream_items = 14 [json_name = "upstreamItems"];</code>
+     * @return The upstreamItems.
+     */
+    @java.lang.Override
+    public long getUpstreamItems() {
+      return upstreamItems_;
+    }
+    /**
+     * <pre>
+     * Batch-API dispatch (JobSpec.dispatch): the items in upstream batches
+     * that have not come back yet, the upstream batches by their provider
+     * state (validating, in_progress, finalizing, completed, failed,
+     * expired, cancelling, cancelled; "preparing" before one is created),
+     * and when the provider's progress says the last running one ends
+     * (unset while unknown).
+     * </pre>
+     *
+     * <code>int64 upstream_items = 14 [json_name = "upstreamItems"];</code>
+     * @param value The upstreamItems to set.
+     * @return This builder for chaining.
+     */
+    public Builder setUpstreamItems(long value) {
+      
+      upstreamItems_ = value;
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Batch-API dispatch (JobSpec.dispatch): the items in upstream batches
+     * that have not come back yet, the upstream batches by their provider
+     * state (validating, in_progress, finalizing, completed, failed,
+     * expired, cancelling, cancelled; "preparing" before one is created),
+     * and when the provider's progress says the last running one ends
+     * (unset while unknown).
+     * </pre>
+     *
+     * <code>int64 upstream_items = 14 [json_name = "upstreamItems"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearUpstreamItems() {
+      bitField0_ = (bitField0_ & ~0x00002000);
+      upstreamItems_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.MapField<
+        java.lang.String, java.lang.Long> upstreamBatches_;
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Long>
+        internalGetUpstreamBatches() {
+      if (upstreamBatches_ == null) {
+        return com.google.protobuf.MapField.emptyMapField(
+            UpstreamBatchesDefaultEntryHolder.defaultEntry);
+      }
+      return upstreamBatches_;
+    }
+    private com.google.protobuf.MapField<java.lang.String, java.lang.Long>
+        internalGetMutableUpstreamBatches() {
+      if (upstreamBatches_ == null) {
+        upstreamBatches_ = com.google.protobuf.MapField.newMapField(
+            UpstreamBatchesDefaultEntryHolder.defaultEntry);
+      }
+      if (!upstreamBatches_.isMutable()) {
+        upstreamBatches_ = upstreamBatches_.copy();
+      }
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return upstreamBatches_;
+    }
+    public int getUpstreamBatchesCount() {
+      return internalGetUpstreamBatches().getMap().size();
+    }
+    /**
+     * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+     */
+    @java.lang.Override
+    public boolean containsUpstreamBatches(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      return internalGetUpstreamBatches().getMap().containsKey(key);
+    }
+    /**
+     * Use {@link #getUpstreamBatchesMap()} instead.
+     */
+    @java.lang.Override
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Long> getUpstreamBatches() {
+      return getUpstreamBatchesMap();
+    }
+    /**
+     * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+     */
+    @java.lang.Override
+    public java.util.Map<java.lang.String, java.lang.Long> getUpstreamBatchesMap() {
+      return internalGetUpstreamBatches().getMap();
+    }
+    /**
+     * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+     */
+    @java.lang.Override
+    public long getUpstreamBatchesOrDefault(
+        java.lang.String key,
+        long defaultValue) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Long> map =
+          internalGetUpstreamBatches().getMap();
+      return map.containsKey(key) ? map.get(key) : defaultValue;
+    }
+    /**
+     * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+     */
+    @java.lang.Override
+    public long getUpstreamBatchesOrThrow(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      java.util.Map<java.lang.String, java.lang.Long> map =
+          internalGetUpstreamBatches().getMap();
+      if (!map.containsKey(key)) {
+        throw new java.lang.IllegalArgumentException();
+      }
+      return map.get(key);
+    }
+    public Builder clearUpstreamBatches() {
+      bitField0_ = (bitField0_ & ~0x00004000);
+      internalGetMutableUpstreamBatches().getMutableMap()
+          .clear();
+      return this;
+    }
+    /**
+     * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+     */
+    public Builder removeUpstreamBatches(
+        java.lang.String key) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      internalGetMutableUpstreamBatches().getMutableMap()
+          .remove(key);
+      return this;
+    }
+    /**
+     * Use alternate mutation accessors instead.
+     */
+    @java.lang.Deprecated
+    public java.util.Map<java.lang.String, java.lang.Long>
+        getMutableUpstreamBatches() {
+      bitField0_ |= 0x00004000;
+      return internalGetMutableUpstreamBatches().getMutableMap();
+    }
+    /**
+     * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+     */
+    public Builder putUpstreamBatches(
+        java.lang.String key,
+        long value) {
+      if (key == null) { throw new NullPointerException("map key"); }
+      
+      internalGetMutableUpstreamBatches().getMutableMap()
+          .put(key, value);
+      bitField0_ |= 0x00004000;
+      return this;
+    }
+    /**
+     * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+     */
+    public Builder putAllUpstreamBatches(
+        java.util.Map<java.lang.String, java.lang.Long> values) {
+      internalGetMutableUpstreamBatches().getMutableMap()
+          .putAll(values);
+      bitField0_ |= 0x00004000;
+      return this;
+    }
+
+    private com.google.protobuf.Duration upstreamEta_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> upstreamEtaBuilder_;
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     * @return Whether the upstreamEta field is set.
+     */
+    public boolean hasUpstreamEta() {
+      return ((bitField0_ & 0x00008000) != 0);
+    }
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     * @return The upstreamEta.
+     */
+    public com.google.protobuf.Duration getUpstreamEta() {
+      if (upstreamEtaBuilder_ == null) {
+        return upstreamEta_ == null ? com.google.protobuf.Duration.getDefaultInstance() : upstreamEta_;
+      } else {
+        return upstreamEtaBuilder_.getMessage();
+      }
+    }
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     */
+    public Builder setUpstreamEta(com.google.protobuf.Duration value) {
+      if (upstreamEtaBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        upstreamEta_ = value;
+      } else {
+        upstreamEtaBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     */
+    public Builder setUpstreamEta(
+        com.google.protobuf.Duration.Builder builderForValue) {
+      if (upstreamEtaBuilder_ == null) {
+        upstreamEta_ = builderForValue.build();
+      } else {
+        upstreamEtaBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     */
+    public Builder mergeUpstreamEta(com.google.protobuf.Duration value) {
+      if (upstreamEtaBuilder_ == null) {
+        if (((bitField0_ & 0x00008000) != 0) &&
+          upstreamEta_ != null &&
+          upstreamEta_ != com.google.protobuf.Duration.getDefaultInstance()) {
+          getUpstreamEtaBuilder().mergeFrom(value);
+        } else {
+          upstreamEta_ = value;
+        }
+      } else {
+        upstreamEtaBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     */
+    public Builder clearUpstreamEta() {
+      bitField0_ = (bitField0_ & ~0x00008000);
+      upstreamEta_ = null;
+      if (upstreamEtaBuilder_ != null) {
+        upstreamEtaBuilder_.dispose();
+        upstreamEtaBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     */
+    public com.google.protobuf.Duration.Builder getUpstreamEtaBuilder() {
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return getUpstreamEtaFieldBuilder().getBuilder();
+    }
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     */
+    public com.google.protobuf.DurationOrBuilder getUpstreamEtaOrBuilder() {
+      if (upstreamEtaBuilder_ != null) {
+        return upstreamEtaBuilder_.getMessageOrBuilder();
+      } else {
+        return upstreamEta_ == null ?
+            com.google.protobuf.Duration.getDefaultInstance() : upstreamEta_;
+      }
+    }
+    /**
+     * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+        getUpstreamEtaFieldBuilder() {
+      if (upstreamEtaBuilder_ == null) {
+        upstreamEtaBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                getUpstreamEta(),
+                getParentForChildren(),
+                isClean());
+        upstreamEta_ = null;
+      }
+      return upstreamEtaBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

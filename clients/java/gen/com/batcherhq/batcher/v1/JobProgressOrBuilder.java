@@ -151,4 +151,84 @@ public interface JobProgressOrBuilder extends
    * <code>.google.protobuf.Timestamp time = 11 [json_name = "time"];</code>
    */
   com.google.protobuf.TimestampOrBuilder getTimeOrBuilder();
+
+  /**
+   * <pre>
+   * What the job cost so far in USD at its routes' price tables (a route's
+   * price in batcherd's config), and what it saved against online dispatch
+   * of the same tokens (the batch API's discount). 0 without prices.
+   * </pre>
+   *
+   * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+   * @return The costUsd.
+   */
+  double getCostUsd();
+
+  /**
+   * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+   * @return The savingUsd.
+   */
+  double getSavingUsd();
+
+  /**
+   * <pre>
+   * Batch-API dispatch (JobSpec.dispatch): the items in upstream batches
+   * that have not come back yet, the upstream batches by their provider
+   * state (validating, in_progress, finalizing, completed, failed,
+   * expired, cancelling, cancelled; "preparing" before one is created),
+   * and when the provider's progress says the last running one ends
+   * (unset while unknown).
+   * </pre>
+   *
+   * <code>int64 upstream_items = 14 [json_name = "upstreamItems"];</code>
+   * @return The upstreamItems.
+   */
+  long getUpstreamItems();
+
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  int getUpstreamBatchesCount();
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  boolean containsUpstreamBatches(
+      java.lang.String key);
+  /**
+   * Use {@link #getUpstreamBatchesMap()} instead.
+   */
+  @java.lang.Deprecated
+  java.util.Map<java.lang.String, java.lang.Long>
+  getUpstreamBatches();
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  java.util.Map<java.lang.String, java.lang.Long>
+  getUpstreamBatchesMap();
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  long getUpstreamBatchesOrDefault(
+      java.lang.String key,
+      long defaultValue);
+  /**
+   * <code>map&lt;string, int64&gt; upstream_batches = 15 [json_name = "upstreamBatches"];</code>
+   */
+  long getUpstreamBatchesOrThrow(
+      java.lang.String key);
+
+  /**
+   * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+   * @return Whether the upstreamEta field is set.
+   */
+  boolean hasUpstreamEta();
+  /**
+   * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+   * @return The upstreamEta.
+   */
+  com.google.protobuf.Duration getUpstreamEta();
+  /**
+   * <code>.google.protobuf.Duration upstream_eta = 16 [json_name = "upstreamEta"];</code>
+   */
+  com.google.protobuf.DurationOrBuilder getUpstreamEtaOrBuilder();
 }

@@ -25,6 +25,7 @@ private static final long serialVersionUID = 0L;
     outcome_ = 0;
     model_ = "";
     cursor_ = "";
+    dispatch_ = "";
   }
 
   @java.lang.Override
@@ -329,6 +330,61 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int COST_USD_FIELD_NUMBER = 10;
+  private double costUsd_ = 0D;
+  /**
+   * <pre>
+   * A succeeded result's cost in USD at its route's price table (0
+   * without one), and how it was sent: online or batch_api.
+   * </pre>
+   *
+   * <code>double cost_usd = 10 [json_name = "costUsd"];</code>
+   * @return The costUsd.
+   */
+  @java.lang.Override
+  public double getCostUsd() {
+    return costUsd_;
+  }
+
+  public static final int DISPATCH_FIELD_NUMBER = 11;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object dispatch_ = "";
+  /**
+   * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+   * @return The dispatch.
+   */
+  @java.lang.Override
+  public java.lang.String getDispatch() {
+    java.lang.Object ref = dispatch_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      dispatch_ = s;
+      return s;
+    }
+  }
+  /**
+   * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+   * @return The bytes for dispatch.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getDispatchBytes() {
+    java.lang.Object ref = dispatch_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      dispatch_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -369,6 +425,12 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(cursor_)) {
       com.google.protobuf.GeneratedMessageV3.writeString(output, 9, cursor_);
+    }
+    if (java.lang.Double.doubleToRawLongBits(costUsd_) != 0) {
+      output.writeDouble(10, costUsd_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(dispatch_)) {
+      com.google.protobuf.GeneratedMessageV3.writeString(output, 11, dispatch_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -411,6 +473,13 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(cursor_)) {
       size += com.google.protobuf.GeneratedMessageV3.computeStringSize(9, cursor_);
     }
+    if (java.lang.Double.doubleToRawLongBits(costUsd_) != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeDoubleSize(10, costUsd_);
+    }
+    if (!com.google.protobuf.GeneratedMessageV3.isStringEmpty(dispatch_)) {
+      size += com.google.protobuf.GeneratedMessageV3.computeStringSize(11, dispatch_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -446,6 +515,11 @@ private static final long serialVersionUID = 0L;
         .equals(other.getModel())) return false;
     if (!getCursor()
         .equals(other.getCursor())) return false;
+    if (java.lang.Double.doubleToLongBits(getCostUsd())
+        != java.lang.Double.doubleToLongBits(
+            other.getCostUsd())) return false;
+    if (!getDispatch()
+        .equals(other.getDispatch())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -479,6 +553,11 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getModel().hashCode();
     hash = (37 * hash) + CURSOR_FIELD_NUMBER;
     hash = (53 * hash) + getCursor().hashCode();
+    hash = (37 * hash) + COST_USD_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        java.lang.Double.doubleToLongBits(getCostUsd()));
+    hash = (37 * hash) + DISPATCH_FIELD_NUMBER;
+    hash = (53 * hash) + getDispatch().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -625,6 +704,8 @@ private static final long serialVersionUID = 0L;
       }
       model_ = "";
       cursor_ = "";
+      costUsd_ = 0D;
+      dispatch_ = "";
       return this;
     }
 
@@ -686,6 +767,12 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000100) != 0)) {
         result.cursor_ = cursor_;
+      }
+      if (((from_bitField0_ & 0x00000200) != 0)) {
+        result.costUsd_ = costUsd_;
+      }
+      if (((from_bitField0_ & 0x00000400) != 0)) {
+        result.dispatch_ = dispatch_;
       }
     }
 
@@ -768,6 +855,14 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000100;
         onChanged();
       }
+      if (other.getCostUsd() != 0D) {
+        setCostUsd(other.getCostUsd());
+      }
+      if (!other.getDispatch().isEmpty()) {
+        dispatch_ = other.dispatch_;
+        bitField0_ |= 0x00000400;
+        onChanged();
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -841,6 +936,16 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000100;
               break;
             } // case 74
+            case 81: {
+              costUsd_ = input.readDouble();
+              bitField0_ |= 0x00000200;
+              break;
+            } // case 81
+            case 90: {
+              dispatch_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000400;
+              break;
+            } // case 90
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1530,6 +1635,125 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       cursor_ = value;
       bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+
+    private double costUsd_ ;
+    /**
+     * <pre>
+     * A succeeded result's cost in USD at its route's price table (0
+     * without one), and how it was sent: online or batch_api.
+     * </pre>
+     *
+     * <code>double cost_usd = 10 [json_name = "costUsd"];</code>
+     * @return The costUsd.
+     */
+    @java.lang.Override
+    public double getCostUsd() {
+      return costUsd_;
+    }
+    /**
+     * <pre>
+     * A succeeded result's cost in USD at its route's price table (0
+     * without one), and how it was sent: online or batch_api.
+     * </pre>
+     *
+     * <code>double cost_usd = 10 [json_name = "costUsd"];</code>
+     * @param value The costUsd to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCostUsd(double value) {
+      
+      costUsd_ = value;
+      bitField0_ |= 0x00000200;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A succeeded result's cost in USD at its route's price table (0
+     * without one), and how it was sent: online or batch_api.
+     * </pre>
+     *
+     * <code>double cost_usd = 10 [json_name = "costUsd"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearCostUsd() {
+      bitField0_ = (bitField0_ & ~0x00000200);
+      costUsd_ = 0D;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object dispatch_ = "";
+    /**
+     * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+     * @return The dispatch.
+     */
+    public java.lang.String getDispatch() {
+      java.lang.Object ref = dispatch_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        dispatch_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+     * @return The bytes for dispatch.
+     */
+    public com.google.protobuf.ByteString
+        getDispatchBytes() {
+      java.lang.Object ref = dispatch_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        dispatch_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+     * @param value The dispatch to set.
+     * @return This builder for chaining.
+     */
+    public Builder setDispatch(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      dispatch_ = value;
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearDispatch() {
+      dispatch_ = getDefaultInstance().getDispatch();
+      bitField0_ = (bitField0_ & ~0x00000400);
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+     * @param value The bytes for dispatch to set.
+     * @return This builder for chaining.
+     */
+    public Builder setDispatchBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      dispatch_ = value;
+      bitField0_ |= 0x00000400;
       onChanged();
       return this;
     }

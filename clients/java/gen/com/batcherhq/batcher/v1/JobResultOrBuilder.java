@@ -142,4 +142,27 @@ public interface JobResultOrBuilder extends
    */
   com.google.protobuf.ByteString
       getCursorBytes();
+
+  /**
+   * <pre>
+   * A succeeded result's cost in USD at its route's price table (0
+   * without one), and how it was sent: online or batch_api.
+   * </pre>
+   *
+   * <code>double cost_usd = 10 [json_name = "costUsd"];</code>
+   * @return The costUsd.
+   */
+  double getCostUsd();
+
+  /**
+   * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+   * @return The dispatch.
+   */
+  java.lang.String getDispatch();
+  /**
+   * <code>string dispatch = 11 [json_name = "dispatch"];</code>
+   * @return The bytes for dispatch.
+   */
+  com.google.protobuf.ByteString
+      getDispatchBytes();
 }

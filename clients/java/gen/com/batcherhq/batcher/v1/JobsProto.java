@@ -75,6 +75,11 @@ public final class JobsProto {
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_batcher_v1_JobProgress_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_batcher_v1_JobProgress_UpstreamBatchesEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_batcher_v1_JobProgress_UpstreamBatchesEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_batcher_v1_GetJobRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
@@ -209,7 +214,7 @@ public final class JobsProto {
       "\003R\tcancelled\022\030\n\007expired\030\007 \001(\003R\007expired\"T" +
       "\n\rGroupProgress\022\024\n\005group\030\001 \001(\tR\005group\022-\n" +
       "\006counts\030\002 \001(\0132\025.batcher.v1.JobCountsR\006co" +
-      "unts\"\336\003\n\013JobProgress\022*\n\005state\030\001 \001(\0162\024.ba" +
+      "unts\"\232\006\n\013JobProgress\022*\n\005state\030\001 \001(\0162\024.ba" +
       "tcher.v1.JobStateR\005state\022-\n\006counts\030\002 \001(\013" +
       "2\025.batcher.v1.JobCountsR\006counts\0221\n\006group" +
       "s\030\003 \003(\0132\031.batcher.v1.GroupProgressR\006grou" +
@@ -221,59 +226,68 @@ public final class JobsProto {
       "oogle.protobuf.DurationR\007elapsed\022+\n\003eta\030" +
       "\n \001(\0132\031.google.protobuf.DurationR\003eta\022.\n" +
       "\004time\030\013 \001(\0132\032.google.protobuf.TimestampR" +
-      "\004time\"\037\n\rGetJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"3" +
-      "\n\016GetJobResponse\022!\n\003job\030\001 \001(\0132\017.batcher." +
-      "v1.JobR\003job\"y\n\017ListJobsRequest\022*\n\005state\030" +
-      "\001 \001(\0162\024.batcher.v1.JobStateR\005state\022\033\n\tpa" +
-      "ge_size\030\002 \001(\005R\010pageSize\022\035\n\npage_token\030\003 " +
-      "\001(\tR\tpageToken\"_\n\020ListJobsResponse\022#\n\004jo" +
-      "bs\030\001 \003(\0132\017.batcher.v1.JobR\004jobs\022&\n\017next_" +
-      "page_token\030\002 \001(\tR\rnextPageToken\"\"\n\020Cance" +
-      "lJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"6\n\021CancelJob" +
-      "Response\022!\n\003job\030\001 \001(\0132\017.batcher.v1.JobR\003" +
-      "job\"\"\n\020DeleteJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"" +
-      "\023\n\021DeleteJobResponse\"!\n\017WatchJobRequest\022" +
-      "\016\n\002id\030\001 \001(\tR\002id\"G\n\020WatchJobResponse\0223\n\010p" +
-      "rogress\030\001 \001(\0132\027.batcher.v1.JobProgressR\010" +
-      "progress\"r\n\025ListJobResultsRequest\022\016\n\002id\030" +
-      "\001 \001(\tR\002id\0221\n\007outcome\030\002 \001(\0162\027.batcher.v1." +
-      "ItemOutcomeR\007outcome\022\026\n\006cursor\030\003 \001(\tR\006cu" +
-      "rsor\"G\n\026ListJobResultsResponse\022-\n\006result" +
-      "\030\001 \001(\0132\025.batcher.v1.JobResultR\006result\"\223\002" +
-      "\n\tJobResult\022\022\n\004item\030\001 \001(\003R\004item\022\033\n\tcusto" +
-      "m_id\030\002 \001(\tR\010customId\022\024\n\005group\030\003 \001(\tR\005gro" +
-      "up\022\020\n\003run\030\004 \001(\005R\003run\022\024\n\005judge\030\005 \001(\010R\005jud" +
-      "ge\0221\n\007outcome\030\006 \001(\0162\027.batcher.v1.ItemOut" +
-      "comeR\007outcome\0226\n\ncompletion\030\007 \001(\0132\026.batc" +
-      "her.v1.CompletionR\ncompletion\022\024\n\005model\030\010" +
-      " \001(\tR\005model\022\026\n\006cursor\030\t \001(\tR\006cursor*\377\001\n\010" +
-      "JobState\022\031\n\025JOB_STATE_UNSPECIFIED\020\000\022\030\n\024J" +
-      "OB_STATE_VALIDATING\020\001\022\024\n\020JOB_STATE_QUEUE" +
-      "D\020\002\022\025\n\021JOB_STATE_RUNNING\020\003\022\030\n\024JOB_STATE_" +
-      "FINALIZING\020\004\022\027\n\023JOB_STATE_COMPLETED\020\005\022\024\n" +
-      "\020JOB_STATE_FAILED\020\006\022\030\n\024JOB_STATE_CANCELL" +
-      "ING\020\007\022\027\n\023JOB_STATE_CANCELLED\020\010\022\025\n\021JOB_ST" +
-      "ATE_EXPIRED\020\t*\226\001\n\013ItemOutcome\022\034\n\030ITEM_OU" +
-      "TCOME_UNSPECIFIED\020\000\022\032\n\026ITEM_OUTCOME_SUCC" +
-      "EEDED\020\001\022\027\n\023ITEM_OUTCOME_FAILED\020\002\022\032\n\026ITEM" +
-      "_OUTCOME_CANCELLED\020\003\022\030\n\024ITEM_OUTCOME_EXP" +
-      "IRED\020\0042\230\004\n\nJobService\022J\n\tCreateJob\022\034.bat" +
-      "cher.v1.CreateJobRequest\032\035.batcher.v1.Cr" +
-      "eateJobResponse(\001\022?\n\006GetJob\022\031.batcher.v1" +
-      ".GetJobRequest\032\032.batcher.v1.GetJobRespon" +
-      "se\022E\n\010ListJobs\022\033.batcher.v1.ListJobsRequ" +
-      "est\032\034.batcher.v1.ListJobsResponse\022H\n\tCan" +
-      "celJob\022\034.batcher.v1.CancelJobRequest\032\035.b" +
-      "atcher.v1.CancelJobResponse\022H\n\tDeleteJob" +
-      "\022\034.batcher.v1.DeleteJobRequest\032\035.batcher" +
-      ".v1.DeleteJobResponse\022G\n\010WatchJob\022\033.batc" +
-      "her.v1.WatchJobRequest\032\034.batcher.v1.Watc" +
-      "hJobResponse0\001\022Y\n\016ListJobResults\022!.batch" +
-      "er.v1.ListJobResultsRequest\032\".batcher.v1" +
-      ".ListJobResultsResponse0\001B^\n\030com.batcher" +
-      "hq.batcher.v1B\tJobsProtoP\001Z5github.com/b" +
-      "atcherhq/batcher/gen/batcher/v1;batcherv" +
-      "1b\006proto3"
+      "\004time\022\031\n\010cost_usd\030\014 \001(\001R\007costUsd\022\035\n\nsavi" +
+      "ng_usd\030\r \001(\001R\tsavingUsd\022%\n\016upstream_item" +
+      "s\030\016 \001(\003R\rupstreamItems\022W\n\020upstream_batch" +
+      "es\030\017 \003(\0132,.batcher.v1.JobProgress.Upstre" +
+      "amBatchesEntryR\017upstreamBatches\022<\n\014upstr" +
+      "eam_eta\030\020 \001(\0132\031.google.protobuf.Duration" +
+      "R\013upstreamEta\032B\n\024UpstreamBatchesEntry\022\020\n" +
+      "\003key\030\001 \001(\tR\003key\022\024\n\005value\030\002 \001(\003R\005value:\0028" +
+      "\001\"\037\n\rGetJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"3\n\016Ge" +
+      "tJobResponse\022!\n\003job\030\001 \001(\0132\017.batcher.v1.J" +
+      "obR\003job\"y\n\017ListJobsRequest\022*\n\005state\030\001 \001(" +
+      "\0162\024.batcher.v1.JobStateR\005state\022\033\n\tpage_s" +
+      "ize\030\002 \001(\005R\010pageSize\022\035\n\npage_token\030\003 \001(\tR" +
+      "\tpageToken\"_\n\020ListJobsResponse\022#\n\004jobs\030\001" +
+      " \003(\0132\017.batcher.v1.JobR\004jobs\022&\n\017next_page" +
+      "_token\030\002 \001(\tR\rnextPageToken\"\"\n\020CancelJob" +
+      "Request\022\016\n\002id\030\001 \001(\tR\002id\"6\n\021CancelJobResp" +
+      "onse\022!\n\003job\030\001 \001(\0132\017.batcher.v1.JobR\003job\"" +
+      "\"\n\020DeleteJobRequest\022\016\n\002id\030\001 \001(\tR\002id\"\023\n\021D" +
+      "eleteJobResponse\"!\n\017WatchJobRequest\022\016\n\002i" +
+      "d\030\001 \001(\tR\002id\"G\n\020WatchJobResponse\0223\n\010progr" +
+      "ess\030\001 \001(\0132\027.batcher.v1.JobProgressR\010prog" +
+      "ress\"r\n\025ListJobResultsRequest\022\016\n\002id\030\001 \001(" +
+      "\tR\002id\0221\n\007outcome\030\002 \001(\0162\027.batcher.v1.Item" +
+      "OutcomeR\007outcome\022\026\n\006cursor\030\003 \001(\tR\006cursor" +
+      "\"G\n\026ListJobResultsResponse\022-\n\006result\030\001 \001" +
+      "(\0132\025.batcher.v1.JobResultR\006result\"\312\002\n\tJo" +
+      "bResult\022\022\n\004item\030\001 \001(\003R\004item\022\033\n\tcustom_id" +
+      "\030\002 \001(\tR\010customId\022\024\n\005group\030\003 \001(\tR\005group\022\020" +
+      "\n\003run\030\004 \001(\005R\003run\022\024\n\005judge\030\005 \001(\010R\005judge\0221" +
+      "\n\007outcome\030\006 \001(\0162\027.batcher.v1.ItemOutcome" +
+      "R\007outcome\0226\n\ncompletion\030\007 \001(\0132\026.batcher." +
+      "v1.CompletionR\ncompletion\022\024\n\005model\030\010 \001(\t" +
+      "R\005model\022\026\n\006cursor\030\t \001(\tR\006cursor\022\031\n\010cost_" +
+      "usd\030\n \001(\001R\007costUsd\022\032\n\010dispatch\030\013 \001(\tR\010di" +
+      "spatch*\377\001\n\010JobState\022\031\n\025JOB_STATE_UNSPECI" +
+      "FIED\020\000\022\030\n\024JOB_STATE_VALIDATING\020\001\022\024\n\020JOB_" +
+      "STATE_QUEUED\020\002\022\025\n\021JOB_STATE_RUNNING\020\003\022\030\n" +
+      "\024JOB_STATE_FINALIZING\020\004\022\027\n\023JOB_STATE_COM" +
+      "PLETED\020\005\022\024\n\020JOB_STATE_FAILED\020\006\022\030\n\024JOB_ST" +
+      "ATE_CANCELLING\020\007\022\027\n\023JOB_STATE_CANCELLED\020" +
+      "\010\022\025\n\021JOB_STATE_EXPIRED\020\t*\226\001\n\013ItemOutcome" +
+      "\022\034\n\030ITEM_OUTCOME_UNSPECIFIED\020\000\022\032\n\026ITEM_O" +
+      "UTCOME_SUCCEEDED\020\001\022\027\n\023ITEM_OUTCOME_FAILE" +
+      "D\020\002\022\032\n\026ITEM_OUTCOME_CANCELLED\020\003\022\030\n\024ITEM_" +
+      "OUTCOME_EXPIRED\020\0042\230\004\n\nJobService\022J\n\tCrea" +
+      "teJob\022\034.batcher.v1.CreateJobRequest\032\035.ba" +
+      "tcher.v1.CreateJobResponse(\001\022?\n\006GetJob\022\031" +
+      ".batcher.v1.GetJobRequest\032\032.batcher.v1.G" +
+      "etJobResponse\022E\n\010ListJobs\022\033.batcher.v1.L" +
+      "istJobsRequest\032\034.batcher.v1.ListJobsResp" +
+      "onse\022H\n\tCancelJob\022\034.batcher.v1.CancelJob" +
+      "Request\032\035.batcher.v1.CancelJobResponse\022H" +
+      "\n\tDeleteJob\022\034.batcher.v1.DeleteJobReques" +
+      "t\032\035.batcher.v1.DeleteJobResponse\022G\n\010Watc" +
+      "hJob\022\033.batcher.v1.WatchJobRequest\032\034.batc" +
+      "her.v1.WatchJobResponse0\001\022Y\n\016ListJobResu" +
+      "lts\022!.batcher.v1.ListJobResultsRequest\032\"" +
+      ".batcher.v1.ListJobResultsResponse0\001B^\n\030" +
+      "com.batcherhq.batcher.v1B\tJobsProtoP\001Z5g" +
+      "ithub.com/batcherhq/batcher/gen/batcher/" +
+      "v1;batcherv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -354,7 +368,13 @@ public final class JobsProto {
     internal_static_batcher_v1_JobProgress_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_JobProgress_descriptor,
-        new java.lang.String[] { "State", "Counts", "Groups", "SuccessRate", "TokensIn", "TokensOut", "TokensPerSecond", "ItemsPerHour", "Elapsed", "Eta", "Time", });
+        new java.lang.String[] { "State", "Counts", "Groups", "SuccessRate", "TokensIn", "TokensOut", "TokensPerSecond", "ItemsPerHour", "Elapsed", "Eta", "Time", "CostUsd", "SavingUsd", "UpstreamItems", "UpstreamBatches", "UpstreamEta", });
+    internal_static_batcher_v1_JobProgress_UpstreamBatchesEntry_descriptor =
+      internal_static_batcher_v1_JobProgress_descriptor.getNestedTypes().get(0);
+    internal_static_batcher_v1_JobProgress_UpstreamBatchesEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_batcher_v1_JobProgress_UpstreamBatchesEntry_descriptor,
+        new java.lang.String[] { "Key", "Value", });
     internal_static_batcher_v1_GetJobRequest_descriptor =
       getDescriptor().getMessageTypes().get(11);
     internal_static_batcher_v1_GetJobRequest_fieldAccessorTable = new
@@ -432,7 +452,7 @@ public final class JobsProto {
     internal_static_batcher_v1_JobResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_JobResult_descriptor,
-        new java.lang.String[] { "Item", "CustomId", "Group", "Run", "Judge", "Outcome", "Completion", "Model", "Cursor", });
+        new java.lang.String[] { "Item", "CustomId", "Group", "Run", "Judge", "Outcome", "Completion", "Model", "Cursor", "CostUsd", "Dispatch", });
     com.batcherhq.batcher.v1.BatcherProto.getDescriptor();
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.TimestampProto.getDescriptor();
