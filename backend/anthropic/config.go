@@ -30,7 +30,11 @@ const (
 	DefaultTimeout          = 10 * time.Minute // Anthropic's own non-streaming limit
 	DefaultMaxResponseBytes = 32 << 20
 	DefaultMaxFanOut        = 16
-	DefaultMaxIdleConns     = 64
+	// DefaultMaxIdleConns is 256, as the OpenAI backend's: each streamed
+	// answer holds a connection of its own, and a pool smaller than the
+	// streams in flight makes the next ones redial before their first
+	// token.
+	DefaultMaxIdleConns = 256
 	// DefaultMaxTokens is the max_tokens of a call whose batch carries
 	// none (Anthropic requires one). Through the core it never applies:
 	// every batch carries its request's max_tokens or its route's
