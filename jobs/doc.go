@@ -41,7 +41,20 @@
 // provider's limits, uploaded, run upstream, and their answers recorded as
 // online results are. Every upstream id is recorded before the next step,
 // so a process killed at any step resumes without uploading a file or
-// creating a batch twice (see DESIGN.md).
+// creating a batch twice (see DESIGN.md). While tasks wait upstream,
+// Manager.Progress shows them (Progress.Upstream: the items, the upstream
+// batches by provider state, the provider's ETA).
+//
+// # Cost
+//
+// Config.Prices (Manager.SetPrices) holds each route's price table: input
+// and output USD per million tokens and the batch API's discount. A
+// succeeded task's cost is computed once, in Manager.price, from its usage
+// and how it was sent (online or batch_api), whichever door created it; its
+// output line carries it (cost_usd, dispatch), the store sums it per job
+// with what the same tokens cost online (Job.Cost, Job.OnlineCost), and
+// summary.json and Progress report the cost and the saving; the recorded
+// tasks' cost is counted in batcher_cost_total (Config.MeterProvider).
 //
 // # Guarantees
 //

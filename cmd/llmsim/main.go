@@ -73,6 +73,9 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.Float64Var(&c.PackMissingRate, "pack-missing-rate", 0, "share of packed items left unanswered")
 	fs.Float64Var(&c.PackMalformedRate, "pack-malformed-rate", 0, "share of packed items answered with a number")
 	fs.Float64Var(&c.PackUnparseableRate, "pack-unparseable-rate", 0, "share of packed calls answered with prose")
+	fs.DurationVar(&c.BatchTime, "batch-time", 0, "how long a batch (/v1/batches, /v1/messages/batches) takes from creation to its end (0: it ends at the first look)")
+	fs.Float64Var(&c.BatchFailRate, "batch-fail-rate", 0, "share of batch lines that fail")
+	fs.Float64Var(&c.BatchExpireRate, "batch-expire-rate", 0, "share of batch lines that expire (their batch ends expired)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "how long shutdown waits for calls in flight")
 	if err := fs.Parse(args); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -41,6 +42,8 @@ func TestFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-error-rate", "2"},
 		{"-rpm", "-1"},
+		{"-batch-time", "-1s"},
+		{"-batch-fail-rate", "0.7", "-batch-expire-rate", "0.7"},
 		{"-models", "a,,b"},
 		{"-api-key-env", "LLMSIM_TEST_SURELY_UNSET"},
 		{"-shutdown-timeout", "0s"},
@@ -51,6 +54,13 @@ func TestFlagErrors(t *testing.T) {
 		if err == nil {
 			t.Errorf("run(%q) succeeded", args)
 		}
+	}
+}
+
+func TestBatchFlags(t *testing.T) {
+	o, err := parseFlags([]string{"-batch-time", "30s", "-batch-fail-rate", "0.01", "-batch-expire-rate", "0.02"}, io.Discard)
+	if err != nil || o.cfg.BatchTime != 30*time.Second || o.cfg.BatchFailRate != 0.01 || o.cfg.BatchExpireRate != 0.02 {
+		t.Fatalf("%+v (%v)", o.cfg, err)
 	}
 }
 
