@@ -212,8 +212,14 @@ func TestShutdownSendsGoAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-queued
-	if st := cc.GetState(); st != connectivity.Ready {
-		t.Fatalf("connection %v, want READY", st)
+	// The stream is open, so the connection is READY, or is reported so
+	// once the channel's state catches up (under load it was seen still
+	// CONNECTING here): wait for it, for the GOAWAY below to show as its
+	// leaving READY.
+	for st := cc.GetState(); st != connectivity.Ready; st = cc.GetState() {
+		if !cc.WaitForStateChange(ctx, st) {
+			t.Fatalf("connection %v, want READY", st)
+		}
 	}
 	stop()
 	if !cc.WaitForStateChange(ctx, connectivity.Ready) {
