@@ -8,16 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/internal/schema"
+	"github.com/batcherhq/batcher/internal/upstream"
 )
 
 // messagesPath is the Messages API's endpoint under the base URL.
@@ -34,7 +32,7 @@ type Backend struct {
 	calls   atomic.Int64
 	failed  atomic.Int64
 	log     *slog.Logger
-	logs    *logLimiter
+	logs    *upstream.LogLimiter
 	schemas schema.Cache // strict tool schemas, to check answers
 }
 
@@ -52,36 +50,13 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: rc, log: rc.Logger, logs: &logLimiter{interval: rc.LogInterval, keys: map[string]*logSlot{}}}
+	b := &Backend{cfg: rc, log: rc.Logger, logs: upstream.NewLogLimiter(rc.LogInterval)}
 	rt := cfg.Transport
 	if rt == nil {
-		b.owned = &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          rc.MaxIdleConns,
-			MaxIdleConnsPerHost:   rc.MaxIdleConns,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		}
-		if cfg.TLS != nil {
-			b.owned.TLSClientConfig = cfg.TLS.Clone()
-		}
+		b.owned = upstream.NewTransport(rc.MaxIdleConns, cfg.TLS)
 		rt = b.owned
 	}
-	opts := []otelhttp.Option{
-		otelhttp.WithPropagators(rc.Propagator),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "anthropic " + r.Method + " " + r.URL.Path }),
-	}
-	if rc.TracerProvider != nil {
-		opts = append(opts, otelhttp.WithTracerProvider(rc.TracerProvider))
-	}
-	b.client = &http.Client{
-		Transport: otelhttp.NewTransport(rt, opts...),
-		// A redirect would resend the body, and the key, elsewhere.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	b.client = upstream.NewClient(rt, "anthropic", rc.Propagator, rc.TracerProvider)
 	return b, nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -194,7 +193,7 @@ func (b *Backend) logFailure(ctx context.Context, batch *batcher.Batch, err erro
 	if !b.log.Enabled(ctx, level) {
 		return
 	}
-	ok, suppressed := b.logs.allow(ue.Class.String(), time.Now())
+	ok, suppressed := b.logs.Allow(ue.Class.String(), time.Now())
 	if !ok {
 		return
 	}
@@ -215,33 +214,4 @@ func (b *Backend) logFailure(ctx context.Context, batch *batcher.Batch, err erro
 		attrs = append(attrs, slog.Int("suppressed", suppressed))
 	}
 	b.log.LogAttrs(ctx, level, failureLog, attrs...)
-}
-
-// logLimiter lets one record per key through per interval and counts the
-// others.
-type logLimiter struct {
-	interval time.Duration
-	mu       sync.Mutex
-	keys     map[string]*logSlot
-}
-
-type logSlot struct {
-	last       time.Time
-	suppressed int
-}
-
-func (l *logLimiter) allow(key string, now time.Time) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.keys[key]
-	if s == nil {
-		s = &logSlot{}
-		l.keys[key] = s
-	} else if now.Sub(s.last) < l.interval {
-		s.suppressed++
-		return false, 0
-	}
-	n := s.suppressed
-	s.last, s.suppressed = now, 0
-	return true, n
 }

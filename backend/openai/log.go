@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -32,7 +30,7 @@ func (b *Backend) logFailure(ctx context.Context, path string, batch *batcher.Ba
 		return
 	}
 	ep := b.cfg.endpointPath(path)
-	ok, suppressed := b.logs.allow(kind+" "+ep, b.now())
+	ok, suppressed := b.logs.Allow(kind+" "+ep, b.now())
 	if !ok {
 		return
 	}
@@ -96,35 +94,4 @@ func failureKind(ue *batcher.UpstreamError) (string, slog.Level) {
 		return "invalid_request", slog.LevelDebug
 	}
 	return "unknown", slog.LevelWarn
-}
-
-// logLimiter lets one record per key through per interval and counts the
-// others. Keys are a kind and an endpoint: a small, fixed set.
-type logLimiter struct {
-	interval time.Duration
-	mu       sync.Mutex
-	keys     map[string]*logSlot
-}
-
-type logSlot struct {
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether a record for key may go out at now, and how many
-// were held back since the last one that did.
-func (l *logLimiter) allow(key string, now time.Time) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.keys[key]
-	if s == nil {
-		s = &logSlot{}
-		l.keys[key] = s
-	} else if now.Sub(s.last) < l.interval {
-		s.suppressed++
-		return false, 0
-	}
-	n := s.suppressed
-	s.last, s.suppressed = now, 0
-	return true, n
 }

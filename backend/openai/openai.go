@@ -8,16 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/internal/schema"
+	"github.com/batcherhq/batcher/internal/upstream"
 )
 
 // Backend sends Batcher's batches to one OpenAI-compatible upstream. It
@@ -28,7 +26,7 @@ type Backend struct {
 	owned   *http.Transport // the pooled transport New made, if any
 	st      counters
 	log     *slog.Logger
-	logs    *logLimiter
+	logs    *upstream.LogLimiter
 	ps      packState
 	schemas schema.Cache     // strict schemas, to check answers (richchat.go)
 	now     func() time.Time // time.Now; tests change it before use
@@ -46,40 +44,16 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg:  rc,
 		log:  rc.Logger,
-		logs: &logLimiter{interval: rc.LogInterval, keys: make(map[string]*logSlot)},
+		logs: upstream.NewLogLimiter(rc.LogInterval),
 		ps:   packState{routes: make(map[string]*routePack)},
 		now:  time.Now,
 	}
 	rt := cfg.Transport
 	if rt == nil {
-		b.owned = &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          rc.MaxIdleConns,
-			MaxIdleConnsPerHost:   rc.MaxIdleConns,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		}
-		if cfg.TLS != nil {
-			b.owned.TLSClientConfig = cfg.TLS.Clone()
-		}
+		b.owned = upstream.NewTransport(rc.MaxIdleConns, cfg.TLS)
 		rt = b.owned
 	}
-	opts := []otelhttp.Option{
-		otelhttp.WithPropagators(rc.Propagator),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "openai " + r.Method + " " + r.URL.Path }),
-	}
-	if rc.TracerProvider != nil {
-		opts = append(opts, otelhttp.WithTracerProvider(rc.TracerProvider))
-	}
-	b.client = &http.Client{
-		Transport: otelhttp.NewTransport(rt, opts...),
-		// A redirect would resend the body, and maybe the key, elsewhere:
-		// a 3xx is an invalid response instead.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	b.client = upstream.NewClient(rt, "openai", rc.Propagator, rc.TracerProvider)
 	return b, nil
 }
 

@@ -52,25 +52,6 @@ func TestPackPauseEnds(t *testing.T) {
 	}
 }
 
-func TestLogLimiter(t *testing.T) {
-	l := &logLimiter{interval: time.Second, keys: map[string]*logSlot{}}
-	t0 := time.Unix(0, 0)
-	if ok, n := l.allow("a", t0); !ok || n != 0 {
-		t.Fatal("first record held back")
-	}
-	for range 3 {
-		if ok, _ := l.allow("a", t0.Add(time.Millisecond)); ok {
-			t.Fatal("repeat let through within the interval")
-		}
-	}
-	if ok, _ := l.allow("b", t0); !ok {
-		t.Fatal("another key held back")
-	}
-	if ok, n := l.allow("a", t0.Add(time.Second)); !ok || n != 3 {
-		t.Fatalf("after the interval: %v, %d suppressed; want true, 3", ok, n)
-	}
-}
-
 // TestRichRequestsNeverPack: a request with tools, a response format, an
 // image or a parameter beyond the plain five goes as its own call.
 func TestRichRequestsNeverPack(t *testing.T) {

@@ -1,0 +1,93 @@
+// Package upstream holds what every HTTP backend (backend/openai,
+// backend/anthropic) builds the same way: its pooled transport, its traced
+// client that never follows a redirect, and its rate limit on failure
+// logs.
+package upstream
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// NewTransport returns a pooled transport keeping at most maxIdle idle
+// connections (to any host, and to one: a backend calls one host), with
+// tlsCfg (cloned) when it is not nil.
+func NewTransport(maxIdle int, tlsCfg *tls.Config) *http.Transport {
+	t := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          maxIdle,
+		MaxIdleConnsPerHost:   maxIdle,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	if tlsCfg != nil {
+		t.TLSClientConfig = tlsCfg.Clone()
+	}
+	return t
+}
+
+// NewClient returns a client over rt whose calls are client spans named
+// "<system> <method> <path>" (with tp; nil: the global provider) carrying
+// the trace context by prop. It follows no redirect: a redirect would
+// resend the body, and the key, elsewhere, so a 3xx is an invalid
+// response instead.
+func NewClient(rt http.RoundTripper, system string, prop propagation.TextMapPropagator, tp trace.TracerProvider) *http.Client {
+	opts := []otelhttp.Option{
+		otelhttp.WithPropagators(prop),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return system + " " + r.Method + " " + r.URL.Path }),
+	}
+	if tp != nil {
+		opts = append(opts, otelhttp.WithTracerProvider(tp))
+	}
+	return &http.Client{
+		Transport:     otelhttp.NewTransport(rt, opts...),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// LogLimiter lets one record per key through per interval and counts the
+// others. Keys are a small, fixed set (a kind and an endpoint).
+type LogLimiter struct {
+	interval time.Duration
+	mu       sync.Mutex
+	keys     map[string]*logSlot
+}
+
+type logSlot struct {
+	last       time.Time
+	suppressed int
+}
+
+// NewLogLimiter returns a LogLimiter letting one record a key through per
+// interval.
+func NewLogLimiter(interval time.Duration) *LogLimiter {
+	return &LogLimiter{interval: interval, keys: make(map[string]*logSlot)}
+}
+
+// Allow reports whether a record for key may go out at now, and how many
+// were held back since the last one that did.
+func (l *LogLimiter) Allow(key string, now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.keys[key]
+	if s == nil {
+		s = &logSlot{}
+		l.keys[key] = s
+	} else if now.Sub(s.last) < l.interval {
+		s.suppressed++
+		return false, 0
+	}
+	n := s.suppressed
+	s.last, s.suppressed = now, 0
+	return true, n
+}
