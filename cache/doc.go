@@ -9,7 +9,7 @@
 // holds. Otter was chosen over ristretto by BenchmarkLibraries: on a
 // skewed workload larger than the budget it keeps more hits, and it never
 // drops a write, where ristretto's admission drops writes under contention
-// (a Put a Get then misses); see the README's "Response cache".
+// (a Put a Get then misses); see docs/cache.md.
 //
 // With WithRedis the memory layer is a front for Redis: a memory miss
 // looks in Redis (one GET, off the admission path), a Redis hit is kept in

@@ -1,4 +1,4 @@
-"""The README's Python example: a call, then a stream (batcherd listening on 127.0.0.1:50051)."""
+"""docs/clients.md's Python example: a call, then a stream (batcherd listening on 127.0.0.1:50051)."""
 
 import batcher_client as bc
 

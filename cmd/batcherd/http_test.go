@@ -142,7 +142,7 @@ routes:
 
 // TestRunHTTPRefusesNetworkWithoutTokens: the front door follows the rule
 // of every listener: off loopback it needs TLS and authentication, or
-// --insecure, which then serves it as it is (README, "Every listener").
+// --insecure, which then serves it as it is (docs/security.md, "Every listener").
 func TestRunHTTPRefusesNetworkWithoutTokens(t *testing.T) {
 	var stderr strings.Builder
 	code := run(t.Context(), func() {}, []string{"--listen=127.0.0.1:0", "--http-listen=0.0.0.0:0"}, noEnv, &stderr)

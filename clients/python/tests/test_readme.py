@@ -1,4 +1,4 @@
-"""The README's Python example is clients/python/example.py, and it runs as
+"""docs/clients.md's Python example is clients/python/example.py, and it runs as
 written against a real batcherd."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from conftest import ROOT
 
 
 def test_readme_example(batcherd, tmp_path):
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "clients.md").read_text()
     m = re.search(r"^```python\n(.*?)^```$", readme, re.S | re.M)
-    assert m, "README.md has no Python example"
+    assert m, "docs/clients.md has no Python example"
     code = m.group(1)
     example = ROOT / "clients" / "python" / "example.py"
-    assert code in example.read_text(), "README.md's Python example differs from clients/python/example.py"
+    assert code in example.read_text(), "docs/clients.md's Python example differs from clients/python/example.py"
     assert "127.0.0.1:50051" in code
     script = tmp_path / "example.py"
     script.write_text(example.read_text().replace("127.0.0.1:50051", batcherd))
