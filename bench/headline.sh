@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs the headline benchmarks into bench/results/ and regenerates the table
+# at the top of BENCHMARKS.md (bench/cmd/headline, rows in headline.tsv).
+#
+#   bench/headline.sh               # every family below, then the table
+#   bench/headline.sh core plain    # some families, then the table
+#   bench/headline.sh table         # only the table, from the files there
+#
+# Families (each writes results/<family>.txt, raw `go test -bench` output):
+#   core    BenchmarkCore, the gRPC unary and stream rows and the memory per
+#           queued request: ROUNDS interleaved rounds (default 5), each
+#           running every benchmark once
+#   plain   issue 27's plain path: this tree against BASE (default 2b48a9c,
+#           before the chat surface), binaries alternated ROUNDS times
+#   stream  issue 28: BenchmarkStreamTTFT (6 iterations a round) and
+#           BenchmarkStream2000
+# Run it on a quiet machine: the figures are medians, but a busy machine
+# moves them.
+set -euo pipefail
+cd "$(dirname "$0")"
+ROUNDS=${ROUNDS:-5}
+BASE=${BASE:-2b48a9c}
+mkdir -p results
+run() { "$@" -test.run '^$' -test.benchmem -test.timeout 60m; }
+
+core() {
+	go test -c -o /tmp/headline-bench.test .
+	: >results/core.txt
+	for i in $(seq "$ROUNDS"); do
+		echo "headline: core round $i of $ROUNDS" >&2
+		run /tmp/headline-bench.test -test.bench 'Core$|GRPCUnary$|GRPCStream$|QueuedMemory$' | tee -a results/core.txt
+	done
+}
+
+plain() {
+	local base=/tmp/headline-base
+	rm -rf "$base" && git worktree add -f --detach "$base" "$BASE" >/dev/null
+	(cd "$base/bench" && go test -c -o /tmp/headline-plain-base.test .)
+	git worktree remove --force "$base"
+	go test -c -o /tmp/headline-plain-head.test .
+	: >results/plain-base.txt
+	: >results/plain-head.txt
+	local sel='Core$/^batcher$/producers=(8|64|512)$|GRPCUnary$/server=batcherd$|GRPCStream$/server=batcherd$'
+	for i in $(seq "$ROUNDS"); do
+		echo "headline: plain round $i of $ROUNDS" >&2
+		run /tmp/headline-plain-base.test -test.bench "$sel" | tee -a results/plain-base.txt
+		run /tmp/headline-plain-head.test -test.bench "$sel" | tee -a results/plain-head.txt
+	done
+}
+
+stream() {
+	go test -c -o /tmp/headline-bench.test .
+	: >results/stream.txt
+	for i in $(seq "$ROUNDS"); do
+		echo "headline: stream round $i of $ROUNDS" >&2
+		run /tmp/headline-bench.test -test.bench 'StreamTTFT$' -test.benchtime 6x | tee -a results/stream.txt
+	done
+	run /tmp/headline-bench.test -test.bench 'Stream2000$' -test.benchtime 3x | tee -a results/stream.txt
+}
+
+table() { go run ./cmd/headline headline.tsv ../BENCHMARKS.md; }
+
+fams=("$@")
+[ ${#fams[@]} -gt 0 ] || fams=(core plain stream)
+for f in "${fams[@]}"; do
+	case $f in
+	core | plain | stream) $f ;;
+	table) ;;
+	*) echo "headline.sh: unknown family $f" >&2 && exit 2 ;;
+	esac
+done
+table
