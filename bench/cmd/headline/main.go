@@ -38,8 +38,8 @@ const (
 
 type row struct {
 	issue, figure, op, unit, kind, command string
-	target                                  float64
-	args                                    []string
+	target                                 float64
+	args                                   []string
 }
 
 func main() {
