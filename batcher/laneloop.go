@@ -1,0 +1,382 @@
+package batcher
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+)
+
+// loop is the owner goroutine.
+func (l *lane) loop() {
+	defer l.b.lanesWG.Done()
+	defer l.timer.Stop()
+	l.idleAt = time.Now()
+	for {
+		select {
+		case <-l.trigger:
+			l.nudged.Store(false)
+		case <-l.timer.C:
+		}
+		for {
+			l.sleepUntil.Store(0) // awake: every push nudges
+			if l.step() {
+				return
+			}
+			if l.wake.IsZero() {
+				break
+			}
+			// Asleep until wake: pushes that can wait for it stop nudging.
+			// A push that came in before the store saw 0 and nudged; one
+			// after it sees wake. One in between is caught here.
+			l.sleepUntil.Store(l.wake.UnixNano())
+			l.inMu.Lock()
+			more := len(l.inbox) > 0
+			l.inMu.Unlock()
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// step reads the inbox, expires, cuts and dispatches what is due, and arms
+// the timer. It reports whether the lane is done for good.
+func (l *lane) step() (exit bool) {
+	now := time.Now()
+	l.drain()
+	b := l.b
+	closing := b.closing.Load()
+	bc := l.bc
+	if b.aborted.Load() { // shutdown's deadline passed: end whatever came in since
+		for len(l.heap) > 0 {
+			l.end(l.heap[0], ErrShutdown)
+		}
+	}
+	for len(l.heap) > 0 && !l.heap[0].deadline.After(now) {
+		l.end(l.heap[0], ErrDeadline)
+	}
+	waiting := false
+	yielded := false
+	for len(l.heap) > 0 {
+		head, headP := l.best(now)
+		send := closing || l.pm != nil ||
+			len(l.heap) >= bc.MaxBatchSize ||
+			(bc.MaxBatchTokens > 0 && l.tokens >= bc.MaxBatchTokens) ||
+			!l.earliestDue().After(now)
+		// A flush alone sends only the flushed calls: the others keep
+		// waiting for their own triggers, so that one caller's flushes do
+		// not cut other callers' batches short.
+		l.onlyFlushed = false
+		if fh := l.queues[qFlushed].head(); !send && fh != nil {
+			send, l.onlyFlushed = true, true
+			head = fh
+			headP = head.req.Priority
+		}
+		if !send && len(l.heap) >= bc.MinBatchSize && l.partials.Load() == 0 {
+			// An early send. Yield once first, so that producers already
+			// runnable (woken by the last batch's results) join this batch
+			// rather than the next: in a quiet system nobody is, and the
+			// batch leaves at once.
+			if !yielded && len(l.heap) < bc.MaxBatchSize {
+				yielded = true
+				runtime.Gosched()
+				l.drain()
+				continue
+			}
+			send = true
+		}
+		if !send {
+			break
+		}
+		if l.pm == nil {
+			w := waiter{l: l, p: headP, since: head.admitted, cost: l.plan(now)}
+			if l.asked && w == l.askedAs {
+				waiting = true // asked already; the grant comes as a message
+				break
+			}
+			pm, wait, budget, err := l.be.ask(w)
+			if err != nil {
+				l.asked = false
+				l.failover(func(*Call) bool { return true }, fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, l.be.name))
+				continue
+			}
+			if pm == nil {
+				l.asked, l.askedAs, waiting = true, w, true
+				if wait > 0 {
+					// Whoever the wait alone would take past its deadline
+					// goes to a fallback, or fails now.
+					limit := now.Add(wait)
+					l.failover(func(c *Call) bool { return c.deadline.Before(limit) },
+						&BudgetError{Backend: l.be.name, Budget: budget, Wait: wait})
+				}
+				break
+			}
+			l.asked = false
+			l.pm = pm
+		}
+		l.cut(now)
+	}
+	if len(l.heap) == 0 {
+		// Calls that left other than in a cut left tombstones, and
+		// with no live call queued nothing would trim them.
+		l.trim()
+		if l.asked {
+			l.be.drop(l) // nothing left to wait for
+			l.asked = false
+		}
+	}
+	var next time.Time
+	if len(l.heap) > 0 {
+		next = l.heap[0].deadline
+		if !waiting {
+			if due := l.earliestDue(); due.Before(next) {
+				next = due
+			}
+		}
+	}
+	idle := len(l.heap) == 0
+
+	for i, e := range l.ended {
+		e.c.finish(Result{Err: e.err}, now)
+		l.ended[i] = ending{}
+	}
+	l.ended = l.ended[:0]
+	for i, c := range l.moved {
+		b.enqueue(c)
+		l.moved[i] = nil
+	}
+	l.moved = l.moved[:0]
+
+	l.wake = time.Time{}
+	if !idle {
+		l.idleAt = time.Time{}
+		l.idleSince.Store(0)
+		l.timer.Reset(next.Sub(now))
+		if !waiting {
+			l.wake = next
+		}
+		return false
+	}
+	if l.pm != nil {
+		l.be.giveBack(l.pm)
+		l.pm = nil
+	}
+	if l.idleAt.IsZero() {
+		l.idleAt = now
+	}
+	if l.idleSince.Load() == 0 {
+		l.idleSince.Store(l.idleAt.UnixNano())
+	}
+	if l.evicted.Load() {
+		l.be.drop(l)
+		l.asked = false
+		return true // closed and out of b.lanes already
+	}
+	if closing || !now.Before(l.idleAt.Add(b.cfg.idleLane)) {
+		if l.close() {
+			return true
+		}
+	}
+	l.timer.Reset(l.idleAt.Add(b.cfg.idleLane).Sub(now))
+	return false
+}
+
+// drain takes the inbox and applies its messages.
+func (l *lane) drain() {
+	l.inMu.Lock()
+	in := l.inbox
+	l.inbox = l.spare[:0]
+	l.inMu.Unlock()
+	for i := range in {
+		l.handle(&in[i])
+		in[i] = msg{}
+	}
+	l.spare = in
+}
+
+// handle applies one inbox message.
+func (l *lane) handle(m *msg) {
+	switch m.kind {
+	case msgPush:
+		c := m.c
+		if !c.pending() { // ended before the owner saw it
+			c.queued.Store(false)
+			l.queuedBy[c.req.Priority].Add(-1)
+			l.size.Add(-1)
+			return
+		}
+		p := c.req.Priority
+		c.qidx = uint8(p.level() + 1)
+		if ahead := l.queues[c.qidx].push(l, c); ahead != nil && c.admitted.Before(ahead.admitted) {
+			// Back from a retry or a fallback: due before calls queued
+			// ahead of it, where earliestDue does not look.
+			c.late = true
+			if due := c.due(); l.lates == 0 || due.Before(l.lateDue) {
+				l.lateDue = due
+			}
+			l.lates++
+		}
+		l.heap.push(c)
+		l.tokens += c.tokens
+	case msgForget:
+		if c := m.c; l.holds(c) {
+			l.heap.remove(c.heapIdx)
+			l.dequeued(c, nil)
+		}
+	case msgGrant:
+		// The backend dropped the wait it granted; a nil permit says that
+		// its breaker opened: asking again fails over.
+		l.asked = false
+		switch {
+		case m.pm == nil:
+		case l.pm != nil || len(l.heap) == 0:
+			l.be.giveBack(m.pm) // a second permit, or nothing to send
+		default:
+			l.pm = m.pm
+		}
+	case msgFlush:
+		fw := m.fw
+		var calls []*Call
+		if fw.calls == nil {
+			calls = slices.Clone(l.heap)
+		} else {
+			for _, c := range fw.calls {
+				if l.holds(c) && c.pending() {
+					calls = append(calls, c)
+				}
+			}
+		}
+		// In admission order, so that a flushed batch keeps it.
+		slices.SortFunc(calls, func(a, b *Call) int { return a.admitted.Compare(b.admitted) })
+		for _, c := range calls {
+			l.markFlushed(c, fw)
+		}
+		fw.sent() // the count started at one: this message's own
+	}
+}
+
+// holds reports whether c is in l's heap. Only the owner of the lane that
+// holds c writes c.heapIdx, so it may be read only once c is known to be
+// l's, and c.lane alone does not tell: c may have been cut from l, failed
+// over and pushed to another lane since the message about it was sent.
+// queued is read first. push stores lane before queued, and l cleared
+// queued when c left it (a cut, an end, a forget or a failover), so a
+// queued that reads true comes from a later push: the lane read next is
+// that push's or a later one's, and the writes of the lane c was in
+// before (its heapIdx = -1) happened before it. TestFlushRacesFallback
+// races there under the race detector when holds reads lane alone.
+func (l *lane) holds(c *Call) bool {
+	return c.queued.Load() && c.lane.Load() == l && c.heapIdx >= 0
+}
+
+// markFlushed moves a queued call to the flushed queue, ahead of everyone,
+// and makes fw wait for it unless nobody waits on fw.
+func (l *lane) markFlushed(c *Call, fw *flushWait) {
+	if !fw.unwaited {
+		if l.flushOf == nil {
+			l.flushOf = make(map[*Call][]*flushWait)
+		}
+		l.flushOf[c] = append(l.flushOf[c], fw)
+		fw.left.Add(1)
+	}
+	if c.qidx != qFlushed {
+		l.queues[c.qidx].kill(c)
+		c.qidx = qFlushed
+		l.queues[qFlushed].push(l, c)
+	}
+}
+
+// dequeued books c's leaving the heap other than in a cut: its fifo entry
+// becomes a tombstone, skipped and dropped later. A flush waiting on c is
+// told now, or, when c leaves in run r, once r's upstream call starts.
+func (l *lane) dequeued(c *Call, r *batchRun) {
+	l.queues[c.qidx].kill(c)
+	l.size.Add(-1)
+	l.queuedBy[c.req.Priority].Add(-1)
+	l.unqueue(c, r)
+}
+
+// unqueue is dequeued but for the shared counters (size and queuedBy),
+// which a cut books once for the whole batch.
+func (l *lane) unqueue(c *Call, r *batchRun) {
+	c.heapIdx = -1
+	if c.late {
+		c.late = false
+		l.lates--
+	}
+	c.queued.Store(false)
+	l.tokens -= c.tokens
+	if l.flushOf != nil {
+		if ws, ok := l.flushOf[c]; ok {
+			for _, fw := range ws {
+				if r != nil {
+					r.flushes = append(r.flushes, fw)
+				} else {
+					fw.sent()
+				}
+			}
+			delete(l.flushOf, c)
+			if len(l.flushOf) == 0 {
+				l.flushOf = nil
+			}
+		}
+	}
+}
+
+// end takes a queued call out to end with err after the step.
+func (l *lane) end(c *Call, err error) {
+	l.heap.remove(c.heapIdx)
+	l.dequeued(c, nil)
+	l.ended = append(l.ended, ending{c, err})
+}
+
+// close ends the lane when nothing arrived in the meantime: from then on
+// producers look the lane up again and grants go straight back. It reports
+// false when the lane got work.
+func (l *lane) close() bool {
+	b := l.b
+	b.lanesMu.Lock()
+	l.inMu.Lock()
+	if len(l.inbox) > 0 {
+		l.inMu.Unlock()
+		b.lanesMu.Unlock()
+		return false
+	}
+	l.closed = true
+	if b.lanes[l.key] == l {
+		delete(b.lanes, l.key)
+		b.laneHolders.remove(l)
+	}
+	l.inMu.Unlock()
+	b.lanesMu.Unlock()
+	l.be.drop(l) // a stale wait, if any: its grant would come straight back
+	l.asked = false
+	return true
+}
+
+// failover takes the queued calls that match out of the lane: each moves
+// to the route's next target, or, on the last one, ends with err.
+func (l *lane) failover(match func(*Call) bool, err error) {
+	last := int(l.key.target)+1 >= len(l.route.targets)
+	for _, c := range slices.Clone(l.heap) {
+		if !match(c) {
+			continue
+		}
+		if last {
+			if errors.Is(err, ErrBudgetExhausted) {
+				l.be.stats.budgetFails.Add(1)
+				l.be.log.budgetFailed(c, l.route.Name, err)
+			}
+			l.end(c, err)
+			continue
+		}
+		l.heap.remove(c.heapIdx)
+		l.dequeued(c, nil)
+		l.be.stats.fallbacks.Add(1)
+		l.be.log.fellBack(c, l.route.Name, l.key.target+1, err)
+		c.target = l.key.target + 1
+		l.moved = append(l.moved, c)
+	}
+}
