@@ -14,6 +14,7 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/internal/cputime"
 	"github.com/batcherhq/batcher/server"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
@@ -367,19 +368,35 @@ func compare(b *testing.B, unit string, load func(*testing.B, *target, int) time
 	defer bt.stop()
 	shaped := serveEcho(b, shapedFrom(b, bt), st)
 	defer shaped.stop()
-	rate := alternate(b, load, echo, shaped, bt)
-	b.ReportMetric(rate[0], "echo-"+unit+"/s")
-	b.ReportMetric(rate[1], "shaped-"+unit+"/s")
-	b.ReportMetric(rate[2], "batcher-"+unit+"/s")
-	b.ReportMetric(rate[2]/rate[0], "ratio")
-	b.ReportMetric(rate[1]/rate[0], "ceiling")
-	b.ReportMetric(rate[2]/rate[1], "vs-shaped")
+	m := alternate(b, load, echo, shaped, bt)
+	b.ReportMetric(m[0].rate, "echo-"+unit+"/s")
+	b.ReportMetric(m[1].rate, "shaped-"+unit+"/s")
+	b.ReportMetric(m[2].rate, "batcher-"+unit+"/s")
+	b.ReportMetric(m[2].rate/m[0].rate, "ratio")
+	b.ReportMetric(m[1].rate/m[0].rate, "ceiling")
+	b.ReportMetric(m[2].rate/m[1].rate, "vs-shaped")
+	b.ReportMetric(m[0].cpu, "echo-cpu-ns/"+unit)
+	b.ReportMetric(m[1].cpu, "shaped-cpu-ns/"+unit)
+	b.ReportMetric(m[2].cpu, "batcher-cpu-ns/"+unit)
+	b.ReportMetric(m[2].cpu-m[1].cpu, "extra-cpu-ns/"+unit)
+}
+
+// measured is one target's figures from alternate.
+type measured struct {
+	// rate is requests a second, wall time.
+	rate float64
+	// cpu is the process's CPU time (user and system, every thread: the
+	// load client's, the server's and the runtime's, GC included) a
+	// request, over the target's phases. The load client is the same for
+	// every target, so the difference between two targets is what their
+	// services cost; unlike the rate it holds up under a busy machine.
+	cpu float64
 }
 
 // alternate runs load against each target, b.N requests each, interleaved
 // in compareRounds rounds after a warm-up, and returns each target's rate
-// (requests a second) in the order given.
-func alternate(b *testing.B, load func(*testing.B, *target, int) time.Duration, targets ...*target) []float64 {
+// (requests a second) and CPU time a request, in the order given.
+func alternate(b *testing.B, load func(*testing.B, *target, int) time.Duration, targets ...*target) []measured {
 	// Warm every connection and server before timing.
 	for _, t := range targets {
 		load(b, t, 256)
@@ -387,6 +404,7 @@ func alternate(b *testing.B, load func(*testing.B, *target, int) time.Duration, 
 	b.ReportAllocs()
 	b.ResetTimer()
 	d := make([]time.Duration, len(targets))
+	cpu := make([]time.Duration, len(targets))
 	for r := range compareRounds {
 		n := share(b.N, compareRounds, r)
 		if n == 0 {
@@ -398,15 +416,17 @@ func alternate(b *testing.B, load func(*testing.B, *target, int) time.Duration, 
 			b.StopTimer()
 			runtime.GC()
 			b.StartTimer()
+			c := cputime.Process()
 			d[i] += load(b, t, n)
+			cpu[i] += cputime.Process() - c
 		}
 	}
 	b.StopTimer()
-	rate := make([]float64, len(targets))
+	m := make([]measured, len(targets))
 	for i := range d {
-		rate[i] = float64(b.N) / d[i].Seconds()
+		m[i] = measured{rate: float64(b.N) / d[i].Seconds(), cpu: float64(cpu[i]) / float64(b.N)}
 	}
-	return rate
+	return m
 }
 
 // compareSetups are the servers BenchmarkGRPCUnary and BenchmarkGRPCStream
@@ -439,6 +459,35 @@ func BenchmarkGRPCStream(b *testing.B) {
 		b.Run("server="+st.name(), func(b *testing.B) {
 			compare(b, "msg", streamLoadOf, st)
 		})
+	}
+}
+
+// BenchmarkGRPCAlone runs the load of BenchmarkGRPCUnary or
+// BenchmarkGRPCStream against one service on batcherd's server alone:
+// the shaped echo or Batcher. It is for profiles, which an alternated run
+// would mix: go test -bench 'GRPCAlone/batcher/stream' -cpuprofile
+// cpu.out, then the same for shaped, and compare. It reports the rate and
+// the process's CPU time a request (the load client's included).
+func BenchmarkGRPCAlone(b *testing.B) {
+	loads := []struct {
+		name string
+		load func(*testing.B, *target, int) time.Duration
+	}{{"unary", unaryLoadOf}, {"stream", streamLoadOf}}
+	for _, svc := range []string{"shaped", "batcher"} {
+		for _, ld := range loads {
+			b.Run(svc+"/"+ld.name, func(b *testing.B) {
+				bt := serveBatcher(b, setupBatcherd)
+				defer bt.stop()
+				t := bt
+				if svc == "shaped" {
+					t = serveEcho(b, shapedFrom(b, bt), setupBatcherd)
+					defer t.stop()
+				}
+				m := alternate(b, ld.load, t)
+				b.ReportMetric(m[0].rate, "req/s")
+				b.ReportMetric(m[0].cpu, "cpu-ns/req")
+			})
+		}
 	}
 }
 
@@ -477,10 +526,12 @@ func BenchmarkGRPCLayer(b *testing.B) {
 				defer without.stop()
 				with := serveBatcher(b, l.with)
 				defer with.stop()
-				rate := alternate(b, ld.load, without, with)
-				b.ReportMetric(rate[0], "without")
-				b.ReportMetric(rate[1], "with")
-				b.ReportMetric(rate[1]/rate[0], "ratio")
+				m := alternate(b, ld.load, without, with)
+				b.ReportMetric(m[0].rate, "without")
+				b.ReportMetric(m[1].rate, "with")
+				b.ReportMetric(m[1].rate/m[0].rate, "ratio")
+				b.ReportMetric(m[0].cpu, "without-cpu-ns/op")
+				b.ReportMetric(m[1].cpu, "with-cpu-ns/op")
 			})
 		}
 	}
@@ -499,8 +550,8 @@ func BenchmarkGRPCStreamBudget(b *testing.B) {
 	defer def.stop()
 	sized := serveBatcher(b, setupBare, server.WithMaxPendingMessages(streamCount*server.DefaultStreamWindow))
 	defer sized.stop()
-	rate := alternate(b, streamLoadOf, def, sized)
-	rd, rs := rate[0], rate[1]
+	m := alternate(b, streamLoadOf, def, sized)
+	rd, rs := m[0].rate, m[1].rate
 	b.ReportMetric(rd, "default-msg/s")
 	b.ReportMetric(rs, "sized-msg/s")
 	b.ReportMetric(rd/rs, "ratio")
@@ -517,10 +568,10 @@ func BenchmarkGRPCUnaryPool(b *testing.B) {
 	defer pooled.stop()
 	plain := serveBatcherOn(b, server.NewGRPCServer(tp, grpc.NumStreamWorkers(0)), nil, nil)
 	defer plain.stop()
-	rate := alternate(b, unaryLoadOf, pooled, plain)
-	b.ReportMetric(rate[0], "pooled-req/s")
-	b.ReportMetric(rate[1], "unpooled-req/s")
-	b.ReportMetric(rate[0]/rate[1], "ratio")
+	m := alternate(b, unaryLoadOf, pooled, plain)
+	b.ReportMetric(m[0].rate, "pooled-req/s")
+	b.ReportMetric(m[1].rate, "unpooled-req/s")
+	b.ReportMetric(m[0].rate/m[1].rate, "ratio")
 }
 
 // TestShapedEchoMatchesBatcher checks the shaped echo against what it
