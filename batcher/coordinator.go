@@ -11,7 +11,7 @@ import (
 // fleet implements it over Redis. Without one (the default) a Batcher holds
 // its budgets alone, and none of this costs anything.
 //
-// The core keeps its own grant path (limits.go) as it is: priorities,
+// The core keeps its own grant path (grant.go) as it is: priorities,
 // protected share, local buckets. A coordinator adds two things. Each batch
 // the local budget granted is also booked in the fleet's budget, by its
 // dispatch worker, just before it goes upstream (SharedBudget.Acquire), and

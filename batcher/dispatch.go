@@ -3,7 +3,6 @@ package batcher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -13,129 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// The dispatch concerns wrap the configured Backend, outermost first:
-//
-//	breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{streamBackend{Backend}}}}}
-//
-// streamBackend turns a streamed request's batch into the backend's Stream
-// call (stream.go).
-// recoverBackend is innermost, so that a panic becomes an error every other
-// layer sees. attemptTimeout bounds the backend call itself and calls the
-// end of its own deadline a timeout (not the batch's cancellation).
-// metricsBackend sits outside the timeout, so that it times the whole
-// attempt and counts the error the timeout translated. breakerVerdict is
-// outermost: it judges the final error, and calls an error that came after
-// every caller had stopped waiting (the batch context cancelled) "unused",
-// since it says nothing of the backend's health. Rate limits and retries
-// are not layers here: the permit was granted before the call (limits.go),
-// and a retry puts a request back into its lane, possibly into another
-// batch (retry.go).
-func decorate(impl Backend, s *backendState) Backend {
-	return breakerVerdict{metricsBackend{attemptTimeout{recoverBackend{streamBackend{impl}}, s.cfg.AttemptTimeout, s.cfg.Retry.MaxRetries + 1, s.cfg.StreamIdleTimeout}, s}}
-}
-
-// recoverBackend turns a backend's panic into an error, so that one bad
-// backend cannot take the service down.
-type recoverBackend struct{ next Backend }
-
-func (d recoverBackend) Dispatch(ctx context.Context, b *Batch, out []Response) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &UpstreamError{Class: ClassUnknown, Message: "backend failed", Err: fmt.Errorf("backend panic: %v", p)}
-		}
-	}()
-	return d.next.Dispatch(ctx, b, out)
-}
-
-// attemptTimeout bounds one upstream call: by the configured timeout, or,
-// when none is, by an even share of what is left of the batch's deadline
-// over the attempts the retry policy allows, within a cap per operation. It
-// needs a context of its own only when its timeout ends before the last of
-// the batch's deadlines.
-type attemptTimeout struct {
-	next     Backend
-	timeout  time.Duration // 0: automatic
-	attempts int           // the retry policy's attempts per request
-	idle     time.Duration // a streamed answer's longest silence after its first delta
-}
-
-// timeoutFor returns the attempt's timeout for b at now.
-func (d attemptTimeout) timeoutFor(b *Batch, now time.Time) time.Duration {
-	if d.timeout > 0 {
-		return d.timeout
-	}
-	limit := DefaultAttemptTimeout
-	if b.Op == OpEmbedding {
-		limit = DefaultEmbeddingAttemptTimeout
-	}
-	share := b.deadline.Sub(now) / time.Duration(max(d.attempts, 1))
-	return min(limit, max(share, minAttemptTimeout))
-}
-
-func (d attemptTimeout) Dispatch(ctx context.Context, b *Batch, out []Response) error {
-	if b.stream != nil {
-		return d.dispatchStream(ctx, b, out)
-	}
-	now := time.Now()
-	timeout := d.timeoutFor(b, now)
-	if !now.Add(timeout).Before(b.deadline) {
-		return d.next.Dispatch(ctx, b, out)
-	}
-	if rc, ok := ctx.(*runCtx); ok {
-		// The batch's own context takes the deadline: a batch makes one
-		// attempt, so its context ends with it, and nothing is allocated.
-		rc.expireAfter(timeout)
-		err := d.next.Dispatch(ctx, b, out)
-		if rc.stopExpiry() && err != nil {
-			err = attemptTimedOut(timeout, err)
-		}
-		return err
-	}
-	actx, cancel := context.WithTimeoutCause(ctx, timeout, errAttemptTimeout)
-	defer cancel()
-	err := d.next.Dispatch(actx, b, out)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAttemptTimeout) {
-		err = attemptTimedOut(timeout, err)
-	}
-	return err
-}
-
-// attemptTimedOut is the error of an attempt that outlived its timeout. Its
-// message is the cause alone: the server prefixes "upstream timed out".
-func attemptTimedOut(timeout time.Duration, err error) error {
-	return &UpstreamError{Class: ClassTimeout, Message: "no answer within the attempt timeout of " + timeout.Round(time.Millisecond).String(), Err: err}
-}
-
-// metricsBackend counts calls and the requests they carry.
-type metricsBackend struct {
-	next Backend
-	s    *backendState
-}
-
-func (d metricsBackend) Dispatch(ctx context.Context, b *Batch, out []Response) error {
-	n := len(b.Requests)
-	d.s.stats.calls.Add(1)
-	d.s.stats.items.Add(int64(n))
-	d.s.retry.sent(time.Now(), n)
-	return d.next.Dispatch(ctx, b, out)
-}
-
-// breakerVerdict tells the breaker how the call went.
-type breakerVerdict struct{ next Backend }
-
-func (d breakerVerdict) Dispatch(ctx context.Context, b *Batch, out []Response) error {
-	err := d.next.Dispatch(ctx, b, out)
-	if v := b.verdict; v != nil {
-		b.verdict = nil
-		if err != nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			v(errUnused) // nobody awaited the answer
-		} else {
-			v(err)
-		}
-	}
-	return err
-}
 
 // batchRun is one dispatch of one batch. A dispatch worker owns it while it
 // runs; calls reach it only through end. Runs are pooled: refs counts the
@@ -281,21 +157,49 @@ func (s *backendState) startWorkers(b *Batcher) {
 // run dispatches the batch and delivers its results: successes at once,
 // retryable failures back to their lane after a backoff, the rest as errors.
 func (r *batchRun) run() {
-	b, be, l := r.b, r.be, r.lane
-	defer func() {
-		if r.partial {
-			l.partials.Add(-1)
-			l.nudge() // an early send may go now
+	defer r.done()
+	if !r.claim() {
+		r.flushed()
+		r.be.giveBack(r.pm)
+		return
+	}
+	var ticket Ticket
+	if r.be.shared != nil {
+		var ok bool
+		if ticket, ok = r.acquire(); !ok {
+			return
 		}
-		l.inFlight.Add(-int32(len(r.calls)))
-		b.untrack(r) // on the paths that return before delivering
-		r.unref()
-	}()
+	}
+	ctx, start := r.prepare()
+	end, err := r.call(ctx, start)
+	v := r.verdict(err)
+	r.be.release(r.pm, v.used, nil)
+	r.b.metrics.dispatched(r, r.out, end.Sub(start).Seconds(), err, v.used)
+	r.deliver(err, end, end.Sub(start))
+	if ticket.Release != nil {
+		ticket.Release(r.outcome(v, err))
+	}
+}
 
-	// Claim the calls that are still live. The count goes up first: a call
-	// may end the moment it is claimed. The loop holds one count of its
-	// own, so that a call claimed and ended before the next is claimed
-	// does not cancel the batch under its batch-mates.
+// done ends the run on every path: its lane's counts, the set of tracked
+// runs (on the paths that return before delivering) and the worker's
+// reference.
+func (r *batchRun) done() {
+	l := r.lane
+	if r.partial {
+		l.partials.Add(-1)
+		l.nudge() // an early send may go now
+	}
+	l.inFlight.Add(-int32(len(r.calls)))
+	r.b.untrack(r)
+	r.unref()
+}
+
+// claim claims the calls that are still live and reports whether any is.
+// The count goes up first: a call may end the moment it is claimed. The
+// loop holds one count of its own, so that a call claimed and ended before
+// the next is claimed does not cancel the batch under its batch-mates.
+func (r *batchRun) claim() bool {
 	r.refs.Store(1)
 	r.alive.Store(1)
 	for _, c := range r.calls {
@@ -304,7 +208,7 @@ func (r *batchRun) run() {
 		if c.run.CompareAndSwap(nil, r) {
 			r.live = append(r.live, c)
 			r.reqs = append(r.reqs, c.req)
-			if h := b.testHookClaimed; h != nil {
+			if h := r.b.testHookClaimed; h != nil {
 				h(c)
 			}
 		} else {
@@ -317,20 +221,15 @@ func (r *batchRun) run() {
 		clear(r.live)
 		r.live = r.live[:0]
 	}
-	if len(r.live) == 0 {
-		r.flushed()
-		be.giveBack(r.pm)
-		return
-	}
-	var ticket Ticket
-	if be.shared != nil {
-		var ok bool
-		if ticket, ok = r.acquire(); !ok {
-			return
-		}
-	}
+	return len(r.live) > 0
+}
+
+// prepare fills in the batch and books the dispatch on each call: its
+// waits, its attempt, its events. It returns the batch's context and the
+// time the attempt starts.
+func (r *batchRun) prepare() (context.Context, time.Time) {
 	r.batch.Requests = r.reqs
-	if l.key.stream {
+	if r.lane.key.stream {
 		// The batch is its request: its own max_tokens is the batch's.
 		r.batch.stream = r.live[0].stream
 		if mt := r.live[0].req.Params.MaxTokens; mt > 0 {
@@ -338,16 +237,13 @@ func (r *batchRun) run() {
 		}
 	}
 	var ctx context.Context = r.ctx
-	if b.tracer != nil {
+	if r.b.tracer != nil {
 		ctx = r.startSpan(ctx, r.live)
 	}
-
-	live := r.live
-	n := len(live)
 	start := time.Now()
 	var last time.Time
 	r.setViews()
-	for _, c := range live {
+	for _, c := range r.live {
 		if !c.dispatched {
 			c.dispatched = true
 			c.batchWait, c.queuedFor = r.formed.Sub(c.admitted), start.Sub(c.admitted)
@@ -359,82 +255,101 @@ func (r *batchRun) run() {
 		c.dispatchEvent(r, start)
 		if c.progress {
 			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: c.view.id, BatchSize: c.view.size})
-			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: c.view.id, Attempt: int(c.attempts), Backend: be.name})
+			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: c.view.id, Attempt: int(c.attempts), Backend: r.be.name})
 		}
 	}
 	r.batch.deadline = last
 	r.batch.verdict, r.pm.done = r.pm.done, nil
+	return ctx, start
+}
 
+// call makes the upstream call, with the deadline watch running, and ends
+// the batch's span. It returns when the call ended and its error.
+func (r *batchRun) call(ctx context.Context, start time.Time) (time.Time, error) {
+	be := r.be
+	n := len(r.live)
 	// Deadlines keep firing while the upstream call runs.
-	r.watch.start(live, start)
+	r.watch.start(r.live, start)
 	if cap(r.out) < n {
 		r.out = make([]Response, n)
 	}
 	r.out = r.out[:n]
-	out := r.out
 	r.flushed()
 	if r.batch.stream != nil {
 		be.stats.streamed.Add(1)
 		be.stats.streaming.Add(1)
 	}
-	err := be.impl.Dispatch(ctx, &r.batch, out)
+	err := be.impl.Dispatch(ctx, &r.batch, r.out)
 	if r.batch.stream != nil {
 		be.stats.streaming.Add(-1)
 	}
 	r.watch.stop()
 	// From here the run delivers its calls itself, and a call it delivers
 	// may go back to Do's pool at once: abort must not find it in b.runs.
-	b.untrack(r)
+	r.b.untrack(r)
 	end := time.Now()
-	elapsed := end.Sub(start)
 	if r.span != nil {
 		if r.span.IsRecording() {
 			if err != nil {
 				r.span.RecordError(err)
 			}
-			setBatchResultAttrs(r.span, out)
+			setBatchResultAttrs(r.span, r.out)
 		}
 		r.span.End(trace.WithTimestamp(end))
 	}
+	return end, err
+}
 
-	// Tell the budget how it went.
-	used := cost{requests: r.pm.requests, tokens: r.pm.tokens}
-	var limited *RateLimitInfo
-	rateLimited := false
+// runVerdict is what a batch's answer tells its backend's budget.
+type runVerdict struct {
+	used        cost           // what the batch spent
+	rateLimited bool           // the upstream answered 429, to the batch or to one of its requests
+	limited     *RateLimitInfo // the first 429's details
+}
+
+// verdict reads the budget's lesson from the answer and tells the
+// backend: a 429 lowers its limits, a success may raise them; the tokens
+// the replies report settle the reservation.
+func (r *batchRun) verdict(err error) runVerdict {
+	v := runVerdict{used: cost{requests: r.pm.requests, tokens: r.pm.tokens}}
 	reported := false
 	tokens := 0
-	for i := range out {
-		if e := out[i].Err; e != nil {
+	for i := range r.out {
+		if e := r.out[i].Err; e != nil {
 			if classify(e) == ClassRateLimit {
-				rateLimited, limited = true, rateInfo(e, limited)
+				v.rateLimited, v.limited = true, rateInfo(e, v.limited)
 			}
 			continue
 		}
-		if u := out[i].Usage.Total(); u > 0 {
+		if u := r.out[i].Usage.Total(); u > 0 {
 			reported = true
 			tokens += int(u)
 		}
 	}
 	if err != nil && classify(err) == ClassRateLimit {
-		rateLimited, limited = true, rateInfo(err, limited)
+		v.rateLimited, v.limited = true, rateInfo(err, v.limited)
 	}
 	if reported {
-		used.tokens = tokens // settle the reservation against what was used
+		v.used.tokens = tokens // settle the reservation against what was used
 	}
-	if rateLimited {
-		be.onRateLimited(r.pm, limited)
+	if v.rateLimited {
+		r.be.onRateLimited(r.pm, v.limited)
 	} else if err == nil {
-		be.onSuccess(r.pm, r.batch.RateLimit)
+		r.be.onSuccess(r.pm, r.batch.RateLimit)
 	}
-	be.release(r.pm, used, nil)
-	b.metrics.dispatched(r, out, elapsed.Seconds(), err, used)
+	return v
+}
 
-	for i, c := range live {
+// deliver ends each live call with its answer, or sends it back to its
+// lane for a retry or on to a fallback.
+func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
+	b, be := r.b, r.be
+	for i, c := range r.live {
 		if !c.pending() {
 			continue
 		}
 		c.upstream += elapsed
-		resp := &out[i]
+		resp := &r.out[i]
 		e := resp.Err
 		if e == nil && err != nil && resp.empty() {
 			e = err
@@ -465,21 +380,23 @@ func (r *batchRun) run() {
 		}
 		c.finishAs(&res, end, true)
 	}
-	if ticket.Release != nil {
-		o := Outcome{Requests: used.requests, Tokens: used.tokens, Called: true, RateLimited: rateLimited, Succeeded: err == nil && !rateLimited}
-		if rateLimited {
-			o.RateLimit = limited
-			if limited != nil {
-				o.RetryAfter = limited.RetryAfter
-			}
-		} else {
-			o.RateLimit = r.batch.RateLimit
+}
+
+// outcome is how the batch went, for the fleet's books.
+func (r *batchRun) outcome(v runVerdict, err error) Outcome {
+	o := Outcome{Requests: v.used.requests, Tokens: v.used.tokens, Called: true, RateLimited: v.rateLimited, Succeeded: err == nil && !v.rateLimited}
+	if v.rateLimited {
+		o.RateLimit = v.limited
+		if v.limited != nil {
+			o.RetryAfter = v.limited.RetryAfter
 		}
-		if be.breakerOpen() {
-			o.OpenFor = be.cfg.Breaker.Cooldown
-		}
-		ticket.Release(o)
+	} else {
+		o.RateLimit = r.batch.RateLimit
 	}
+	if r.be.breakerOpen() {
+		o.OpenFor = r.be.cfg.Breaker.Cooldown
+	}
+	return o
 }
 
 // acquire books the batch in the fleet's budget (coordinator.go) and
@@ -542,202 +459,6 @@ func rateInfo(err error, prev *RateLimitInfo) *RateLimitInfo {
 		return ue.RateLimit
 	}
 	return nil
-}
-
-// runCtx is a batch's context: cancelled when none of its calls awaits the
-// answer any more (Err: context.Canceled), or when the attempt's timeout
-// passes (context.DeadlineExceeded). It is pooled with its run, and makes
-// its Done channel only when someone asks for it, so that a backend that
-// never looks costs nothing. It implements AfterFunc, so that contexts
-// derived from it need no goroutine to follow it; it calls them
-// synchronously when cancelled. One that was ever given an AfterFunc, or
-// asked for its Done channel, is not reused: a derived context may outlive
-// the run. (A child of a context that wraps it, such as the span's
-// context.WithValue, is followed by a goroutine of the context package
-// that calls Done, and Err once Done closes, however late: a reset would
-// make that Err nil, which the context package panics on.)
-type runCtx struct {
-	mu       sync.Mutex
-	done     chan struct{}
-	err      error
-	deadline time.Time
-	after    []*runAfter
-	used     bool        // AfterFunc or Done was called: not reusable
-	expiry   *time.Timer // the attempt timeout; made once
-}
-
-type runAfter struct {
-	f       func()
-	stopped bool
-}
-
-func newRunCtx() *runCtx {
-	c := new(runCtx)
-	c.expiry = time.AfterFunc(math.MaxInt64, func() { c.end(context.DeadlineExceeded) })
-	c.expiry.Stop()
-	return c
-}
-
-func (c *runCtx) Deadline() (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.deadline, !c.deadline.IsZero()
-}
-
-func (c *runCtx) Value(any) any { return nil }
-
-func (c *runCtx) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	// Whoever holds the channel may call Err once it closes, however late
-	// (the context package's goroutine for a child of a wrapped runCtx
-	// does): a context whose Done was handed out is never reset for reuse.
-	c.used = true
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.err != nil {
-			close(c.done)
-		}
-	}
-	return c.done
-}
-
-func (c *runCtx) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-// AfterFunc runs f once the context ends (context.AfterFunc's contract,
-// which the context package uses for derived contexts).
-func (c *runCtx) AfterFunc(f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.used = true
-	a := &runAfter{f: f}
-	if c.err != nil {
-		go f() // already ended: as context.AfterFunc does
-		return func() bool { return false }
-	}
-	c.after = append(c.after, a)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if a.stopped || c.err != nil {
-			return false
-		}
-		a.stopped = true
-		return true
-	}
-}
-
-// expireAfter makes the context end with DeadlineExceeded after d.
-func (c *runCtx) expireAfter(d time.Duration) {
-	c.mu.Lock()
-	c.deadline = time.Now().Add(d)
-	c.mu.Unlock()
-	c.expiry.Reset(d)
-}
-
-// stopExpiry stops the attempt timeout and reports whether it had fired.
-func (c *runCtx) stopExpiry() bool {
-	c.expiry.Stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return errors.Is(c.err, context.DeadlineExceeded)
-}
-
-func (c *runCtx) cancel() { c.end(context.Canceled) }
-
-func (c *runCtx) end(err error) {
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return
-	}
-	c.err = err
-	if c.done != nil {
-		close(c.done)
-	}
-	after := c.after
-	c.after = nil
-	c.mu.Unlock()
-	// Run synchronously, not in goroutines of their own: the functions are
-	// the context package's (cancelling a derived context, which takes no
-	// lock of ours).
-	for _, a := range after {
-		c.mu.Lock()
-		stopped := a.stopped
-		a.stopped = true
-		c.mu.Unlock()
-		if !stopped {
-			a.f()
-		}
-	}
-}
-
-// reset readies the context for the next run and reports true, or reports
-// false, leaving it as it is, when someone may still hold on to it.
-func (c *runCtx) reset() bool {
-	c.expiry.Stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.used {
-		return false
-	}
-	c.done, c.err, c.after, c.deadline = nil, nil, nil, time.Time{}
-	return true
-}
-
-// deadlineWatch ends a dispatched batch's calls as their deadlines pass. Its
-// timer is made once per pooled run and reset for each batch.
-type deadlineWatch struct {
-	mu      sync.Mutex // held while fire looks at calls, and by start and stop
-	calls   []*Call
-	timer   *time.Timer
-	stopped bool
-}
-
-func (w *deadlineWatch) start(calls []*Call, now time.Time) {
-	w.mu.Lock()
-	w.calls, w.stopped = calls, false
-	w.timer.Reset(w.nextLocked(now).Sub(now))
-	w.mu.Unlock()
-}
-
-func (w *deadlineWatch) stop() {
-	w.mu.Lock()
-	w.stopped = true
-	w.timer.Stop()
-	w.calls = nil
-	w.mu.Unlock()
-}
-
-// nextLocked returns the earliest deadline among live calls, or a time far
-// ahead.
-func (w *deadlineWatch) nextLocked(now time.Time) time.Time {
-	next := now.Add(time.Hour)
-	for _, c := range w.calls {
-		if c.pending() && c.deadline.Before(next) {
-			next = c.deadline
-		}
-	}
-	return next
-}
-
-func (w *deadlineWatch) fire() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped {
-		return
-	}
-	now := time.Now()
-	for _, c := range w.calls {
-		if c.pending() && !c.deadline.After(now) {
-			c.finish(Result{Err: ErrDeadline}, now)
-		}
-	}
-	w.timer.Reset(w.nextLocked(now).Sub(now))
 }
 
 // startSpan starts the batch's span: a new root linked to every request's
