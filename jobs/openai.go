@@ -48,51 +48,16 @@ type openAIBody struct {
 // custom_id and request. The error names the field at fault; the caller
 // adds the line number.
 func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error) {
-	line = bytes.TrimSpace(line)
-	if len(line) > MaxLineBytes {
-		return "", nil, fmt.Errorf("line longer than %d bytes", MaxLineBytes)
-	}
-	var l openAILine
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if err := dec.Decode(&l); err != nil {
-		return "", nil, fmt.Errorf("malformed JSON: %w", err)
-	}
-	if dec.More() {
-		return l.CustomID, nil, errors.New("malformed JSON: more than one value on the line")
-	}
-	if l.CustomID == "" {
-		return "", nil, errors.New("custom_id: must be set")
-	}
-	if len(l.CustomID) > 512 {
-		return "", nil, errors.New("custom_id: at most 512 bytes")
-	}
-	if l.Method != "" && l.Method != http.MethodPost {
-		return l.CustomID, nil, fmt.Errorf("method: must be POST, got %q", cut(l.Method))
-	}
-	if len(l.Body) == 0 {
-		return l.CustomID, nil, errors.New("body: must be a JSON object")
+	l, err := readOpenAILine(line)
+	if err != nil {
+		return l.CustomID, nil, err
 	}
 	var b openAIBody
 	var chat *batcher.Request
 	if l.URL == URLChat {
-		// The front door's decoder: the line carries what a request to
-		// /v1/chat/completions carries (tools, response formats, images,
-		// the other parameters, unknown fields as extra body fields), and
-		// the core refuses by name what the model cannot honour (Creator).
-		cr, e := openaiapi.ChatBody(l.Body)
-		if e != nil {
-			if e.Param == "" {
-				return l.CustomID, nil, fmt.Errorf("body: %s", e.Message)
-			}
-			return l.CustomID, nil, fmt.Errorf("body.%s: %s", e.Param, e.Message)
+		if chat, err = chatLineBody(l.Body, &b); err != nil {
+			return l.CustomID, nil, err
 		}
-		var tier struct {
-			ServiceTier string `json:"service_tier"`
-		}
-		if json.Unmarshal(l.Body, &tier) != nil {
-			return l.CustomID, nil, errors.New("body.service_tier: must be a string")
-		}
-		chat, b.Model, b.ServiceTier = cr, cr.Route, tier.ServiceTier
 	} else {
 		if json.Unmarshal(l.Body, &b) != nil {
 			return l.CustomID, nil, errors.New("body: must be a JSON object")
@@ -109,26 +74,89 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 	// A job's items run at the job's priority whatever the tier; the tier
 	// is carried to the output line, as OpenAI echoes it.
 	req = &ItemRequest{Model: b.Model, URL: l.URL, ServiceTier: b.ServiceTier}
-	switch l.URL {
-	case URLChat:
+	if l.URL == URLChat {
 		req.Input, req.Params, req.Metadata = chat.Input, chat.Params, chat.Metadata
 		req.Tools, req.ToolChoice, req.ParallelToolCalls = chat.Tools, chat.ToolChoice, chat.ParallelToolCalls
 		req.ResponseFormat, req.User, req.Extra = chat.ResponseFormat, chat.User, chat.Extra
 		return l.CustomID, req, nil
+	}
+	if err := legacyRequest(l.URL, &b, req); err != nil {
+		return l.CustomID, nil, err
+	}
+	return l.CustomID, req, nil
+}
+
+// readOpenAILine reads a line's envelope: custom_id, method, url and body.
+// Its custom_id is set when the error comes after it was read.
+func readOpenAILine(line []byte) (openAILine, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) > MaxLineBytes {
+		return openAILine{}, fmt.Errorf("line longer than %d bytes", MaxLineBytes)
+	}
+	var l openAILine
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if err := dec.Decode(&l); err != nil {
+		return openAILine{}, fmt.Errorf("malformed JSON: %w", err)
+	}
+	if dec.More() {
+		return l, errors.New("malformed JSON: more than one value on the line")
+	}
+	if l.CustomID == "" {
+		return openAILine{}, errors.New("custom_id: must be set")
+	}
+	if len(l.CustomID) > 512 {
+		return openAILine{}, errors.New("custom_id: at most 512 bytes")
+	}
+	if l.Method != "" && l.Method != http.MethodPost {
+		return l, fmt.Errorf("method: must be POST, got %q", cut(l.Method))
+	}
+	if len(l.Body) == 0 {
+		return l, errors.New("body: must be a JSON object")
+	}
+	return l, nil
+}
+
+// chatLineBody reads a chat line's body with the front door's decoder: the
+// line carries what a request to /v1/chat/completions carries (tools,
+// response formats, images, the other parameters, unknown fields as extra
+// body fields), and the core refuses by name what the model cannot honour
+// (Creator). It sets b's model and service tier.
+func chatLineBody(body json.RawMessage, b *openAIBody) (*batcher.Request, error) {
+	cr, e := openaiapi.ChatBody(body)
+	if e != nil {
+		if e.Param == "" {
+			return nil, fmt.Errorf("body: %s", e.Message)
+		}
+		return nil, fmt.Errorf("body.%s: %s", e.Param, e.Message)
+	}
+	var tier struct {
+		ServiceTier string `json:"service_tier"`
+	}
+	if json.Unmarshal(body, &tier) != nil {
+		return nil, errors.New("body.service_tier: must be a string")
+	}
+	b.Model, b.ServiceTier = cr.Route, tier.ServiceTier
+	return cr, nil
+}
+
+// legacyRequest fills req from the body of a completions or embeddings
+// line; any other url is an error naming it.
+func legacyRequest(url string, b *openAIBody, req *ItemRequest) error {
+	switch url {
 	case URLCompletions:
 		var p string
 		if json.Unmarshal(b.Prompt, &p) != nil {
-			return l.CustomID, nil, errors.New("body.prompt: must be a string")
+			return errors.New("body.prompt: must be a string")
 		}
 		req.Input = batcher.Input{Op: batcher.OpCompletion, Prompt: p}
 	case URLEmbeddings:
 		text, err := embeddingInput(b.Input)
 		if err != nil {
-			return l.CustomID, nil, fmt.Errorf("body.input: %w", err)
+			return fmt.Errorf("body.input: %w", err)
 		}
 		req.Input = batcher.Input{Op: batcher.OpEmbedding, Text: text}
 	default:
-		return l.CustomID, nil, fmt.Errorf("url: unknown endpoint %q (want %s, %s or %s)", cut(l.URL), URLChat, URLCompletions, URLEmbeddings)
+		return fmt.Errorf("url: unknown endpoint %q (want %s, %s or %s)", cut(url), URLChat, URLCompletions, URLEmbeddings)
 	}
 	p := &req.Params
 	switch {
@@ -143,10 +171,10 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 		if json.Unmarshal(b.Stop, &one) == nil {
 			p.Stop = []string{one}
 		} else if json.Unmarshal(b.Stop, &p.Stop) != nil {
-			return l.CustomID, nil, errors.New("body.stop: must be a string or a list of strings")
+			return errors.New("body.stop: must be a string or a list of strings")
 		}
 	}
-	return l.CustomID, req, nil
+	return nil
 }
 
 // readBodyFields are what a completions or embeddings batch line's body

@@ -110,24 +110,10 @@ input order. Ctrl-C waits for them all: lower --window for a slow model.`,
 }
 
 func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
-	if f.window < 1 {
-		return usageError("--window: must be at least 1, got %d", f.window)
-	}
-	switch f.progress {
-	case progressAuto, progressBar, progressPlain, progressNone:
-	default:
-		return usageError("--progress: must be auto, bar, plain or none, got %q", f.progress)
-	}
-	if f.progressInterval < 0 {
-		return usageError("--progress-interval: must not be negative, got %v", f.progressInterval)
+	if err := checkRunFlags(f, input); err != nil {
+		return err
 	}
 	toStdout := f.output == "-"
-	if toStdout && f.resume {
-		return usageError("--resume: needs a results file (-o FILE)")
-	}
-	if !toStdout && input != "-" && sameFile(input, f.output) {
-		return usageError("-o: the results file %s is the input file", f.output)
-	}
 
 	// Memory is bounded by --window, so trade some of it for CPU: a run
 	// allocates per request, and the service often shares the machine.
@@ -169,54 +155,8 @@ func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
 	ctx, abort := context.WithCancel(cmd.Context())
 	defer abort()
 	stop := make(chan struct{})
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	stderr := a.env.stderr
-	var prog runfile.Progress
-	switch f.progress {
-	case progressAuto:
-		if a.env.isTerminal(stderr) {
-			prog = runfile.NewBar(stderr, filepath.Base(input))
-		} else {
-			prog = runfile.NewPlain(stderr, "batcherctl run:", f.progressInterval)
-		}
-	case progressBar:
-		prog = runfile.NewBar(stderr, filepath.Base(input))
-	case progressPlain:
-		prog = runfile.NewPlain(stderr, "batcherctl run:", f.progressInterval)
-	}
-	notice := func(msg string) {
-		if prog != nil {
-			prog.Notice(msg) // above the bar, not through it
-			return
-		}
-		_, _ = fmt.Fprintln(stderr, msg)
-	}
-
-	watched := make(chan struct{})
-	defer func() { <-watched }()
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		defer close(watched)
-		for n := 0; ; n++ {
-			select {
-			case <-finished:
-				return
-			case <-sigs:
-			}
-			if n == 0 {
-				notice(fmt.Sprintf("batcherctl run: interrupted: draining the %d requests in flight (their results are written); press Ctrl-C again to abort",
-					counters.Sent.Load()-counters.Done.Load()))
-				close(stop)
-				continue
-			}
-			notice("batcherctl run: aborting")
-			abort()
-			return
-		}
-	}()
+	prog := runProgress(a, f, input)
+	defer watchInterrupts(a, prog, counters, stop, abort)()
 
 	sum, runErr := runfile.Run(ctx, runfile.Config{
 		Client:   client.New(conn),
@@ -238,13 +178,102 @@ func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
 	if err := printRunSummary(cmd, f, sum, done, runErr); err != nil {
 		return err
 	}
+	return runExit(f, sum, ctx.Err() != nil, runErr)
+}
 
+// checkRunFlags refuses flags that cannot work together, naming them.
+func checkRunFlags(f *runFlags, input string) error {
+	if f.window < 1 {
+		return usageError("--window: must be at least 1, got %d", f.window)
+	}
+	switch f.progress {
+	case progressAuto, progressBar, progressPlain, progressNone:
+	default:
+		return usageError("--progress: must be auto, bar, plain or none, got %q", f.progress)
+	}
+	if f.progressInterval < 0 {
+		return usageError("--progress-interval: must not be negative, got %v", f.progressInterval)
+	}
+	toStdout := f.output == "-"
+	if toStdout && f.resume {
+		return usageError("--resume: needs a results file (-o FILE)")
+	}
+	if !toStdout && input != "-" && sameFile(input, f.output) {
+		return usageError("-o: the results file %s is the input file", f.output)
+	}
+	return nil
+}
+
+// runProgress is the run's progress display as --progress asks: a bar on
+// a terminal, plain lines elsewhere (auto), or none (nil).
+func runProgress(a *app, f *runFlags, input string) runfile.Progress {
+	stderr := a.env.stderr
+	switch f.progress {
+	case progressAuto:
+		if a.env.isTerminal(stderr) {
+			return runfile.NewBar(stderr, filepath.Base(input))
+		}
+		return runfile.NewPlain(stderr, "batcherctl run:", f.progressInterval)
+	case progressBar:
+		return runfile.NewBar(stderr, filepath.Base(input))
+	case progressPlain:
+		return runfile.NewPlain(stderr, "batcherctl run:", f.progressInterval)
+	}
+	return nil
+}
+
+// watchInterrupts turns the first Ctrl-C (or SIGTERM) into closing stop,
+// which drains the requests in flight, and the second into abort, until
+// the returned function is called; that function returns when it has
+// stopped watching.
+func watchInterrupts(a *app, prog runfile.Progress, counters *runfile.Counters, stop chan struct{}, abort func()) (done func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	stderr := a.env.stderr
+	notice := func(msg string) {
+		if prog != nil {
+			prog.Notice(msg) // above the bar, not through it
+			return
+		}
+		_, _ = fmt.Fprintln(stderr, msg)
+	}
+	watched, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for n := 0; ; n++ {
+			select {
+			case <-finished:
+				return
+			case <-sigs:
+			}
+			if n == 0 {
+				notice(fmt.Sprintf("batcherctl run: interrupted: draining the %d requests in flight (their results are written); press Ctrl-C again to abort",
+					counters.Sent.Load()-counters.Done.Load()))
+				close(stop)
+				continue
+			}
+			notice("batcherctl run: aborting")
+			abort()
+			return
+		}
+	}()
+	return func() {
+		close(finished)
+		<-watched
+		signal.Stop(sigs)
+	}
+}
+
+// runExit is the command's error for how the run ended: interrupted (with
+// the hint to resume), unfinished, or finished with failed requests.
+func runExit(f *runFlags, sum runfile.Summary, aborted bool, runErr error) error {
+	toStdout := f.output == "-"
 	where := f.output
 	if toStdout {
 		where = "the results"
 	}
 	switch {
-	case ctx.Err() != nil || sum.Stopped:
+	case aborted || sum.Stopped:
 		return &exitError{code: exitInterrupted, err: fmt.Errorf("run interrupted: %d results written; rerun with --resume to finish", sum.Written)}
 	case runErr != nil:
 		hint := ""

@@ -81,44 +81,11 @@ func runUnread(ctx context.Context, dir, bin string, streams, perStream int, unl
 
 	w := watch(pid, debug, 250*time.Millisecond)
 	sctx, scancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	opened, openErrs := 0, map[string]int{}
-	for i := range streams {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := batcherv1.NewBatcherServiceClient(conns[i%unreadConns]).SubmitStream(sctx)
-			if err != nil {
-				mu.Lock()
-				openErrs[err.Error()]++
-				mu.Unlock()
-				return
-			}
-			mu.Lock()
-			opened++
-			mu.Unlock()
-			for j := range perStream {
-				// Blocks once the server stops reading: flow control.
-				if s.Send(&batcherv1.SubmitStreamRequest{Kind: &batcherv1.SubmitStreamRequest_Request{
-					Request: unreadReq(fmt.Sprintf("s%d-%d", i, j))}}) != nil {
-					return
-				}
-			}
-		}()
-	}
+	us := openUnread(sctx, conns, streams, perStream)
 	// No event says "the server has read all it will": sample until RSS
 	// has not grown by a MiB for steady, within maxHold.
 	const steady, maxHold = 8 * time.Second, 90 * time.Second
-	began := time.Now()
-	last, lastGrowth := 0.0, time.Now()
-	for time.Since(began) < maxHold && time.Since(lastGrowth) < steady {
-		time.Sleep(500 * time.Millisecond)
-		if r := rssMiB(pid); r > last+1 {
-			last, lastGrowth = r, time.Now()
-		}
-	}
-	hold := time.Since(began).Round(time.Second)
+	hold := untilSteady(pid, steady, maxHold)
 	peak := w.end()
 	after := sample{rss: rssMiB(pid), goroutines: goroutines(debug)}
 	if path := os.Getenv("SOAK_HEAP_PROFILE"); path != "" {
@@ -128,7 +95,7 @@ func runUnread(ctx context.Context, dir, bin string, streams, perStream int, unl
 		saveProfile(debug, "goroutine?debug=1", path)
 	}
 	scancel()
-	wg.Wait()
+	us.wg.Wait()
 	for _, c := range conns {
 		_ = c.Close()
 	}
@@ -136,8 +103,8 @@ func runUnread(ctx context.Context, dir, bin string, streams, perStream int, unl
 	if unlimited {
 		limits = "limits lifted (baseline)"
 	}
-	fmt.Printf("%s; unread streams: %d opened (%d requests each, never read), over %d connections\n", limits, opened, perStream, unreadConns)
-	for e, n := range openErrs {
+	fmt.Printf("%s; unread streams: %d opened (%d requests each, never read), over %d connections\n", limits, us.opened, perStream, unreadConns)
+	for e, n := range us.openErrs {
 		fmt.Printf("  %d streams failed to open: %s\n", n, e)
 	}
 	fmt.Printf("idle:            %v\n", idle)
@@ -146,6 +113,60 @@ func runUnread(ctx context.Context, dir, bin string, streams, perStream int, unl
 	delta := peak.rss - idle.rss
 	fmt.Printf("RSS above idle at peak: %.1f MiB (target: at most 64 MiB)\n", delta)
 	return delta <= 64
+}
+
+// unreadStreams are the streams openUnread opened: read opened and
+// openErrs after wg.Wait.
+type unreadStreams struct {
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	opened   int
+	openErrs map[string]int // by error message
+}
+
+// openUnread opens streams over conns, each sending perStream requests and
+// never reading, until ctx ends.
+func openUnread(ctx context.Context, conns []*grpc.ClientConn, streams, perStream int) *unreadStreams {
+	us := &unreadStreams{openErrs: map[string]int{}}
+	for i := range streams {
+		us.wg.Add(1)
+		go func() {
+			defer us.wg.Done()
+			s, err := batcherv1.NewBatcherServiceClient(conns[i%len(conns)]).SubmitStream(ctx)
+			us.mu.Lock()
+			if err != nil {
+				us.openErrs[err.Error()]++
+			} else {
+				us.opened++
+			}
+			us.mu.Unlock()
+			if err != nil {
+				return
+			}
+			for j := range perStream {
+				// Blocks once the server stops reading: flow control.
+				if s.Send(&batcherv1.SubmitStreamRequest{Kind: &batcherv1.SubmitStreamRequest_Request{
+					Request: unreadReq(fmt.Sprintf("s%d-%d", i, j))}}) != nil {
+					return
+				}
+			}
+		}()
+	}
+	return us
+}
+
+// untilSteady samples pid's RSS until it has not grown by a MiB for
+// steady, within maxHold, and returns how long that took.
+func untilSteady(pid int, steady, maxHold time.Duration) time.Duration {
+	began := time.Now()
+	last, lastGrowth := 0.0, time.Now()
+	for time.Since(began) < maxHold && time.Since(lastGrowth) < steady {
+		time.Sleep(500 * time.Millisecond)
+		if r := rssMiB(pid); r > last+1 {
+			last, lastGrowth = r, time.Now()
+		}
+	}
+	return time.Since(began).Round(time.Second)
 }
 
 func unreadReq(id string) *batcherv1.Request {

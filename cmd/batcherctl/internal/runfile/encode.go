@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -21,16 +22,46 @@ import (
 // fails when the proto gains a field this encoder does not write.
 func appendCompletion(b []byte, c *batcherv1.Completion) (_ []byte, ok bool) {
 	start := len(b)
-	fail := func() ([]byte, bool) { return b[:start], false }
 	w := objectWriter{b: append(b, '{')}
-	if !w.str("id", c.GetId()) {
-		return fail()
+	if !w.str("id", c.GetId()) || !w.output(c) {
+		return b[:start], false
 	}
+	w.finishReason(c.GetFinishReason())
+	if u := c.GetUsage(); u != nil {
+		w.key("usage")
+		uw := objectWriter{b: append(w.b, '{')}
+		uw.int("promptTokens", u.GetPromptTokens())
+		uw.int("completionTokens", u.GetCompletionTokens())
+		uw.int("totalTokens", u.GetTotalTokens())
+		w.b = append(uw.b, '}')
+	}
+	if !w.str("batchId", c.GetBatchId()) {
+		return b[:start], false
+	}
+	w.int("batchSize", c.GetBatchSize())
+	w.int("attempts", c.GetAttempts())
+	if !w.timings(c.GetTimings()) || !w.completionError(c.GetError()) || !w.str("backend", c.GetBackend()) ||
+		!w.metadata(c.GetMetadata()) {
+		return b[:start], false
+	}
+	w.flag("deduplicated", c.GetDeduplicated())
+	if c.GetMessage() != nil || len(c.GetChoices()) > 0 {
+		return b[:start], false // tool calls, refusals, logprobs: protojson writes them
+	}
+	w.flag("partial", c.GetPartial())
+	if !w.duration("timeToFirstToken", c.GetTimeToFirstToken()) {
+		return b[:start], false
+	}
+	w.flag("cached", c.GetCached())
+	return append(w.b, '}'), true
+}
+
+// output writes a completion's text or embedding; false when it cannot
+// (a NaN or infinite value, text that is not UTF-8).
+func (w *objectWriter) output(c *batcherv1.Completion) bool {
 	switch out := c.GetOutput().(type) {
 	case *batcherv1.Completion_Text:
-		if !w.strAlways("text", out.Text) {
-			return fail()
-		}
+		return w.strAlways("text", out.Text)
 	case *batcherv1.Completion_Embedding:
 		w.key("embedding")
 		w.b = append(w.b, '{')
@@ -39,7 +70,7 @@ func appendCompletion(b []byte, c *batcherv1.Completion) (_ []byte, ok bool) {
 			for i, v := range vs {
 				f := float64(v)
 				if math.IsNaN(f) || math.IsInf(f, 0) {
-					return fail()
+					return false
 				}
 				if i > 0 {
 					w.b = append(w.b, ',')
@@ -50,93 +81,93 @@ func appendCompletion(b []byte, c *batcherv1.Completion) (_ []byte, ok bool) {
 		}
 		w.b = append(w.b, '}')
 	}
-	if fr := c.GetFinishReason(); fr != 0 {
-		name, known := batcherv1.FinishReason_name[int32(fr)]
-		w.key("finishReason")
-		if known {
-			w.b = append(w.b, '"')
-			w.b = append(w.b, name...)
-			w.b = append(w.b, '"')
-		} else {
-			w.b = strconv.AppendInt(w.b, int64(fr), 10)
+	return true
+}
+
+// finishReason writes a set finish reason by its name, or its number when
+// the name is unknown.
+func (w *objectWriter) finishReason(fr batcherv1.FinishReason) {
+	if fr == 0 {
+		return
+	}
+	name, known := batcherv1.FinishReason_name[int32(fr)]
+	w.key("finishReason")
+	if known {
+		w.b = append(w.b, '"')
+		w.b = append(w.b, name...)
+		w.b = append(w.b, '"')
+	} else {
+		w.b = strconv.AppendInt(w.b, int64(fr), 10)
+	}
+}
+
+// timings writes t when set; false when a duration cannot be written.
+func (w *objectWriter) timings(t *batcherv1.Timings) bool {
+	if t == nil {
+		return true
+	}
+	w.key("timings")
+	tw := objectWriter{b: append(w.b, '{')}
+	if !tw.duration("batchWait", t.GetBatchWait()) || !tw.duration("queued", t.GetQueued()) ||
+		!tw.duration("upstream", t.GetUpstream()) || !tw.duration("total", t.GetTotal()) {
+		return false
+	}
+	w.b = append(tw.b, '}')
+	return true
+}
+
+// completionError writes e when set; false when it has details (protojson
+// writes them) or its message cannot be written.
+func (w *objectWriter) completionError(e *statuspb.Status) bool {
+	if e == nil {
+		return true
+	}
+	if len(e.GetDetails()) > 0 {
+		return false
+	}
+	w.key("error")
+	ew := objectWriter{b: append(w.b, '{')}
+	ew.int("code", e.GetCode())
+	if !ew.str("message", e.GetMessage()) {
+		return false
+	}
+	w.b = append(ew.b, '}')
+	return true
+}
+
+// metadata writes md, keys sorted, when it has any; false when a key or
+// value is not UTF-8.
+func (w *objectWriter) metadata(md map[string]string) bool {
+	if len(md) == 0 {
+		return true
+	}
+	w.key("metadata")
+	mw := objectWriter{b: append(w.b, '{')}
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !utf8.ValidString(k) {
+			return false
+		}
+		mw.key(k)
+		var ok bool
+		if mw.b, ok = appendJSONString(mw.b, md[k]); !ok {
+			return false
 		}
 	}
-	if u := c.GetUsage(); u != nil {
-		w.key("usage")
-		uw := objectWriter{b: append(w.b, '{')}
-		uw.int("promptTokens", u.GetPromptTokens())
-		uw.int("completionTokens", u.GetCompletionTokens())
-		uw.int("totalTokens", u.GetTotalTokens())
-		w.b = append(uw.b, '}')
-	}
-	if !w.str("batchId", c.GetBatchId()) {
-		return fail()
-	}
-	w.int("batchSize", c.GetBatchSize())
-	w.int("attempts", c.GetAttempts())
-	if t := c.GetTimings(); t != nil {
-		w.key("timings")
-		tw := objectWriter{b: append(w.b, '{')}
-		if !tw.duration("batchWait", t.GetBatchWait()) || !tw.duration("queued", t.GetQueued()) ||
-			!tw.duration("upstream", t.GetUpstream()) || !tw.duration("total", t.GetTotal()) {
-			return fail()
-		}
-		w.b = append(tw.b, '}')
-	}
-	if e := c.GetError(); e != nil {
-		if len(e.GetDetails()) > 0 {
-			return fail()
-		}
-		w.key("error")
-		ew := objectWriter{b: append(w.b, '{')}
-		ew.int("code", e.GetCode())
-		if !ew.str("message", e.GetMessage()) {
-			return fail()
-		}
-		w.b = append(ew.b, '}')
-	}
-	if !w.str("backend", c.GetBackend()) {
-		return fail()
-	}
-	if md := c.GetMetadata(); len(md) > 0 {
-		w.key("metadata")
-		mw := objectWriter{b: append(w.b, '{')}
-		keys := make([]string, 0, len(md))
-		for k := range md {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if !utf8.ValidString(k) {
-				return fail()
-			}
-			mw.key(k)
-			var ok bool
-			if mw.b, ok = appendJSONString(mw.b, md[k]); !ok {
-				return fail()
-			}
-		}
-		w.b = append(mw.b, '}')
-	}
-	if c.GetDeduplicated() {
-		w.key("deduplicated")
+	w.b = append(mw.b, '}')
+	return true
+}
+
+// flag writes name: true when v is set.
+func (w *objectWriter) flag(name string, v bool) {
+	if v {
+		w.key(name)
 		w.b = append(w.b, "true"...)
 	}
-	if c.GetMessage() != nil || len(c.GetChoices()) > 0 {
-		return fail() // tool calls, refusals, logprobs: protojson writes them
-	}
-	if c.GetPartial() {
-		w.key("partial")
-		w.b = append(w.b, "true"...)
-	}
-	if !w.duration("timeToFirstToken", c.GetTimeToFirstToken()) {
-		return fail()
-	}
-	if c.GetCached() {
-		w.key("cached")
-		w.b = append(w.b, "true"...)
-	}
-	return append(w.b, '}'), true
 }
 
 // objectWriter appends the members of a JSON object, commas between them.
