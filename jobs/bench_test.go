@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/batcherhq/batcher/backend/sim"
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/cputime"
 	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/jobs/storetest"
 )
@@ -60,12 +62,18 @@ func instantCore(b testing.TB) *batcher.Batcher {
 
 // BenchmarkJob runs one job of benchItems() items on an instant simulated
 // backend per iteration, on each store, and reports items/s of the run
-// (from queued to completed), of the creation, and the process's peak RSS.
+// (from queued to completed), of the creation, and the process's peak RSS;
+// and, of the run alone, the process's CPU time and allocations per item
+// and the most goroutines seen at once (sampled every 2ms), which load on
+// a shared machine does not distort as it does items/s.
 func BenchmarkJob(b *testing.B) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		b.Run(kind, func(b *testing.B) {
 			n := benchItems()
 			var runSecs, createSecs float64
+			var cpu time.Duration
+			var mallocs uint64
+			peakG := 0
 			for b.Loop() {
 				dir := b.TempDir()
 				var store jobs.Store
@@ -100,6 +108,10 @@ func BenchmarkJob(b *testing.B) {
 					b.Fatal(err)
 				}
 				createSecs += time.Since(start).Seconds()
+				var ms0 runtime.MemStats
+				runtime.ReadMemStats(&ms0)
+				cpu0 := cputime.Process()
+				sampled := sampleGoroutines(2 * time.Millisecond)
 				start = time.Now()
 				if err := m.Start(ctx); err != nil {
 					b.Fatal(err)
@@ -109,6 +121,11 @@ func BenchmarkJob(b *testing.B) {
 					b.Fatal(err)
 				}
 				runSecs += time.Since(start).Seconds()
+				cpu += cputime.Process() - cpu0
+				peakG = max(peakG, sampled())
+				var ms1 runtime.MemStats
+				runtime.ReadMemStats(&ms1)
+				mallocs += ms1.Mallocs - ms0.Mallocs
 				if last.State != jobs.StateCompleted || last.Counts.Succeeded != int64(n) {
 					b.Fatalf("job ended %s %+v", last.State, last.Counts)
 				}
@@ -124,9 +141,36 @@ func BenchmarkJob(b *testing.B) {
 			b.ReportMetric(float64(n*b.N)/runSecs, "items/s")
 			b.ReportMetric(float64(n*b.N)/createSecs, "created/s")
 			b.ReportMetric(peakRSS(), "peak-MiB")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(n*b.N), "cpu-ns/item")
+			b.ReportMetric(float64(mallocs)/float64(n*b.N), "allocs/item")
+			b.ReportMetric(float64(peakG), "peak-goroutines")
 			b.ReportMetric(0, "ns/op")
 			fmt.Fprintf(os.Stderr, "%s: %d items, run %.1fs, create %.1fs\n", kind, n, runSecs/float64(b.N), createSecs/float64(b.N))
 		})
+	}
+}
+
+// sampleGoroutines counts the process's goroutines every interval until
+// the returned function is called, which returns the most it saw.
+func sampleGoroutines(interval time.Duration) func() int {
+	stop, done := make(chan struct{}), make(chan int)
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		peak := runtime.NumGoroutine()
+		for {
+			select {
+			case <-stop:
+				done <- peak
+				return
+			case <-t.C:
+				peak = max(peak, runtime.NumGoroutine())
+			}
+		}
+	}()
+	return func() int {
+		close(stop)
+		return <-done
 	}
 }
 
