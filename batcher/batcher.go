@@ -280,6 +280,35 @@ func (b *Batcher) TrySubmit(ctx context.Context, req *Request) (*Call, error) {
 // capacity 1 instead, which the result is sent on once and which Do, the
 // only receiver, takes back for the next call.
 func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{}) (*Call, error) {
+	rc, err := b.routeFor(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	deadline := b.deadlineFor(ctx, req, now)
+	tg, err := b.firstTarget(rc)
+	if err != nil {
+		return nil, err
+	}
+	tokens := estimateTokens(req, rc)
+	ts := b.tenantOf(req)
+	hold, err := b.count(req, ts, now, tokens)
+	if err != nil {
+		return nil, err
+	}
+	c := b.newCall(req, rc, ts, token)
+	c.target, c.admitted, c.deadline, c.tokens = uint8(tg), now, deadline, tokens
+	if b.tracer != nil {
+		c.span = b.startRequestSpan(ctx, req)
+	}
+	if err := b.place(c, now, &hold); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// routeFor returns req's route once req is valid on it and ctx is live.
+func (b *Batcher) routeFor(ctx context.Context, req *Request) (*routeConfig, error) {
 	rc := (*b.routes.Load())[req.Route]
 	if rc == nil {
 		if req.Route == "" {
@@ -293,7 +322,12 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	return rc, nil
+}
+
+// deadlineFor returns the deadline of a call admitted now: the earliest of
+// the queue timeout, the request's timeout and ctx's deadline.
+func (b *Batcher) deadlineFor(ctx context.Context, req *Request, now time.Time) time.Time {
 	deadline := now.Add(b.cfg.queueTimeout)
 	if req.Timeout > 0 {
 		if d := now.Add(req.Timeout); d.Before(deadline) {
@@ -303,29 +337,33 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	return deadline
+}
 
+// firstTarget returns the first of rc's targets whose breaker lets
+// requests in, unless the Batcher is closing.
+func (b *Batcher) firstTarget(rc *routeConfig) (int, error) {
 	if b.closing.Load() {
-		return nil, ErrClosed
+		return 0, ErrClosed
 	}
-	tg := -1
 	for i, t := range rc.targets {
 		if !t.be.open() {
-			tg = i
-			break
+			return i, nil
 		}
 	}
-	if tg < 0 {
-		return nil, fmt.Errorf("%w: circuit open on every backend of model %q", ErrNoBackend, rc.Name)
-	}
-	tokens := estimateTokens(req, rc)
+	return 0, fmt.Errorf("%w: circuit open on every backend of model %q", ErrNoBackend, rc.Name)
+}
+
+// count admits a request to its tenant's quotas and then to the shared
+// queue, and returns what it took of the quotas. A refusal takes nothing.
+func (b *Batcher) count(req *Request, ts *tenantState, now time.Time, tokens int) (tenantHold, error) {
 	// The tenant's quotas before the shared queue: a tenant over its own
 	// limits takes no place there (and evicts nobody).
 	var hold tenantHold
-	ts := b.tenantOf(req)
 	if ts != nil {
 		var err error
 		if hold, err = ts.admit(now, tokens); err != nil {
-			return nil, err
+			return tenantHold{}, err
 		}
 	}
 	if h := b.testHookAdmit; h != nil {
@@ -341,7 +379,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if b.closing.Load() {
 		b.callEnded()
 		hold.undo(now)
-		return nil, ErrClosed
+		return tenantHold{}, ErrClosed
 	}
 	if h := b.testHookCounted; h != nil {
 		h()
@@ -352,9 +390,14 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		if req.Priority != PriorityUrgent || n <= b.admit.capacity || !b.admit.evict() {
 			b.callEnded()
 			hold.undo(now)
-			return nil, ErrQueueFull
+			return tenantHold{}, ErrQueueFull
 		}
 	}
+	return hold, nil
+}
+
+// newCall returns a Call for req, reusing one of Do's when token is set.
+func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, token chan struct{}) *Call {
 	var c *Call
 	if token != nil { // Do's: it may be one that Do gave back
 		c, _ = b.callPool.Get().(*Call)
@@ -367,10 +410,6 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		b:        b,
 		rc:       rc,
 		tenant:   ts,
-		target:   uint8(tg),
-		admitted: now,
-		deadline: deadline,
-		tokens:   tokens,
 		heapIdx:  -1,
 		done:     token,
 		token:    token != nil,
@@ -383,11 +422,16 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if req.Stream {
 		c.stream = newStreamState(c)
 	}
-	if b.tracer != nil {
-		c.span = b.startRequestSpan(ctx, req)
-	}
-	if lookup, store := b.cacheWanted(req, rc); store && b.cacheAdmit(c, lookup, now, &hold) {
-		return c, nil // served from the cache, or being looked up in its shared layer
+	return c
+}
+
+// place takes an admitted call the rest of its way in: it is served from
+// the cache, joins an identical call in flight, or is queued in its lane.
+// An error means it was not admitted after all.
+func (b *Batcher) place(c *Call, now time.Time, hold *tenantHold) error {
+	req, rc := c.req, c.rc
+	if lookup, store := b.cacheWanted(req, rc); store && b.cacheAdmit(c, lookup, now, hold) {
+		return nil // served from the cache, or being looked up in its shared layer
 	}
 	key := keyOf(req, rc, c.target)
 	hot := &rc.hot[c.target]
@@ -400,22 +444,22 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 			if c.span != nil {
 				c.span.End()
 			}
-			return nil, err
+			return err
 		}
 		hot.Store(l)
 	}
-	if ts != nil {
-		ts.admitted.Add(1)
+	if c.tenant != nil {
+		c.tenant.admitted.Add(1)
 	}
 	c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
 	// Identical means every parameter equal, also those the lane ignores.
 	if !req.Stream && dedupable(req) {
 		if b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {
 			rc.targets[c.target].be.stats.dedupHits.Add(1)
-			return c, nil
+			return nil
 		}
-		if c.cache != nil && b.cacheLeads(c, now, &hold) {
-			return c, nil // an identical leader stored its answer since the lookup
+		if c.cache != nil && b.cacheLeads(c, now, hold) {
+			return nil // an identical leader stored its answer since the lookup
 		}
 	}
 	b.admit.track(c)
@@ -423,7 +467,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 		hot.CompareAndSwap(l, nil) // closed: the next Submit looks it up
 		b.enqueue(c)
 	}
-	return c, nil
+	return nil
 }
 
 // enqueue puts c in the lane of its route target.

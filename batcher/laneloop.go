@@ -46,10 +46,47 @@ func (l *lane) loop() {
 func (l *lane) step() (exit bool) {
 	now := time.Now()
 	l.drain()
-	b := l.b
-	closing := b.closing.Load()
-	bc := l.bc
-	if b.aborted.Load() { // shutdown's deadline passed: end whatever came in since
+	closing := l.b.closing.Load()
+	l.expire(now)
+	waiting := l.sendDue(now, closing)
+	if len(l.heap) == 0 {
+		// Calls that left other than in a cut left tombstones, and
+		// with no live call queued nothing would trim them.
+		l.trim()
+		if l.asked {
+			l.be.drop(l) // nothing left to wait for
+			l.asked = false
+		}
+	}
+	var next time.Time
+	if len(l.heap) > 0 {
+		next = l.heap[0].deadline
+		if !waiting {
+			if due := l.earliestDue(); due.Before(next) {
+				next = due
+			}
+		}
+	}
+	idle := len(l.heap) == 0
+	l.settle(now)
+
+	l.wake = time.Time{}
+	if !idle {
+		l.idleAt = time.Time{}
+		l.idleSince.Store(0)
+		l.timer.Reset(next.Sub(now))
+		if !waiting {
+			l.wake = next
+		}
+		return false
+	}
+	return l.rest(now, closing)
+}
+
+// expire ends the queued calls whose deadline has passed, and all of them
+// once shutdown's deadline has passed.
+func (l *lane) expire(now time.Time) {
+	if l.b.aborted.Load() { // shutdown's deadline passed: end whatever came in since
 		for len(l.heap) > 0 {
 			l.end(l.heap[0], ErrShutdown)
 		}
@@ -57,7 +94,12 @@ func (l *lane) step() (exit bool) {
 	for len(l.heap) > 0 && !l.heap[0].deadline.After(now) {
 		l.end(l.heap[0], ErrDeadline)
 	}
-	waiting := false
+}
+
+// sendDue cuts batches while one is due and a permit is held or granted.
+// It reports whether the lane waits for a grant.
+func (l *lane) sendDue(now time.Time, closing bool) (waiting bool) {
+	bc := l.bc
 	yielded := false
 	for len(l.heap) > 0 {
 		head, headP := l.best(now)
@@ -88,77 +130,73 @@ func (l *lane) step() (exit bool) {
 			send = true
 		}
 		if !send {
-			break
+			return false
 		}
 		if l.pm == nil {
-			w := waiter{l: l, p: headP, since: head.admitted, cost: l.plan(now)}
-			if l.asked && w == l.askedAs {
-				waiting = true // asked already; the grant comes as a message
-				break
+			got, wait := l.acquire(now, head, headP)
+			if wait {
+				return true
 			}
-			pm, wait, budget, err := l.be.ask(w)
-			if err != nil {
-				l.asked = false
-				l.failover(func(*Call) bool { return true }, fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, l.be.name))
+			if !got {
 				continue
 			}
-			if pm == nil {
-				l.asked, l.askedAs, waiting = true, w, true
-				if wait > 0 {
-					// Whoever the wait alone would take past its deadline
-					// goes to a fallback, or fails now.
-					limit := now.Add(wait)
-					l.failover(func(c *Call) bool { return c.deadline.Before(limit) },
-						&BudgetError{Backend: l.be.name, Budget: budget, Wait: wait})
-				}
-				break
-			}
-			l.asked = false
-			l.pm = pm
 		}
 		l.cut(now)
 	}
-	if len(l.heap) == 0 {
-		// Calls that left other than in a cut left tombstones, and
-		// with no live call queued nothing would trim them.
-		l.trim()
-		if l.asked {
-			l.be.drop(l) // nothing left to wait for
-			l.asked = false
-		}
-	}
-	var next time.Time
-	if len(l.heap) > 0 {
-		next = l.heap[0].deadline
-		if !waiting {
-			if due := l.earliestDue(); due.Before(next) {
-				next = due
-			}
-		}
-	}
-	idle := len(l.heap) == 0
+	return false
+}
 
+// acquire asks the backend for a permit for a batch headed by head. It
+// reports whether the lane now holds one, and whether it must wait for a
+// grant; with neither, the backend refused and the queued calls moved on.
+func (l *lane) acquire(now time.Time, head *Call, headP Priority) (got, wait bool) {
+	w := waiter{l: l, p: headP, since: head.admitted, cost: l.plan(now)}
+	if l.asked && w == l.askedAs {
+		return false, true // asked already; the grant comes as a message
+	}
+	pm, after, budget, err := l.be.ask(w)
+	if err != nil {
+		l.asked = false
+		l.failover(func(*Call) bool { return true }, fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, l.be.name))
+		return false, false
+	}
+	if pm == nil {
+		l.asked, l.askedAs = true, w
+		if after > 0 {
+			// Whoever the wait alone would take past its deadline
+			// goes to a fallback, or fails now.
+			limit := now.Add(after)
+			l.failover(func(c *Call) bool { return c.deadline.Before(limit) },
+				&BudgetError{Backend: l.be.name, Budget: budget, Wait: after})
+		}
+		return false, true
+	}
+	l.asked = false
+	l.pm = pm
+	return true, false
+}
+
+// settle ends the calls the step took out to end, and queues anew those
+// it moved to another target.
+func (l *lane) settle(now time.Time) {
 	for i, e := range l.ended {
 		e.c.finish(Result{Err: e.err}, now)
 		l.ended[i] = ending{}
 	}
 	l.ended = l.ended[:0]
 	for i, c := range l.moved {
-		b.enqueue(c)
+		l.b.enqueue(c)
 		l.moved[i] = nil
 	}
 	l.moved = l.moved[:0]
+}
 
-	l.wake = time.Time{}
-	if !idle {
-		l.idleAt = time.Time{}
-		l.idleSince.Store(0)
-		l.timer.Reset(next.Sub(now))
-		if !waiting {
-			l.wake = next
-		}
-		return false
-	}
+// rest is the step's end for a lane with nothing queued: it gives back a
+// held permit, and closes the lane once it has been idle long enough (or
+// at shutdown), else arms the timer for that. It reports whether the lane
+// is done for good.
+func (l *lane) rest(now time.Time, closing bool) (exit bool) {
+	b := l.b
 	if l.pm != nil {
 		l.be.giveBack(l.pm)
 		l.pm = nil

@@ -32,7 +32,23 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 	if r.Priority > PriorityDeferrable {
 		return invalid("priority", "unknown priority %d", r.Priority)
 	}
-	in := &r.Input
+	if ve := validateInput(&r.Input, rc); ve != nil {
+		return ve
+	}
+	if ve := validateParams(&r.Params, rc); ve != nil {
+		return ve
+	}
+	if r.Params.N < 0 || r.richFields() { // inlined: a plain request makes no call
+		if ve := validateRich(r, r.Input.Op, rc.features); ve != nil {
+			return ve
+		}
+	}
+	return validateHandling(r, rc)
+}
+
+// validateInput checks the input against its route: its operation, its
+// content and its size.
+func validateInput(in *Input, rc *routeConfig) *ValidationError {
 	if in.Op != rc.Op {
 		if in.Op == 0 {
 			return invalid("input", "must be set: route %q takes %s input", rc.Name, rc.Op)
@@ -78,7 +94,12 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 	if n := in.Size(); n > rc.MaxInputBytes {
 		return invalid("input", "must be at most %d bytes, got %d", rc.MaxInputBytes, n)
 	}
-	p := &r.Params
+	return nil
+}
+
+// validateParams checks the generation parameters that every request may
+// carry; validateRich checks the others.
+func validateParams(p *Params, rc *routeConfig) *ValidationError {
 	if p.MaxTokens < 0 || p.MaxTokens > rc.MaxTokensLimit {
 		return invalid("params.max_tokens", "must be 1 to %d, got %d", rc.MaxTokensLimit, p.MaxTokens)
 	}
@@ -96,11 +117,12 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 			return invalid("params.stop["+strconv.Itoa(i)+"]", "must be 1 to %d bytes, got %d", MaxStopBytes, len(s))
 		}
 	}
-	if r.Params.N < 0 || r.richFields() { // inlined: a plain request makes no call
-		if ve := validateRich(r, in.Op, rc.features); ve != nil {
-			return ve
-		}
-	}
+	return nil
+}
+
+// validateHandling checks how r is to be handled: its timeout, metadata,
+// retry override, dedup mode and streaming.
+func validateHandling(r *Request, rc *routeConfig) *ValidationError {
 	if r.Timeout < 0 {
 		return invalid("timeout", "must not be negative, got %v", r.Timeout)
 	}
