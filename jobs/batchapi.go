@@ -5,15 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/batcherhq/batcher/backend/batchapi"
-	"github.com/batcherhq/batcher/batcher"
 )
 
 // The dispatch modes of Spec.Dispatch.
@@ -46,13 +45,25 @@ type BatchRoute struct {
 	// later can add to one today). Default 0.
 	Gather time.Duration
 	// PollMin and PollMax bound the backoff between two looks at a batch
-	// upstream. Defaults DefaultBatchPollMin and DefaultBatchPollMax.
+	// upstream, and between two tries of a step that failed for a while
+	// (5xx, 429, a connection reset). Defaults DefaultBatchPollMin and
+	// DefaultBatchPollMax.
 	PollMin, PollMax time.Duration
+	// MaxEnqueuedTokens is the provider's budget of enqueued tokens on the
+	// route (OpenAI's batch queue limit): the upstream batches the route's
+	// jobs have created and that have not ended hold at most that many
+	// tokens (their lines' bytes at four a token plus max_tokens); a batch
+	// waits for earlier ones to end rather than be refused. 0: no bound.
+	MaxEnqueuedTokens int64
 }
 
 // batchRoute returns the batch API a job dispatches to, or nil when it
-// runs online.
-func (m *Manager) batchRoute(s *Spec) (*BatchRoute, string) {
+// runs online. auto takes the batch API when the job's deadline leaves at
+// least the provider's completion window (or it has none), and keeps it
+// once the job has upstream batches (a restart later in the window does
+// not strand them).
+func (m *Manager) batchRoute(j *Job) (*BatchRoute, string) {
+	s := &j.Spec
 	br, ok := m.cfg.BatchRoutes[s.Model]
 	if !ok || br.Upstream == nil {
 		return nil, ""
@@ -60,13 +71,31 @@ func (m *Manager) batchRoute(s *Spec) (*BatchRoute, string) {
 	switch s.Dispatch {
 	case DispatchBatchAPI:
 	case DispatchAuto:
-		if s.CompletionWindow > 0 && s.CompletionWindow < br.Upstream.Limits().Window {
+		if !windowAllows(j.Deadline(), br.Upstream.Limits().Window, time.Now()) && !m.hasChunks(j.ID) {
 			return nil, ""
 		}
 	default:
 		return nil, ""
 	}
 	return &br, s.Model
+}
+
+// windowAllows reports whether work started at now within a provider's
+// completion window ends before deadline (zero: none).
+func windowAllows(deadline time.Time, window time.Duration, now time.Time) bool {
+	return deadline.IsZero() || !deadline.Before(now.Add(window))
+}
+
+// hasChunks reports whether the job has recorded upstream batches.
+func (m *Manager) hasChunks(id string) bool {
+	cs, ok := m.cfg.Store.(ChunkStore)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	chunks, err := cs.Chunks(ctx, id)
+	return err == nil && len(chunks) > 0
 }
 
 // validateDispatch checks spec.dispatch.
@@ -88,25 +117,47 @@ func (m *Manager) validateDispatch(s *Spec) error {
 // spool file as it streams the tasks, uploads it, creates the batch, polls
 // it, and records the results through the store. Every id is recorded
 // (Chunk) before the next step, so that another run resumes where this
-// one stopped. It runs on goroutines of its own beside the run's loop;
-// tasks the upstream failed it hands to the loop to run online (requeue).
+// one stopped. It runs on goroutines of its own beside the run's loop: main
+// claims chunks, and one goroutine drives each chunk (drive). Tasks the
+// upstream did not answer go to a new upstream batch when the job's
+// deadline leaves a provider's window (rebatch, to main), or to the loop
+// to run online (requeue).
 type upstream struct {
 	r     *run
 	br    BatchRoute
 	route string
 	lim   batchapi.Limits
 	cs    ChunkStore
+	// budget is the route's enqueued tokens (nil: no bound).
+	budget *tokenBudget
 	// requeue takes tasks to the run's loop, which runs them online.
 	requeue chan []Task
+	// rebatch takes tasks back to main for a new upstream batch; quit is
+	// closed when main returns (no one takes them then).
+	rebatch chan []Task
+	quit    chan struct{}
 	wg      sync.WaitGroup
+
+	mu sync.Mutex
+	// active counts the chunks being driven; idle is closed when it drops
+	// to 0 (guarded by mu).
+	active int
+	idle   chan struct{}
+	// tries counts the upstream batches each task went back from
+	// (guarded by mu): after maxUpstreamTries it runs online.
+	tries map[int64]int
 }
+
+// maxUpstreamTries bounds the upstream batches one task goes to.
+const maxUpstreamTries = 3
 
 func newUpstream(r *run, br *BatchRoute, route string) (*upstream, error) {
 	cs, ok := r.m.cfg.Store.(ChunkStore)
 	if !ok {
 		return nil, errors.New("jobs: the store cannot keep upstream batches (ChunkStore)")
 	}
-	u := &upstream{r: r, br: *br, route: route, lim: br.Upstream.Limits(), cs: cs, requeue: make(chan []Task, 16)}
+	u := &upstream{r: r, br: *br, route: route, lim: br.Upstream.Limits(), cs: cs, requeue: make(chan []Task, 16),
+		rebatch: make(chan []Task), quit: make(chan struct{}), tries: map[int64]int{}}
 	if u.br.Model == "" {
 		u.br.Model = route
 	}
@@ -122,6 +173,7 @@ func newUpstream(r *run, br *BatchRoute, route string) (*upstream, error) {
 	if u.br.PollMax < u.br.PollMin {
 		u.br.PollMax = max(u.br.PollMin, DefaultBatchPollMax)
 	}
+	u.budget = r.m.budgets.of(route, u.br.MaxEnqueuedTokens)
 	return u, nil
 }
 
@@ -139,13 +191,53 @@ func (u *upstream) hook(c *Chunk, step string) error {
 }
 
 // main resumes the job's recorded chunks, then claims new ones until no
-// task is pending.
+// task is pending and every chunk has ended (a chunk's tasks may come back
+// for a new upstream batch until then).
 func (u *upstream) main(ctx context.Context) {
 	defer u.wg.Wait()
+	defer close(u.quit)
+	next, err := u.resumeChunks(ctx)
+	if err != nil {
+		u.r.logErr("resuming upstream batches", err)
+		return
+	}
+	var carry []Task
+	for ctx.Err() == nil {
+		c, rest, err := u.claim(ctx, next, carry)
+		carry = rest
+		if err != nil {
+			if !errors.Is(err, errKilled) && ctx.Err() == nil {
+				u.r.logErr("claiming an upstream batch", err)
+			}
+			return
+		}
+		if c != nil {
+			next++
+			held := c.tasks
+			c.tasks = nil
+			u.start(ctx, c, held)
+			continue
+		}
+		if len(carry) > 0 {
+			continue
+		}
+		select {
+		case ts := <-u.rebatch:
+			carry = append(carry, ts...)
+		case <-u.idleCh():
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// resumeChunks drives the job's recorded chunks that have not ended again
+// and returns the number of the next new chunk.
+func (u *upstream) resumeChunks(ctx context.Context) (int, error) {
 	chunks, err := u.cs.Chunks(ctx, u.r.id)
 	if err != nil {
-		u.r.logErr("reading upstream batches", err)
-		return
+		return 0, err
 	}
 	next := 0
 	for i := range chunks {
@@ -159,37 +251,47 @@ func (u *upstream) main(ctx context.Context) {
 		// them into another chunk.
 		held, err := u.cs.ClaimSeqs(ctx, u.r.id, u.r.m.cfg.Owner, c.Seqs, u.r.m.cfg.Lease)
 		if err != nil {
-			u.r.logErr("resuming upstream batches", err)
-			return
+			return 0, err
 		}
-		u.wg.Add(1)
-		go func() {
-			defer u.wg.Done()
-			u.resume(ctx, &c, held)
-		}()
+		u.start(ctx, &c, held)
 	}
-	var carry []Task
-	for ctx.Err() == nil {
-		c, rest, err := u.claim(ctx, next, carry)
-		carry = rest
-		if err != nil {
-			if !errors.Is(err, errKilled) && ctx.Err() == nil {
-				u.r.logErr("claiming an upstream batch", err)
-			}
-			return
-		}
-		if c == nil {
-			return
-		}
-		next++
-		held := c.tasks
-		c.tasks = nil
-		u.wg.Add(1)
-		go func() {
-			defer u.wg.Done()
-			u.resume(ctx, c, held)
-		}()
+	return next, nil
+}
+
+// start drives c on a goroutine of its own.
+func (u *upstream) start(ctx context.Context, c *Chunk, held []Task) {
+	u.mu.Lock()
+	if u.active == 0 {
+		u.idle = make(chan struct{})
 	}
+	u.active++
+	u.mu.Unlock()
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		defer u.ended()
+		u.resume(ctx, c, held)
+	}()
+}
+
+func (u *upstream) ended() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.active--; u.active == 0 {
+		close(u.idle)
+	}
+}
+
+// idleCh is closed once no chunk is being driven.
+func (u *upstream) idleCh() <-chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.active == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return u.idle
 }
 
 // spoolPath is where a chunk's input file is written.
@@ -197,10 +299,57 @@ func (u *upstream) spoolPath(c *Chunk) string {
 	return filepath.Join(u.r.m.Dir(u.r.job), fmt.Sprintf("upstream-%d.jsonl", c.Chunk))
 }
 
+// chunkWriter writes a new chunk's input file as its tasks come.
+type chunkWriter struct {
+	u      *upstream
+	c      *Chunk
+	enc    batchapi.Encoder
+	size   int64
+	full   bool
+	online []Task
+}
+
+// add writes t into the chunk; false: the chunk is full (t is not in it).
+// A task the batch API cannot take goes online.
+func (w *chunkWriter) add(ctx context.Context, t *Task) bool {
+	u, c := w.u, w.c
+	req, ok := u.encodable(ctx, t)
+	if !ok {
+		w.online = append(w.online, *t)
+		return true
+	}
+	mt := req.Req.Params.MaxTokens
+	if mt <= 0 {
+		mt = req.MaxTokens
+	}
+	lineMax := int64(len(t.Request)) + 512
+	if lineMax > u.br.MaxBytes {
+		w.online = append(w.online, *t) // alone it passes the limits
+		return true
+	}
+	if len(c.Seqs) > 0 && (len(c.Seqs) >= u.br.MaxRequests || w.size+lineMax > u.br.MaxBytes ||
+		(u.budget != nil && c.tokens+chunkTokens(int(lineMax), mt) > u.br.MaxEnqueuedTokens)) {
+		w.full = true
+		return false
+	}
+	n, err := w.enc.Encode(req)
+	if err != nil {
+		w.online = append(w.online, *t)
+		return true
+	}
+	w.size += int64(n)
+	c.tokens += chunkTokens(n, mt)
+	c.Seqs = append(c.Seqs, t.Seq)
+	c.tasks = append(c.tasks, *t)
+	c.tasks[len(c.tasks)-1].Request = nil // written; a rewrite after a restart reads it again
+	return true
+}
+
 // claim claims the tasks of a new chunk and writes its input file: tasks
 // are claimed in pieces and written as they come, until the upstream
-// batch's limits; a task that would pass them is carried to the next
-// chunk. It returns nil when no task is left.
+// batch's limits (requests, bytes, and the route's token budget); a task
+// that would pass them is carried to the next chunk. It returns nil when
+// no task is left.
 func (u *upstream) claim(ctx context.Context, n int, carry []Task) (*Chunk, []Task, error) {
 	c := &Chunk{JobID: u.r.id, Chunk: n, Route: u.route, Step: StepClaimed, FileName: fmt.Sprintf("batcher-%s-%d.jsonl", u.r.id, n)}
 	f, err := os.Create(u.spoolPath(c))
@@ -209,39 +358,15 @@ func (u *upstream) claim(ctx context.Context, n int, carry []Task) (*Chunk, []Ta
 	}
 	defer func() { _ = f.Close() }()
 	bw := bufio.NewWriterSize(f, 256<<10)
-	enc := u.br.Upstream.NewEncoder(bw)
-	var size int64
-	var online []Task
-	full := false
-	add := func(t *Task) bool {
-		req, ok := u.encodable(ctx, t)
-		if !ok {
-			online = append(online, *t)
-			return true
-		}
-		if len(c.Seqs) >= u.br.MaxRequests || size+int64(len(t.Request))+512 > u.br.MaxBytes {
-			full = true
-			return false
-		}
-		w, err := enc.Encode(req)
-		if err != nil {
-			online = append(online, *t)
-			return true
-		}
-		size += int64(w)
-		c.Seqs = append(c.Seqs, t.Seq)
-		c.tasks = append(c.tasks, *t)
-		c.tasks[len(c.tasks)-1].Request = nil // written; a rewrite after a restart reads it again
-		return true
-	}
+	w := &chunkWriter{u: u, c: c, enc: u.br.Upstream.NewEncoder(bw)}
 	var rest []Task
 	for i := range carry {
-		if !add(&carry[i]) {
+		if !w.add(ctx, &carry[i]) {
 			rest = append(rest, carry[i:]...)
 			break
 		}
 	}
-	for !full && ctx.Err() == nil {
+	for !w.full && ctx.Err() == nil {
 		want := min(1024, u.br.MaxRequests-len(c.Seqs))
 		if want <= 0 {
 			break
@@ -251,7 +376,7 @@ func (u *upstream) claim(ctx context.Context, n int, carry []Task) (*Chunk, []Ta
 			return nil, rest, err
 		}
 		for i := range ts {
-			if full || !add(&ts[i]) {
+			if w.full || !w.add(ctx, &ts[i]) {
 				rest = append(rest, ts[i])
 			}
 		}
@@ -259,7 +384,7 @@ func (u *upstream) claim(ctx context.Context, n int, carry []Task) (*Chunk, []Ta
 			break
 		}
 	}
-	u.sendOnline(ctx, online)
+	u.sendOnline(ctx, w.online)
 	if err := bw.Flush(); err != nil {
 		return nil, rest, err
 	}
@@ -274,13 +399,15 @@ func (u *upstream) claim(ctx context.Context, n int, carry []Task) (*Chunk, []Ta
 }
 
 // encodable builds a task's upstream request; false: it runs online (a
-// judge, another route, or a request the batch API cannot take).
+// judge, another route, or a request the batch API cannot take). Rich
+// requests (tools, response formats, images, logprobs) go upstream too:
+// the provider's output lines carry their answers whole.
 func (u *upstream) encodable(ctx context.Context, t *Task) (*batchapi.Request, bool) {
 	if t.Group == GroupJudge {
 		return nil, false
 	}
 	f, req, err := u.r.request(ctx, t, "")
-	if err != nil || f.model != u.route || req.Rich() {
+	if err != nil || f.model != u.route {
 		return nil, false
 	}
 	return &batchapi.Request{CustomID: "t" + strconv.FormatInt(t.Seq, 10), Model: u.br.Model, Req: req,
@@ -298,10 +425,16 @@ func (u *upstream) sendOnline(ctx context.Context, ts []Task) {
 	}
 }
 
-// rewrite writes a chunk's input file again from its tasks, after a
-// restart lost it before the upload.
-func (u *upstream) rewrite(ctx context.Context, c *Chunk, ts []Task) error {
-	f, err := os.Create(u.spoolPath(c))
+// spool makes sure a chunk's input file holds exactly ts, writing it again
+// from them when a restart lost it (or some of the chunk's tasks ended
+// meanwhile). The file is written aside and renamed, so a kill leaves no
+// half of one.
+func (u *upstream) spool(ctx context.Context, c *Chunk, ts []Task) error {
+	if _, err := os.Stat(u.spoolPath(c)); err == nil && len(ts) == len(c.Seqs) {
+		return nil
+	}
+	tmp := u.spoolPath(c) + ".tmp"
+	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
@@ -317,265 +450,32 @@ func (u *upstream) rewrite(ctx context.Context, c *Chunk, ts []Task) error {
 			return err
 		}
 	}
-	return bw.Flush()
-}
-
-// resume takes a chunk from its recorded step to its end.
-func (u *upstream) resume(ctx context.Context, c *Chunk, held []Task) {
-	if err := u.drive(ctx, c, held); err != nil && !errors.Is(err, errKilled) && ctx.Err() == nil {
-		u.r.logErr(fmt.Sprintf("upstream batch %d (%s)", c.Chunk, c.Step), err)
-	}
-}
-
-func (u *upstream) drive(ctx context.Context, c *Chunk, held []Task) error {
-	up := u.br.Upstream
-	save := func(step Step) error {
-		c.Step = step
-		return u.cs.SaveChunk(ctx, c)
-	}
-	if len(held) == 0 {
-		return save(StepDone)
-	}
-	if c.Step == StepClaimed {
-		if u.ending() != endNone {
-			return u.endAll(ctx, c, held)
-		}
-		if err := save(StepUploading); err != nil {
-			return err
-		}
-	}
-	if c.Step == StepUploading {
-		f, err := up.FindFile(ctx, c.FileName)
-		switch {
-		case err == nil:
-			c.FileID = f.ID
-		case errors.Is(err, batchapi.ErrNotFound):
-			if _, serr := os.Stat(u.spoolPath(c)); serr != nil || len(held) != len(c.Seqs) {
-				if err := u.rewrite(ctx, c, held); err != nil {
-					return err
-				}
-			}
-			if err := u.hook(c, "uploading"); err != nil {
-				return err
-			}
-			sf, err := os.Open(u.spoolPath(c))
-			if err != nil {
-				return err
-			}
-			st, _ := sf.Stat()
-			f, err := up.Upload(ctx, c.FileName, sf, st.Size())
-			_ = sf.Close()
-			if err != nil {
-				return err
-			}
-			c.FileID = f.ID
-			if err := u.hook(c, "uploaded"); err != nil {
-				return err // the file is upstream, its id not recorded
-			}
-		default:
-			return err
-		}
-		_ = os.Remove(u.spoolPath(c))
-		for i := range held {
-			held[i].Request = nil // uploaded; what runs online again is read again
-		}
-		if err := save(StepCreating); err != nil {
-			return err
-		}
-	}
-	tags := map[string]string{"batcher_job_id": u.r.id, "batcher_chunk": strconv.Itoa(c.Chunk)}
-	if c.Step == StepCreating {
-		b, err := up.Find(ctx, tags, u.lim.Window+time.Hour)
-		switch {
-		case err == nil:
-		case errors.Is(err, batchapi.ErrNotFound):
-			if u.ending() != endNone {
-				return u.endAll(ctx, c, held)
-			}
-			b, err = up.Create(ctx, &batchapi.CreateRequest{InputFileID: c.FileID, Endpoint: batchapi.Endpoint(u.op(held)), Metadata: tags})
-			if err != nil {
-				return err
-			}
-			if err := u.hook(c, "created"); err != nil {
-				return err // the batch is upstream, its id not recorded
-			}
-		default:
-			return err
-		}
-		c.BatchID = b.ID
-		u.observe(c, b)
-		if err := save(StepRunning); err != nil {
-			return err
-		}
-	}
-	if c.Step != StepRunning {
-		return nil
-	}
-	b, err := u.poll(ctx, c)
-	if err != nil {
+	if err := bw.Flush(); err != nil {
 		return err
 	}
-	return u.collect(ctx, c, b, held)
-}
-
-// op is the operation of a chunk's tasks (all of one route).
-func (u *upstream) op([]Task) batcher.Operation {
-	op, _ := u.r.m.route(u.route)
-	return op
-}
-
-func (u *upstream) observe(c *Chunk, b *batchapi.Batch) {
-	c.Status, c.Total, c.Completed, c.Failed = string(b.Status), b.Counts.Total, b.Counts.Completed, b.Counts.Failed
-	c.ETA = b.ETA(time.Now())
-}
-
-// ending reads the run's ending: cancelled, expired, or none.
-func (u *upstream) ending() ending {
-	j, err := u.r.m.cfg.Store.GetJob(context.Background(), u.r.id)
-	if err != nil {
-		return endNone
-	}
-	switch {
-	case j.State == StateCancelling || j.State == StateCancelled:
-		return endCancel
-	case !j.Deadline().IsZero() && !time.Now().Before(j.Deadline()):
-		return endExpire
-	}
-	return endNone
-}
-
-// poll looks at the batch with backoff until it is terminal, passing the
-// job's cancel or expiry on to it.
-func (u *upstream) poll(ctx context.Context, c *Chunk) (*batchapi.Batch, error) {
-	up := u.br.Upstream
-	wait := u.br.PollMin
-	cancelled := false
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		if err := u.hook(c, "polling"); err != nil {
-			return nil, err
-		}
-		b, err := up.Get(ctx, c.BatchID)
-		if err != nil {
-			u.r.logErr("polling upstream batch "+c.BatchID, err)
-		} else {
-			u.observe(c, b)
-			if err := u.cs.SaveChunk(ctx, c); err != nil {
-				return nil, err
-			}
-			u.r.m.notify(u.r.id)
-			if b.Status.Terminal() {
-				return b, nil
-			}
-			if !cancelled && u.ending() != endNone {
-				if _, err := up.Cancel(ctx, c.BatchID); err != nil {
-					u.r.logErr("cancelling upstream batch "+c.BatchID, err)
-				} else {
-					cancelled = true
-					wait = u.br.PollMin
-				}
-			}
-		}
-		t.Reset(wait)
-		wait = min(wait*3/2, u.br.PollMax)
-	}
-}
-
-// collect records a terminal batch's results: answers as the tasks'
-// results, the rest (failed, expired, cancelled upstream, or missing) run
-// online, or end cancelled or expired with the job.
-func (u *upstream) collect(ctx context.Context, c *Chunk, b *batchapi.Batch, held []Task) error {
-	idx := make(map[int64]int, len(held))
-	for i := range held {
-		idx[held[i].Seq] = i
-	}
-	got := make([]bool, len(held))
-	var outs []Outcome
-	flush := func() error {
-		if len(outs) == 0 {
-			return nil
-		}
-		if _, err := u.r.m.cfg.Store.Complete(ctx, u.r.id, u.r.m.cfg.Owner, outs); err != nil {
-			return err
-		}
-		u.r.m.cost.recorded(outs)
-		outs = outs[:0]
-		u.r.poke()
-		return nil
-	}
-	err := u.br.Upstream.Results(ctx, b, func(res *batchapi.Result) error {
-		seq, err := strconv.ParseInt(strings.TrimPrefix(res.CustomID, "t"), 10, 64)
-		i, ok := idx[seq]
-		if err != nil || !ok || got[i] || res.Outcome != batchapi.Succeeded {
-			return nil // not ours, twice, or not answered: handled below
-		}
-		got[i] = true
-		f := &inflight{task: held[i], model: u.route}
-		o := u.r.outcome(f, batcher.Result{Text: res.Resp.Text, Embedding: res.Resp.Embedding, FinishReason: res.Resp.FinishReason,
-			Usage: res.Resp.Usage, Attempts: 1, BatchID: b.ID, Backend: "batch_api"})
-		outs = append(outs, o)
-		if len(outs) >= 1024 {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
-	if err != nil {
+	if err := f.Close(); err != nil {
 		return err
 	}
-	var restSeqs []int64
-	for i := range held {
-		if !got[i] {
-			restSeqs = append(restSeqs, held[i].Seq)
-		}
-	}
-	// Read again with their requests, which the chunk does not keep.
-	rest, err := u.cs.ClaimSeqs(ctx, u.r.id, u.r.m.cfg.Owner, restSeqs, u.r.m.cfg.Lease)
-	if err != nil {
-		return err
-	}
-	if err := u.hook(c, "collected"); err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		if e := u.ending(); e != endNone {
-			if err := u.endAll(ctx, c, rest); err != nil {
-				return err
-			}
-		} else {
-			u.sendOnline(ctx, rest)
-		}
-	}
-	c.Step = StepDone
-	return u.cs.SaveChunk(ctx, c)
+	return os.Rename(tmp, u.spoolPath(c))
 }
 
-// endAll ends a chunk's tasks with the job: cancelled or expired.
-func (u *upstream) endAll(ctx context.Context, c *Chunk, ts []Task) error {
-	e := u.ending()
-	outs := make([]Outcome, 0, len(ts))
+// measure estimates what ts cost against the route's token budget, as
+// claim does for a new chunk: a resumed chunk's tasks are encoded again.
+func (u *upstream) measure(ctx context.Context, ts []Task) int64 {
+	var n int64
+	enc := u.br.Upstream.NewEncoder(io.Discard)
 	for i := range ts {
-		f := &inflight{task: ts[i], model: u.route}
-		var o Outcome
-		if e == endExpire {
-			o = u.r.outcomeAs(f, ItemExpired)
-		} else {
-			o = u.r.outcomeAs(f, ItemCancelled)
+		req, ok := u.encodable(ctx, &ts[i])
+		if !ok {
+			continue
 		}
-		outs = append(outs, o)
+		mt := req.Req.Params.MaxTokens
+		if mt <= 0 {
+			mt = req.MaxTokens
+		}
+		if w, err := enc.Encode(req); err == nil {
+			n += chunkTokens(w, mt)
+		}
 	}
-	if _, err := u.r.m.cfg.Store.Complete(ctx, u.r.id, u.r.m.cfg.Owner, outs); err != nil {
-		return err
-	}
-	u.r.poke()
-	c.Step = StepDone
-	return u.cs.SaveChunk(ctx, c)
+	return n
 }

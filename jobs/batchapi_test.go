@@ -3,7 +3,7 @@ package jobs_test
 import (
 	"context"
 	"fmt"
-	"go.opentelemetry.io/otel/metric"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/batcherhq/batcher/backend/openai"
 	"github.com/batcherhq/batcher/batcher"
@@ -33,15 +35,26 @@ type batchEnv struct {
 	// prices and mp, when set, are the managers' Prices and MeterProvider.
 	prices map[string]jobs.Price
 	mp     metric.MeterProvider
+	// route, when set, changes the managers' batch route.
+	route func(*jobs.BatchRoute)
 }
 
 func newBatchEnv(t *testing.T, store func(t *testing.T, dir string) jobs.Store, cfg llmsim.Config) *batchEnv {
+	return newBatchEnvWrapped(t, store, cfg, nil)
+}
+
+// newBatchEnvWrapped is newBatchEnv with llmsim behind wrap (faults).
+func newBatchEnvWrapped(t *testing.T, store func(t *testing.T, dir string) jobs.Store, cfg llmsim.Config, wrap func(http.Handler) http.Handler) *batchEnv {
 	t.Helper()
 	sim, err := llmsim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(sim)
+	var h http.Handler = sim
+	if wrap != nil {
+		h = wrap(sim)
+	}
+	ts := httptest.NewServer(h)
 	be, err := openai.New(openai.Config{BaseURL: ts.URL + "/v1"})
 	if err != nil {
 		t.Fatal(err)
@@ -86,11 +99,15 @@ func (e *batchEnv) manager(t *testing.T, hook func(string, int, string) bool) (m
 		t.Cleanup(func() { _ = s.Close() })
 		store = s
 	}
+	br := jobs.BatchRoute{Upstream: e.up, Model: "sim-chat", MaxRequests: 100,
+		PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond}
+	if e.route != nil {
+		e.route(&br)
+	}
 	m, err := jobs.New(jobs.Config{Store: store, Core: e.core, DataDir: e.dir, Exclusive: !e.pg,
 		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond,
-		BatchRoutes: map[string]jobs.BatchRoute{"chat": {Upstream: e.up, Model: "sim-chat", MaxRequests: 100,
-			PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond}},
-		BatchHook: hook, Prices: e.prices, MeterProvider: e.mp})
+		BatchRoutes: map[string]jobs.BatchRoute{"chat": br},
+		BatchHook:   hook, Prices: e.prices, MeterProvider: e.mp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,31 +211,44 @@ var batchStores = []struct {
 }
 
 // TestBatchAPIDispatch: a job through the batch API, with 1% failed and 1%
-// expired lines upstream, ends with every custom id exactly once; the lines
-// the upstream did not answer ran online.
+// expired lines upstream, ends with every custom id exactly once. Without
+// a deadline the lines the upstream did not answer go to new upstream
+// batches (nothing runs online); with a deadline shorter than the
+// provider's 24 hours they run online.
 func TestBatchAPIDispatch(t *testing.T) {
 	for _, st := range batchStores {
-		t.Run(st.name, func(t *testing.T) {
-			e := newBatchEnv(t, st.open, llmsim.Config{BatchTime: 50 * time.Millisecond, BatchFailRate: 0.01, BatchExpireRate: 0.01, Seed: 7})
-			e.pg = st.pg
-			m, _ := e.manager(t, nil)
-			const n = 500
-			j := createChat(t, m, jobs.Spec{Model: "chat", Dispatch: jobs.DispatchBatchAPI}, n)
-			p := waitJob(t, m, j.ID)
-			if p.State != jobs.StateCompleted || p.Counts.Succeeded != n {
-				t.Fatalf("ended %s %+v", p.State, p.Counts)
-			}
-			if errs := exactlyOnce(t, m, j, n); errs != 0 {
-				t.Errorf("%d error lines, want 0 (retried online)", errs)
-			}
-			files, batches := e.noneTwice(t)
-			if files != n/100 || batches != n/100 {
-				t.Errorf("%d files and %d batches upstream, want %d each", files, batches, n/100)
-			}
-			if online := e.sim.Stats().Chat - e.sim.BatchStats().Answered; online == 0 || online > n/5 {
-				t.Errorf("%d online calls; want the failed and expired lines only", online)
-			}
-		})
+		for _, window := range []time.Duration{0, time.Hour} {
+			t.Run(fmt.Sprintf("%s/window=%v", st.name, window), func(t *testing.T) {
+				e := newBatchEnv(t, st.open, llmsim.Config{BatchTime: 50 * time.Millisecond, BatchFailRate: 0.01, BatchExpireRate: 0.01, Seed: 7})
+				e.pg = st.pg
+				m, _ := e.manager(t, nil)
+				const n = 500
+				j := createChat(t, m, jobs.Spec{Model: "chat", Dispatch: jobs.DispatchBatchAPI, CompletionWindow: window}, n)
+				p := waitJob(t, m, j.ID)
+				if p.State != jobs.StateCompleted || p.Counts.Succeeded != n {
+					t.Fatalf("ended %s %+v", p.State, p.Counts)
+				}
+				if errs := exactlyOnce(t, m, j, n); errs != 0 {
+					t.Errorf("%d error lines, want 0 (tried again)", errs)
+				}
+				files, batches := e.noneTwice(t)
+				online := e.sim.Stats().Chat - e.sim.BatchStats().Answered
+				if window == 0 {
+					// Each line fails upstream with p 0.02: after three
+					// batches, about 500 * 0.02^3 = 0.004 lines run online.
+					if files <= n/100 || batches != files || online > 1 {
+						t.Errorf("%d files, %d batches upstream and %d online calls; want more than %d batches, each line again upstream", files, batches, online, n/100)
+					}
+					return
+				}
+				if files != n/100 || batches != n/100 {
+					t.Errorf("%d files and %d batches upstream, want %d each", files, batches, n/100)
+				}
+				if online == 0 || online > n/5 {
+					t.Errorf("%d online calls; want the failed and expired lines only", online)
+				}
+			})
+		}
 	}
 }
 

@@ -177,6 +177,7 @@ type Manager struct {
 	wg       sync.WaitGroup // runs
 	cost     *costMetric
 	prices   atomic.Pointer[map[string]Price] // replaced whole by SetPrices
+	budgets  budgets                          // the routes' enqueued tokens upstream (budget.go)
 }
 
 // New returns a Manager; Start sets it going.

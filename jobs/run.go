@@ -166,7 +166,7 @@ func (r *run) loop() {
 	r.exported = r.out.pos
 	r.behind = true // the store may hold lines the files lack (invalid items, a crash)
 	var requeue chan []Task
-	if br, route := r.m.batchRoute(&j.Spec); br != nil {
+	if br, route := r.m.batchRoute(j); br != nil {
 		if r.up, err = newUpstream(r, br, route); err != nil {
 			r.fail(ctx, err)
 			return

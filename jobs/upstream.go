@@ -59,6 +59,9 @@ type Chunk struct {
 	UpdatedAt time.Time
 
 	tasks []Task // a new chunk's tasks, without their requests
+	// tokens estimates its lines against the route's token budget (0: not
+	// measured yet); enqueued is what it holds of the budget.
+	tokens, enqueued int64
 }
 
 // ChunkStore is what batch-API dispatch needs of a store beyond Store; the

@@ -82,6 +82,7 @@ type batchState struct {
 	seq     int
 	// Counters (Stats).
 	uploads, creates, cancels, linesDone, answered int64
+	overQueue                                      int64 // batches failed token_limit_exceeded
 }
 
 // BatchStats counts what the batch API did.
@@ -99,6 +100,9 @@ type BatchStats struct {
 	// through the model endpoints (which count them in Stats too).
 	Lines    int64
 	Answered int64
+	// OverQueue counts the batches that failed token_limit_exceeded: the
+	// batches not ended held BatchQueueTokens already.
+	OverQueue int64
 }
 
 // BatchStats returns the batch API's counters so far.
@@ -106,7 +110,7 @@ func (s *Server) BatchStats() BatchStats {
 	b := &s.bat
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := BatchStats{FilesUploaded: b.uploads, BatchesCreated: b.creates, Cancelled: b.cancels, Lines: b.linesDone, Answered: b.answered,
+	st := BatchStats{FilesUploaded: b.uploads, BatchesCreated: b.creates, Cancelled: b.cancels, Lines: b.linesDone, Answered: b.answered, OverQueue: b.overQueue,
 		FileNames: map[string]int{}, Tags: map[string]int{}}
 	for _, f := range b.order {
 		if f.Purpose == "batch" {
@@ -350,6 +354,9 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 				Data   []batchError `json:"data"`
 			}{"list", []batchError{{Code: "token_limit_exceeded", Message: fmt.Sprintf(
 				"Enqueued token limit reached: %d tokens enqueued, limit %d, this batch %d.", queued, s.cfg.BatchQueueTokens, b.tokens)}}}
+			s.bat.mu.Lock()
+			s.bat.overQueue++
+			s.bat.mu.Unlock()
 		}
 	}
 	s.bat.mu.Lock()
