@@ -37,7 +37,8 @@ import (
 // Batcher calls SubmitStreamed on batcherd's stack (setupBatcherd: security,
 // metrics, otelgrpc, the worker pool) whose core has an openai backend
 // pointed at llmsim. Each delta's delivery is the time from llmsim's flush
-// of the chunk that completes its text to the client's receipt of it.
+// of a chunk to the client's receipt of the first delta that holds its
+// text (a delta may join several chunks when its sender is behind).
 
 const (
 	streamTTFT      = 100 * time.Millisecond // llmsim's time to first token
@@ -312,6 +313,9 @@ func (r *streamRig) direct(ctx context.Context, prompt string, onDelta func()) c
 			continue
 		}
 		if string(data) == "[DONE]" {
+			// Read to the end, as the openai backend does, so that the
+			// connection goes back to the pool.
+			_, _ = io.Copy(io.Discard, br)
 			res.text = text.String()
 			return res
 		}
@@ -398,8 +402,9 @@ func (r *streamRig) run(ctx context.Context, n int, tag string, through bool, on
 }
 
 // measure turns results into time to first token and per-delta delivery
-// samples (client receipt minus llmsim's flush of the chunk that completed
-// the delta's text), checking every answer whole.
+// samples (for each chunk llmsim flushed, the client's receipt of the
+// delta that brought its text, minus the flush), checking every answer
+// whole.
 func (r *streamRig) measure(tb testing.TB, rs []chatResult) (ttft, delivery []time.Duration) {
 	tb.Helper()
 	for _, c := range rs {
@@ -411,16 +416,18 @@ func (r *streamRig) measure(tb testing.TB, rs []chatResult) (ttft, delivery []ti
 			tb.Fatalf("chat %q: answer %q, want %q", c.key, c.text, want)
 		}
 		ttft = append(ttft, c.recvs[0].at.Sub(c.start))
-		chunks := r.tap.chunks(c.key)
+		// Each chunk's text is delivered by the first delta that holds
+		// it: a delta that joins several chunks (a sender behind its
+		// upstream) counts once for each, from that chunk's flush.
 		j := 0
-		for _, d := range c.recvs {
-			for j < len(chunks) && chunks[j].cum < d.cum {
+		for _, ck := range r.tap.chunks(c.key) {
+			for j < len(c.recvs) && c.recvs[j].cum < ck.cum {
 				j++
 			}
-			if j == len(chunks) {
-				tb.Fatalf("chat %q: a delta past llmsim's chunks", c.key)
+			if j == len(c.recvs) {
+				tb.Fatalf("chat %q: a chunk of llmsim's never reached the client", c.key)
 			}
-			delivery = append(delivery, d.at.Sub(chunks[j].at))
+			delivery = append(delivery, c.recvs[j].at.Sub(ck.at))
 		}
 	}
 	return ttft, delivery

@@ -124,6 +124,12 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 			return status.FromContextError(ctx.Err()).Err()
 		}
 		ds, more = c.Deltas(ds[:0])
+		if len(ds) > 1 {
+			// Deltas that piled up while the last Send ran go as one
+			// message: their text is late already, and a message per
+			// token would cost the CPU that made it late.
+			ds = batcher.JoinDeltas(ds)
+		}
 		for i := range ds {
 			if err := ss.Send(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Delta{Delta: toDelta(req.ID, &ds[i])}}); err != nil {
 				return err

@@ -317,3 +317,68 @@ func TestSubmitStreamedInvalid(t *testing.T) {
 		})
 	}
 }
+
+// burstStreamer writes n text deltas of size bytes each, then ends.
+type burstStreamer struct {
+	n, size int
+	ended   chan struct{}
+}
+
+func (f *burstStreamer) Dispatch(context.Context, *batcher.Batch, []batcher.Response) error {
+	return errors.New("burstStreamer: only streams")
+}
+
+func (f *burstStreamer) Stream(_ context.Context, _ *batcher.Batch, w batcher.DeltaWriter) (batcher.Response, error) {
+	defer close(f.ended)
+	for i := range f.n {
+		if err := w.WriteDelta(&batcher.Delta{Text: strings.Repeat(string(rune('a'+i%26)), f.size)}); err != nil {
+			return batcher.Response{}, err
+		}
+	}
+	return batcher.Response{FinishReason: batcher.FinishStop}, nil
+}
+
+// TestSubmitStreamedJoinsWaitingDeltas: deltas that pile up while a Send
+// waits (here on flow control: the caller reads nothing until the answer
+// is written) go as one message each take, not one a delta, and nothing
+// is lost.
+func TestSubmitStreamedJoinsWaitingDeltas(t *testing.T) {
+	burst := &burstStreamer{n: 40, size: 8 << 10, ended: make(chan struct{})}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "burst", Backend: burst}),
+		batcher.WithRoute(batcher.Route{Name: "burst", Op: batcher.OpChat, Backend: "burst"}),
+	))
+	ctx := testCtx(t)
+	r := chatReq("b", "burst")
+	r.Model = "burst"
+	rs, err := e.client.SubmitStreamed(ctx, &batcherv1.SubmitStreamedRequest{Request: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-burst.ended // 320 KiB written; the stream's window holds 64
+	var text strings.Builder
+	msgs := 0
+	for {
+		m, err := rs.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := m.GetDelta(); d != nil && d.GetText() != "" {
+			text.WriteString(d.GetText())
+			msgs++
+		}
+		if c := m.GetCompletion(); c != nil && (c.GetError() != nil || c.GetText() != text.String()) {
+			t.Fatalf("completion %d bytes, error %v; the deltas held %d bytes", len(c.GetText()), c.GetError(), text.Len())
+		}
+	}
+	if text.Len() != burst.n*burst.size {
+		t.Fatalf("deltas held %d bytes, want %d", text.Len(), burst.n*burst.size)
+	}
+	if msgs >= burst.n {
+		t.Fatalf("%d delta messages for %d deltas: none joined", msgs, burst.n)
+	}
+	t.Logf("%d deltas in %d messages", burst.n, msgs)
+}

@@ -37,31 +37,6 @@ type streamCompletionRequest struct {
 	StreamOptions *streamOptions `json:"stream_options,omitempty"`
 }
 
-// streamChunk is one chunk of a streamed chat or completion answer
-// ("chat.completion.chunk", "text_completion"), or an error some servers
-// send in the stream.
-type streamChunk struct {
-	Choices []struct {
-		Index int `json:"index"`
-		Delta struct {
-			Content   *string `json:"content"`
-			Refusal   *string `json:"refusal"`
-			ToolCalls []struct {
-				Index    int32  `json:"index"`
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-		Text         *string `json:"text"` // completions
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *wireUsage      `json:"usage"`
-	Error json.RawMessage `json:"error"`
-}
-
 // Stream implements batcher.Streamer: the batch's one request as a
 // streamed call (stream: true, stream_options.include_usage), each
 // chunk's content, refusal and tool-call fragments written to w as they
@@ -170,7 +145,29 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 		}
 		return batcher.Response{}, nil, err
 	}
+	drain(res.Body, cancel)
 	return out, rl, nil
+}
+
+// drainWait and maxDrainBytes bound what drain reads after [DONE].
+const (
+	drainWait     = 50 * time.Millisecond
+	maxDrainBytes = 4096
+)
+
+// errDrained ends a call whose response did not end soon after [DONE].
+var errDrained = errors.New("openai: the response went on after [DONE]")
+
+// drain reads a streamed response's body to its end after [DONE]. The
+// answer is whole, but net/http returns a connection to the pool only
+// when its body was read to EOF: closed before (the end of a chunked
+// response comes just after the last event), the connection is closed and
+// the next call dials anew. A response that does not end within drainWait
+// or maxDrainBytes is cut (cancel) and its connection closed, as before.
+func drain(body io.Reader, cancel context.CancelCauseFunc) {
+	t := time.AfterFunc(drainWait, func() { cancel(errDrained) })
+	_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
+	t.Stop()
 }
 
 // streamCtx is the context whose end explains a failed call: the
@@ -223,10 +220,13 @@ var (
 func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg string, cause error) error) (batcher.Response, error) {
 	br := bufio.NewReaderSize(body, 4096)
 	var out batcher.Response
-	var data []byte // the event's data lines so far
+	var data []byte  // the event's data lines so far
+	inEvent := false // data holds an event's data
 	var d batcher.Delta
 	var text, refusal strings.Builder
 	var calls toolCalls
+	var cr chunkReader
+	var ch streamChunk
 	for {
 		line, err := readLine(br)
 		if err != nil {
@@ -245,14 +245,15 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 				if len(data)+len(value) > maxEventBytes {
 					return out, fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
 				}
-				if data != nil {
+				if inEvent {
 					data = append(data, '\n')
 				}
 				data = append(data, value...)
+				inEvent = len(data) > 0 // an event of empty data lines is none
 			}
 			continue // comments (":"), event, id and retry fields say nothing here
 		}
-		if data == nil {
+		if !inEvent {
 			continue
 		}
 		if string(data) == "[DONE]" {
@@ -262,11 +263,10 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 			}
 			return out, nil
 		}
-		var ch streamChunk
-		if err := json.Unmarshal(data, &ch); err != nil {
+		if err := cr.decode(data, &ch); err != nil {
 			return out, fail("malformed chunk in the stream", fmt.Errorf("%w: %w", errMalformed, err))
 		}
-		data = nil
+		data, inEvent = data[:0], false // the buffer serves the next event
 		if len(ch.Error) > 0 && string(ch.Error) != "null" {
 			msg := upstreamMessage(append(append([]byte(`{"error":`), ch.Error...), '}'), "")
 			return out, fail(msg, errInStream)

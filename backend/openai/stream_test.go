@@ -3,7 +3,9 @@ package openai_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -172,5 +174,45 @@ func TestStreamErrorStatus(t *testing.T) {
 	var ue *batcher.UpstreamError
 	if !errors.As(err, &ue) || ue.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("err %v, want the 401", err)
+	}
+}
+
+// TestStreamReusesTheConnection: a streamed call reads its response to the
+// end after [DONE], so that the next call reuses its connection rather
+// than dialling anew.
+func TestStreamReusesTheConnection(t *testing.T) {
+	sim, err := llmsim.New(llmsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	conns := 0
+	// The response ends a moment after [DONE], as over a network: a
+	// reader that stops at [DONE] closes the body before its end.
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sim.ServeHTTP(w, r)
+		_ = http.NewResponseController(w).Flush()
+		time.Sleep(time.Millisecond)
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	ts.Start()
+	t.Cleanup(func() { sim.Close(); ts.Close() })
+	be := newBackend(t, openai.Config{BaseURL: ts.URL + "/v1"})
+	for i := range 3 {
+		l := newDeltaLog()
+		if _, err := be.Stream(context.Background(), streamBatch(chat("r", "hello there")), l); err != nil || l.text() == "" {
+			t.Fatalf("call %d: %q, %v", i, l.text(), err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns != 1 {
+		t.Fatalf("3 streamed calls in turn opened %d connections, want 1", conns)
 	}
 }

@@ -1,0 +1,114 @@
+package openai
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// chunkSeeds are chunks as OpenAI, llmsim and other servers send them, and
+// some that decodeChunk must leave to json.Unmarshal.
+var chunkSeeds = []string{
+	`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":"Hello"},"logprobs":null,"finish_reason":null}],"usage":null}`,
+	`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]}`,
+	`{"id":"c","object":"chat.completion.chunk","created":1,"model":"sim-chat","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	`{"id":"c","object":"text_completion","created":1,"model":"sim","choices":[{"index":0,"text":"word ","finish_reason":null}]}`,
+	`{"choices":[{"index":0,"delta":{"refusal":"I can't"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"a \"quoted\" \u00e9 line\n"}}]}`,
+	`{"choices":[{"index":1,"delta":{"content":"x"}},{"index":0,"delta":{"content":"y"}}]}`,
+	`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`,
+	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":""}}]}}]}`,
+	`{"error":{"message":"overloaded","type":"server_error"}}`,
+	`{"Choices":[{"index":0,"delta":{"content":"x"}}]}`,
+	`{"choices":[{"INDEX":2,"delta":{"content":"x"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"x","content":"y"}}]}`,
+	`{"choices":null,"x":[1,2.5e-3,{"a":[true,false,null]}],"y":"\ud83d\ude00"}`,
+	`{"choices":[{"index":0.0,"delta":{"content":"x"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"caf` + "\xe9" + `"}}]}`,
+	` { "choices" : [ { "index" : 0 , "delta" : { "content" : "sp" } } ] } `,
+	`{"choices":[{"index":0,"delta":{"content":"x"}}]} trailing`,
+	`{"choices":[{"index":0,"delta":{"content":"bro`,
+	`null`,
+	`{"a":"\x"}`,
+	`{"a":01}`,
+	`{"ſtuff":1,"choices":[]}`,
+}
+
+// FuzzDecodeChunk holds decodeChunk to json.Unmarshal: where it decodes a
+// chunk, json.Unmarshal decodes the same chunk without error into the same
+// value.
+func FuzzDecodeChunk(f *testing.F) {
+	for _, s := range chunkSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast streamChunk
+		if !decodeChunk(data, &fast, make([]chunkChoice, 0, 1)) {
+			return
+		}
+		var want streamChunk
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("decodeChunk took %q, which json.Unmarshal refuses: %v", data, err)
+		}
+		if !reflect.DeepEqual(fast, want) {
+			t.Fatalf("decodeChunk(%q) = %s, json.Unmarshal %s", data, dumpChunk(fast), dumpChunk(want))
+		}
+	})
+}
+
+func dumpChunk(ch streamChunk) string {
+	b, _ := json.Marshal(ch)
+	return string(b)
+}
+
+// TestDecodeChunkTakesTheCommonShapes: the chunks a stream is made of
+// (text, refusal and completion deltas, the role chunk, the finish chunk,
+// null usage, escapes) are read by decodeChunk, not json.Unmarshal.
+func TestDecodeChunkTakesTheCommonShapes(t *testing.T) {
+	for _, s := range chunkSeeds[:7] {
+		var ch streamChunk
+		if !decodeChunk([]byte(s), &ch, nil) {
+			t.Errorf("decodeChunk left %s to json.Unmarshal", s)
+		}
+	}
+	for _, s := range chunkSeeds[7:] {
+		var ch streamChunk
+		var want streamChunk
+		if decodeChunk([]byte(s), &ch, nil) && (json.Unmarshal([]byte(s), &want) != nil || !reflect.DeepEqual(ch, want)) {
+			t.Errorf("decodeChunk read %s unlike json.Unmarshal", s)
+		}
+	}
+	var ch streamChunk
+	var r chunkReader
+	if err := r.decode([]byte(chunkSeeds[0]), &ch); err != nil || len(ch.Choices) != 1 || *ch.Choices[0].Delta.Content != "Hello" {
+		t.Fatalf("decode: %+v, %v", ch, err)
+	}
+	if err := r.decode([]byte(chunkSeeds[8]), &ch); err != nil || len(ch.Choices[0].Delta.ToolCalls) != 1 || ch.Choices[0].Delta.Content != nil {
+		t.Fatalf("decode of a tool call: %+v, %v", ch, err)
+	}
+}
+
+// BenchmarkDecodeChunk compares decodeChunk with json.Unmarshal on a
+// typical text chunk.
+func BenchmarkDecodeChunk(b *testing.B) {
+	data := []byte(chunkSeeds[0])
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		var r chunkReader
+		var ch streamChunk
+		for b.Loop() {
+			if err := r.decode(data, &ch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var ch streamChunk
+			if err := json.Unmarshal(data, &ch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
