@@ -197,7 +197,10 @@ func serveBatcherOn(tb testing.TB, gs *grpc.Server, cleanup func(), coreOpts []b
 	tb.Helper()
 	var cnt batchCounter
 	core := newNoopCore(tb, &cnt, coreOpts...)
-	srv := server.New(core, opts...)
+	srv, err := server.New(core, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return serve(tb, gs, srv.Register, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -204,7 +204,10 @@ func newStreamRig(tb testing.TB, n, conns int) *streamRig {
 		tb.Fatal(err)
 	}
 	rig.core = core
-	srv := server.New(core, bd.server...)
+	srv, err := server.New(core, bd.server...)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	srv.Register(bd.gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -28,7 +28,10 @@ func serveReal(t *testing.T, be batcher.Backend, bc batcher.BatchConfig, opts ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(core, append([]server.Option{server.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	srv, err := server.New(core, append([]server.Option{server.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = core.Shutdown(context.Background()) })
 	return client.New(serve(t, srv))
 }

@@ -32,7 +32,10 @@ func benchEnv(b testing.TB, sec *Security) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := server.New(core, server.WithLogger(quiet), server.WithAccessFunc(AccessFrom))
+	srv, err := server.New(core, server.WithLogger(quiet), server.WithAccessFunc(AccessFrom))
+	if err != nil {
+		b.Fatal(err)
+	}
 	gs := server.NewGRPCServer(nil, sec.GRPCServerOptions()...)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

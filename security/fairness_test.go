@@ -106,7 +106,10 @@ func newFairEnv(t *testing.T, sameTenant bool) *fairEnv {
 	if err := sec.OnTenants(func(ts *Tenants) error { return e.core.SetTenants(ts.Policies()) }); err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(e.core, server.WithLogger(quiet), server.WithAccessFunc(AccessFrom))
+	srv, err := server.New(e.core, server.WithLogger(quiet), server.WithAccessFunc(AccessFrom))
+	if err != nil {
+		t.Fatal(err)
+	}
 	gs := server.NewGRPCServer(nil, sec.GRPCServerOptions()...)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -31,7 +31,7 @@
 // Typical wiring:
 //
 //	core, _ := batcher.New(...)
-//	srv := server.New(core, server.WithLogger(log))
+//	srv, err := server.New(core, server.WithLogger(log))
 //	gs := server.NewGRPCServer(tp)
 //	srv.Register(gs)
 //	go gs.Serve(lis)

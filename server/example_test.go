@@ -39,7 +39,10 @@ func serve(bc batcher.BatchConfig) (batcherv1.BatcherServiceClient, func()) {
 	if err != nil {
 		panic(err)
 	}
-	srv := server.New(core, server.WithLogger(slog.New(slog.DiscardHandler)))
+	srv, err := server.New(core, server.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
 	gs := server.NewGRPCServer(nil)
 	srv.Register(gs)
 	lis := bufconn.Listen(1 << 20)

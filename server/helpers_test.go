@@ -223,7 +223,10 @@ func newEnv(t testing.TB, be *fakeBackend, opts ...envOption) *env {
 	if err != nil {
 		t.Fatalf("batcher.New: %v", err)
 	}
-	srv := New(core, append([]Option{WithLogger(quietLog)}, cfg.srvOpts...)...)
+	srv, err := New(core, append([]Option{WithLogger(quietLog)}, cfg.srvOpts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	gs := NewGRPCServer(cfg.tp)
 	srv.Register(gs)
 	conn, stop := serveBuf(t, gs)

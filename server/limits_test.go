@@ -29,7 +29,10 @@ func limitsEnv(t *testing.T, opts ...Option) (*Server, batcherv1.BatcherServiceC
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(core, append([]Option{WithLogger(quietLog)}, opts...)...)
+	srv, err := New(core, append([]Option{WithLogger(quietLog)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	gs := NewGRPCServer(nil)
 	srv.Register(gs)
 	conn, stop := serveBuf(t, gs)

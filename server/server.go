@@ -44,9 +44,9 @@ const (
 
 // Option configures a Server.
 //
-// An invalid value makes New panic with an error naming the option (New's
-// signature has no error): check options first with ValidateOptions, as
-// batcherd does when it loads its configuration. Nothing is clamped.
+// An invalid value makes New return an error naming the option; check
+// options without building a Server with ValidateOptions, as batcherd does
+// when it loads its configuration. Nothing is clamped.
 type Option func(*config)
 
 // WithStreamWindow bounds the accepted requests one SubmitStream may have
@@ -159,7 +159,7 @@ func newConfig(opts []Option) (config, error) {
 
 // ValidateOptions reports every invalid option among opts, each error
 // naming it in words ("summary interval: must be 100ms to 1h0m0s, got
-// 1ms"): what would make New panic.
+// 1ms"): what would make New fail.
 func ValidateOptions(opts ...Option) error {
 	_, err := newConfig(opts)
 	return err
@@ -212,12 +212,12 @@ type Server struct {
 // health, besides the server-wide "".
 var healthService = batcherv1.BatcherService_ServiceDesc.ServiceName
 
-// New returns a Server in front of core. It panics when an option is
-// invalid (see Option and ValidateOptions).
-func New(core *batcher.Batcher, opts ...Option) *Server {
+// New returns a Server in front of core, or an error naming every invalid
+// option (see Option and ValidateOptions).
+func New(core *batcher.Batcher, opts ...Option) (*Server, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
-		panic("server: invalid options: " + err.Error())
+		return nil, fmt.Errorf("server: invalid options: %w", err)
 	}
 	var prefix [6]byte
 	_, _ = rand.Read(prefix[:]) // never fails (crypto/rand)
@@ -235,7 +235,7 @@ func New(core *batcher.Batcher, opts ...Option) *Server {
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(healthService, healthpb.HealthCheckResponse_SERVING)
-	return s
+	return s, nil
 }
 
 // Register registers the BatcherService, gRPC health checking

@@ -387,7 +387,10 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(core, WithLogger(quietLog))
+	srv, err := New(core, WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
 	gs := NewGRPCServer(nil)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

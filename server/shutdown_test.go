@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -57,10 +56,8 @@ func TestInvalidOptionsFail(t *testing.T) {
 	if err := ValidateOptions(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
-	defer func() {
-		if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "stream window") {
-			t.Errorf("New with an invalid option: panic %v, want one naming the option", p)
-		}
-	}()
-	New(nil, WithStreamWindow(-1))
+	srv, err := New(nil, WithStreamWindow(-1))
+	if srv != nil || err == nil || !strings.Contains(err.Error(), "stream window: must be at least 1, got -1") {
+		t.Errorf("New with an invalid option = %v, %v; want no server and an error naming the option", srv, err)
+	}
 }

@@ -32,7 +32,10 @@ func grpcClient(t *testing.T, core *batcher.Batcher) batcherv1.BatcherServiceCli
 // grpcConn is grpcClient's connection.
 func grpcConn(t *testing.T, core *batcher.Batcher) *grpc.ClientConn {
 	t.Helper()
-	srv := server.New(core, server.WithLogger(slog.New(slog.DiscardHandler)))
+	srv, err := server.New(core, server.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	gs := server.NewGRPCServer(nil)
 	srv.Register(gs)
 	lis := bufconn.Listen(1 << 20)

@@ -52,7 +52,10 @@ func BenchmarkFrontChat(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := server.New(core)
+	srv, err := server.New(core)
+	if err != nil {
+		b.Fatal(err)
+	}
 	gs := server.NewGRPCServer(nil)
 	srv.Register(gs)
 	glis, err := net.Listen("tcp", "127.0.0.1:0")

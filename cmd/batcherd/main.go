@@ -123,7 +123,12 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitConfig
 	}
-	srv := server.New(core, append(built.Server, server.WithLogger(log), server.WithAccessFunc(security.AccessFrom))...)
+	srv, err := server.New(core, append(built.Server, server.WithLogger(log), server.WithAccessFunc(security.AccessFrom))...)
+	if err != nil { // the configuration checked these options when it loaded
+		log.Error("bad configuration", "err", err)
+		_ = core.Shutdown(context.Background()) // nothing admitted yet
+		return exitConfig
+	}
 	// Without tracing, otelgrpc gets a no-op provider rather than the
 	// global one: it still carries the caller's trace context to the
 	// request (logs, upstream headers), without a span object per RPC.

@@ -53,7 +53,10 @@ func serve(t *testing.T, be batcher.Backend, bc batcher.BatchConfig, opts ...ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(core, append([]server.Option{server.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	srv, err := server.New(core, append([]server.Option{server.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	gs := server.NewGRPCServer(nil)
 	srv.Register(gs)
 	lis := bufconn.Listen(1 << 20)
