@@ -156,130 +156,172 @@ type streamBlock struct {
 // upstream's message), the read error otherwise. A stream must end with
 // message_stop: one that ends before it was cut.
 func readStream(body io.Reader, w batcher.DeltaWriter, fail func(msg string, cause error) error) (batcher.Response, error) {
-	br := bufio.NewReaderSize(body, 4096)
-	var out batcher.Response
-	var data []byte
-	var usage wireUsage
-	blocks := map[int]*streamBlock{}
-	var calls int32
-	started, stopped := false, false
+	sr := sseReader{br: bufio.NewReaderSize(body, 4096)}
+	st := streamAcc{blocks: map[int]*streamBlock{}}
 	for {
-		line, err := readLine(br)
+		data, err := sr.next()
 		if err != nil {
 			if errors.Is(err, errMalformed) {
-				return out, fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
+				return st.out, fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
 			}
 			if errors.Is(err, io.EOF) {
-				return out, fail("stream ended before message_stop", io.ErrUnexpectedEOF)
+				return st.out, fail("stream ended before message_stop", io.ErrUnexpectedEOF)
 			}
-			return out, fail("stream read failed", err)
+			return st.out, fail("stream read failed", err)
+		}
+		var ev streamEvent
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return st.out, fail("malformed event in the stream", fmt.Errorf("%w: %w", errMalformed, err))
+		}
+		d, done, msg, cause := st.apply(&ev)
+		switch {
+		case cause != nil:
+			return st.out, fail(msg, cause)
+		case done:
+			return st.out, nil
+		case d.Text != "" || len(d.ToolCalls) > 0:
+			if err := w.WriteDelta(&d); err != nil {
+				return st.out, err
+			}
+		}
+	}
+}
+
+// sseReader reads server-sent events.
+type sseReader struct {
+	br   *bufio.Reader
+	data []byte
+}
+
+// next returns the data of the next event that has some; the error is
+// the read's, or errMalformed for an event over maxEventBytes.
+func (r *sseReader) next() ([]byte, error) {
+	r.data = nil
+	for {
+		line, err := readLine(r.br)
+		if err != nil {
+			return nil, err
 		}
 		if len(line) > 0 {
 			field, value, _ := bytes.Cut(line, []byte(":"))
 			value = bytes.TrimPrefix(value, []byte(" "))
 			if string(field) == "data" {
-				if len(data)+len(value) > maxEventBytes {
-					return out, fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
+				if len(r.data)+len(value) > maxEventBytes {
+					return nil, errMalformed
 				}
-				if data != nil {
-					data = append(data, '\n')
+				if r.data != nil {
+					r.data = append(r.data, '\n')
 				}
-				data = append(data, value...)
+				r.data = append(r.data, value...)
 			}
 			continue // comments, event, id and retry fields: the data says it all
 		}
-		if data == nil {
-			continue
-		}
-		var ev streamEvent
-		if err := json.Unmarshal(data, &ev); err != nil {
-			return out, fail("malformed event in the stream", fmt.Errorf("%w: %w", errMalformed, err))
-		}
-		data = nil
-		if ev.Type != "message_start" && ev.Type != "ping" && ev.Type != "error" && !started {
-			return out, fail(fmt.Sprintf("%s before message_start", clip(ev.Type, 32)), errMalformed)
-		}
-		var d batcher.Delta
-		switch ev.Type {
-		case "ping":
-		case "error":
-			msg := "error event"
-			if ev.Error != nil {
-				if msg = clean(ev.Error.Message); msg == "" {
-					msg = clean(ev.Error.Type)
-				}
-			}
-			return out, fail(msg, errInStream)
-		case "message_start":
-			started = true
-			if ev.Message != nil && ev.Message.Usage != nil {
-				usage = *ev.Message.Usage
-			}
-		case "content_block_start":
-			if ev.Index == nil || ev.ContentBlock == nil || blocks[*ev.Index] != nil {
-				return out, fail("content_block_start without a new index and a block", errMalformed)
-			}
-			blk := &streamBlock{}
-			blocks[*ev.Index] = blk
-			switch ev.ContentBlock.Type {
-			case "text":
-				d.Text = ev.ContentBlock.Text
-			case "tool_use":
-				blk.tool, blk.call = true, calls
-				calls++
-				d.ToolCalls = []batcher.ToolCallDelta{{Index: blk.call, ID: ev.ContentBlock.ID, Name: ev.ContentBlock.Name}}
-			}
-		case "content_block_delta":
-			if ev.Index == nil || ev.Delta == nil || blocks[*ev.Index] == nil {
-				return out, fail("content_block_delta of a block not started", errMalformed)
-			}
-			blk := blocks[*ev.Index]
-			switch ev.Delta.Type {
-			case "text_delta":
-				d.Text = ev.Delta.Text
-			case "input_json_delta":
-				if !blk.tool {
-					return out, fail("input_json_delta in a block that is no tool_use", errMalformed)
-				}
-				if ev.Delta.PartialJSON != "" {
-					blk.input = true
-					d.ToolCalls = []batcher.ToolCallDelta{{Index: blk.call, Arguments: ev.Delta.PartialJSON}}
-				}
-			}
-		case "content_block_stop":
-			if ev.Index == nil || blocks[*ev.Index] == nil {
-				return out, fail("content_block_stop of a block not started", errMalformed)
-			}
-			if blk := blocks[*ev.Index]; blk.tool && !blk.input {
-				// A call without arguments: {} as in an unstreamed answer.
-				d.ToolCalls = []batcher.ToolCallDelta{{Index: blk.call, Arguments: "{}"}}
-			}
-		case "message_delta":
-			if ev.Delta != nil && ev.Delta.StopReason != "" {
-				out.FinishReason = finishReason(ev.Delta.StopReason)
-				stopped = true
-			}
-			if u := ev.Usage; u != nil {
-				if u.OutputTokens != nil {
-					usage.OutputTokens = *u.OutputTokens
-				}
-				if u.InputTokens != nil {
-					usage.InputTokens = *u.InputTokens
-				}
-			}
-		case "message_stop":
-			if !stopped {
-				return out, fail("message_stop without a stop_reason", errMalformed)
-			}
-			out.Usage = usageOf(&usage)
-			return out, nil
-		}
-		if d.Text != "" || len(d.ToolCalls) > 0 {
-			if err := w.WriteDelta(&d); err != nil {
-				return out, err
-			}
+		if r.data != nil {
+			return r.data, nil
 		}
 	}
+}
+
+// streamAcc is a streamed answer read so far.
+type streamAcc struct {
+	out              batcher.Response
+	usage            wireUsage
+	blocks           map[int]*streamBlock
+	calls            int32
+	started, stopped bool
+}
+
+// apply takes in one event and returns the delta it brings; done at
+// message_stop; a non-nil cause (with msg) for an event that breaks the
+// stream, as readStream's fail takes them.
+func (st *streamAcc) apply(ev *streamEvent) (d batcher.Delta, done bool, msg string, cause error) {
+	if ev.Type != "message_start" && ev.Type != "ping" && ev.Type != "error" && !st.started {
+		return d, false, fmt.Sprintf("%s before message_start", clip(ev.Type, 32)), errMalformed
+	}
+	switch ev.Type {
+	case "error":
+		msg := "error event"
+		if ev.Error != nil {
+			if msg = clean(ev.Error.Message); msg == "" {
+				msg = clean(ev.Error.Type)
+			}
+		}
+		return d, false, msg, errInStream
+	case "message_start":
+		st.started = true
+		if ev.Message != nil && ev.Message.Usage != nil {
+			st.usage = *ev.Message.Usage
+		}
+	case "content_block_start", "content_block_delta", "content_block_stop":
+		msg, cause = st.block(ev, &d)
+	case "message_delta":
+		if ev.Delta != nil && ev.Delta.StopReason != "" {
+			st.out.FinishReason = finishReason(ev.Delta.StopReason)
+			st.stopped = true
+		}
+		if u := ev.Usage; u != nil {
+			if u.OutputTokens != nil {
+				st.usage.OutputTokens = *u.OutputTokens
+			}
+			if u.InputTokens != nil {
+				st.usage.InputTokens = *u.InputTokens
+			}
+		}
+	case "message_stop":
+		if !st.stopped {
+			return d, false, "message_stop without a stop_reason", errMalformed
+		}
+		st.out.Usage = usageOf(&st.usage)
+		return d, true, "", nil
+	}
+	return d, false, msg, cause
+}
+
+// block takes in a content block's event, setting d to the piece it
+// brings.
+func (st *streamAcc) block(ev *streamEvent, d *batcher.Delta) (msg string, cause error) {
+	switch ev.Type {
+	case "content_block_start":
+		if ev.Index == nil || ev.ContentBlock == nil || st.blocks[*ev.Index] != nil {
+			return "content_block_start without a new index and a block", errMalformed
+		}
+		blk := &streamBlock{}
+		st.blocks[*ev.Index] = blk
+		switch ev.ContentBlock.Type {
+		case "text":
+			d.Text = ev.ContentBlock.Text
+		case "tool_use":
+			blk.tool, blk.call = true, st.calls
+			st.calls++
+			d.ToolCalls = []batcher.ToolCallDelta{{Index: blk.call, ID: ev.ContentBlock.ID, Name: ev.ContentBlock.Name}}
+		}
+	case "content_block_delta":
+		if ev.Index == nil || ev.Delta == nil || st.blocks[*ev.Index] == nil {
+			return "content_block_delta of a block not started", errMalformed
+		}
+		blk := st.blocks[*ev.Index]
+		switch ev.Delta.Type {
+		case "text_delta":
+			d.Text = ev.Delta.Text
+		case "input_json_delta":
+			if !blk.tool {
+				return "input_json_delta in a block that is no tool_use", errMalformed
+			}
+			if ev.Delta.PartialJSON != "" {
+				blk.input = true
+				d.ToolCalls = []batcher.ToolCallDelta{{Index: blk.call, Arguments: ev.Delta.PartialJSON}}
+			}
+		}
+	case "content_block_stop":
+		if ev.Index == nil || st.blocks[*ev.Index] == nil {
+			return "content_block_stop of a block not started", errMalformed
+		}
+		if blk := st.blocks[*ev.Index]; blk.tool && !blk.input {
+			// A call without arguments: {} as in an unstreamed answer.
+			d.ToolCalls = []batcher.ToolCallDelta{{Index: blk.call, Arguments: "{}"}}
+		}
+	}
+	return "", nil
 }
 
 // readLine reads one line without its end ("\n", "\r\n"), at most

@@ -194,23 +194,59 @@ func resolve(c Config, readKey bool) (*config, error) {
 		errs = append(errs, &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
 	rc := &config{Config: c}
-	switch u, err := url.Parse(c.BaseURL); {
-	case c.BaseURL == "":
+	rc.base = resolveBaseURL(c.BaseURL, bad)
+	rc.resolveAuth(readKey, bad, func(err error) { errs = append(errs, err) })
+	// 0 takes the default; below 0 is an error.
+	rc.Timeout = orDefault(rc.Timeout, DefaultTimeout, "Timeout", bad)
+	rc.MaxResponseBytes = orDefault(rc.MaxResponseBytes, DefaultMaxResponseBytes, "MaxResponseBytes", bad)
+	rc.MaxFanOut = orDefault(rc.MaxFanOut, DefaultMaxFanOut, "MaxFanOut", bad)
+	rc.MaxIdleConns = orDefault(rc.MaxIdleConns, DefaultMaxIdleConns, "MaxIdleConns", bad)
+	rc.LogInterval = orDefault(rc.LogInterval, DefaultLogInterval, "LogInterval", bad)
+	switch rc.MaxTokensField {
+	case "":
+		rc.MaxTokensField = "max_tokens"
+	case "max_tokens", "max_completion_tokens":
+	default:
+		bad("MaxTokensField", "must be max_tokens or max_completion_tokens, got %q", c.MaxTokensField)
+	}
+	rc.resolvePack(bad)
+	if rc.Logger == nil {
+		rc.Logger = slog.Default()
+	}
+	if rc.Propagator == nil {
+		rc.Propagator = propagation.TraceContext{}
+	}
+	return rc, errors.Join(errs...)
+}
+
+// resolveBaseURL checks BaseURL and returns it without a trailing slash,
+// or nil when it is bad.
+func resolveBaseURL(base string, bad func(string, string, ...any)) *url.URL {
+	switch u, err := url.Parse(base); {
+	case base == "":
 		bad("BaseURL", "must be set, for example https://api.openai.com/v1")
 	case err != nil:
 		bad("BaseURL", "must be a URL: %v", errors.Unwrap(err))
 	case u.Scheme != "http" && u.Scheme != "https":
 		bad("BaseURL", "must use scheme http or https, got %q", u.Scheme)
 	case u.Host == "":
-		bad("BaseURL", "must name a host, got %q", c.BaseURL)
+		bad("BaseURL", "must name a host, got %q", base)
 	case u.User != nil:
 		bad("BaseURL", "must not carry credentials: the API key comes from the environment")
 	default:
 		u.Path = strings.TrimSuffix(u.Path, "/")
 		u.RawPath = ""
 		u.Fragment = ""
-		rc.base = u
+		return u
 	}
+	return nil
+}
+
+// resolveAuth checks the API key's variable and header and the headers
+// sent with every call, and reads the key when readKey is set (fail
+// reports an empty one).
+func (rc *config) resolveAuth(readKey bool, bad func(string, string, ...any), fail func(error)) {
+	c := &rc.Config
 	if c.APIKeyEnv != "" {
 		if !envNameRE.MatchString(c.APIKeyEnv) {
 			bad("APIKeyEnv", "must be an environment variable name such as OPENAI_API_KEY, got %q", c.APIKeyEnv)
@@ -221,7 +257,7 @@ func resolve(c Config, readKey bool) (*config, error) {
 			}
 			rc.apiKey, _ = lookup(c.APIKeyEnv)
 			if rc.apiKey == "" {
-				errs = append(errs, fmt.Errorf("openai: APIKeyEnv: environment variable %s is empty or unset", c.APIKeyEnv))
+				fail(fmt.Errorf("openai: APIKeyEnv: environment variable %s is empty or unset", c.APIKeyEnv))
 			}
 		}
 	}
@@ -248,25 +284,16 @@ func resolve(c Config, readKey bool) (*config, error) {
 	if !httpguts.ValidHeaderFieldValue(c.Project) {
 		bad("Project", "must not hold control characters")
 	}
-	// 0 takes the default; below 0 is an error.
-	rc.Timeout = orDefault(rc.Timeout, DefaultTimeout, "Timeout", bad)
-	rc.MaxResponseBytes = orDefault(rc.MaxResponseBytes, DefaultMaxResponseBytes, "MaxResponseBytes", bad)
-	rc.MaxFanOut = orDefault(rc.MaxFanOut, DefaultMaxFanOut, "MaxFanOut", bad)
-	rc.MaxIdleConns = orDefault(rc.MaxIdleConns, DefaultMaxIdleConns, "MaxIdleConns", bad)
-	rc.LogInterval = orDefault(rc.LogInterval, DefaultLogInterval, "LogInterval", bad)
-	switch rc.MaxTokensField {
-	case "":
-		rc.MaxTokensField = "max_tokens"
-	case "max_tokens", "max_completion_tokens":
-	default:
-		bad("MaxTokensField", "must be max_tokens or max_completion_tokens, got %q", c.MaxTokensField)
-	}
+}
+
+// resolvePack checks Pack and fills in its defaults.
+func (rc *config) resolvePack(bad func(string, string, ...any)) {
 	p := &rc.Pack
 	if p.MaxItems == 0 {
 		p.MaxItems = DefaultPackMaxItems
 	}
 	if p.MaxItems < 2 || p.MaxItems > pack.MaxItems {
-		bad("Pack.MaxItems", "must be 2 to %d, got %d", pack.MaxItems, c.Pack.MaxItems)
+		bad("Pack.MaxItems", "must be 2 to %d, got %d", pack.MaxItems, p.MaxItems)
 	}
 	p.MaxTokens = orDefault(p.MaxTokens, DefaultPackMaxTokens, "Pack.MaxTokens", bad)
 	p.PauseFor = orDefault(p.PauseFor, DefaultPackPauseFor, "Pack.PauseFor", bad)
@@ -280,9 +307,6 @@ func resolve(c Config, readKey bool) (*config, error) {
 	if p.PauseAfter == 0 {
 		p.PauseAfter = DefaultPackPauseAfter
 	}
-	if rc.Logger == nil {
-		rc.Logger = slog.Default()
-	}
 	if len(p.Routes) > 0 {
 		rc.routes = make(map[string]bool, len(p.Routes))
 		for i, r := range p.Routes {
@@ -295,10 +319,6 @@ func resolve(c Config, readKey bool) (*config, error) {
 			rc.routes[r] = true
 		}
 	}
-	if rc.Propagator == nil {
-		rc.Propagator = propagation.TraceContext{}
-	}
-	return rc, errors.Join(errs...)
 }
 
 // orDefault returns v, or def when v is 0, reporting a negative v.

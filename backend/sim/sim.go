@@ -138,7 +138,52 @@ func (p *Provider) Call(ctx context.Context, model string, in batcher.Input, par
 func (p *Provider) call(ctx context.Context, model string, op batcher.Operation, maxTokens int32, reqs []*batcher.Request, out []batcher.Response, w batcher.DeltaWriter) error {
 	p.stats.calls.Add(1)
 	p.stats.items.Add(int64(len(reqs)))
-	if n := len(reqs); p.cfg.MaxBatchSize > 0 && n > p.cfg.MaxBatchSize {
+	if err := p.admit(ctx, len(reqs)); err != nil {
+		return err
+	}
+	defer p.inFlight.Add(-1)
+	resolved, err := p.book(op, maxTokens, reqs)
+	if err != nil {
+		return err
+	}
+	failCall, failItem := p.draw(len(reqs))
+	if failCall {
+		if err := wait(ctx, p.cfg.BaseLatency); err != nil {
+			p.stats.canceled.Add(1)
+			return err
+		}
+		p.stats.failures.Add(1)
+		return &batcher.UpstreamError{
+			Class:      batcher.ClassServer,
+			StatusCode: http.StatusServiceUnavailable,
+			Message:    "simulated server error: the model is overloaded, try again",
+		}
+	}
+	// Answer every input, then wait out the call's latency: the longest
+	// output decides it, since a batch's inputs are generated together.
+	longest, promptSum, completionSum := p.answer(model, op, reqs, resolved, failItem, out)
+	if w != nil && out[0].Err == nil {
+		if err := p.stream(ctx, w, out[0].Text); err != nil {
+			clear(out)
+			p.stats.canceled.Add(1)
+			return err
+		}
+	} else if err := wait(ctx, p.cfg.BaseLatency+time.Duration(longest)*p.cfg.PerToken); err != nil {
+		clear(out)
+		p.stats.canceled.Add(1)
+		return err
+	}
+	p.stats.succeeded.Add(1)
+	p.stats.promptTokens.Add(promptSum)
+	p.stats.completionTokens.Add(completionSum)
+	return nil
+}
+
+// admit lets a call of n inputs in: within the batch size and the
+// concurrency limit, its context live. On nil the call is in flight (the
+// caller leaves with p.inFlight.Add(-1)).
+func (p *Provider) admit(ctx context.Context, n int) error {
+	if p.cfg.MaxBatchSize > 0 && n > p.cfg.MaxBatchSize {
 		p.stats.invalid.Add(1)
 		return &batcher.UpstreamError{
 			Class:      batcher.ClassInvalidRequest,
@@ -150,10 +195,9 @@ func (p *Provider) call(ctx context.Context, model string, op batcher.Operation,
 		p.stats.canceled.Add(1)
 		return ctxError(err)
 	}
-
 	// Concurrency first: a provider turns away a call it cannot start before
 	// it books the call against its rate limits.
-	n, ok := p.enter()
+	inFlight, ok := p.enter()
 	if !ok {
 		p.stats.rateLimited.Add(1)
 		info := p.limits.info(time.Now())
@@ -168,11 +212,14 @@ func (p *Provider) call(ctx context.Context, model string, op batcher.Operation,
 			RateLimit:  info,
 		}
 	}
-	defer p.inFlight.Add(-1)
-	p.stats.observeConcurrency(n)
+	p.stats.observeConcurrency(inFlight)
+	return nil
+}
 
-	// The tokens a provider books up front: prompts plus what each input may
-	// generate.
+// book books the tokens a provider books up front against its rate
+// limits: prompts plus what each input may generate. It returns each
+// input's max tokens.
+func (p *Provider) book(op batcher.Operation, maxTokens int32, reqs []*batcher.Request) ([]int32, error) {
 	resolved := make([]int32, len(reqs))
 	tokens := 0
 	for i, r := range reqs {
@@ -195,27 +242,15 @@ func (p *Provider) call(ctx context.Context, model string, op batcher.Operation,
 		} else {
 			p.stats.invalid.Add(1)
 		}
-		return err
+		return nil, err
 	}
+	return resolved, nil
+}
 
-	failCall, failItem := p.draw(len(reqs))
-	if failCall {
-		if err := wait(ctx, p.cfg.BaseLatency); err != nil {
-			p.stats.canceled.Add(1)
-			return err
-		}
-		p.stats.failures.Add(1)
-		return &batcher.UpstreamError{
-			Class:      batcher.ClassServer,
-			StatusCode: http.StatusServiceUnavailable,
-			Message:    "simulated server error: the model is overloaded, try again",
-		}
-	}
-
-	// Answer every input, then wait out the call's latency: the longest
-	// output decides it, since a batch's inputs are generated together.
-	var longest int32
-	var promptSum, completionSum int64
+// answer fills out with each input's answer (or its failure: an input of
+// another operation, or one failItem fails) and returns the longest
+// output's tokens and the usage of the inputs answered.
+func (p *Provider) answer(model string, op batcher.Operation, reqs []*batcher.Request, resolved []int32, failItem []bool, out []batcher.Response) (longest int32, promptSum, completionSum int64) {
 	for i, r := range reqs {
 		in := &r.Input
 		switch {
@@ -262,21 +297,7 @@ func (p *Provider) call(ctx context.Context, model string, op batcher.Operation,
 		promptSum += int64(u.PromptTokens)
 		completionSum += int64(u.CompletionTokens)
 	}
-	if w != nil && out[0].Err == nil {
-		if err := p.stream(ctx, w, out[0].Text); err != nil {
-			clear(out)
-			p.stats.canceled.Add(1)
-			return err
-		}
-	} else if err := wait(ctx, p.cfg.BaseLatency+time.Duration(longest)*p.cfg.PerToken); err != nil {
-		clear(out)
-		p.stats.canceled.Add(1)
-		return err
-	}
-	p.stats.succeeded.Add(1)
-	p.stats.promptTokens.Add(promptSum)
-	p.stats.completionTokens.Add(completionSum)
-	return nil
+	return longest, promptSum, completionSum
 }
 
 // draw decides whether a call of n inputs fails as a whole, or else which of
