@@ -521,33 +521,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, a *answer) {
 		writeJSON(w, http.StatusOK, a.body)
 		return
 	}
-	v := verdict{ok: true}
-	if r.Context().Value(batchCallKey{}) == nil { // an Anthropic batch's calls are outside the limits
-		v = s.lim.take(a.cost, h)
-	}
-	if a.anthropic != nil {
-		if !v.ok && !v.tooLarge {
-			retryAfterHeaders(h, v.retryAfter)
-		}
-		anthropicHeaders(h, s.cfg.Now())
-		if !v.ok {
-			s.st.rateLimited.Add(1)
-			s.cfg.Logger.Debug("rate limited", "path", r.URL.Path, "reason", v.reason, "retry_after", v.retryAfter)
-			anthropicRateLimited(w, v, a.cost, s.cfg.TPM)
-			return
-		}
-	}
-	if !v.ok {
-		s.st.rateLimited.Add(1)
-		if v.tooLarge {
-			writeError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded",
-				fmt.Sprintf("Request too large: limit %d tokens per min, requested %d.", s.cfg.TPM, a.cost))
-			return
-		}
-		retryAfterHeaders(h, v.retryAfter)
-		s.cfg.Logger.Debug("rate limited", "path", r.URL.Path, "reason", v.reason, "retry_after", v.retryAfter)
-		writeError(w, http.StatusTooManyRequests, v.reason, "rate_limit_exceeded",
-			fmt.Sprintf("Rate limit reached for %s per min. Please try again in %s.", v.reason, FormatReset(v.retryAfter)))
+	if s.limited(w, r, a) {
 		return
 	}
 	ctx := r.Context()
@@ -566,47 +540,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, a *answer) {
 	for m := s.st.maxInFlight.Load(); n > m && !s.st.maxInFlight.CompareAndSwap(m, n); m = s.st.maxInFlight.Load() {
 	}
 
-	c := &s.cfg
-	switch u := s.draw(); {
-	case u < c.ErrorRate:
-		s.st.errors.Add(1)
-		if a.anthropic != nil {
-			s.anthropicFault(w, r)
-			return
-		}
-		status := []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable}[int(s.draw()*3)%3]
-		c.Logger.Debug("fault: server error", "path", r.URL.Path, "status", status)
-		writeError(w, status, "server_error", "", "The server had an error while processing your request. Sorry about that!")
-		return
-	case u < c.ErrorRate+c.TimeoutRate:
-		s.st.timeouts.Add(1)
-		c.Logger.Debug("fault: hang", "path", r.URL.Path)
-		select {
-		case <-ctx.Done():
-		case <-s.closed:
-		}
-		panic(http.ErrAbortHandler)
-	case u < c.ErrorRate+c.TimeoutRate+c.ResetRate:
-		s.st.resets.Add(1)
-		c.Logger.Debug("fault: connection reset", "path", r.URL.Path)
-		reset(w)
-		return
-	case u < c.ErrorRate+c.TimeoutRate+c.ResetRate+c.MalformedRate:
-		s.st.malformed.Add(1)
-		c.Logger.Debug("fault: malformed body", "path", r.URL.Path)
-		body, _ := json.Marshal(a.body)
-		if s.draw() < 0.5 {
-			h.Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write(body[:len(body)/2])
-			return
-		}
-		h.Set("Content-Type", "text/html")
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>")
+	if s.injectFault(w, r, a) {
 		return
 	}
-
+	c := &s.cfg
 	if a.stream != nil {
 		s.serveStream(w, r, a)
 		return
@@ -638,6 +575,92 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, a *answer) {
 	}
 	h.Set("openai-processing-ms", strconv.FormatInt(d.Milliseconds(), 10))
 	writeJSON(w, http.StatusOK, a.body)
+}
+
+// limited books a's cost against the rate limits and, when it is over
+// them, answers as the provider does (429 and its headers) and returns
+// true.
+func (s *Server) limited(w http.ResponseWriter, r *http.Request, a *answer) bool {
+	h := w.Header()
+	v := verdict{ok: true}
+	if r.Context().Value(batchCallKey{}) == nil { // an Anthropic batch's calls are outside the limits
+		v = s.lim.take(a.cost, h)
+	}
+	if a.anthropic != nil {
+		if !v.ok && !v.tooLarge {
+			retryAfterHeaders(h, v.retryAfter)
+		}
+		anthropicHeaders(h, s.cfg.Now())
+		if !v.ok {
+			s.st.rateLimited.Add(1)
+			s.cfg.Logger.Debug("rate limited", "path", r.URL.Path, "reason", v.reason, "retry_after", v.retryAfter)
+			anthropicRateLimited(w, v, a.cost, s.cfg.TPM)
+			return true
+		}
+	}
+	if !v.ok {
+		s.st.rateLimited.Add(1)
+		if v.tooLarge {
+			writeError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded",
+				fmt.Sprintf("Request too large: limit %d tokens per min, requested %d.", s.cfg.TPM, a.cost))
+			return true
+		}
+		retryAfterHeaders(h, v.retryAfter)
+		s.cfg.Logger.Debug("rate limited", "path", r.URL.Path, "reason", v.reason, "retry_after", v.retryAfter)
+		writeError(w, http.StatusTooManyRequests, v.reason, "rate_limit_exceeded",
+			fmt.Sprintf("Rate limit reached for %s per min. Please try again in %s.", v.reason, FormatReset(v.retryAfter)))
+		return true
+	}
+	return false
+}
+
+// injectFault draws whether the call meets a fault (ErrorRate,
+// TimeoutRate, ResetRate, MalformedRate) and, if so, answers with it and
+// returns true.
+func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, a *answer) bool {
+	h := w.Header()
+	ctx := r.Context()
+	c := &s.cfg
+	switch u := s.draw(); {
+	case u < c.ErrorRate:
+		s.st.errors.Add(1)
+		if a.anthropic != nil {
+			s.anthropicFault(w, r)
+			return true
+		}
+		status := []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable}[int(s.draw()*3)%3]
+		c.Logger.Debug("fault: server error", "path", r.URL.Path, "status", status)
+		writeError(w, status, "server_error", "", "The server had an error while processing your request. Sorry about that!")
+		return true
+	case u < c.ErrorRate+c.TimeoutRate:
+		s.st.timeouts.Add(1)
+		c.Logger.Debug("fault: hang", "path", r.URL.Path)
+		select {
+		case <-ctx.Done():
+		case <-s.closed:
+		}
+		panic(http.ErrAbortHandler)
+	case u < c.ErrorRate+c.TimeoutRate+c.ResetRate:
+		s.st.resets.Add(1)
+		c.Logger.Debug("fault: connection reset", "path", r.URL.Path)
+		reset(w)
+		return true
+	case u < c.ErrorRate+c.TimeoutRate+c.ResetRate+c.MalformedRate:
+		s.st.malformed.Add(1)
+		c.Logger.Debug("fault: malformed body", "path", r.URL.Path)
+		body, _ := json.Marshal(a.body)
+		if s.draw() < 0.5 {
+			h.Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(body[:len(body)/2])
+			return true
+		}
+		h.Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>")
+		return true
+	}
+	return false
 }
 
 // draw returns the next number from the fault source, in [0, 1).

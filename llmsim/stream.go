@@ -1,6 +1,8 @@
 package llmsim
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -148,78 +150,18 @@ type chunk struct {
 func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a *answer) {
 	sa := a.stream
 	c := &s.cfg
-	ctx := r.Context()
-	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	s.sst.streams.Add(1)
-	var t *time.Timer
-	gone := func() {
-		s.sst.closed.Add(1)
-		if c.OnStreamClosed != nil {
-			c.OnStreamClosed()
-		}
-	}
-	// wait waits d; false when the client left (or Close), after which
-	// the handler returns at once.
-	wait := func(d time.Duration) bool {
-		if d <= 0 {
-			if ctx.Err() != nil {
-				gone()
-				return false
-			}
-			return true
-		}
-		if t == nil {
-			t = time.NewTimer(d)
-		} else {
-			t.Reset(d)
-		}
-		select {
-		case <-t.C:
-			return true
-		case <-ctx.Done():
-			t.Stop()
-			gone()
-			return false
-		case <-s.closed:
-			t.Stop()
-			panic(http.ErrAbortHandler)
-		}
-	}
-	created := c.Now().Unix()
-	object := "chat.completion.chunk"
+	o := &streamOut{s: s, sa: sa, w: w, rc: http.NewResponseController(w), ctx: r.Context(),
+		created: c.Now().Unix(), object: "chat.completion.chunk"}
 	if sa.kind == completionStream {
-		object = "text_completion"
+		o.object = "text_completion"
 	}
-	send := func(choice any, u *usage) bool {
-		ch := chunk{ID: sa.id, Object: object, Created: created, Model: sa.model, Choices: choice, Usage: u}
-		b, _ := json.Marshal(ch) // strings and numbers only
-		_, err := w.Write(append(append([]byte("data: "), b...), '\n', '\n'))
-		if err == nil {
-			err = rc.Flush()
-		}
-		if err != nil { // the client went away
-			gone()
-			return false
-		}
-		return true
-	}
-	piece := func(text string, finish *string) any {
-		if sa.kind == completionStream {
-			return []completionChunkChoice{{Text: text, FinishReason: finish}}
-		}
-		if finish != nil {
-			return []chatChunkChoice{{Delta: chunkDelta{}, FinishReason: finish}}
-		}
-		if sa.call != nil {
-			return []chatChunkChoice{{Delta: chunkDelta{ToolCalls: []chunkToolCall{{Function: chunkFunction{Arguments: text}}}}}}
-		}
-		return []chatChunkChoice{{Delta: chunkDelta{Content: &text}}}
-	}
-	if !wait(c.Latency + time.Duration(a.promptTokens)*c.PerPromptToken) {
+	o.enc = json.NewEncoder(&o.buf)
+	if !o.wait(c.Latency + time.Duration(a.promptTokens)*c.PerPromptToken) {
 		return
 	}
 	if sa.kind == chatStream {
@@ -229,41 +171,125 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a *answer) 
 		} else {
 			first.Content = new(string)
 		}
-		if !send([]chatChunkChoice{{Delta: first}}, nil) {
+		if !o.send([]chatChunkChoice{{Delta: first}}, nil) {
 			return
 		}
 	}
 	for i, word := range sa.words {
-		if i > 0 && !wait(time.Duration(Tokens(word))*c.PerToken) {
+		if i > 0 && !o.wait(time.Duration(Tokens(word))*c.PerToken) {
 			return
 		}
 		if sa.fault != 0 && i == sa.at {
-			s.fault(w, r, sa.fault, rc)
+			s.fault(w, r, sa.fault, o.rc)
 			return
 		}
 		if word == "" {
 			continue
 		}
-		if !send(piece(word, nil), nil) {
+		if !o.send(o.piece(word, nil), nil) {
 			return
 		}
 	}
 	finish := sa.finish
-	if !send(piece("", &finish), nil) {
+	if !o.send(o.piece("", &finish), nil) {
 		return
 	}
 	if sa.usage {
 		u := usage{PromptTokens: a.promptTokens, CompletionTokens: a.completionTokens, TotalTokens: a.promptTokens + a.completionTokens}
-		if !send([]any{}, &u) {
+		if !o.send([]any{}, &u) {
 			return
 		}
 	}
 	_, _ = w.Write([]byte("data: [DONE]\n\n"))
-	_ = rc.Flush()
+	_ = o.rc.Flush()
 	s.st.ok.Add(1)
 	s.st.inputs.Add(int64(a.inputs))
 	s.st.promptTokens.Add(int64(a.promptTokens))
 	s.st.completionTokens.Add(int64(a.completionTokens))
+}
+
+// streamOut writes one streamed answer's events, at its pace.
+type streamOut struct {
+	s       *Server
+	sa      *streamAnswer
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	ctx     context.Context
+	t       *time.Timer // the pace's, made at the first wait
+	created int64
+	object  string
+	buf     bytes.Buffer // an event as it is built
+	enc     *json.Encoder
+}
+
+// gone notes that the client went away.
+func (o *streamOut) gone() {
+	o.s.sst.closed.Add(1)
+	if f := o.s.cfg.OnStreamClosed; f != nil {
+		f()
+	}
+}
+
+// wait waits d; false when the client left (or Close), after which the
+// handler returns at once.
+func (o *streamOut) wait(d time.Duration) bool {
+	if d <= 0 {
+		if o.ctx.Err() != nil {
+			o.gone()
+			return false
+		}
+		return true
+	}
+	if o.t == nil {
+		o.t = time.NewTimer(d)
+	} else {
+		o.t.Reset(d)
+	}
+	select {
+	case <-o.t.C:
+		return true
+	case <-o.ctx.Done():
+		o.t.Stop()
+		o.gone()
+		return false
+	case <-o.s.closed:
+		o.t.Stop()
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// send writes and flushes one chunk; false when the client went away.
+func (o *streamOut) send(choice any, u *usage) bool {
+	ch := chunk{ID: o.sa.id, Object: o.object, Created: o.created, Model: o.sa.model, Choices: choice, Usage: u}
+	o.buf.Reset()
+	o.buf.WriteString("data: ")
+	_ = o.enc.Encode(ch) // strings and numbers only; ends with a newline
+	o.buf.WriteByte('\n')
+	_, err := o.w.Write(o.buf.Bytes())
+	if err == nil {
+		err = o.rc.Flush()
+	}
+	if err != nil { // the client went away
+		o.gone()
+		return false
+	}
+	return true
+}
+
+// piece returns the choices of a chunk that carries text (a word of the
+// answer, or a fragment of its tool call's arguments) or the finish
+// reason.
+func (o *streamOut) piece(text string, finish *string) any {
+	if o.sa.kind == completionStream {
+		return []completionChunkChoice{{Text: text, FinishReason: finish}}
+	}
+	if finish != nil {
+		return []chatChunkChoice{{Delta: chunkDelta{}, FinishReason: finish}}
+	}
+	if o.sa.call != nil {
+		return []chatChunkChoice{{Delta: chunkDelta{ToolCalls: []chunkToolCall{{Function: chunkFunction{Arguments: text}}}}}}
+	}
+	return []chatChunkChoice{{Delta: chunkDelta{Content: &text}}}
 }
 
 // fault injects a mid-stream fault.
