@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/batcherhq/batcher/backend/batchapi"
 	"github.com/batcherhq/batcher/backend/openai"
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/jobs"
@@ -27,7 +28,7 @@ import (
 type batchEnv struct {
 	sim   *llmsim.Server
 	core  *batcher.Batcher
-	up    *openai.Batches
+	up    batchapi.Upstream
 	store jobs.Store
 	dir   string
 	pg    bool

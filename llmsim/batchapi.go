@@ -103,14 +103,20 @@ type BatchStats struct {
 	// OverQueue counts the batches that failed token_limit_exceeded: the
 	// batches not ended held BatchQueueTokens already.
 	OverQueue int64
+	// MessageBatches counts Anthropic's Message Batches created.
+	MessageBatches int
 }
 
 // BatchStats returns the batch API's counters so far.
 func (s *Server) BatchStats() BatchStats {
+	ab := s.anthropicBatchesOf()
+	ab.mu.Lock()
+	mb := len(ab.batches)
+	ab.mu.Unlock()
 	b := &s.bat
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := BatchStats{FilesUploaded: b.uploads, BatchesCreated: b.creates, Cancelled: b.cancels, Lines: b.linesDone, Answered: b.answered, OverQueue: b.overQueue,
+	st := BatchStats{FilesUploaded: b.uploads, BatchesCreated: b.creates, Cancelled: b.cancels, Lines: b.linesDone, Answered: b.answered, OverQueue: b.overQueue, MessageBatches: mb,
 		FileNames: map[string]int{}, Tags: map[string]int{}}
 	for _, f := range b.order {
 		if f.Purpose == "batch" {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 
+	"github.com/batcherhq/batcher/backend/batchapi"
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/cmd/batcherd/internal/config"
 	"github.com/batcherhq/batcher/jobs"
@@ -148,17 +149,25 @@ func jobStateNames() []string {
 }
 
 // batchRoutes are the routes with batch_api set, over their backends'
-// batch APIs (validated: OpenAI backends).
+// batch APIs (validated: OpenAI's batches, Anthropic's Message Batches).
 func batchRoutes(cfg *config.Config, built *config.Built) map[string]jobs.BatchRoute {
 	out := map[string]jobs.BatchRoute{}
 	for _, r := range cfg.Routes {
 		ba := r.BatchAPI
-		be := built.OpenAI[r.Backend]
-		if ba == nil || be == nil {
+		if ba == nil {
 			continue
 		}
-		out[r.Name] = jobs.BatchRoute{Upstream: be.Batches(), Model: cmp.Or(r.Model, r.Name), MaxRequests: ba.MaxRequests,
-			MaxBytes: ba.MaxBytes, Gather: ba.Gather.D(), PollMin: ba.PollMin.D(), PollMax: ba.PollMax.D()}
+		var up batchapi.Upstream
+		if be := built.OpenAI[r.Backend]; be != nil {
+			up = be.Batches()
+		} else if be := built.Anthropic[r.Backend]; be != nil {
+			up = be.Batches()
+		} else {
+			continue
+		}
+		out[r.Name] = jobs.BatchRoute{Upstream: up, Model: cmp.Or(r.Model, r.Name), MaxRequests: ba.MaxRequests,
+			MaxBytes: ba.MaxBytes, Gather: ba.Gather.D(), PollMin: ba.PollMin.D(), PollMax: ba.PollMax.D(),
+			MaxEnqueuedTokens: ba.MaxEnqueuedTokens}
 	}
 	return out
 }

@@ -251,6 +251,10 @@ type RouteBatchAPI struct {
 	// PollMin and PollMax bound the backoff between looks at a batch.
 	PollMin Duration `yaml:"poll_min"`
 	PollMax Duration `yaml:"poll_max"`
+	// MaxEnqueuedTokens is the provider's limit on the tokens of the
+	// account's batches not ended (OpenAI's batch queue limit), a budget
+	// the route's jobs share: a batch waits rather than pass it. 0: none.
+	MaxEnqueuedTokens int64 `yaml:"max_enqueued_tokens"`
 }
 
 // Target is a fallback: a backend and its model name for the route (the

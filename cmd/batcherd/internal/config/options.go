@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/batcherhq/batcher/backend/anthropic"
 	"github.com/batcherhq/batcher/backend/openai"
 	"github.com/batcherhq/batcher/backend/sim"
 	"github.com/batcherhq/batcher/batcher"
@@ -24,6 +25,8 @@ type Built struct {
 	Sims map[string]*sim.Provider
 	// OpenAI holds the openai backends by name, for their Stats.
 	OpenAI map[string]*openai.Backend
+	// Anthropic holds the anthropic backends by name, for their batch API.
+	Anthropic map[string]*anthropic.Backend
 	// Impls holds every backend's implementation by name, for a reload
 	// that keeps it (BuildReload).
 	Impls map[string]batcher.Backend
@@ -90,6 +93,8 @@ func (c *Config) Build(opts ...BuildOption) (*Built, error) {
 		Sims:   map[string]*sim.Provider{},
 		OpenAI: map[string]*openai.Backend{},
 		Impls:  map[string]batcher.Backend{},
+
+		Anthropic: map[string]*anthropic.Backend{},
 	}
 	backendTP := bc.tp
 	if bc.tp != nil {
@@ -138,6 +143,10 @@ func (b *Built) buildBackend(i int, be *Backend, tp trace.TracerProvider, lookup
 		if err != nil {
 			return nil, prefixErrs(fmt.Sprintf("backends[%d] (%s): ", i, be.Name), err)
 		}
+		if b.Anthropic == nil {
+			b.Anthropic = map[string]*anthropic.Backend{}
+		}
+		b.Anthropic[be.Name] = p
 		b.closers = append(b.closers, namedCloser{be.Name, p})
 		impl = p
 	default:
