@@ -416,9 +416,6 @@ func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, token 
 		progress: req.Sink != nil && wantsProgress(req.Sink),
 		named:    req.Tenant != "",
 	}
-	if token == nil {
-		c.done = make(chan struct{})
-	}
 	if req.Stream {
 		c.stream = newStreamState(c)
 	}

@@ -1,6 +1,7 @@
 package batcher
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,27 @@ const (
 	callPending uint32 = iota
 	callDone
 )
+
+// The states of a Submit call's done channel (Call.doneState), which is
+// made only when somebody asks for it (Done, Result): a call that ends
+// before anyone asks, as a stream's calls do (they report through their
+// sink), and a queued call nobody waits on yet, cost no channel. Do's
+// calls use Do's pooled channel instead and none of this.
+const (
+	doneNone        uint32 = iota // not asked for, not ended
+	doneMaking                    // a Done is making it
+	doneReady                     // made; closed by the finisher on the result
+	doneEnded                     // ended before anyone asked: Done returns closedDone
+	doneEndedMaking               // ended while a Done made it: that Done closes it
+)
+
+// closedDone is the done channel of every call that ended before anybody
+// asked for one.
+var closedDone = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Call is one admitted request on its way to its terminal result.
 //
@@ -29,9 +51,9 @@ const (
 //
 // The fields are ordered so that the small ones share words, and the
 // first batch and dispatch are kept as durations; when its lane must send
-// it is computed (due), not kept: 504 bytes with the tenant, cache,
-// stream and batch view fields and the chat answer's Result, an
-// allocation of 512 (eight cache lines; a call is written and read by
+// it is computed (due), not kept: 512 bytes with the tenant, cache,
+// stream, batch view and done-state fields and the chat answer's Result,
+// an allocation of 512 (eight cache lines; a call is written and read by
 // several goroutines, so each line it spans costs on every request).
 type Call struct {
 	req      *Request
@@ -69,6 +91,7 @@ type Call struct {
 	retries        int32
 	unknownRetries int32
 	state          atomic.Uint32
+	doneState      atomic.Uint32            // done's state when !token (doneNone...)
 	run            atomic.Pointer[batchRun] // the batch carrying it now, if any
 
 	stream *streamState // a streamed request's delta buffer; set once at admission
@@ -80,7 +103,7 @@ type Call struct {
 	// Taken only when the request has a Sink.
 	evMu   sync.Mutex
 	result Result
-	done   chan struct{} // closed on the result; or, when token, sent on once
+	done   chan struct{} // closed on the result (made by Done); or, when token, sent on once
 }
 
 // due returns when its lane must send it, from its priority's delay.
@@ -90,11 +113,67 @@ func (c *Call) due() time.Time { return c.admitted.Add(c.rc.delays[c.req.Priorit
 func (c *Call) Request() *Request { return c.req }
 
 // Done is closed when the call's result is ready.
-func (c *Call) Done() <-chan struct{} { return c.done }
+func (c *Call) Done() <-chan struct{} {
+	if s := c.doneState.Load(); s == doneReady {
+		return c.done
+	} else if s == doneEnded {
+		return closedDone
+	}
+	return c.makeDone()
+}
+
+// makeDone makes the done channel that Done returns, unless the call ends
+// first or another Done makes it: the slow path of the first Done.
+func (c *Call) makeDone() <-chan struct{} {
+	for {
+		switch c.doneState.Load() {
+		case doneReady:
+			return c.done
+		case doneEnded:
+			return closedDone
+		case doneNone:
+			if !c.doneState.CompareAndSwap(doneNone, doneMaking) {
+				continue
+			}
+			c.done = make(chan struct{})
+			if !c.doneState.CompareAndSwap(doneMaking, doneReady) {
+				// The finisher ended the call meanwhile and left the
+				// closing to us.
+				close(c.done)
+				c.doneState.Store(doneReady)
+			}
+			return c.done
+		default: // doneMaking, doneEndedMaking: another Done, a few instructions away
+			runtime.Gosched()
+		}
+	}
+}
+
+// signalDone closes the done channel of a call that is not Do's, or
+// records that it ended before anyone asked for one.
+func (c *Call) signalDone() {
+	for {
+		switch c.doneState.Load() {
+		case doneNone:
+			if c.doneState.CompareAndSwap(doneNone, doneEnded) {
+				return
+			}
+		case doneMaking:
+			if c.doneState.CompareAndSwap(doneMaking, doneEndedMaking) {
+				return // its maker closes it
+			}
+		case doneReady:
+			close(c.done)
+			return
+		default:
+			return // ended already: finishAs signals once
+		}
+	}
+}
 
 // Result returns the terminal result. It is valid once Done is closed.
 func (c *Call) Result() Result {
-	<-c.done
+	<-c.Done()
 	return c.result
 }
 
@@ -216,7 +295,7 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		// does not touch it any more.
 		c.done <- struct{}{} // never blocks: capacity 1, sent once
 	} else {
-		close(c.done)
+		c.signalDone()
 	}
 	if group != nil {
 		c.b.dedup.leave(c, &c.result, now)
