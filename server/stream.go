@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,8 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 		gs:         gs,
 		ctx:        gs.Context(),
 		access:     s.accessOf(gs.Context()),
-		window:     make(chan struct{}, s.cfg.window),
+		conn:       connOf(gs.Context()),
+		windowWake: make(chan struct{}, 1),
 		nudge:      make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
@@ -63,21 +65,30 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 // through the capacity-1 nudge channel; the sender swaps out and sends
 // outside the lock, so OnEvent never blocks on the network.
 //
-// Window: the receiver takes a token from window before each Recv. A message
-// that is answered (a request by its Completion or Rejection, any other
-// message by its Rejection) keeps the token until the sender has sent that
-// answer; any other message gives it back at once. So while window is full
-// nobody reads the stream and gRPC flow control pushes back on the caller,
-// and out never holds more than window answers.
+// Window: the receiver takes a window token (owed) before each Recv. A
+// message that is answered (a request by its Completion or Rejection, any
+// other message by its Rejection) keeps the token until the sender has sent
+// that answer; any other message gives it back at once. So while the
+// window is full nobody reads the stream and gRPC flow control pushes back
+// on the caller, and out never holds more than a window of answers. The
+// tokens are a counter, not a channel's buffer: a channel cost each
+// message a three-way select to take its token and a receive to give it
+// back.
 type stream struct {
-	s       *Server
-	gs      batcherv1.BatcherService_SubmitStreamServer
-	ctx     context.Context
-	access  *batcher.Access // the caller's, found once; admits each request
-	window  chan struct{}   // tokens: one per received message still owed an answer
-	nudge   chan struct{}   // capacity 1: out has news for the sender
-	ready   chan struct{}   // closed by the receiver once the first message is handled
-	stopped chan struct{}   // closed by the sender when the stream ends
+	s      *Server
+	gs     batcherv1.BatcherService_SubmitStreamServer
+	ctx    context.Context
+	access *batcher.Access // the caller's, found once; admits each request
+	conn   net.Addr        // the caller's connection (connOf), found once
+	// owed counts the window tokens taken: received messages still owed
+	// an answer. Only the receiver adds (takeWindow); anyone gives back
+	// (returnWindow), and whoever takes it down from full wakes the
+	// receiver through windowWake (capacity 1).
+	owed       atomic.Int64
+	windowWake chan struct{}
+	nudge      chan struct{} // capacity 1: out has news for the sender
+	ready      chan struct{} // closed by the receiver once the first message is handled
+	stopped    chan struct{} // closed by the sender when the stream ends
 
 	// Receiver-owned; interval is read by the sender once ready is closed.
 	interval  time.Duration
@@ -93,7 +104,6 @@ type stream struct {
 	out       []*batcherv1.SubmitStreamResponse // to send, in order
 	streaming []*batcher.Call                   // streamed requests with deltas waiting (sent before out)
 	spareStr  []*batcher.Call                   // streaming's other buffer, sender-owned between takes
-	spare     []*batcherv1.SubmitStreamResponse // out's other buffer, sender-owned between takes
 	items     map[string]*item                  // accepted (or being submitted) and not terminal, by id
 	closed    bool                              // the sender is gone: drop messages, cancel late admissions
 	recvDone  bool                              // the receiver stopped reading
@@ -139,6 +149,7 @@ func (st *stream) run() error {
 		revoked = st.access.Revoked // nil: never
 	}
 	shutting := false
+	var buf []*batcherv1.SubmitStreamResponse // out's other buffer
 	for {
 		select {
 		case <-revoked:
@@ -163,7 +174,7 @@ func (st *stream) run() error {
 		case <-st.ctx.Done():
 			return status.FromContextError(st.ctx.Err()).Err()
 		}
-		msgs, streaming, end, final, endErr := st.take(shutting)
+		msgs, streaming, end, final, endErr := st.take(shutting, buf)
 		// Deltas first: every delta of a request precedes its Completion
 		// (the core notifies before it ends the call; see DeltasReady).
 		if err := st.sendDeltas(streaming); err != nil {
@@ -183,7 +194,7 @@ func (st *stream) run() error {
 		// One release for the lot: the receiver, and the streams waiting
 		// on the server-wide budget, wake once per take, not per message.
 		st.releaseN(answered)
-		st.giveBack(msgs)
+		buf = msgs[:0]
 		if !end {
 			continue
 		}
@@ -196,14 +207,18 @@ func (st *stream) run() error {
 	}
 }
 
-// take swaps out the messages to send and says whether the stream ends
-// after them, whether a final summary is owed, and the stream's status.
-// Once no request is in flight and nothing more can be accepted, no message
-// can be added to out, so out is the last of them.
-func (st *stream) take(shutting bool) (msgs []*batcherv1.SubmitStreamResponse, ready []*batcher.Call, end, final bool, err error) {
+// take swaps out the messages to send for buf, the sender's drained
+// buffer, and says whether the stream ends after them, whether a final
+// summary is owed, and the stream's status. Once no request is in flight
+// and nothing more can be accepted, no message can be added to out, so out
+// is the last of them.
+func (st *stream) take(shutting bool, buf []*batcherv1.SubmitStreamResponse) (msgs []*batcherv1.SubmitStreamResponse, ready []*batcher.Call, end, final bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	msgs, st.out, st.spare = st.out, st.spare, nil
+	msgs = st.out
+	if !st.closed {
+		st.out = buf
+	}
 	ready, st.streaming, st.spareStr = st.streaming, st.spareStr, nil
 	switch {
 	case st.firstErr != nil: // nothing was accepted: no summary owed
@@ -218,15 +233,6 @@ func (st *stream) take(shutting bool) (msgs []*batcherv1.SubmitStreamResponse, r
 		return msgs, ready, true, true, status.Error(grpccodes.Unavailable, "server shutting down")
 	}
 	return msgs, ready, false, false, nil
-}
-
-// giveBack returns a drained buffer for the next take.
-func (st *stream) giveBack(msgs []*batcherv1.SubmitStreamResponse) {
-	st.mu.Lock()
-	if st.spare == nil {
-		st.spare = msgs[:0]
-	}
-	st.mu.Unlock()
 }
 
 // summary builds a StreamSummary; only the sender calls it.
@@ -276,17 +282,48 @@ func (st *stream) release() { st.releaseN(1) }
 
 // releaseN gives back n window tokens and their server-wide budget tokens.
 func (st *stream) releaseN(n int) {
-	k := 0
-take:
-	for k < n {
+	st.dropBudgetN(st.returnWindow(int64(n)))
+}
+
+// takeWindow takes a window token for the receiver's next message,
+// waiting while the window is full; false when the stream ends first.
+func (st *stream) takeWindow() bool {
+	window := int64(st.s.cfg.window)
+	for {
+		if st.owed.Load() < window {
+			st.owed.Add(1) // only the receiver adds: still at most window
+			return true
+		}
 		select {
-		case <-st.window:
-			k++
-		default:
-			break take
+		case <-st.windowWake:
+		case <-st.stopped:
+			return false
+		case <-st.ctx.Done():
+			return false
 		}
 	}
-	st.dropBudgetN(int64(k))
+}
+
+// returnWindow gives back n window tokens, or as many as are taken, and
+// returns how many it gave back. Taking the count down from full wakes
+// the receiver, which waits only once it has seen it full.
+func (st *stream) returnWindow(n int64) int64 {
+	for {
+		o := st.owed.Load()
+		k := min(o, n)
+		if k <= 0 {
+			return 0
+		}
+		if st.owed.CompareAndSwap(o, o-k) {
+			if o >= int64(st.s.cfg.window) {
+				select {
+				case st.windowWake <- struct{}{}:
+				default:
+				}
+			}
+			return k
+		}
+	}
 }
 
 // push queues a message for the sender. The caller holds mu.
@@ -316,18 +353,11 @@ func (st *stream) receive() {
 		}
 	}()
 	for {
-		select {
-		case st.window <- struct{}{}:
-		case <-st.stopped:
-			return
-		case <-st.ctx.Done():
+		if !st.takeWindow() {
 			return
 		}
 		if !st.takeBudget() {
-			select { // give back the window token alone
-			case <-st.window:
-			default:
-			}
+			st.returnWindow(1) // the window token alone
 			return
 		}
 		msg, err := st.gs.Recv()
@@ -471,7 +501,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 		st.reject(ctx, id, toStatus(err))
 		return
 	}
-	it.req.Conn = connOf(ctx)
+	it.req.Conn = st.conn
 	if id == "" {
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return
