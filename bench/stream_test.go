@@ -105,24 +105,42 @@ type tapWriter struct {
 
 func (w *tapWriter) Write(p []byte) (int, error) {
 	if data, ok := bytes.CutPrefix(p, []byte("data: ")); ok {
-		var ch struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal(bytes.TrimSpace(data), &ch) == nil && len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+		if n := contentLen(data); n > 0 {
 			if w.hold != nil && !w.waited && w.cum > 0 {
 				w.waited = true
 				w.tap.held.Done()
 				<-w.hold
 			}
-			w.cum += len(ch.Choices[0].Delta.Content)
+			w.cum += n
 			w.pending = true
 		}
 	}
 	return w.ResponseWriter.Write(p)
+}
+
+// contentLen returns the length of a chunk's choices[0].delta.content.
+// The tap runs on both paths, so it reads the text without a JSON decode
+// where it can (llmsim writes `"delta":{"content":"…"}` and no other
+// "content"), to weigh on neither path's figures.
+func contentLen(data []byte) int {
+	const key = `"delta":{"content":"`
+	if i := bytes.Index(data, []byte(key)); i >= 0 {
+		rest := data[i+len(key):]
+		if j := bytes.IndexByte(rest, '"'); j >= 0 && bytes.IndexByte(rest[:j], '\\') < 0 {
+			return j
+		}
+	}
+	var ch struct {
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(data), &ch) != nil || len(ch.Choices) == 0 {
+		return 0
+	}
+	return len(ch.Choices[0].Delta.Content)
 }
 
 func (w *tapWriter) Flush() {
