@@ -66,7 +66,9 @@ func TestSubmitStreamed(t *testing.T) {
 		text.WriteString(d.GetText())
 		n++
 	})
-	if err != nil || n < 3 || text.String() != comp.GetText() || comp.GetTimeToFirstToken() == nil {
+	// The sim answers at once: the words that pile up while a Send runs
+	// come joined, so at least the text and the last delta.
+	if err != nil || n < 2 || text.String() != comp.GetText() || comp.GetTimeToFirstToken() == nil {
 		t.Fatalf("%d deltas %q, completion %v, err %v", n, text.String(), comp, err)
 	}
 }
