@@ -191,6 +191,9 @@ func (u *upstream) create(ctx context.Context, c *Chunk, held []Task) error {
 			defer func() { _ = f.Close() }()
 			req.Input = f
 		}
+		if err := u.hook(c, "creating"); err != nil {
+			return err
+		}
 		var err error
 		if b, err = up.Create(ctx, req); err != nil {
 			u.dequeue(c)
