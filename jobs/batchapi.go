@@ -246,16 +246,59 @@ func (u *upstream) resumeChunks(ctx context.Context) (int, error) {
 		if c.Step == StepDone {
 			continue
 		}
-		// The chunk's tasks, held by this owner again (after a restart
-		// they went back to pending), before any new claim could take
-		// them into another chunk.
-		held, err := u.cs.ClaimSeqs(ctx, u.r.id, u.r.m.cfg.Owner, c.Seqs, u.r.m.cfg.Lease)
+		held, err := u.reclaim(ctx, &c)
 		if err != nil {
 			return 0, err
 		}
 		u.start(ctx, &c, held)
 	}
 	return next, nil
+}
+
+// taskPiece is how many of a chunk's tasks are read from the store at once.
+const taskPiece = 1024
+
+// reclaim holds a resumed chunk's tasks by this owner again (after a
+// restart they went back to pending), before any new claim could take
+// them into another chunk. It reads them in pieces and keeps them without
+// their requests, as a new chunk keeps its tasks: a chunk of 50,000 tasks
+// does not hold its input in memory. spool and measure read the requests
+// again, piece by piece.
+func (u *upstream) reclaim(ctx context.Context, c *Chunk) ([]Task, error) {
+	held := make([]Task, 0, len(c.Seqs))
+	err := u.eachTask(ctx, c.Seqs, func(t *Task) error {
+		t.Request = nil
+		held = append(held, *t)
+		return nil
+	})
+	return held, err
+}
+
+// eachTask claims the job's tasks in seqs for this owner (those pending,
+// and those it holds already) in pieces of taskPiece, and calls fn with
+// each, its request read; a task that ended meanwhile is skipped.
+func (u *upstream) eachTask(ctx context.Context, seqs []int64, fn func(*Task) error) error {
+	for from := 0; from < len(seqs); from += taskPiece {
+		ts, err := u.cs.ClaimSeqs(ctx, u.r.id, u.r.m.cfg.Owner, seqs[from:min(from+taskPiece, len(seqs))], u.r.m.cfg.Lease)
+		if err != nil {
+			return err
+		}
+		for i := range ts {
+			if err := fn(&ts[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// seqsOf returns the tasks' Seqs.
+func seqsOf(ts []Task) []int64 {
+	out := make([]int64, len(ts))
+	for i := range ts {
+		out[i] = ts[i].Seq
+	}
+	return out
 }
 
 // start drives c on a goroutine of its own.
@@ -426,9 +469,10 @@ func (u *upstream) sendOnline(ctx context.Context, ts []Task) {
 }
 
 // spool makes sure a chunk's input file holds exactly ts, writing it again
-// from them when a restart lost it (or some of the chunk's tasks ended
-// meanwhile). The file is written aside and renamed, so a kill leaves no
-// half of one.
+// when a restart lost it (or some of the chunk's tasks ended meanwhile):
+// their requests are read from the store piece by piece (eachTask), never
+// the whole chunk's at once. The file is written aside and renamed, so a
+// kill leaves no half of one.
 func (u *upstream) spool(ctx context.Context, c *Chunk, ts []Task) error {
 	if _, err := os.Stat(u.spoolPath(c)); err == nil && len(ts) == len(c.Seqs) {
 		return nil
@@ -441,14 +485,16 @@ func (u *upstream) spool(ctx context.Context, c *Chunk, ts []Task) error {
 	defer func() { _ = f.Close() }()
 	bw := bufio.NewWriterSize(f, 256<<10)
 	enc := u.br.Upstream.NewEncoder(bw)
-	for i := range ts {
-		req, ok := u.encodable(ctx, &ts[i])
+	err = u.eachTask(ctx, seqsOf(ts), func(t *Task) error {
+		req, ok := u.encodable(ctx, t)
 		if !ok {
-			return fmt.Errorf("jobs: task %d of upstream batch %d no longer encodes", ts[i].Seq, c.Chunk)
+			return fmt.Errorf("jobs: task %d of upstream batch %d no longer encodes", t.Seq, c.Chunk)
 		}
-		if _, err := enc.Encode(req); err != nil {
-			return err
-		}
+		_, err := enc.Encode(req)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if err := bw.Flush(); err != nil {
 		return err
@@ -460,14 +506,15 @@ func (u *upstream) spool(ctx context.Context, c *Chunk, ts []Task) error {
 }
 
 // measure estimates what ts cost against the route's token budget, as
-// claim does for a new chunk: a resumed chunk's tasks are encoded again.
+// claim does for a new chunk: a resumed chunk's tasks are read (piece by
+// piece) and encoded again.
 func (u *upstream) measure(ctx context.Context, ts []Task) int64 {
 	var n int64
 	enc := u.br.Upstream.NewEncoder(io.Discard)
-	for i := range ts {
-		req, ok := u.encodable(ctx, &ts[i])
+	_ = u.eachTask(ctx, seqsOf(ts), func(t *Task) error {
+		req, ok := u.encodable(ctx, t)
 		if !ok {
-			continue
+			return nil
 		}
 		mt := req.Req.Params.MaxTokens
 		if mt <= 0 {
@@ -476,6 +523,7 @@ func (u *upstream) measure(ctx context.Context, ts []Task) int64 {
 		if w, err := enc.Encode(req); err == nil {
 			n += chunkTokens(w, mt)
 		}
-	}
+		return nil
+	})
 	return n
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -551,7 +553,7 @@ func TestBatchAPIMillionRSS(t *testing.T) {
 	id := createBatchJob(t, c, n, 0)
 	created := time.Since(start)
 	_, hwmCreated, _ := vmOf(d.cmd.Process.Pid)
-	last := watchUntil(t, c, id, terminal)
+	last := watchLong(t, c, id, 30*time.Minute)
 	wall := time.Since(start)
 	_, hwm, err := vmOf(d.cmd.Process.Pid)
 	close(stop)
@@ -575,6 +577,30 @@ func TestBatchAPIMillionRSS(t *testing.T) {
 		t.Errorf("RSS over %d MiB: upload %.0f MiB, download %.0f MiB", rssLimit>>20, mib(p.upload), mib(p.download))
 	}
 	checkHalfPrice(t, dataDir, id, last)
+}
+
+// watchLong watches a job until it ends, within timeout.
+func watchLong(t *testing.T, c batcherv1.JobServiceClient, id string, timeout time.Duration) *batcherv1.JobProgress {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	st, err := c.WatchJob(ctx, &batcherv1.WatchJobRequest{Id: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *batcherv1.JobProgress
+	for {
+		r, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return last
+		}
+		if err != nil {
+			t.Fatalf("WatchJob: %v (last %v)", err, last)
+		}
+		if last = r.GetProgress(); terminal(last) {
+			return last
+		}
+	}
 }
 
 // checkHalfPrice checks that a job dispatched wholly through the batch API
