@@ -159,40 +159,58 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if !s.beginAnthropic(w, r, &req) {
 		return
 	}
-	switch {
-	case req.Model == "":
-		anthropicBadRequest(w, "model: Field required")
-		return
-	case !s.models[req.Model]:
-		anthropicError(w, http.StatusNotFound, "not_found_error", "model: "+cutRunes(req.Model, 64))
-		return
-	case req.MaxTokens == nil:
-		anthropicBadRequest(w, "max_tokens: Field required")
-		return
-	case *req.MaxTokens < 1:
-		anthropicBadRequest(w, "max_tokens: Input should be greater than or equal to 1")
-		return
-	case len(req.Messages) == 0:
-		anthropicBadRequest(w, "messages: at least one message is required")
-		return
-	case req.Temperature != nil && (*req.Temperature < 0 || *req.Temperature > 1):
-		anthropicBadRequest(w, "temperature: range: 0..1")
-		return
-	case req.TopP != nil && (*req.TopP < 0 || *req.TopP > 1):
-		anthropicBadRequest(w, "top_p: range: 0..1")
+	if status, typ, msg := s.checkMessages(&req); msg != "" {
+		anthropicError(w, status, typ, msg)
 		return
 	}
 	// The OpenAI shape of the same request, for the tool-call logic
 	// (tools.go), which both dialects share.
 	creq := chatRequest{Model: req.Model}
+	if msg := anthropicTools(&req, &creq); msg != "" {
+		anthropicBadRequest(w, msg)
+		return
+	}
+	prompt, last, msg := anthropicTurns(&req, &creq)
+	if msg != "" {
+		anthropicBadRequest(w, msg)
+		return
+	}
+	a := s.anthropicReply(&req, &creq, prompt, last)
+	s.serve(w, r, a)
+}
+
+// checkMessages checks a Messages request's fields; msg "" when good, else
+// the error's status, type and message.
+func (s *Server) checkMessages(req *anthropicRequest) (status int, typ, msg string) {
+	bad := func(m string) (int, string, string) { return http.StatusBadRequest, "invalid_request_error", m }
+	switch {
+	case req.Model == "":
+		return bad("model: Field required")
+	case !s.models[req.Model]:
+		return http.StatusNotFound, "not_found_error", "model: " + cutRunes(req.Model, 64)
+	case req.MaxTokens == nil:
+		return bad("max_tokens: Field required")
+	case *req.MaxTokens < 1:
+		return bad("max_tokens: Input should be greater than or equal to 1")
+	case len(req.Messages) == 0:
+		return bad("messages: at least one message is required")
+	case req.Temperature != nil && (*req.Temperature < 0 || *req.Temperature > 1):
+		return bad("temperature: range: 0..1")
+	case req.TopP != nil && (*req.TopP < 0 || *req.TopP > 1):
+		return bad("top_p: range: 0..1")
+	}
+	return 0, "", ""
+}
+
+// anthropicTools checks the request's tools and tool_choice and puts them
+// into creq in OpenAI's shape; the message of a bad request, "" when good.
+func anthropicTools(req *anthropicRequest, creq *chatRequest) string {
 	for _, t := range req.Tools {
 		if t.Name == "" {
-			anthropicBadRequest(w, "tools: name: Field required")
-			return
+			return "tools: name: Field required"
 		}
 		if len(t.InputSchema) == 0 {
-			anthropicBadRequest(w, "tools."+cutRunes(t.Name, 64)+".input_schema: Field required")
-			return
+			return "tools." + cutRunes(t.Name, 64) + ".input_schema: Field required"
 		}
 		var ct struct {
 			Function struct {
@@ -203,107 +221,62 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		ct.Function.Name, ct.Function.Parameters = t.Name, t.InputSchema
 		creq.Tools = append(creq.Tools, ct)
 	}
-	if tc := req.ToolChoice; tc != nil {
-		switch tc.Type {
-		case "auto":
-			creq.ToolChoice = json.RawMessage(`"auto"`)
-		case "any":
-			creq.ToolChoice = json.RawMessage(`"required"`)
-		case "none":
-			creq.ToolChoice = json.RawMessage(`"none"`)
-		case "tool":
-			if tc.Name == "" {
-				anthropicBadRequest(w, "tool_choice.name: Field required")
-				return
-			}
-			creq.ToolChoice, _ = json.Marshal(map[string]any{"function": map[string]string{"name": tc.Name}})
-		default:
-			anthropicBadRequest(w, "tool_choice.type: must be auto, any, tool or none")
-			return
-		}
-		if tc.Type != "none" && len(req.Tools) == 0 {
-			anthropicBadRequest(w, "tool_choice: may only be specified while providing tools")
-			return
-		}
+	tc := req.ToolChoice
+	if tc == nil {
+		return ""
 	}
+	switch tc.Type {
+	case "auto":
+		creq.ToolChoice = json.RawMessage(`"auto"`)
+	case "any":
+		creq.ToolChoice = json.RawMessage(`"required"`)
+	case "none":
+		creq.ToolChoice = json.RawMessage(`"none"`)
+	case "tool":
+		if tc.Name == "" {
+			return "tool_choice.name: Field required"
+		}
+		creq.ToolChoice, _ = json.Marshal(map[string]any{"function": map[string]string{"name": tc.Name}})
+	default:
+		return "tool_choice.type: must be auto, any, tool or none"
+	}
+	if tc.Type != "none" && len(req.Tools) == 0 {
+		return "tool_choice: may only be specified while providing tools"
+	}
+	return ""
+}
 
+// anthropicTurns checks the system prompt and the turns and puts the turns
+// into creq in OpenAI's shape. It returns the prompt's tokens and the last
+// user turn's text, or the message of a bad request.
+func anthropicTurns(req *anthropicRequest, creq *chatRequest) (prompt int, last, msg string) {
 	system, err := blocks(req.System)
 	if err != nil {
-		anthropicBadRequest(w, "system: "+err.Error())
-		return
+		return 0, "", "system: " + err.Error()
 	}
-	prompt := 3
+	prompt = 3
 	for i := range system {
 		if system[i].Type != "text" {
-			anthropicBadRequest(w, "system: blocks must be text")
-			return
+			return 0, "", "system: blocks must be text"
 		}
 		prompt += Tokens(system[i].Text) + 4
 	}
-	last := ""
 	var pending map[string]bool // the tool_use ids of the last assistant turn
 	for i, m := range req.Messages {
 		at := "messages." + strconv.Itoa(i)
 		if m.Role != "user" && m.Role != "assistant" {
-			anthropicBadRequest(w, at+".role: Input should be 'user' or 'assistant'")
-			return
+			return 0, "", at + ".role: Input should be 'user' or 'assistant'"
 		}
 		bs, err := blocks(m.Content)
 		if err != nil {
-			anthropicBadRequest(w, at+".content: "+err.Error())
-			return
+			return 0, "", at + ".content: " + err.Error()
 		}
 		if len(bs) == 0 {
-			anthropicBadRequest(w, at+": all messages must have non-empty content")
-			return
+			return 0, "", at + ": all messages must have non-empty content"
 		}
-		var text strings.Builder
-		onlyResults := true
-		answered := map[string]bool{}
-		for j := range bs {
-			b := &bs[j]
-			bat := at + ".content." + strconv.Itoa(j)
-			switch b.Type {
-			case "text":
-			case "image":
-				if m.Role != "user" || b.Source == nil || (b.Source.Type == "base64" && (b.Source.Data == "" || b.Source.MediaType == "")) ||
-					(b.Source.Type == "url" && b.Source.URL == "") || (b.Source.Type != "base64" && b.Source.Type != "url") {
-					anthropicBadRequest(w, bat+".image: a user turn's image needs a source of type base64 (media_type, data) or url")
-					return
-				}
-			case "tool_use":
-				if m.Role != "assistant" || b.ID == "" || b.Name == "" {
-					anthropicBadRequest(w, bat+".tool_use: an assistant turn's tool_use needs an id and a name")
-					return
-				}
-				var obj map[string]json.RawMessage
-				if json.Unmarshal(b.Input, &obj) != nil || obj == nil {
-					anthropicBadRequest(w, bat+".tool_use.input: Input should be a valid dictionary")
-					return
-				}
-			case "tool_result":
-				if m.Role != "user" || !pending[b.ToolUseID] {
-					anthropicBadRequest(w, bat+": unexpected `tool_use_id` found in `tool_result` blocks: "+cutRunes(b.ToolUseID, 64)+
-						". Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")
-					return
-				}
-				answered[b.ToolUseID] = true
-			default:
-				anthropicBadRequest(w, bat+".type: unknown content block type "+strconv.Quote(cutRunes(b.Type, 32)))
-				return
-			}
-			if b.Type != "tool_result" {
-				onlyResults = false
-			}
-			text.WriteString(blockText(b))
-		}
-		if len(pending) > 0 {
-			for id := range pending {
-				if !answered[id] {
-					anthropicBadRequest(w, at+": `tool_use` ids were found without `tool_result` blocks immediately after: "+cutRunes(id, 64))
-					return
-				}
-			}
+		text, onlyResults, msg := turnBlocks(m.Role, bs, at, pending)
+		if msg != "" {
+			return 0, "", msg
 		}
 		pending = nil
 		if m.Role == "assistant" {
@@ -320,15 +293,68 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		if role == "user" && onlyResults {
 			role = "tool"
 		}
-		creq.Messages = append(creq.Messages, chatMessage{Role: role, Content: content(text.String())})
+		creq.Messages = append(creq.Messages, chatMessage{Role: role, Content: content(text)})
 		if m.Role == "user" {
-			last = text.String()
+			last = text
 		}
-		prompt += Tokens(text.String()) + 4
+		prompt += Tokens(text) + 4
 	}
 	if last == "" {
 		last = string(creq.Messages[len(creq.Messages)-1].Content)
 	}
+	return prompt, last, ""
+}
+
+// turnBlocks checks one turn's blocks (at is its path) against the tool
+// uses the turn before left pending, and returns its text and whether it
+// holds tool results only; or the message of a bad request.
+func turnBlocks(role string, bs []anthropicBlock, at string, pending map[string]bool) (string, bool, string) {
+	var text strings.Builder
+	onlyResults := true
+	answered := map[string]bool{}
+	for j := range bs {
+		b := &bs[j]
+		bat := at + ".content." + strconv.Itoa(j)
+		switch b.Type {
+		case "text":
+		case "image":
+			if role != "user" || b.Source == nil || (b.Source.Type == "base64" && (b.Source.Data == "" || b.Source.MediaType == "")) ||
+				(b.Source.Type == "url" && b.Source.URL == "") || (b.Source.Type != "base64" && b.Source.Type != "url") {
+				return "", false, bat + ".image: a user turn's image needs a source of type base64 (media_type, data) or url"
+			}
+		case "tool_use":
+			if role != "assistant" || b.ID == "" || b.Name == "" {
+				return "", false, bat + ".tool_use: an assistant turn's tool_use needs an id and a name"
+			}
+			var obj map[string]json.RawMessage
+			if json.Unmarshal(b.Input, &obj) != nil || obj == nil {
+				return "", false, bat + ".tool_use.input: Input should be a valid dictionary"
+			}
+		case "tool_result":
+			if role != "user" || !pending[b.ToolUseID] {
+				return "", false, bat + ": unexpected `tool_use_id` found in `tool_result` blocks: " + cutRunes(b.ToolUseID, 64) +
+					". Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+			}
+			answered[b.ToolUseID] = true
+		default:
+			return "", false, bat + ".type: unknown content block type " + strconv.Quote(cutRunes(b.Type, 32))
+		}
+		if b.Type != "tool_result" {
+			onlyResults = false
+		}
+		text.WriteString(blockText(b))
+	}
+	for id := range pending {
+		if !answered[id] {
+			return "", false, at + ": `tool_use` ids were found without `tool_result` blocks immediately after: " + cutRunes(id, 64)
+		}
+	}
+	return text.String(), onlyResults, ""
+}
+
+// anthropicReply makes the answer to a checked request: its text (cut at
+// a stop sequence) or a tool call, and its usage.
+func (s *Server) anthropicReply(req *anthropicRequest, creq *chatRequest, prompt int, last string) *answer {
 	maxTokens := *req.MaxTokens
 	text, cut := Reply(last, maxTokens, s.cfg.ReplyTokens)
 	stop := "end_turn"
@@ -350,7 +376,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		StopSequence: stopSeq,
 	}
 	completion := text
-	if call, ok := s.toolCall(&creq, last); ok { // tools.go
+	if call, ok := s.toolCall(creq, last); ok { // tools.go
 		stop, resp.StopSequence = "tool_use", nil
 		id := "toolu_" + strings.TrimPrefix(call.ID, "call_")
 		input := json.RawMessage(call.Function.Arguments)
@@ -367,12 +393,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	resp.StopReason = &stop
 	resp.Usage = anthropicUsage{InputTokens: prompt, OutputTokens: Tokens(completion)}
-	a := answer{promptTokens: prompt, completionTokens: resp.Usage.OutputTokens, cost: prompt + maxTokens, body: resp,
+	a := &answer{promptTokens: prompt, completionTokens: resp.Usage.OutputTokens, cost: prompt + maxTokens, body: resp,
 		anthropic: &anthropicAnswer{resp: resp}}
 	if req.Stream {
 		a.anthropic.stream = s.newStream(chatStream, resp.ID, req.Model, text, nil, stop, nil)
 	}
-	s.serve(w, r, &a)
+	return a
 }
 
 // beginAnthropic counts the call, checks its key and version header, and
@@ -472,129 +498,157 @@ func anthropicRateLimited(w http.ResponseWriter, v verdict, cost, tpm int) {
 // latency model's pace.
 func (s *Server) serveAnthropicStream(w http.ResponseWriter, r *http.Request, a *answer) {
 	aa := a.anthropic
-	sa := aa.stream
 	c := &s.cfg
-	ctx := r.Context()
-	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	s.sst.streams.Add(1)
-	var t *time.Timer
-	gone := func() {
-		s.sst.closed.Add(1)
-		if c.OnStreamClosed != nil {
-			c.OnStreamClosed()
-		}
-	}
-	wait := func(d time.Duration) bool {
-		if d <= 0 {
-			if ctx.Err() != nil {
-				gone()
-				return false
-			}
-			return true
-		}
-		if t == nil {
-			t = time.NewTimer(d)
-		} else {
-			t.Reset(d)
-		}
-		select {
-		case <-t.C:
-			return true
-		case <-ctx.Done():
-			t.Stop()
-			gone()
-			return false
-		case <-s.closed:
-			t.Stop()
-			panic(http.ErrAbortHandler)
-		}
-	}
-	send := func(event string, data any) bool {
-		b, _ := json.Marshal(data) // strings, numbers and raw JSON only
-		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-		if err == nil {
-			err = rc.Flush()
-		}
-		if err != nil {
-			gone()
-			return false
-		}
-		return true
-	}
+	sw := &sseWriter{s: s, w: w, r: r, rc: http.NewResponseController(w)}
+	defer sw.stop()
 	resp := aa.resp
-	if !wait(c.Latency + time.Duration(a.promptTokens)*c.PerPromptToken) {
+	if !sw.wait(c.Latency + time.Duration(a.promptTokens)*c.PerPromptToken) {
 		return
 	}
 	start := *resp
 	start.Content, start.StopReason, start.StopSequence = []anthropicBlock{}, nil, nil
 	start.Usage = anthropicUsage{InputTokens: resp.Usage.InputTokens, OutputTokens: 1}
-	if !send("message_start", map[string]any{"type": "message_start", "message": start}) {
+	if !sw.send("message_start", map[string]any{"type": "message_start", "message": start}) {
 		return
 	}
-	type delta struct {
-		Type        string `json:"type"`
-		Text        string `json:"text,omitempty"`
-		PartialJSON string `json:"partial_json,omitempty"`
-	}
-	for i, b := range resp.Content {
-		var pieces []string
-		var first any
-		switch b.Type {
-		case "tool_use":
-			first = map[string]any{"type": "tool_use", "id": b.ID, "name": b.Name, "input": map[string]any{}}
-			js := string(b.Input)
-			for len(js) > 0 { // Anthropic sends the input in pieces
-				n := min(len(js), 12)
-				pieces, js = append(pieces, js[:n]), js[n:]
-			}
-		default:
-			first = map[string]any{"type": "text", "text": ""}
-			pieces = sa.words
-		}
-		if !send("content_block_start", map[string]any{"type": "content_block_start", "index": i, "content_block": first}) {
-			return
-		}
-		if i == 0 && !send("ping", map[string]string{"type": "ping"}) {
-			return
-		}
-		for k, p := range pieces {
-			if k > 0 && !wait(time.Duration(Tokens(p))*c.PerToken) {
-				return
-			}
-			if sa.fault != 0 && k == sa.at {
-				s.anthropicStreamFault(w, r, sa.fault, rc)
-				return
-			}
-			if p == "" {
-				continue
-			}
-			d := delta{Type: "text_delta", Text: p}
-			if b.Type == "tool_use" {
-				d = delta{Type: "input_json_delta", PartialJSON: p}
-			}
-			if !send("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": d}) {
-				return
-			}
-		}
-		if !send("content_block_stop", map[string]any{"type": "content_block_stop", "index": i}) {
+	for i := range resp.Content {
+		if !s.streamBlock(sw, i, &resp.Content[i], aa.stream) {
 			return
 		}
 	}
-	if !send("message_delta", map[string]any{"type": "message_delta",
+	if !sw.send("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": resp.StopReason, "stop_sequence": resp.StopSequence},
 		"usage": map[string]int{"output_tokens": resp.Usage.OutputTokens}}) {
 		return
 	}
-	if !send("message_stop", map[string]string{"type": "message_stop"}) {
+	if !sw.send("message_stop", map[string]string{"type": "message_stop"}) {
 		return
 	}
 	s.st.ok.Add(1)
 	s.st.promptTokens.Add(int64(a.promptTokens))
 	s.st.completionTokens.Add(int64(a.completionTokens))
+}
+
+// sseWriter writes one streamed answer's events, paced by its timer.
+type sseWriter struct {
+	s  *Server
+	w  http.ResponseWriter
+	r  *http.Request
+	rc *http.ResponseController
+	t  *time.Timer
+}
+
+func (sw *sseWriter) stop() {
+	if sw.t != nil {
+		sw.t.Stop()
+	}
+}
+
+// gone counts a stream its client closed.
+func (sw *sseWriter) gone() {
+	sw.s.sst.closed.Add(1)
+	if f := sw.s.cfg.OnStreamClosed; f != nil {
+		f()
+	}
+}
+
+// wait waits d; false when the client went away meanwhile. The server's
+// Close aborts the handler.
+func (sw *sseWriter) wait(d time.Duration) bool {
+	ctx := sw.r.Context()
+	if d <= 0 {
+		if ctx.Err() != nil {
+			sw.gone()
+			return false
+		}
+		return true
+	}
+	if sw.t == nil {
+		sw.t = time.NewTimer(d)
+	} else {
+		sw.t.Reset(d)
+	}
+	select {
+	case <-sw.t.C:
+		return true
+	case <-ctx.Done():
+		sw.t.Stop()
+		sw.gone()
+		return false
+	case <-sw.s.closed:
+		sw.t.Stop()
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// send writes and flushes one event; false when the client is gone.
+func (sw *sseWriter) send(event string, data any) bool {
+	b, _ := json.Marshal(data) // strings, numbers and raw JSON only
+	_, err := fmt.Fprintf(sw.w, "event: %s\ndata: %s\n\n", event, b)
+	if err == nil {
+		err = sw.rc.Flush()
+	}
+	if err != nil {
+		sw.gone()
+		return false
+	}
+	return true
+}
+
+// streamBlock streams content block i: its start, its deltas (text in the
+// answer's words, a tool call's input in pieces) with the stream's fault,
+// and its stop. false: the stream ended.
+func (s *Server) streamBlock(sw *sseWriter, i int, b *anthropicBlock, sa *streamAnswer) bool {
+	type delta struct {
+		Type        string `json:"type"`
+		Text        string `json:"text,omitempty"`
+		PartialJSON string `json:"partial_json,omitempty"`
+	}
+	var pieces []string
+	var first any
+	switch b.Type {
+	case "tool_use":
+		first = map[string]any{"type": "tool_use", "id": b.ID, "name": b.Name, "input": map[string]any{}}
+		js := string(b.Input)
+		for len(js) > 0 { // Anthropic sends the input in pieces
+			n := min(len(js), 12)
+			pieces, js = append(pieces, js[:n]), js[n:]
+		}
+	default:
+		first = map[string]any{"type": "text", "text": ""}
+		pieces = sa.words
+	}
+	if !sw.send("content_block_start", map[string]any{"type": "content_block_start", "index": i, "content_block": first}) {
+		return false
+	}
+	if i == 0 && !sw.send("ping", map[string]string{"type": "ping"}) {
+		return false
+	}
+	for k, p := range pieces {
+		if k > 0 && !sw.wait(time.Duration(Tokens(p))*s.cfg.PerToken) {
+			return false
+		}
+		if sa.fault != 0 && k == sa.at {
+			s.anthropicStreamFault(sw.w, sw.r, sa.fault, sw.rc)
+			return false
+		}
+		if p == "" {
+			continue
+		}
+		d := delta{Type: "text_delta", Text: p}
+		if b.Type == "tool_use" {
+			d = delta{Type: "input_json_delta", PartialJSON: p}
+		}
+		if !sw.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": d}) {
+			return false
+		}
+	}
+	return sw.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": i})
 }
 
 // anthropicStreamFault injects a mid-stream fault: a cut or a stall as on

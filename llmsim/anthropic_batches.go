@@ -24,9 +24,9 @@ import (
 // /v1/messages would be, faults included (ErrorRate makes errored lines),
 // but outside the RPM and TPM limits, as Anthropic's batches are;
 // BatchFailRate and BatchExpireRate, drawn per request, make errored (500
-// api_error) and expired lines. The
-// batch runs in the background as soon as it is created, one request
-// after another.
+// api_error) and expired lines. The batch runs in the background as soon
+// as it is created, one request after another, spread evenly over
+// BatchTime (its processing time: it ends no sooner).
 
 // AnthropicBatchMaxRequests is Anthropic's bound on one batch's requests.
 const AnthropicBatchMaxRequests = 100_000
@@ -119,7 +119,11 @@ func (s *Server) runMessageBatch(ctx context.Context, b *anthropicBatch, version
 		case <-ctx.Done():
 		}
 	}()
+	start := time.Now()
 	for i := range b.ids {
+		if !pace(ctx, start, s.cfg.BatchTime*time.Duration(i)/time.Duration(len(b.ids))) {
+			break
+		}
 		ab.mu.Lock()
 		stop := b.cancelled
 		ab.mu.Unlock()
@@ -171,6 +175,12 @@ func (s *Server) runMessageBatch(ctx context.Context, b *anthropicBatch, version
 		ab.mu.Unlock()
 	}
 	ab.mu.Lock()
+	stop := b.cancelled
+	ab.mu.Unlock()
+	if !stop {
+		pace(ctx, start, s.cfg.BatchTime) // it ends no sooner than BatchTime after its start
+	}
+	ab.mu.Lock()
 	defer ab.mu.Unlock()
 	for i := range b.results {
 		if b.results[i] == nil {
@@ -179,6 +189,22 @@ func (s *Server) runMessageBatch(ctx context.Context, b *anthropicBatch, version
 		}
 	}
 	b.ended = s.cfg.Now()
+}
+
+// pace waits until at after start; false when ctx ends first.
+func pace(ctx context.Context, start time.Time, at time.Duration) bool {
+	d := time.Until(start.Add(at))
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // batchCallKey marks a /v1/messages call made for a batch: outside the

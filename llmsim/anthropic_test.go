@@ -2,6 +2,7 @@ package llmsim
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -136,5 +137,54 @@ func TestMessageBatchRefusals(t *testing.T) {
 		if _, msg := anthropicErrorOf(t, body); resp.StatusCode != 400 || !strings.Contains(msg, tc.msg) {
 			t.Errorf("%s: %d %s", tc.name, resp.StatusCode, body)
 		}
+	}
+}
+
+// A message batch takes BatchTime: it is still processing before, its
+// requests spread over it, and ends no sooner.
+func TestMessageBatchTakesBatchTime(t *testing.T) {
+	const bt = 400 * time.Millisecond
+	_, url := start(t, Config{BatchTime: bt})
+	params := map[string]any{"model": "sim-chat", "max_tokens": 5, "messages": []any{map[string]any{"role": "user", "content": "hi"}}}
+	var reqs []any
+	for i := range 4 {
+		reqs = append(reqs, map[string]any{"custom_id": fmt.Sprintf("r%d", i), "params": params})
+	}
+	begun := time.Now()
+	resp, body := post(t, url+"/v1/messages/batches", map[string]any{"requests": reqs}, "anthropic-version", "2023-06-01")
+	var b struct {
+		ID     string `json:"id"`
+		Status string `json:"processing_status"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || resp.StatusCode != http.StatusOK || b.Status != "in_progress" {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	seenProcessing := false
+	for {
+		req, _ := http.NewRequest(http.MethodGet, url+"/v1/messages/batches/"+b.ID, nil)
+		req.Header.Set("anthropic-version", "2023-06-01")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Status string `json:"processing_status"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&got)
+		_ = res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == "ended" {
+			break
+		}
+		seenProcessing = true
+		if time.Since(begun) > time.Minute {
+			t.Fatal("the batch never ended")
+		}
+		time.Sleep(20 * time.Millisecond) // polling, as a client does
+	}
+	if el := time.Since(begun); el < bt || !seenProcessing {
+		t.Errorf("ended after %v (processing seen %v), want at least BatchTime %v", el, seenProcessing, bt)
 	}
 }

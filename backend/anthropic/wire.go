@@ -119,57 +119,97 @@ func buildRequest(model string, r *batcher.Request, maxTokens int32) (*messagesR
 		return nil, fmt.Errorf("params.seed: not supported by the Anthropic Messages API")
 	}
 	req := &messagesRequest{Model: model, MaxTokens: maxTokens, Temperature: p.Temperature, TopP: p.TopP, StopSequences: p.Stop}
+	if err := req.setTurns(r.Input.Messages); err != nil {
+		return nil, err
+	}
+	req.setTools(r)
+	if r.User != "" {
+		req.Metadata = &metadata{UserID: r.User}
+	}
+	if len(r.Extra) > 0 {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(r.Extra, &fields); err != nil {
+			return nil, fmt.Errorf("extra_body: must be a JSON object")
+		}
+		for _, f := range setFields {
+			if _, ok := fields[f]; ok {
+				return nil, fmt.Errorf("extra_body.%s: set by Batcher from the request's own fields", f)
+			}
+		}
+		req.extra = r.Extra
+	}
+	return req, nil
+}
+
+// setTurns sets the system prompt (the system and developer messages,
+// text only) and the turns from msgs.
+func (req *messagesRequest) setTurns(msgs []batcher.Message) error {
 	var system []string
-	for i := range r.Input.Messages {
-		m := &r.Input.Messages[i]
+	for i := range msgs {
+		m := &msgs[i]
 		at := fmt.Sprintf("messages[%d]", i)
 		switch m.Role {
 		case "system", "developer":
 			for _, part := range m.Parts {
 				if part.Kind == batcher.PartImage {
-					return nil, fmt.Errorf("%s: a system prompt holds text only on Anthropic", at)
+					return fmt.Errorf("%s: a system prompt holds text only on Anthropic", at)
 				}
 			}
 			system = append(system, m.Text())
 		case "user":
 			blocks, err := contentBlocks(m, at)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			req.appendTurn("user", blocks)
 		case "assistant":
-			blocks, err := contentBlocks(m, at)
+			blocks, err := assistantBlocks(m, at)
 			if err != nil {
-				return nil, err
-			}
-			for j, c := range m.ToolCalls {
-				args := strings.TrimSpace(c.Arguments)
-				if args == "" {
-					args = "{}"
-				}
-				var obj map[string]json.RawMessage
-				if json.Unmarshal([]byte(args), &obj) != nil || obj == nil {
-					return nil, fmt.Errorf("%s.tool_calls[%d].arguments: must be a JSON object for Anthropic's tool_use input", at, j)
-				}
-				blocks = append(blocks, wireBlock{Type: "tool_use", ID: c.ID, Name: c.Name, Input: json.RawMessage(args)})
-			}
-			if len(blocks) == 0 {
-				return nil, fmt.Errorf("%s: an assistant turn needs content or tool calls", at)
+				return err
 			}
 			req.appendTurn("assistant", blocks)
 		case "tool":
 			if m.ToolCallID == "" {
-				return nil, fmt.Errorf("%s.tool_call_id: must be set on a tool message", at)
+				return fmt.Errorf("%s.tool_call_id: must be set on a tool message", at)
 			}
 			req.appendTurn("user", []wireBlock{{Type: "tool_result", ToolUseID: m.ToolCallID, Content: m.Text()}})
 		default:
-			return nil, fmt.Errorf("%s.role: %q has no Anthropic equivalent", at, m.Role)
+			return fmt.Errorf("%s.role: %q has no Anthropic equivalent", at, m.Role)
 		}
 	}
 	if len(req.Messages) == 0 {
-		return nil, fmt.Errorf("messages: Anthropic needs at least one user or assistant message besides the system prompt")
+		return fmt.Errorf("messages: Anthropic needs at least one user or assistant message besides the system prompt")
 	}
 	req.System = strings.Join(system, "\n\n")
+	return nil
+}
+
+// assistantBlocks are an assistant turn's blocks: its content, then its
+// tool calls as tool_use blocks.
+func assistantBlocks(m *batcher.Message, at string) ([]wireBlock, error) {
+	blocks, err := contentBlocks(m, at)
+	if err != nil {
+		return nil, err
+	}
+	for j, c := range m.ToolCalls {
+		args := strings.TrimSpace(c.Arguments)
+		if args == "" {
+			args = "{}"
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal([]byte(args), &obj) != nil || obj == nil {
+			return nil, fmt.Errorf("%s.tool_calls[%d].arguments: must be a JSON object for Anthropic's tool_use input", at, j)
+		}
+		blocks = append(blocks, wireBlock{Type: "tool_use", ID: c.ID, Name: c.Name, Input: json.RawMessage(args)})
+	}
+	if len(blocks) == 0 {
+		return nil, fmt.Errorf("%s: an assistant turn needs content or tool calls", at)
+	}
+	return blocks, nil
+}
+
+// setTools sets the tools and the tool choice from r's.
+func (req *messagesRequest) setTools(r *batcher.Request) {
 	if len(r.Tools) > 0 {
 		req.Tools = make([]wireTool, len(r.Tools))
 		for i, t := range r.Tools {
@@ -194,28 +234,10 @@ func buildRequest(model string, r *batcher.Request, maxTokens int32) (*messagesR
 		if req.ToolChoice == nil {
 			req.ToolChoice = &toolChoice{Type: "auto"}
 		}
-		if req.ToolChoice.Type == "none" {
-			// No call at all: none in parallel either.
-		} else {
+		if req.ToolChoice.Type != "none" { // none: no call at all, none in parallel either
 			req.ToolChoice.DisableParallelToolUse = true
 		}
 	}
-	if r.User != "" {
-		req.Metadata = &metadata{UserID: r.User}
-	}
-	if len(r.Extra) > 0 {
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(r.Extra, &fields); err != nil {
-			return nil, fmt.Errorf("extra_body: must be a JSON object")
-		}
-		for _, f := range setFields {
-			if _, ok := fields[f]; ok {
-				return nil, fmt.Errorf("extra_body.%s: set by Batcher from the request's own fields", f)
-			}
-		}
-		req.extra = r.Extra
-	}
-	return req, nil
 }
 
 // appendTurn adds blocks as a turn of role, merged into the last turn when
