@@ -59,9 +59,8 @@ type Batcher struct {
 	tokenPool sync.Pool // of chan struct{} (capacity 1): Do's done channels
 	callPool  sync.Pool // of *Call: Do's calls that nothing holds any more (finishAs)
 
-	runsMu   sync.Mutex
-	runs     map[*batchRun]struct{} // batches in flight
-	retrying map[*Call]*time.Timer  // calls waiting out a backoff
+	runsMu sync.Mutex
+	runs   map[*batchRun]struct{} // batches in flight
 
 	pending   atomic.Int64 // admitted calls without a result
 	batchSeq  atomic.Uint64
@@ -73,6 +72,7 @@ type Batcher struct {
 	lanesWG   sync.WaitGroup // lane owners
 	fetches   sync.WaitGroup // lookups in the cache's shared layer (cacheFetch)
 	workers   sync.WaitGroup // dispatch workers
+	owners    sync.WaitGroup // backend owners (backendState.loop)
 	abortOnce sync.Once
 	abortCh   chan struct{} // closed when the drain is cut short
 	stopped   chan struct{} // closed when every goroutine has returned
@@ -86,16 +86,15 @@ func New(opts ...Option) (*Batcher, error) {
 		return nil, err
 	}
 	b := &Batcher{
-		cfg:      cfg,
-		lanes:    make(map[laneKey]*lane),
-		runs:     make(map[*batchRun]struct{}),
-		retrying: make(map[*Call]*time.Timer),
-		closed:   make(chan struct{}),
-		drained:  make(chan struct{}),
-		abortCh:  make(chan struct{}),
-		admit:    newAdmission(cfg.queueCapacity, cfg.queueReserve),
-		stopped:  make(chan struct{}),
-		viewKey:  newViewKey(),
+		cfg:     cfg,
+		lanes:   make(map[laneKey]*lane),
+		runs:    make(map[*batchRun]struct{}),
+		closed:  make(chan struct{}),
+		drained: make(chan struct{}),
+		abortCh: make(chan struct{}),
+		admit:   newAdmission(cfg.queueCapacity, cfg.queueReserve),
+		stopped: make(chan struct{}),
+		viewKey: newViewKey(),
 	}
 	b.otherTenant = &tenantState{name: OtherTenant}
 	b.otherTenant.lim.Store(&tenantLimits{weight: 1})
@@ -597,6 +596,7 @@ func (b *Batcher) laneFor(key laneKey, rc *routeConfig, req *Request) (*lane, er
 	b.lanes[key] = l
 	b.laneHolders.add(l, caller)
 	b.lanesWG.Add(1)
+	l.be.ensureOwner() // under lanesMu: Shutdown waits for what it starts (see Shutdown)
 	b.lanesMu.Unlock()
 	go l.loop() // outside the lock
 	return l, nil
@@ -743,9 +743,12 @@ func (b *Batcher) Shutdown(ctx context.Context) error {
 				close(be.work)
 			}
 			b.workers.Wait()
+			// The workers' releases and retries are in the owners'
+			// inboxes: each owner applies them, then exits.
 			for _, be := range all {
-				be.stopTimer()
+				be.stop()
 			}
+			b.owners.Wait()
 			b.fetches.Wait()
 			close(b.stopped)
 		}()
@@ -803,15 +806,20 @@ func (b *Batcher) abort() int {
 	for r := range b.runs {
 		calls = append(calls, r.calls...)
 	}
-	for c, t := range b.retrying {
-		t.Stop()
-		calls = append(calls, c)
-		delete(b.retrying, c)
-	}
 	b.runsMu.Unlock()
 	now := time.Now()
 	for _, c := range calls {
 		c.finish(Result{Err: ErrShutdown}, now)
+	}
+	// The calls waiting out a retry backoff are their backends' owners':
+	// each ends its own, and answers once it has.
+	b.routesMu.Lock()
+	all := b.allBackends
+	b.routesMu.Unlock()
+	for _, be := range all {
+		done := make(chan struct{})
+		be.send(bmsg{kind: bmAbort, done: done})
+		<-done
 	}
 	b.eachLane((*lane).nudge)
 	return n

@@ -415,9 +415,8 @@ func TestCacheHitSpendsNoBudget(t *testing.T) {
 					mc.mu.Unlock()
 				}
 				bs := (*b.routes.Load())["e"].targets[0].be
-				bs.mu.Lock()
-				rpmBefore, tpmBefore := bs.rpm.tokensAt(time.Now()), bs.tpm.tokensAt(time.Now())
-				bs.mu.Unlock()
+				var rpmBefore, tpmBefore float64
+				bs.query(func() { rpmBefore, tpmBefore = bs.rpm.tokensAt(time.Now()), bs.tpm.tokensAt(time.Now()) })
 				for i := range 20 {
 					if r := do(t, b, embed("hello", "t")); !r.Cached {
 						t.Fatalf("repeat %d went upstream", i)
@@ -435,9 +434,8 @@ func TestCacheHitSpendsNoBudget(t *testing.T) {
 				if booked != 1 {
 					t.Fatalf("%d bookings in the fleet's budget, want the miss's alone", booked)
 				}
-				bs.mu.Lock()
-				rpmAfter, tpmAfter := bs.rpm.tokensAt(time.Now()), bs.tpm.tokensAt(time.Now())
-				bs.mu.Unlock()
+				var rpmAfter, tpmAfter float64
+				bs.query(func() { rpmAfter, tpmAfter = bs.rpm.tokensAt(time.Now()), bs.tpm.tokensAt(time.Now()) })
 				if rpmAfter < rpmBefore || tpmAfter < tpmBefore {
 					t.Fatalf("the backend's budgets fell from rpm %v tpm %v to %v %v", rpmBefore, tpmBefore, rpmAfter, tpmAfter)
 				}

@@ -129,37 +129,30 @@ func (s *backendState) Share(f float64) {
 	if !(f > 0 && f <= 1) {
 		f = 1
 	}
-	s.mu.Lock()
-	now := time.Now()
+	s.send(bmsg{kind: bmShare, share: f})
+}
+
+// shareOwned scales the budgets to f of their configured size.
+func (s *backendState) shareOwned(f float64, now time.Time) {
 	grew := f > s.share
 	s.share = f
 	s.rpm.setShare(now, f)
 	s.tpm.setShare(now, f)
 	s.fleetSlots = 0
 	if f < 1 {
-		s.fleetSlots = shareOf(s.cfg.MaxConcurrency, f)
+		s.fleetSlots = shareOf(s.lim.maxConc, f)
 	}
-	var grants []grant
 	if grew {
-		grants, _ = s.grantLocked(now, nil)
+		s.regrant = true
 	}
-	s.mu.Unlock()
-	deliver(grants)
 }
 
 // Pause implements LocalBudget.
-func (s *backendState) Pause(until time.Time) {
-	s.mu.Lock()
-	now := time.Now()
-	if until.After(s.pausedUntil) {
-		s.pauseLocked(now, until)
-		s.log.paused(until.Sub(now), "another replica was told to wait (429 with Retry-After)")
-	}
-	s.mu.Unlock()
-}
+func (s *backendState) Pause(until time.Time) { s.send(bmsg{kind: bmPause, at: until}) }
 
-// HoldOpen implements LocalBudget. Lanes waiting for a permit are told at
-// once, as when the breaker opens here, so that their calls fall back.
+// HoldOpen implements LocalBudget. Admission sees it at once; lanes waiting
+// for a permit are told by the owner, as when the breaker opens here, so
+// that their calls fall back.
 func (s *backendState) HoldOpen(until time.Time) {
 	for {
 		old := s.heldOpenUntil.Load()
@@ -167,37 +160,31 @@ func (s *backendState) HoldOpen(until time.Time) {
 			break
 		}
 	}
-	s.mu.Lock()
-	out := make([]grant, 0, len(s.waiters))
-	for _, w := range s.waiters {
-		out = append(out, grant{l: w.l})
-	}
-	s.waiters = s.waiters[:0]
-	s.mu.Unlock()
-	deliver(out)
+	s.send(bmsg{kind: bmHoldOpen})
 }
 
-// demand is what pm's batch asks of the fleet.
+// demand is what pm's batch asks of the fleet: its cost, and the budgets
+// as the owner knew them at the grant.
 func (s *backendState) demand(pm *permit) Demand {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return Demand{
-		Requests: pm.requests, Tokens: pm.tokens,
-		RPM: s.rpm.rate(), TPM: s.tpm.rate(),
-		MaxConcurrency: s.cfg.MaxConcurrency,
-	}
+	d := *pm.fleet
+	d.Requests, d.Tokens = pm.requests, pm.tokens
+	return d
 }
 
-// follow sets the local buckets to what the fleet's had left once pm's
-// batch was booked (less what this replica granted since), and caps the
-// concurrency to the slots other replicas leave: a replica that holds 1/N
-// of each budget may so borrow what the others leave unused.
+// follow tells the owner what the fleet's buckets had left once pm's batch
+// was booked.
 func (s *backendState) follow(pm *permit, t Ticket) {
 	if !t.Shared {
 		return
 	}
-	s.mu.Lock()
-	now := time.Now()
+	s.send(bmsg{kind: bmFollow, pm: pm, fleet: [2]float64{t.RemainingRequests, t.RemainingTokens}, slots: t.Slots})
+}
+
+// followOwned sets the local buckets to what the fleet's had left once the
+// permit's batch was booked (less what this replica granted since), and
+// caps the concurrency to the slots other replicas leave: a replica that
+// holds 1/N of each budget may so borrow what the others leave unused.
+func (s *backendState) followOwned(m *bmsg, now time.Time) {
 	// A fleet in debt repays it at the whole rate; this replica refills at
 	// its share of it, so it takes its share of the debt.
 	debt := func(rem float64) float64 {
@@ -206,15 +193,12 @@ func (s *backendState) follow(pm *permit, t Ticket) {
 		}
 		return rem
 	}
-	grew := s.rpm.follow(now, debt(t.RemainingRequests), pm.spentAt[0])
-	grew = s.tpm.follow(now, debt(t.RemainingTokens), pm.spentAt[1]) || grew
-	slots := max(1, t.Slots)
+	grew := s.rpm.follow(now, debt(m.fleet[0]), m.pm.spentAt[0])
+	grew = s.tpm.follow(now, debt(m.fleet[1]), m.pm.spentAt[1]) || grew
+	slots := max(1, m.slots)
 	grew = grew || slots > s.fleetSlots
 	s.fleetSlots = slots
-	var grants []grant
 	if grew {
-		grants, _ = s.grantLocked(now, nil)
+		s.regrant = true
 	}
-	s.mu.Unlock()
-	deliver(grants)
 }

@@ -134,26 +134,6 @@ func (s *backendState) worker(wg *sync.WaitGroup) {
 	}
 }
 
-// startWorkers starts the backend's workers on its first batch; a raised
-// MaxConcurrency starts more (setLimits).
-func (s *backendState) startWorkers(b *Batcher) {
-	if s.workersStartedA.Load() {
-		return
-	}
-	s.mu.Lock()
-	n := 0
-	if !s.workersStarted {
-		s.workersStarted, n = true, s.cfg.MaxConcurrency
-		s.workersN = n
-	}
-	s.mu.Unlock()
-	b.workers.Add(n)
-	for range n {
-		go s.worker(&b.workers)
-	}
-	s.workersStartedA.Store(true)
-}
-
 // run dispatches the batch and delivers its results: successes at once,
 // retryable failures back to their lane after a backoff, the rest as errors.
 func (r *batchRun) run() {
@@ -173,7 +153,7 @@ func (r *batchRun) run() {
 	ctx, start := r.prepare()
 	end, err := r.call(ctx, start)
 	v := r.verdict(err)
-	r.be.release(r.pm, v.used, nil)
+	r.be.release(r.pm, v.used, v.lesson, v.info, nil)
 	r.b.metrics.dispatched(r, r.out, end.Sub(start).Seconds(), err, v.used)
 	r.deliver(err, end, end.Sub(start))
 	if ticket.Release != nil {
@@ -305,10 +285,12 @@ type runVerdict struct {
 	used        cost           // what the batch spent
 	rateLimited bool           // the upstream answered 429, to the batch or to one of its requests
 	limited     *RateLimitInfo // the first 429's details
+	lesson      lesson         // what the limits learn: a 429 lowers them, a success may raise them
+	info        *RateLimitInfo // what the upstream said of its budget, for the lesson
 }
 
-// verdict reads the budget's lesson from the answer and tells the
-// backend: a 429 lowers its limits, a success may raise them; the tokens
+// verdict reads the budget's lesson from the answer, for the permit's
+// release: a 429 lowers the limits, a success may raise them; the tokens
 // the replies report settle the reservation.
 func (r *batchRun) verdict(err error) runVerdict {
 	v := runVerdict{used: cost{requests: r.pm.requests, tokens: r.pm.tokens}}
@@ -333,9 +315,9 @@ func (r *batchRun) verdict(err error) runVerdict {
 		v.used.tokens = tokens // settle the reservation against what was used
 	}
 	if v.rateLimited {
-		r.be.onRateLimited(r.pm, v.limited)
+		v.lesson, v.info = lessonRateLimited, v.limited
 	} else if err == nil {
-		r.be.onSuccess(r.pm, r.batch.RateLimit)
+		v.lesson, v.info = lessonSuccess, r.batch.RateLimit
 	}
 	return v
 }

@@ -1,15 +1,18 @@
 package batcher
 
 import (
+	"fmt"
 	"time"
 
 	"golang.org/x/time/rate"
 )
 
 // permit is a granted dispatch: one concurrency slot plus the requests and
-// tokens reserved for it, from its grant to its release. Its lane owns it
+// tokens reserved for it, from its grant to its release. The backend's
+// owner makes it and hands it to a lane as a message; the lane owns it
 // until it hands it to a dispatch worker with the batch; then the worker
-// owns it and releases it.
+// owns it and sends it back to the backend's owner with its release. The
+// reservations stay the backend owner's: only it reads or writes them.
 type permit struct {
 	cost
 	protected bool         // granted to URGENT or HIGH work
@@ -17,6 +20,7 @@ type permit struct {
 	done      func(error)  // the breaker's verdict; errUnused when never used
 	spentAt   [2]uint64    // the buckets' spend counters right after the grant
 	rpm, tpm  *reservation // nil where the backend has no such budget
+	fleet     *Demand      // the budgets at the grant, for the fleet's booking; nil without a coordinator
 }
 
 // reservation is what a permit took from one bucket.
@@ -32,63 +36,108 @@ type waiter struct {
 	p     Priority
 	since time.Time // its best call's admission: ranks age from it
 	cost  cost
+	seen  uint32 // the grants the lane had received when it asked (lane.grantsSeen)
 }
 
-// protectedSlots is how many of the concurrency limit URGENT and HIGH work
-// may always have.
-func (s *backendState) protectedSlots() int {
-	return int(float64(s.limitLocked()) * s.cfg.ProtectedShare)
+// grant is a permit for a lane; a nil p only tells the lane to look at the
+// backend again (its breaker opened).
+type grant struct {
+	l *lane
+	p *permit
 }
 
-// limitLocked is the concurrency limit now: the adaptive limit, within the
-// slots the fleet leaves this replica.
-func (s *backendState) limitLocked() int {
-	if s.fleetSlots > 0 && s.fleetSlots < s.limit {
-		return s.fleetSlots
+// The lane's side: messages to the backend's owner.
+
+// ask registers (or updates) w's lane's wait for a permit. The answer comes
+// as a message to the lane: a grant (lane.grant), or, when the breaker is
+// open or a rate budget alone makes it wait, a refusal (lane.refuse).
+func (s *backendState) ask(w waiter) { s.send(bmsg{kind: bmAsk, w: w}) }
+
+// drop ends l's wait for a permit. A permit already granted to l is on its
+// way as a message; l's owner gives it back when it arrives.
+func (s *backendState) drop(l *lane) { s.send(bmsg{kind: bmDrop, w: waiter{l: l}}) }
+
+// settle trims a permit to the batch actually cut, before dispatch. The
+// lane sets the permit's cost; the owner refunds the rest of what its
+// reservations took.
+func (s *backendState) settle(pm *permit, cut cost) {
+	if pm.rpm == nil && pm.tpm == nil {
+		pm.cost = cut
+		return
 	}
-	return s.limit
+	if pm.cost == cut {
+		return
+	}
+	was := pm.cost
+	pm.cost = cut
+	s.send(bmsg{kind: bmSettle, pm: pm, used: was})
 }
 
-// ask registers (or updates) l's wait for a permit and runs the grant
-// function. It returns the permit when l got one at once; otherwise l waits
-// for a grant message, and ask returns how long the rate budget alone will
-// make it wait and which budget. It fails with errBreakerOpen when the
-// backend takes no calls: l is then no longer registered.
-func (s *backendState) ask(w waiter) (*permit, time.Duration, string, error) {
-	s.mu.Lock()
+// release ends a permit. used is what its batch spent of the budgets
+// (the zero cost for a permit never used): the rest of what it reserved is
+// refunded. ls and info are what the batch's answer taught the limits;
+// verdict, when not nil, goes to the breaker.
+func (s *backendState) release(pm *permit, used cost, ls lesson, info *RateLimitInfo, verdict error) {
+	if pm.done != nil {
+		pm.done(verdict)
+	}
+	if ls == lessonRateLimited {
+		s.stats.rateLimited.Add(1)
+	}
+	s.send(bmsg{kind: bmRelease, pm: pm, used: used, lesson: ls, info: info})
+}
+
+// giveBack returns an unused permit in full: a call that never ran says
+// nothing about the backend's health.
+func (s *backendState) giveBack(pm *permit) { s.release(pm, cost{}, lessonNone, nil, errUnused) }
+
+// The owner's side.
+
+// askOwned applies a lane's ask. A lane that asks while a grant is on its
+// way to it (it has not seen every grant sent) is not registered: the
+// grant answers it, and it asks again if it still needs to.
+func (s *backendState) askOwned(w waiter) {
+	l := w.l
+	if w.seen != l.grantsSent {
+		return
+	}
 	if s.open() {
-		s.dropLocked(w.l)
-		s.mu.Unlock()
-		return nil, 0, "", errBreakerOpen
+		s.dropOwned(l)
+		l.refuse(fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, s.name))
+		return
 	}
-	now := time.Now()
-	if i := s.indexLocked(w.l); i >= 0 {
+	if i := s.indexOwned(l); i >= 0 {
 		s.waiters[i] = w
 	} else {
 		s.waiters = append(s.waiters, w)
 	}
-	grants, mine := s.grantLocked(now, w.l)
-	var wait time.Duration
-	var by string
-	if mine == nil {
-		if s.open() { // the grant round found the breaker just opened
-			s.dropLocked(w.l)
-			s.mu.Unlock()
-			deliver(grants)
-			return nil, 0, "", errBreakerOpen
+	s.asked = append(s.asked, w)
+	s.regrant = true
+}
+
+// answerAsks tells each lane that asked in this step and got no permit in
+// the round how long a rate budget alone makes it wait, so that it moves
+// the calls the wait would take past their deadlines.
+func (s *backendState) answerAsks(now time.Time) {
+	protectedWaiting := s.protectedWaitingOwned()
+	for i, w := range s.asked {
+		s.asked[i] = waiter{}
+		if s.indexOwned(w.l) < 0 {
+			continue // granted, or dropped
 		}
-		_, wait, by, _ = s.checkLocked(w, now, s.protectedWaitingLocked())
+		_, wait, by, _ := s.check(w, now, protectedWaiting)
 		if by == "" {
 			by = budgetConcurrency // others rank first
 		}
 		s.stats.waited(by)
+		if wait > 0 {
+			w.l.refuse(&BudgetError{Backend: s.name, Budget: by, Wait: wait})
+		}
 	}
-	s.mu.Unlock()
-	deliver(grants)
-	return mine, wait, by, nil
+	s.asked = s.asked[:0]
 }
 
-func (s *backendState) indexLocked(l *lane) int {
+func (s *backendState) indexOwned(l *lane) int {
 	for i := range s.waiters {
 		if s.waiters[i].l == l {
 			return i
@@ -97,25 +146,58 @@ func (s *backendState) indexLocked(l *lane) int {
 	return -1
 }
 
-func (s *backendState) dropLocked(l *lane) {
-	if i := s.indexLocked(l); i >= 0 {
+func (s *backendState) dropOwned(l *lane) {
+	if i := s.indexOwned(l); i >= 0 {
 		s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
 	}
 }
 
-// drop ends l's wait for a permit. A permit already granted to l is on its
-// way as a message; l's owner gives it back when it arrives.
-func (s *backendState) drop(l *lane) {
-	s.mu.Lock()
-	s.dropLocked(l)
-	s.mu.Unlock()
+// releaseOwned ends a permit: its slot, and what its reservations took
+// beyond used.
+func (s *backendState) releaseOwned(pm *permit, used cost, now time.Time) {
+	s.inFlight--
+	if pm.borrowed {
+		s.borrowed--
+	}
+	s.rpm.refund(now, pm.rpm, used.requests)
+	s.tpm.refund(now, pm.tpm, used.tokens)
+	s.regrant = true
+}
+
+// settleOwned refunds what a permit's reservations took beyond the batch
+// cut: pm.cost is the cut, was what the permit was granted.
+func (s *backendState) settleOwned(pm *permit, was cost, now time.Time) {
+	if pm.rpm != nil && pm.requests < was.requests {
+		s.rpm.refund(now, pm.rpm, pm.requests)
+		pm.rpm.taken = pm.requests
+	}
+	if pm.tpm != nil && pm.tokens < was.tokens {
+		s.tpm.refund(now, pm.tpm, pm.tokens)
+		pm.tpm.taken = pm.tokens
+	}
+	s.regrant = true
+}
+
+// protectedSlots is how many of the concurrency limit URGENT and HIGH work
+// may always have.
+func (s *backendState) protectedSlots() int {
+	return int(float64(s.limitNow()) * s.lim.protectedShare)
+}
+
+// limitNow is the concurrency limit now: the adaptive limit, within the
+// slots the fleet leaves this replica.
+func (s *backendState) limitNow() int {
+	if s.fleetSlots > 0 && s.fleetSlots < s.limit {
+		return s.fleetSlots
+	}
+	return s.limit
 }
 
 func (s *backendState) rank(w *waiter, now time.Time) time.Duration {
 	return time.Duration(w.p.level())*s.aging - now.Sub(w.since)
 }
 
-func (s *backendState) protectedWaitingLocked() bool {
+func (s *backendState) protectedWaitingOwned() bool {
 	for i := range s.waiters {
 		if !s.waiters[i].p.background() {
 			return true
@@ -124,7 +206,7 @@ func (s *backendState) protectedWaitingLocked() bool {
 	return false
 }
 
-// checkLocked reports whether every budget allows w now. Otherwise it says
+// check reports whether every budget allows w now. Otherwise it says
 // which budget is short, for a rate budget how long until it allows, and
 // whether only the protected share holds w back (so that more urgent work
 // behind it may still go).
@@ -135,9 +217,9 @@ func (s *backendState) protectedWaitingLocked() bool {
 // lending stops: a freed slot goes to it before any background work, and
 // background work must leave the protected share in each bucket again, so
 // that share refills first.
-func (s *backendState) checkLocked(w waiter, now time.Time, protectedWaiting bool) (ok bool, wait time.Duration, by string, shareOnly bool) {
-	hold := w.p.background() && (protectedWaiting || s.cfg.StrictProtectedShare)
-	limit := s.limitLocked()
+func (s *backendState) check(w waiter, now time.Time, protectedWaiting bool) (ok bool, wait time.Duration, by string, shareOnly bool) {
+	hold := w.p.background() && (protectedWaiting || s.lim.strict)
+	limit := s.limitNow()
 	if s.inFlight >= limit {
 		return false, 0, budgetConcurrency, false
 	}
@@ -149,7 +231,7 @@ func (s *backendState) checkLocked(w waiter, now time.Time, protectedWaiting boo
 	}
 	share := 0.0
 	if hold {
-		share = s.cfg.ProtectedShare
+		share = s.lim.protectedShare
 	}
 	for _, b := range [...]struct {
 		b    *bucket
@@ -164,15 +246,14 @@ func (s *backendState) checkLocked(w waiter, now time.Time, protectedWaiting boo
 	return by == "", wait, by, shareOnly && by != ""
 }
 
-// grantLocked is the one grant function: it hands permits to waiters, best
-// rank first, while the budgets allow. A waiter held back only by the
-// protected share does not block more urgent work behind it; any other
-// shortage stops the round (the rate timer is armed for it). It returns
-// the grants for other lanes, to deliver once mu is released, and self's
-// permit when self got one.
-func (s *backendState) grantLocked(now time.Time, self *lane) (out []grant, mine *permit) {
+// grantOwned is the one grant function: it hands permits to waiters, best
+// rank first, while the budgets allow, into s.out for delivery. A waiter
+// held back only by the protected share does not block more urgent work
+// behind it; any other shortage stops the round (the rate timer is armed
+// for it).
+func (s *backendState) grantOwned(now time.Time) {
 	if len(s.waiters) == 0 {
-		return nil, nil
+		return
 	}
 	ws := s.waiters
 	// Sort by rank; the list is short (one entry per waiting lane).
@@ -181,33 +262,22 @@ func (s *backendState) grantLocked(now time.Time, self *lane) (out []grant, mine
 			ws[j], ws[j-1] = ws[j-1], ws[j]
 		}
 	}
-	protectedWaiting := s.protectedWaitingLocked()
+	protectedWaiting := s.protectedWaitingOwned()
 	for i := 0; i < len(s.waiters); {
 		w := s.waiters[i]
-		ok, wait, by, shareOnly := s.checkLocked(w, now, protectedWaiting)
+		ok, wait, by, shareOnly := s.check(w, now, protectedWaiting)
 		if ok {
-			pm, err := s.takeLocked(w, now, protectedWaiting)
+			pm, err := s.take(w, now)
 			if err != nil { // half-open with its probes out, or just opened
 				if s.open() {
-					// Just opened: every waiter must hear it now, to fail over.
-					for _, w := range s.waiters {
-						if w.l == self {
-							continue
-						}
-						out = append(out, grant{l: w.l})
-					}
-					s.waiters = s.waiters[:0]
+					s.tellWaiters() // just opened: every waiter must hear it now, to fail over
 				}
-				return out, mine // a probe's end calls again
+				return // a probe's end calls again
 			}
 			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
-			if w.l == self {
-				mine = pm
-			} else {
-				out = append(out, grant{w.l, pm})
-			}
+			s.out = append(s.out, grant{w.l, pm})
 			if !w.p.background() {
-				protectedWaiting = s.protectedWaitingLocked()
+				protectedWaiting = s.protectedWaitingOwned()
 			}
 			continue
 		}
@@ -216,35 +286,47 @@ func (s *backendState) grantLocked(now time.Time, self *lane) (out []grant, mine
 			continue // only the protected share is left: look for urgent work
 		}
 		if by != budgetConcurrency {
-			s.armLocked(now, wait)
+			s.armOwned(now, wait)
 		}
 		break
 	}
-	return out, mine
 }
 
-// takeLocked books a permit for w: a slot, the breaker's leave and the
+// tellWaiters ends every lane's wait with a grant of nothing, so that each
+// looks at the backend again (its breaker opened, or the fleet holds it
+// open) and fails over.
+func (s *backendState) tellWaiters() {
+	for _, w := range s.waiters {
+		s.out = append(s.out, grant{l: w.l})
+	}
+	clear(s.waiters)
+	s.waiters = s.waiters[:0]
+}
+
+// take books a permit for w: a slot, the breaker's leave and the
 // reservations. The caller has checked that the budgets allow it.
-func (s *backendState) takeLocked(w waiter, now time.Time, protectedWaiting bool) (*permit, error) {
+func (s *backendState) take(w waiter, now time.Time) (*permit, error) {
 	done, err := s.brk.Allow()
 	if err != nil {
 		return nil, err
 	}
 	pm := &permit{cost: w.cost, done: done, protected: !w.p.background()}
-	if w.p.background() && s.inFlight >= s.limitLocked()-s.protectedSlots() {
+	if w.p.background() && s.inFlight >= s.limitNow()-s.protectedSlots() {
 		pm.borrowed = true
 		s.borrowed++
 	}
 	s.inFlight++
-	s.inFlightA.Store(int32(s.inFlight))
 	pm.rpm = s.rpm.take(now, w.cost.requests)
 	pm.tpm = s.tpm.take(now, w.cost.tokens)
 	pm.spentAt = [2]uint64{s.rpm.spent, s.tpm.spent}
+	if s.shared != nil {
+		pm.fleet = &Demand{RPM: s.rpm.rate(), TPM: s.tpm.rate(), MaxConcurrency: s.lim.maxConc}
+	}
 	return pm, nil
 }
 
-// armLocked makes the backend run the grant function again after wait.
-func (s *backendState) armLocked(now time.Time, wait time.Duration) {
+// armOwned makes the owner run the grant function again after wait.
+func (s *backendState) armOwned(now time.Time, wait time.Duration) {
 	if wait <= 0 {
 		return
 	}
@@ -253,83 +335,25 @@ func (s *backendState) armLocked(now time.Time, wait time.Duration) {
 		return // an earlier look is set already
 	}
 	s.timerAt = at
-	if s.timer == nil {
-		s.timer = time.AfterFunc(wait, s.wake)
-		return
-	}
 	s.timer.Reset(wait)
 }
 
-// wake is the rate timer's arm of the grant path.
-func (s *backendState) wake() {
-	s.mu.Lock()
-	s.timerAt = time.Time{}
-	grants, _ := s.grantLocked(time.Now(), nil)
-	s.mu.Unlock()
-	deliver(grants)
+// deliver hands out the round's permits, each as a message to its lane. A
+// lane that closed refuses it: the permit comes straight back, so that
+// none is stranded, and the grant function runs again.
+func (s *backendState) deliver(now time.Time) {
+	for i := 0; i < len(s.out); i++ {
+		g := s.out[i]
+		s.out[i] = grant{}
+		g.l.grantsSent++
+		if !g.l.grant(g.p) && g.p != nil {
+			if g.p.done != nil {
+				g.p.done(errUnused)
+			}
+			s.releaseOwned(g.p, cost{}, now)
+			s.regrant = false
+			s.grantOwned(now) // appends to s.out, which this loop reaches
+		}
+	}
+	s.out = s.out[:0]
 }
-
-// grant is a permit for a lane; a nil p only tells the lane to look at the
-// backend again (its breaker opened).
-type grant struct {
-	l *lane
-	p *permit
-}
-
-// deliver hands out permits outside the backend's lock.
-func deliver(gs []grant) {
-	for _, g := range gs {
-		g.l.grant(g.p)
-	}
-}
-
-// release ends a permit. used is what its batch spent of the budgets
-// (the zero cost for a permit never used): the rest of what it reserved is
-// refunded. verdict goes to the breaker.
-func (s *backendState) release(pm *permit, used cost, verdict error) {
-	if pm.done != nil {
-		pm.done(verdict)
-	}
-	s.mu.Lock()
-	now := time.Now()
-	s.inFlight--
-	s.inFlightA.Store(int32(s.inFlight))
-	if pm.borrowed {
-		s.borrowed--
-	}
-	s.rpm.refund(now, pm.rpm, used.requests)
-	s.tpm.refund(now, pm.tpm, used.tokens)
-	grants, _ := s.grantLocked(now, nil)
-	s.mu.Unlock()
-	deliver(grants)
-}
-
-// giveBack returns an unused permit in full: a call that never ran says
-// nothing about the backend's health.
-func (s *backendState) giveBack(pm *permit) { s.release(pm, cost{}, errUnused) }
-
-// settle trims a permit to the batch actually cut, before dispatch.
-func (s *backendState) settle(pm *permit, cut cost) {
-	if pm.rpm == nil && pm.tpm == nil {
-		pm.cost = cut
-		return
-	}
-	if pm.cost == cut {
-		return
-	}
-	s.mu.Lock()
-	now := time.Now()
-	if pm.rpm != nil && cut.requests < pm.requests {
-		s.rpm.refund(now, pm.rpm, cut.requests)
-		pm.rpm.taken = cut.requests
-	}
-	if pm.tpm != nil && cut.tokens < pm.tokens {
-		s.tpm.refund(now, pm.tpm, cut.tokens)
-		pm.tpm.taken = cut.tokens
-	}
-	pm.cost = cut
-	s.mu.Unlock()
-}
-
-// onSuccess books a call the upstream accepted, and climbs back towards the
-// configured limits after a run of them.

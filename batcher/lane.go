@@ -18,10 +18,11 @@ const (
 type msgKind uint8
 
 const (
-	msgPush   msgKind = iota // queue c
-	msgForget                // c ended: take it out of the queue
-	msgGrant                 // the backend granted pm (nil pm: look at the backend again)
-	msgFlush                 // send fw's calls now and answer when they are sent
+	msgPush    msgKind = iota // queue c
+	msgForget                 // c ended: take it out of the queue
+	msgGrant                  // the backend granted pm (nil pm: look at the backend again)
+	msgRefused                // the backend refused the ask with err: its breaker is open, or a budget's wait
+	msgFlush                  // send fw's calls now and answer when they are sent
 )
 
 type msg struct {
@@ -29,6 +30,7 @@ type msg struct {
 	c    *Call
 	pm   *permit
 	fw   *flushWait
+	err  error
 }
 
 // flushWait is one Flush or FlushCalls waiting on one lane.
@@ -55,8 +57,11 @@ func (fw *flushWait) sent() {
 // sdk/log batch.go shape). The owner takes the whole inbox at once and then
 // works without a lock: it expires deadlines, decides that a batch is due,
 // asks its backend for a permit, cuts the batch and hands it, with the
-// permit, to the backend's dispatch workers. No backend call and no
-// goroutine start happens in the owner.
+// permit, to the backend's dispatch workers. It asks for a permit with a
+// message to the backend's owner, and the permit comes back as a message.
+// No backend call happens in the owner, and no goroutine start but one: a
+// call it moves to the route's next target may need a lane that does not
+// exist yet, and making a lane starts its owner (laneFor).
 type lane struct {
 	// Set at creation; read-only.
 	b       *Batcher
@@ -72,6 +77,10 @@ type lane struct {
 	inMu   sync.Mutex
 	inbox  []msg
 	closed bool // the owner has exited: senders look the lane up again
+
+	// grantsSent counts the grants the backend's owner sent the lane; only
+	// that owner reads or writes it (askOwned, deliver).
+	grantsSent uint32
 
 	// Atomics, each with one writer named.
 	nudged atomic.Bool // a wake-up is pending in trigger: producers set, owner clears
@@ -99,6 +108,7 @@ type lane struct {
 	pm          *permit                // a permit held for the next cut
 	asked       bool                   // registered as a waiter with the backend
 	askedAs     waiter                 // what it asked for
+	grantsSeen  uint32                 // grants received (msgGrant), sent with each ask
 	onlyFlushed bool                   // the next cut takes flushed calls only
 	lates       int                    // queued calls marked late (see earliestDue)
 	lateDue     time.Time              // no later than the earliest due of those, while any
@@ -205,13 +215,15 @@ func (l *lane) wakeFor(due, deadline int64, size int32) bool {
 // forget asks the owner to take an ended call out of the queue.
 func (l *lane) forget(c *Call) { l.send(msg{kind: msgForget, c: c}) }
 
-// grant hands the lane a permit from its backend; a lane that closed gives
-// it straight back, so that no permit is ever stranded.
-func (l *lane) grant(pm *permit) {
-	if !l.send(msg{kind: msgGrant, pm: pm}) && pm != nil {
-		l.be.giveBack(pm)
-	}
-}
+// grant hands the lane a permit from its backend's owner. It reports false
+// when the lane is closed: the owner takes the permit back, so that no
+// permit is ever stranded.
+func (l *lane) grant(pm *permit) bool { return l.send(msg{kind: msgGrant, pm: pm}) }
+
+// refuse tells the lane that its backend's owner refused its ask: err wraps
+// ErrNoBackend (the breaker is open) or is a *BudgetError (a rate budget
+// alone makes it wait that long).
+func (l *lane) refuse(err error) { l.send(msg{kind: msgRefused, err: err}) }
 
 // flush asks the owner to send fw's calls now. A closed lane holds none.
 func (l *lane) flush(fw *flushWait) {

@@ -215,6 +215,5 @@ func (l *lane) cut(now time.Time) {
 	}
 	l.inFlight.Add(int32(len(r.calls)))
 	l.b.track(r)
-	l.be.startWorkers(l.b)
 	l.be.work <- r // never blocks: there is room for every permit out
 }

@@ -2,7 +2,6 @@ package batcher
 
 import (
 	"errors"
-	"fmt"
 	"runtime"
 	"slices"
 	"time"
@@ -103,7 +102,7 @@ func (l *lane) sendDue(now time.Time, closing bool) (waiting bool) {
 	yielded := false
 	for len(l.heap) > 0 {
 		head, headP := l.best(now)
-		send := closing || l.pm != nil ||
+		send := closing ||
 			len(l.heap) >= bc.MaxBatchSize ||
 			(bc.MaxBatchTokens > 0 && l.tokens >= bc.MaxBatchTokens) ||
 			!l.earliestDue().After(now)
@@ -115,6 +114,9 @@ func (l *lane) sendDue(now time.Time, closing bool) (waiting bool) {
 			send, l.onlyFlushed = true, true
 			head = fh
 			headP = head.req.Priority
+		}
+		if !send && l.pm != nil {
+			send = true // a permit came (asked for by an earlier step): use it
 		}
 		if !send && len(l.heap) >= bc.MinBatchSize && l.partials.Load() == 0 {
 			// An early send. Yield once first, so that producers already
@@ -133,47 +135,33 @@ func (l *lane) sendDue(now time.Time, closing bool) (waiting bool) {
 			return false
 		}
 		if l.pm == nil {
-			got, wait := l.acquire(now, head, headP)
-			if wait {
-				return true
+			if l.acquire(now, head, headP) {
+				continue // granted, or refused: look again
 			}
-			if !got {
-				continue
-			}
+			return true
 		}
 		l.cut(now)
 	}
 	return false
 }
 
-// acquire asks the backend for a permit for a batch headed by head. It
-// reports whether the lane now holds one, and whether it must wait for a
-// grant; with neither, the backend refused and the queued calls moved on.
-func (l *lane) acquire(now time.Time, head *Call, headP Priority) (got, wait bool) {
-	w := waiter{l: l, p: headP, since: head.admitted, cost: l.plan(now)}
+// acquire asks the backend's owner for a permit for a batch headed by
+// head; the owner answers with a grant, or with a refusal (handle). It
+// reports true when the answer came at once (a permit, or
+// a refusal that moved the queued calls on), so that the lane looks again,
+// and false while the lane waits for it.
+func (l *lane) acquire(now time.Time, head *Call, headP Priority) (again bool) {
+	w := waiter{l: l, p: headP, since: head.admitted, cost: l.plan(now), seen: l.grantsSeen}
 	if l.asked && w == l.askedAs {
-		return false, true // asked already; the grant comes as a message
+		return false // asked already; the answer comes as a message
 	}
-	pm, after, budget, err := l.be.ask(w)
-	if err != nil {
-		l.asked = false
-		l.failover(func(*Call) bool { return true }, fmt.Errorf("%w: circuit open on backend %q", ErrNoBackend, l.be.name))
-		return false, false
-	}
-	if pm == nil {
-		l.asked, l.askedAs = true, w
-		if after > 0 {
-			// Whoever the wait alone would take past its deadline
-			// goes to a fallback, or fails now.
-			limit := now.Add(after)
-			l.failover(func(c *Call) bool { return c.deadline.Before(limit) },
-				&BudgetError{Backend: l.be.name, Budget: budget, Wait: after})
-		}
-		return false, true
-	}
-	l.asked = false
-	l.pm = pm
-	return true, false
+	l.asked, l.askedAs = true, w
+	l.be.ask(w)
+	// An uncontended ask is answered at once (backendState.send): the
+	// grant, or the refusal, is in the inbox already, and the batch
+	// leaves in this step.
+	l.drain()
+	return l.pm != nil || !l.asked
 }
 
 // settle ends the calls the step took out to end, and queues anew those
@@ -267,6 +255,7 @@ func (l *lane) handle(m *msg) {
 		// The backend dropped the wait it granted; a nil permit says that
 		// its breaker opened: asking again fails over.
 		l.asked = false
+		l.grantsSeen++
 		switch {
 		case m.pm == nil:
 		case l.pm != nil || len(l.heap) == 0:
@@ -274,6 +263,8 @@ func (l *lane) handle(m *msg) {
 		default:
 			l.pm = m.pm
 		}
+	case msgRefused:
+		l.refused(m.err, time.Now())
 	case msgFlush:
 		fw := m.fw
 		var calls []*Call
@@ -293,6 +284,21 @@ func (l *lane) handle(m *msg) {
 		}
 		fw.sent() // the count started at one: this message's own
 	}
+}
+
+// refused applies the backend's refusal of the lane's ask. An open breaker
+// moves every queued call to the route's next target, or fails it. A rate
+// budget's wait moves (or fails) only the calls it would take past their
+// deadlines; the lane keeps waiting for its grant.
+func (l *lane) refused(err error, now time.Time) {
+	var be *BudgetError
+	if !errors.As(err, &be) {
+		l.asked = false
+		l.failover(func(*Call) bool { return true }, err)
+		return
+	}
+	limit := now.Add(be.Wait)
+	l.failover(func(c *Call) bool { return c.deadline.Before(limit) }, err)
 }
 
 // holds reports whether c is in l's heap. Only the owner of the lane that

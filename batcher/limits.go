@@ -3,6 +3,7 @@ package batcher
 import (
 	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,17 +51,31 @@ type cost struct {
 
 // backendState is one backend's budget and scheduler.
 //
-// Every permit goes through one grant function, grantLocked: lanes that ask
-// (arrivals), permits released and the rate timer all call it, and it hands
-// permits out best rank first. Lanes never hold a lock while they ask; the
-// backend never calls into a lane while it holds mu: permits for other lanes
-// are delivered after mu is released, as messages to their owners.
+// One goroutine, the backend's owner (loop, backendloop.go), holds its
+// budgets: the waiting lanes, the permits out, the adaptive limits, the
+// buckets, the pause, the rate timer and the calls waiting out a retry
+// backoff. Nobody else reads or writes them. Lanes (asking for a permit,
+// giving one back, settling one to the batch they cut), dispatch workers
+// (releasing a permit with what the upstream said, booking a retry), the
+// fleet's coordinator, Reconfigure, Stats and Shutdown send it a message:
+// appended to the inbox under inMu, with a nudge through a capacity-1
+// channel, as lanes are told things. Every permit reaches its lane the
+// same way, as a message (lane.grant), from the one grant function,
+// grantOwned, which the owner runs once per step after applying the
+// step's messages.
+//
+// Before the backend's first lane starts its owner (ensureOwner), and once
+// Shutdown has stopped it, no goroutine owns the state: a sender then
+// applies its message itself, holding inMu, which stands in for the owner.
 type backendState struct {
-	// Set at construction; read-only, but for cfg's limits (MaxConcurrency,
-	// MinConcurrency, RPM, TPM, their bursts, the protected share), which
-	// Reconfigure changes in place under mu.
+	// Set at construction; read-only. cfg's limit fields (MaxConcurrency,
+	// MinConcurrency, RPM, TPM, their bursts, the protected share) change
+	// in place under the Batcher's routesMu (setLimits) and are read only
+	// there: the owner keeps its own copy in lim, and configured holds
+	// them for everyone else.
 	name   string
-	impl   Backend // the configured backend inside the dispatch decorators
+	b      *Batcher // set by commitBackends: the workers' wait group, the requeue of retries
+	impl   Backend  // the configured backend inside the dispatch decorators
 	cfg    BackendConfig
 	caller UpstreamCaller // nil: one upstream call a batch
 	aging  time.Duration
@@ -71,47 +86,87 @@ type backendState struct {
 	work   chan *batchRun // to the dispatch workers; capacity MaxConcurrency
 	shared SharedBudget   // the fleet's budget (coordinator.go); nil: this replica's alone
 
+	// configured is cfg as New or the last Reconfigure resolved it.
+	configured atomic.Pointer[BackendConfig]
 	// notClosed mirrors the breaker's state changes, for the hot path.
 	notClosed atomic.Bool
 	// limitedA says that a rate budget is known (configured or learned):
-	// lanes then plan a batch's exact cost before they ask.
+	// lanes then plan a batch's exact cost before they ask. Written by the
+	// owner, read by lanes.
 	limitedA atomic.Bool
-	// workersStartedA mirrors workersStarted, for the hot path.
-	workersStartedA atomic.Bool
-	// inFlightA mirrors inFlight, for Stats and Lanes without mu.
-	inFlightA atomic.Int32
 	// heldOpenUntil (Unix nanoseconds) is when the fleet stops holding the
-	// backend open for another replica's breaker; 0: never held.
+	// backend open for another replica's breaker; 0: never held. Written by
+	// HoldOpen, read by admission and the owner.
 	heldOpenUntil atomic.Int64
 
-	mu             sync.Mutex
-	workersStarted bool    // the dispatch workers run (on the first batch)
-	workersN       int     // how many
-	inFlight       int     // permits out
-	borrowed       int     // protected slots lent to background work, out now
-	limit          int     // adaptive concurrency limit
-	fleetSlots     int     // the slots the fleet leaves this replica; 0: no cap
-	share          float64 // of the configured budgets this replica holds alone (LocalBudget.Share)
-	rpm, tpm       bucket
-	pausedUntil    time.Time
-	successes      int // successful calls since the last change
-	waiters        []waiter
-	timer          *time.Timer // calls grantLocked when a rate wait ends
-	timerAt        time.Time   // when timer fires; zero when stopped
+	// The inbox and the owner's life, guarded by inMu.
+	inMu      sync.Mutex
+	inbox     []bmsg
+	owner     ownerState // whether a goroutine owns the state
+	waitersIn bool       // lanes wait for a permit: a release must wake the owner
+	// turn is held by whoever works on the owner's state: the owner
+	// goroutine, or a lane applying its own ask (send). Timers that fire
+	// while a lane holds it are left to the holder (rateFired, retryFired).
+	turn                  bool
+	rateFired, retryFired bool
+	workersN              int // dispatch workers started
+	wantWorkers           int // the configured MaxConcurrency: the workers ensureOwner starts
+	trigger               chan struct{}
+	nudged                atomic.Bool // a wake-up is pending in trigger: senders set, owner clears
+
+	// Owner-only (see the type's comment).
+	spare       []bmsg
+	lim         ownerLimits
+	inFlight    int     // permits out
+	borrowed    int     // protected slots lent to background work, out now
+	limit       int     // adaptive concurrency limit
+	fleetSlots  int     // the slots the fleet leaves this replica; 0: no cap
+	share       float64 // of the configured budgets this replica holds alone (LocalBudget.Share)
+	rpm, tpm    bucket
+	pausedUntil time.Time
+	successes   int // successful calls since the last change
+	waiters     []waiter
+	asked       []waiter    // lanes that asked in this step: told of a budget wait after the round
+	out         []grant     // grants to deliver after the round
+	regrant     bool        // run the grant function at the end of the step
+	timer       *time.Timer // the rate timer: the grant function again when a rate wait ends
+	timerAt     time.Time   // when timer fires; zero when stopped
+	retrying    retryQueue  // calls waiting out a backoff (retry.go)
+	replies     []bmsg      // queries and acknowledgements, answered after the round
+}
+
+// ownerLimits is the owner's copy of the limits that Reconfigure changes
+// in place.
+type ownerLimits struct {
+	maxConc, minConc int
+	protectedShare   float64
+	strict           bool
+}
+
+func limitsOf(bc *BackendConfig) ownerLimits {
+	return ownerLimits{maxConc: bc.MaxConcurrency, minConc: bc.MinConcurrency, protectedShare: bc.ProtectedShare, strict: bc.StrictProtectedShare}
 }
 
 func newBackendState(bc BackendConfig, aging time.Duration, logger *slog.Logger) *backendState {
 	s := &backendState{
-		name:  bc.Name,
-		cfg:   bc,
-		aging: aging,
-		stats: &backendStats{},
-		limit: bc.MaxConcurrency,
-		share: 1,
-		retry: newRetryBudget(bc.Retry),
-		work:  make(chan *batchRun, bc.MaxConcurrency),
-		log:   newBackendLog(logger, bc.Name),
+		name:        bc.Name,
+		cfg:         bc,
+		aging:       aging,
+		stats:       &backendStats{},
+		lim:         limitsOf(&bc),
+		limit:       bc.MaxConcurrency,
+		share:       1,
+		retry:       newRetryBudget(bc.Retry),
+		work:        make(chan *batchRun, bc.MaxConcurrency),
+		log:         newBackendLog(logger, bc.Name),
+		trigger:     make(chan struct{}, 1),
+		timer:       time.NewTimer(math.MaxInt64),
+		wantWorkers: bc.MaxConcurrency,
 	}
+	s.timer.Stop()
+	s.retrying.timer = time.NewTimer(math.MaxInt64)
+	s.retrying.timer.Stop()
+	s.configured.Store(&bc)
 	s.caller, _ = bc.Backend.(UpstreamCaller)
 	s.impl = decorate(bc.Backend, s)
 	s.rpm = newBucket(bc.RPM, bc.RPMBurst, bc.rpmBurstSet)
@@ -155,50 +210,50 @@ var (
 	errUnused      = errors.New("permit unused")
 )
 
-func (s *backendState) onSuccess(pm *permit, info *RateLimitInfo) {
-	s.mu.Lock()
-	now := time.Now()
-	changed := s.observeLocked(pm, info, now)
-	s.successes++
-	if s.successes >= adaptSuccesses {
+// lesson is what a batch's answer taught the budget.
+type lesson uint8
+
+const (
+	lessonNone        lesson = iota // an error that says nothing of the limits, or a permit unused
+	lessonSuccess                   // the upstream accepted the call
+	lessonRateLimited               // the upstream answered 429
+)
+
+// learnOwned books what pm's call taught. A success climbs back towards
+// the configured limits after a run of them. A 429 halves the configured
+// rates and the concurrency (within their floors), follows what the
+// upstream said of its budget and pauses for its Retry-After.
+func (s *backendState) learnOwned(pm *permit, ls lesson, info *RateLimitInfo, now time.Time) {
+	switch ls {
+	case lessonSuccess:
+		if s.observeOwned(pm, info, now) {
+			s.regrant = true
+		}
+		s.successes++
+		if s.successes >= adaptSuccesses {
+			s.successes = 0
+			s.rpm.raise(now)
+			s.tpm.raise(now)
+			if s.limit < s.lim.maxConc {
+				s.limit++
+			}
+		}
+	case lessonRateLimited:
 		s.successes = 0
-		s.rpm.raise(now)
-		s.tpm.raise(now)
-		if s.limit < s.cfg.MaxConcurrency {
-			s.limit++
-			changed = true
+		s.rpm.lower(now)
+		s.tpm.lower(now)
+		s.limit = max(s.lim.minConc, s.limit/2)
+		s.observeOwned(pm, info, now)
+		if info != nil && info.RetryAfter > 0 {
+			s.pauseOwned(now, now.Add(info.RetryAfter))
+			s.log.paused(info.RetryAfter, "429 with Retry-After")
 		}
 	}
-	var grants []grant
-	if changed {
-		grants, _ = s.grantLocked(now, nil)
-	}
-	s.mu.Unlock()
-	deliver(grants)
 }
 
-// onRateLimited books an upstream 429: halve the configured rates and the
-// concurrency (within their floors), follow what the upstream said of its
-// budget and pause for its Retry-After.
-func (s *backendState) onRateLimited(pm *permit, info *RateLimitInfo) {
-	s.stats.rateLimited.Add(1)
-	s.mu.Lock()
-	now := time.Now()
-	s.successes = 0
-	s.rpm.lower(now)
-	s.tpm.lower(now)
-	s.limit = max(s.cfg.MinConcurrency, s.limit/2)
-	s.observeLocked(pm, info, now)
-	if info != nil && info.RetryAfter > 0 {
-		s.pauseLocked(now, now.Add(info.RetryAfter))
-		s.log.paused(info.RetryAfter, "429 with Retry-After")
-	}
-	s.mu.Unlock()
-}
-
-// observeLocked follows what the upstream said of its limits after pm's
+// observeOwned follows what the upstream said of its limits after pm's
 // call. It reports whether a budget grew, so that waiters may go.
-func (s *backendState) observeLocked(pm *permit, info *RateLimitInfo, now time.Time) bool {
+func (s *backendState) observeOwned(pm *permit, info *RateLimitInfo, now time.Time) bool {
 	if info == nil {
 		return false
 	}
@@ -206,7 +261,7 @@ func (s *backendState) observeLocked(pm *permit, info *RateLimitInfo, now time.T
 	b := s.tpm.observe(now, info.LimitTokens, info.RemainingTokens, info.ResetTokens, pm.spentAt[1])
 	for _, o := range [...]observation{a, b} {
 		if o.pause > 0 {
-			s.pauseLocked(now, now.Add(o.pause))
+			s.pauseOwned(now, now.Add(o.pause))
 			s.log.paused(o.pause, "budget exhausted, no limit header to learn its rate from")
 		}
 	}
@@ -214,19 +269,11 @@ func (s *backendState) observeLocked(pm *permit, info *RateLimitInfo, now time.T
 	return a.grew || b.grew
 }
 
-// stopTimer stops the rate timer once the batcher has stopped.
-func (s *backendState) stopTimer() {
-	s.mu.Lock()
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	s.mu.Unlock()
-}
-
-func (s *backendState) pauseLocked(now, until time.Time) {
+// pauseOwned holds dispatch until until.
+func (s *backendState) pauseOwned(now, until time.Time) {
 	if until.After(s.pausedUntil) {
 		s.pausedUntil = until
 		s.stats.pauses.Add(1)
-		s.armLocked(now, until.Sub(now))
+		s.armOwned(now, until.Sub(now))
 	}
 }

@@ -140,14 +140,18 @@ func TestReservationSettledAgainstUsage(t *testing.T) {
 		be := &fakeBackend{} // reports 2 tokens of usage per request
 		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 2, MinBatchSize: 2}, withLimits("be", 0, 6000))
 		bs := b.backends.Load().byName["be"]
-		before := bs.tpm.tokensAt(time.Now())
+		tokens := func() (n float64) {
+			bs.query(func() { n = bs.tpm.tokensAt(time.Now()) }) // after the release, sent before the results
+			return n
+		}
+		before := tokens()
 		r1, r2 := req("a", PriorityNormal), req("b", PriorityNormal)
 		r1.Params.MaxTokens, r2.Params.MaxTokens = 40, 40
 		c1, c2 := submit(t, b, r1), submit(t, b, r2)
 		<-c1.Done()
 		<-c2.Done()
 		// Reserved (2+1+40)×2 = 86, used 4: 82 refunded.
-		if got := bs.tpm.tokensAt(time.Now()); got != before-4 {
+		if got := tokens(); got != before-4 {
 			t.Fatalf("token bucket holds %v, want %v: the reservation was not settled against usage", got, before-4)
 		}
 	})

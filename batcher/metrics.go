@@ -453,9 +453,7 @@ func (m *metrics) upstreamCall(r *batchRun, d time.Duration, err error) {
 // configuredLimits returns a backend's configuration as New resolved it.
 func configuredLimits(b *Batcher, name string) BackendConfig {
 	if be := b.backends.Load().byName[name]; be != nil {
-		be.mu.Lock() // Reconfigure changes the limits in place
-		defer be.mu.Unlock()
-		return be.cfg
+		return *be.configured.Load() // Reconfigure changes the limits in place
 	}
 	return BackendConfig{}
 }

@@ -78,6 +78,7 @@ func (b *Batcher) commitBackends(set *backendSet, changes []limitsChange) {
 		if known[be] {
 			continue
 		}
+		be.b = b
 		if b.cfg.coordinator != nil {
 			be.shared = b.cfg.coordinator.Budget(be.name, be)
 		}
@@ -148,41 +149,33 @@ func sameImpl(x, y Backend) (same bool) {
 	return x == y
 }
 
-// setLimits changes the backend's limits to bc's in place (Reconfigure).
+// setLimits changes the backend's limits to bc's in place (Reconfigure,
+// under routesMu). A raised MaxConcurrency starts more workers before the
+// owner applies the new limits, so that every permit out has a worker; it
+// returns once the owner has applied them.
 func (s *backendState) setLimits(b *Batcher, bc BackendConfig) {
-	s.mu.Lock()
-	now := time.Now()
 	old := s.cfg
 	s.cfg.MaxConcurrency, s.cfg.MinConcurrency = bc.MaxConcurrency, bc.MinConcurrency
 	s.cfg.ProtectedShare, s.cfg.StrictProtectedShare = bc.ProtectedShare, bc.StrictProtectedShare
 	s.cfg.RPM, s.cfg.TPM, s.cfg.RPMBurst, s.cfg.TPMBurst = bc.RPM, bc.TPM, bc.RPMBurst, bc.TPMBurst
 	s.cfg.rpmBurstSet, s.cfg.tpmBurstSet = bc.rpmBurstSet, bc.tpmBurstSet
-	if old.MaxConcurrency != bc.MaxConcurrency || old.MinConcurrency != bc.MinConcurrency {
-		s.limit = bc.MaxConcurrency
-		s.successes = 0
-		if s.share < 1 {
-			s.fleetSlots = shareOf(bc.MaxConcurrency, s.share)
-		}
-	}
-	s.rpm.reconfigure(now, bc.RPM, bc.RPMBurst, bc.rpmBurstSet)
-	s.tpm.reconfigure(now, bc.TPM, bc.TPMBurst, bc.tpmBurstSet)
-	s.limitedA.Store(s.rpm.lim != nil || s.tpm.lim != nil)
-	grow := s.workersStarted && s.workersN < bc.MaxConcurrency
-	var n int
-	if grow {
-		n = bc.MaxConcurrency - s.workersN
+	cfg := s.cfg
+	s.configured.Store(&cfg)
+	s.inMu.Lock()
+	s.wantWorkers = bc.MaxConcurrency
+	grow := 0
+	if s.owner == ownerRunning && s.workersN < bc.MaxConcurrency {
+		grow = bc.MaxConcurrency - s.workersN
 		s.workersN = bc.MaxConcurrency
+		b.workers.Add(grow)
 	}
-	grants, _ := s.grantLocked(now, nil)
-	s.mu.Unlock()
-	if grow {
-		// Before the grants: every permit out has a worker.
-		b.workers.Add(n)
-		for range n {
-			go s.worker(&b.workers)
-		}
+	s.inMu.Unlock()
+	for range grow {
+		go s.worker(&b.workers)
 	}
-	deliver(grants)
+	done := make(chan struct{})
+	s.send(bmsg{kind: bmLimits, bc: &bc, done: done})
+	<-done
 	s.log.limitsChanged(old, bc)
 }
 

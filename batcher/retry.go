@@ -235,9 +235,7 @@ func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) boo
 	be.stats.retries[class].Add(1)
 	c.retryEvent(now, class, delay)
 	c.emit(Event{Kind: EventRetrying, Time: now, Attempt: int(c.attempts), Delay: delay, Class: class, Err: err})
-	b.runsMu.Lock()
-	b.retrying[c] = time.AfterFunc(delay, func() { b.requeue(c) })
-	b.runsMu.Unlock()
+	be.send(bmsg{kind: bmRetry, c: c, at: now.Add(delay)}) // the backend's owner holds it until then
 	return true
 }
 
@@ -275,12 +273,99 @@ func leastAttempt(configured time.Duration) time.Duration {
 	return minAttemptTimeout
 }
 
-// requeue ends c's backoff.
-func (b *Batcher) requeue(c *Call) {
-	b.runsMu.Lock()
-	delete(b.retrying, c)
-	b.runsMu.Unlock()
-	if c.pending() {
-		b.enqueue(c)
+// retryQueue holds the calls waiting out a retry backoff, earliest first
+// (a binary heap), with one timer for the earliest. The backend's owner
+// owns it: a dispatch worker that books a retry sends it a message, and
+// the owner requeues each call when its backoff ends, or ends it at
+// Shutdown's abort.
+type retryQueue struct {
+	calls []retryWait
+	timer *time.Timer
+	at    time.Time // when timer fires; zero when stopped
+}
+
+type retryWait struct {
+	at time.Time
+	c  *Call
+}
+
+func (q *retryQueue) push(w retryWait) {
+	q.calls = append(q.calls, w)
+	for i := len(q.calls) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.calls[i].at.Before(q.calls[p].at) {
+			break
+		}
+		q.calls[i], q.calls[p] = q.calls[p], q.calls[i]
+		i = p
 	}
+}
+
+func (q *retryQueue) pop() retryWait {
+	top := q.calls[0]
+	n := len(q.calls) - 1
+	q.calls[0] = q.calls[n]
+	q.calls[n] = retryWait{}
+	q.calls = q.calls[:n]
+	for i := 0; ; {
+		m, l, r := i, 2*i+1, 2*i+2
+		if l < n && q.calls[l].at.Before(q.calls[m].at) {
+			m = l
+		}
+		if r < n && q.calls[r].at.Before(q.calls[m].at) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q.calls[i], q.calls[m] = q.calls[m], q.calls[i]
+		i = m
+	}
+	return top
+}
+
+// arm sets the timer for the earliest backoff's end.
+func (q *retryQueue) arm(now time.Time) {
+	if len(q.calls) == 0 {
+		q.at = time.Time{}
+		q.timer.Stop()
+		return
+	}
+	if at := q.calls[0].at; !at.Equal(q.at) {
+		q.at = at
+		q.timer.Reset(at.Sub(now))
+	}
+}
+
+// retryOwned holds c until at. After Shutdown's abort it ends c instead:
+// the abort's sweep of the queue may be over.
+func (s *backendState) retryOwned(c *Call, at, now time.Time) {
+	if s.b.aborted.Load() {
+		c.finish(Result{Err: ErrShutdown}, now)
+		return
+	}
+	s.retrying.push(retryWait{at: at, c: c})
+	s.retrying.arm(now)
+}
+
+// requeueDue ends the backoffs that are over: each call still pending goes
+// back into its lane.
+func (s *backendState) requeueDue(now time.Time) {
+	q := &s.retrying
+	for len(q.calls) > 0 && !q.calls[0].at.After(now) {
+		if c := q.pop().c; c.pending() {
+			s.b.enqueue(c)
+		}
+	}
+	q.at = time.Time{}
+	q.arm(now)
+}
+
+// abortRetries ends every call waiting out a backoff with ErrShutdown.
+func (s *backendState) abortRetries(now time.Time) {
+	q := &s.retrying
+	for len(q.calls) > 0 {
+		q.pop().c.finish(Result{Err: ErrShutdown}, now)
+	}
+	q.arm(now)
 }

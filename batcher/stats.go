@@ -124,16 +124,9 @@ func (b *Batcher) Stats() []BackendStats {
 			}
 		}
 		st.Pauses = s.pauses.Load()
-		be.mu.Lock()
-		st.InFlight, st.Limit, st.Borrowed = be.inFlight, be.limitLocked(), be.borrowed
-		st.RPM, st.TPM = be.rpm.perMinuteRate(), be.tpm.perMinuteRate()
-		if be.rpm.lim != nil {
-			st.RPMBurst = be.rpm.lim.Burst()
-		}
-		if be.tpm.lim != nil {
-			st.TPMBurst = be.tpm.lim.Burst()
-		}
-		be.mu.Unlock()
+		v := be.view()
+		st.InFlight, st.Limit, st.Borrowed = v.inFlight, v.limit, v.borrowed
+		st.RPM, st.TPM, st.RPMBurst, st.TPMBurst = v.rpm, v.tpm, v.rpmBurst, v.tpmBurst
 		out = append(out, st)
 	}
 	return out
