@@ -89,6 +89,9 @@ func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
 				return true
 			}
 			ch.Choices = choices
+			if ch.Choices == nil {
+				ch.Choices = []chunkChoice{} // "[]" is an empty slice, as json.Unmarshal makes it
+			}
 			return s.array(func() bool {
 				ch.Choices = append(ch.Choices, chunkChoice{})
 				return s.choice(&ch.Choices[len(ch.Choices)-1])

@@ -32,6 +32,7 @@ var chunkSeeds = []string{
 	`{"a":"\x"}`,
 	`{"a":01}`,
 	`{"ſtuff":1,"choices":[]}`,
+	`{"choices":[]}`,
 }
 
 // FuzzDecodeChunk holds decodeChunk to json.Unmarshal: where it decodes a
