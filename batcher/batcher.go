@@ -412,6 +412,8 @@ func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, token 
 		heapIdx:  -1,
 		done:     token,
 		token:    token != nil,
+		prio:     req.Priority,
+		hasSink:  req.Sink != nil,
 		progress: req.Sink != nil && wantsProgress(req.Sink),
 		named:    req.Tenant != "",
 	}
@@ -429,12 +431,11 @@ func (b *Batcher) place(c *Call, now time.Time, hold *tenantHold) error {
 	if lookup, store := b.cacheWanted(req, rc); store && b.cacheAdmit(c, lookup, now, hold) {
 		return nil // served from the cache, or being looked up in its shared layer
 	}
-	key := keyOf(req, rc, c.target)
 	hot := &rc.hot[c.target]
 	l := hot.Load()
-	if l == nil || !l.key.same(&key) {
+	if l == nil || !l.key.is(req, rc, c.target) {
 		var err error
-		if l, err = b.laneFor(key, rc, req); err != nil {
+		if l, err = b.laneFor(keyOf(req, rc, c.target), rc, req); err != nil {
 			b.callEnded() // not admitted
 			hold.undo(now)
 			if c.span != nil {

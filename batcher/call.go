@@ -91,8 +91,13 @@ type Call struct {
 	retries        int32
 	unknownRetries int32
 	state          atomic.Uint32
-	doneState      atomic.Uint32            // done's state when !token (doneNone...)
-	run            atomic.Pointer[batchRun] // the batch carrying it now, if any
+	doneState      atomic.Uint32 // done's state when !token (doneNone...)
+	// req.Priority and whether req has a Sink, set at admission: the lane
+	// owner and the finisher, on other cores than the caller's, read
+	// these with the call's other fields instead of the request's lines.
+	prio    Priority
+	hasSink bool
+	run     atomic.Pointer[batchRun] // the batch carrying it now, if any
 
 	stream *streamState // a streamed request's delta buffer; set once at admission
 	group  *dedupGroup  // set once at admission for dedupable requests
@@ -107,7 +112,7 @@ type Call struct {
 }
 
 // due returns when its lane must send it, from its priority's delay.
-func (c *Call) due() time.Time { return c.admitted.Add(c.rc.delays[c.req.Priority]) }
+func (c *Call) due() time.Time { return c.admitted.Add(c.rc.delays[c.prio]) }
 
 // Request returns the call's request.
 func (c *Call) Request() *Request { return c.req }
@@ -235,8 +240,9 @@ func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(&r, now,
 // the pool. r is the caller's, which finishAs may change (its
 // Timings.Total): passed by pointer, since a Result is 30 words.
 func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
-	sink := c.req.Sink
-	if sink != nil {
+	var sink EventSink
+	if c.hasSink {
+		sink = c.req.Sink
 		c.evMu.Lock()
 		defer c.evMu.Unlock()
 	}
@@ -289,7 +295,7 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 	group := c.group
 	if c.token {
 		c.recycle = byRun && sink == nil && group == nil && c.timer == nil && c.stream == nil &&
-			evictClass(c.req.Priority) < 0 && !c.queued.Load() &&
+			evictClass(c.prio) < 0 && !c.queued.Load() &&
 			!c.b.aborted.Load() // abort may have copied b.runs before the run untracked
 		// From the send on, a recycled call is Do's again: this goroutine
 		// does not touch it any more.

@@ -170,3 +170,61 @@ func TestIdentityTellsApart(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyIsAgreesWithSame holds laneKey.is, the admission path's check of
+// a hot lane, to keyWith and same: for every pair of a varied set of
+// requests, on every set of shared parameters, on completion and
+// embedding routes and on another target or route, k.is(r) is
+// k.same(keyOf(r)).
+func TestKeyIsAgreesWithSame(t *testing.T) {
+	b, err := New(
+		WithBackend(BackendConfig{Name: "be", Backend: &fakeBackend{}}),
+		WithBackend(BackendConfig{Name: "be2", Backend: &fakeBackend{}}),
+		WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", Fallbacks: []Target{{Backend: "be2"}}, DefaultMaxTokens: 10}),
+		WithRoute(Route{Name: "e", Op: OpEmbedding, Backend: "be"}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown(context.Background())
+	routes := *b.routes.Load()
+	reqs := variedParams()
+	for _, edit := range []func(r *Request){
+		func(*Request) {},
+		func(r *Request) { r.Params.MaxTokens = 10 }, // the route's default, explicit
+		func(r *Request) { r.Params.Temperature = ptr(float32(0)) },
+		func(r *Request) { r.Params.TopP = ptr(float32(0.9)) },
+		func(r *Request) { r.Params.Seed = ptr(int64(0)) },
+		func(r *Request) { r.Stream = true },
+		func(r *Request) { r.User = "u" },
+		func(r *Request) { r.Params.N = 2 },
+		func(r *Request) { r.Params.Stop = []string{"x"} },
+		func(r *Request) { r.Params.Stop = []string{"x", "y"}; r.Params.Temperature = ptr(float32(0.3)) },
+	} {
+		r := req("x", PriorityNormal)
+		edit(r)
+		reqs = append(reqs, r)
+	}
+	for _, shared := range []ParamSet{0, ParamSeed, ParamMaxTokens | ParamTemperature, ParamTopP | ParamStop, ParamRich, AllParams} {
+		for _, route := range []string{"m", "e"} {
+			rc := routes[route]
+			for i := range rc.targets {
+				rc.targets[i].shared = shared
+			}
+			for _, a := range reqs {
+				for _, tg := range []uint8{0, uint8(len(rc.targets) - 1)} {
+					k := keyOf(a, rc, tg)
+					for _, r := range reqs {
+						o := keyOf(r, rc, 0)
+						if got, want := k.is(r, rc, 0), k.same(&o); got != want {
+							t.Errorf("shared %b, route %s, target %d: key of %+v is %+v: %v, same says %v", shared, route, tg, a.Params, r.Params, got, want)
+						}
+						if k.is(r, routes["e"], 0) && rc != routes["e"] {
+							t.Errorf("a key of route %s is one of route e", route)
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -175,7 +175,7 @@ func (l *lane) send(m msg) bool {
 // reused at once, so push reads what it needs of c before.
 func (l *lane) push(c *Call) bool {
 	due, deadline := c.due().UnixNano(), c.deadline.UnixNano()
-	p := c.req.Priority
+	p := c.prio
 	l.inMu.Lock()
 	if l.closed {
 		l.inMu.Unlock()

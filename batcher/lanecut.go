@@ -57,7 +57,7 @@ func (l *lane) best(now time.Time) (*Call, Priority) {
 			best, bestRank = c, r
 		}
 	}
-	return best, best.req.Priority
+	return best, best.prio
 }
 
 // earliestDue returns when the lane must send, from the queued calls'
@@ -200,7 +200,7 @@ func (l *lane) cut(now time.Time) {
 		if lv := &l.queues[c.qidx]; c.tag > lv.vtime {
 			lv.vtime = c.tag // the level's virtual time: the last finish served
 		}
-		by[c.req.Priority]++
+		by[c.prio]++
 		l.unqueue(c, r)
 	}
 	l.size.Add(-int32(len(r.calls)))

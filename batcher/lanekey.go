@@ -80,6 +80,47 @@ func keyWith(r *Request, rc *routeConfig, target uint8, shared ParamSet) laneKey
 	return k
 }
 
+// is reports whether k is r's lane key on target: k.same(keyOf(r, rc,
+// target)), without building the key for a plain request (no stop
+// sequences, nothing rich, not streamed), so that the admission path's
+// check of its target's hot lane copies nothing. It decides the way
+// keyWith does, field by field; TestKeyIsAgreesWithSame holds them
+// together.
+func (k *laneKey) is(r *Request, rc *routeConfig, target uint8) bool {
+	if k.rc != rc || k.target != target {
+		return false
+	}
+	shared := rc.targets[target].shared
+	p := &r.Params
+	if rc.Op == OpEmbedding || r.Stream || len(p.Stop) > 0 || r.richFields() {
+		o := keyWith(r, rc, target, shared)
+		return k.same(&o)
+	}
+	if k.stream || len(k.stop)|len(k.rich) != 0 {
+		return false
+	}
+	var maxTokens int32
+	if shared.Has(ParamMaxTokens) {
+		maxTokens = p.MaxTokens
+		if maxTokens == 0 {
+			maxTokens = rc.DefaultMaxTokens
+		}
+	}
+	var set uint8
+	var temp, topP float32
+	var seed int64
+	if p.Temperature != nil && shared.Has(ParamTemperature) {
+		temp, set = *p.Temperature, set|setTemp
+	}
+	if p.TopP != nil && shared.Has(ParamTopP) {
+		topP, set = *p.TopP, set|setTopP
+	}
+	if p.Seed != nil && shared.Has(ParamSeed) {
+		seed, set = *p.Seed, set|setSeed
+	}
+	return k.maxTokens == maxTokens && k.set == set && k.temp == temp && k.topP == topP && k.seed == seed
+}
+
 // name is the lane's name in events: the route, then its parameters.
 func (k laneKey) name(op Operation, backend string) string {
 	if op == OpEmbedding {

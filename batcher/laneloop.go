@@ -113,7 +113,7 @@ func (l *lane) sendDue(now time.Time, closing bool) (waiting bool) {
 		if fh := l.queues[qFlushed].head(); !send && fh != nil {
 			send, l.onlyFlushed = true, true
 			head = fh
-			headP = head.req.Priority
+			headP = head.prio
 		}
 		if !send && l.pm != nil {
 			send = true // a permit came (asked for by an earlier step): use it
@@ -229,11 +229,11 @@ func (l *lane) handle(m *msg) {
 		c := m.c
 		if !c.pending() { // ended before the owner saw it
 			c.queued.Store(false)
-			l.queuedBy[c.req.Priority].Add(-1)
+			l.queuedBy[c.prio].Add(-1)
 			l.size.Add(-1)
 			return
 		}
-		p := c.req.Priority
+		p := c.prio
 		c.qidx = uint8(p.level() + 1)
 		if ahead := l.queues[c.qidx].push(l, c); ahead != nil && c.admitted.Before(ahead.admitted) {
 			// Back from a retry or a fallback: due before calls queued
@@ -338,7 +338,7 @@ func (l *lane) markFlushed(c *Call, fw *flushWait) {
 func (l *lane) dequeued(c *Call, r *batchRun) {
 	l.queues[c.qidx].kill(c)
 	l.size.Add(-1)
-	l.queuedBy[c.req.Priority].Add(-1)
+	l.queuedBy[c.prio].Add(-1)
 	l.unqueue(c, r)
 }
 
