@@ -191,7 +191,7 @@ func (set *backendSet) resolveTargets(rc *routeConfig) error {
 		if ps, ok := be.cfg.Backend.(ParamSharer); ok {
 			shared = ps.SharedParams(rc.Name, model, rc.Op) & AllParams
 		}
-		var f Features
+		f := FeatureSeed // a plain parameter: honoured unless declared otherwise
 		if fd, ok := be.cfg.Backend.(FeatureDeclarer); ok {
 			f = fd.Features(rc.Name, model, rc.Op) & AllFeatures
 		}

@@ -42,9 +42,13 @@ const (
 	FeatureUser
 	// FeatureExtraBody: provider-specific body fields, forwarded verbatim.
 	FeatureExtraBody
+	// FeatureSeed: params.seed. Unlike the others a plain parameter, so a
+	// backend that declares no features honours it; one that declares
+	// them says whether it does (Anthropic's Messages API does not).
+	FeatureSeed
 
 	// AllFeatures is every feature.
-	AllFeatures = FeatureExtraBody<<1 - 1
+	AllFeatures = FeatureSeed<<1 - 1
 )
 
 // Has reports whether f holds every feature of g.
@@ -54,7 +58,8 @@ func (f Features) Has(g Features) bool { return f&g == g }
 // text. Features reports what the backend honours for route (its backend
 // model, its operation); it is asked once per route target when the
 // Batcher is built (and on SetRoutes), and must not change its answer
-// after. A backend that does not implement it honours none of them. A
+// after. A backend that does not implement it honours none of them but
+// FeatureSeed. A
 // route's features are those every one of its targets honours, so a
 // request never falls back to a backend that would drop part of it.
 type FeatureDeclarer interface {
@@ -96,6 +101,9 @@ var reasoningEfforts = map[string]bool{"none": true, "minimal": true, "low": tru
 // (a batch job's items) calls it to refuse such a request when it arrives,
 // by the same rule Submit applies when it runs.
 func ValidateRich(r *Request, ri RouteInfo) error {
+	if r.Params.Seed != nil && !ri.Features.Has(FeatureSeed) {
+		return unsupported("params.seed")
+	}
 	if r.Input.Op == OpChat && ri.Op == OpChat {
 		for i := range r.Input.Messages {
 			if m := &r.Input.Messages[i]; m.rich() {

@@ -109,6 +109,9 @@ func validateParams(p *Params, rc *routeConfig) *ValidationError {
 	if t := p.TopP; t != nil && (isNaN(*t) || *t <= 0 || *t > 1) {
 		return invalid("params.top_p", "must be greater than 0 and at most 1, got %v", *t)
 	}
+	if p.Seed != nil && !rc.features.Has(FeatureSeed) {
+		return unsupported("params.seed")
+	}
 	if len(p.Stop) > MaxStopSequences {
 		return invalid("params.stop", "must hold at most %d sequences, got %d", MaxStopSequences, len(p.Stop))
 	}

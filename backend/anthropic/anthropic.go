@@ -85,8 +85,8 @@ func (b *Backend) GenAIProvider() string { return "anthropic" }
 // chatFeatures is what the Messages API carries: tools (tool_use and
 // tool_result blocks), images, the end user (metadata.user_id) and extra
 // body fields (top_k, thinking, ...). It has no response_format, message
-// names, logprobs, n, penalties, logit_bias nor reasoning_effort: the core
-// refuses those, naming the field.
+// names, logprobs, n, penalties, logit_bias, reasoning_effort nor seed:
+// the core refuses those at admission, naming the field.
 const chatFeatures = batcher.FeatureTools | batcher.FeatureImages | batcher.FeatureUser | batcher.FeatureExtraBody
 
 // Features tells the core what the backend honours (FeatureDeclarer): on

@@ -29,9 +29,9 @@ func (b *Backend) Features(_, _ string, op batcher.Operation) batcher.Features {
 	case batcher.OpCompletion:
 		// One call carries the whole batch, whose requests share these
 		// (ParamRich is in its shared parameters).
-		return batcher.FeaturePenalties | batcher.FeatureLogitBias | batcher.FeatureUser | batcher.FeatureExtraBody
+		return batcher.FeaturePenalties | batcher.FeatureLogitBias | batcher.FeatureUser | batcher.FeatureExtraBody | batcher.FeatureSeed
 	}
-	return 0
+	return batcher.FeatureSeed
 }
 
 var _ batcher.FeatureDeclarer = (*Backend)(nil)

@@ -21,12 +21,13 @@ const chatFeatures = batcher.FeatureTools | batcher.FeatureJSONObject | batcher.
 	batcher.FeatureImages | batcher.FeatureNames | batcher.FeatureN | batcher.FeatureLogprobs
 
 // Features tells the core what the sim honours (batcher.FeatureDeclarer):
-// chatFeatures on chat routes, nothing beyond text elsewhere.
+// chatFeatures on chat routes, nothing beyond text elsewhere; a seed on
+// every route.
 func (p *Provider) Features(_, _ string, op batcher.Operation) batcher.Features {
 	if op == batcher.OpChat {
-		return chatFeatures
+		return chatFeatures | batcher.FeatureSeed
 	}
-	return 0
+	return batcher.FeatureSeed
 }
 
 // answerChat turns the generated completion c of a chat request into its
