@@ -3,7 +3,11 @@ package anthropic_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,4 +119,53 @@ func TestWrongKeyIsAuth(t *testing.T) {
 	if batcher.ClassOf(err) != batcher.ClassAuth || strings.Contains(err.Error(), "sk-ant") {
 		t.Errorf("wrong key: %v", err)
 	}
+}
+
+// TestStreamReusesTheConnection: a streamed call reads its response to the
+// end after message_stop, so that the next call reuses its connection
+// rather than dialling anew.
+func TestStreamReusesTheConnection(t *testing.T) {
+	sim, err := llmsim.New(llmsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	conns := 0
+	// The response ends a moment after message_stop, as over a network: a
+	// reader that stops at message_stop closes the body before its end.
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sim.ServeHTTP(w, r)
+		_ = http.NewResponseController(w).Flush()
+		time.Sleep(time.Millisecond)
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	ts.Start()
+	t.Cleanup(func() { sim.Close(); ts.Close() })
+	be := newBackend(t, anthropic.Config{BaseURL: ts.URL, APIKeyEnv: "K", LookupEnv: func(string) (string, bool) { return "sk-ant-test", true }})
+	for i := range 3 {
+		b := &batcher.Batch{Route: "r", Model: "sim-chat", Op: batcher.OpChat, Requests: []*batcher.Request{userTurn("hi")}, MaxTokens: 8}
+		var w deltaText
+		if _, err := be.Stream(context.Background(), b, &w); err != nil || w.String() == "" {
+			t.Fatalf("call %d: %q, %v", i, w.String(), err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns != 1 {
+		t.Fatalf("3 streamed calls in turn opened %d connections, want 1", conns)
+	}
+}
+
+// deltaText is a DeltaWriter that keeps the text.
+type deltaText struct{ strings.Builder }
+
+func (d *deltaText) WriteDelta(x *batcher.Delta) error {
+	d.WriteString(x.Text)
+	return nil
 }
