@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/jobs"
 	"github.com/batcherhq/batcher/llmsim"
 )
@@ -179,5 +183,45 @@ func TestBatchAPIAuto(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBatchAPIRichItems: items with tools go upstream too, and the tool
+// calls come back from the output lines: none runs online.
+func TestBatchAPIRichItems(t *testing.T) {
+	e := newBatchEnv(t, openSQLite, llmsim.Config{Seed: 2})
+	m, _ := e.manager(t, nil)
+	ctx := t.Context()
+	c, err := m.Begin(ctx, jobs.Spec{Model: "chat", Dispatch: jobs.DispatchBatchAPI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := range n {
+		it := chatItem(fmt.Sprintf("weather in city %d?", i))
+		it.Tools = []batcher.Tool{{Name: "get_weather", Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}}
+		it.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
+		if err := c.Add(ctx, fmt.Sprintf("c%d", i), it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := c.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := waitJob(t, m, j.ID)
+	if p.State != jobs.StateCompleted || p.Counts.Succeeded != n {
+		t.Fatalf("ended %s %+v", p.State, p.Counts)
+	}
+	exactlyOnce(t, m, j, n)
+	if st := e.sim.BatchStats(); st.Answered != n || e.sim.Stats().Chat != n {
+		t.Errorf("%d lines answered upstream, %d chat calls; want all %d upstream, none online", st.Answered, e.sim.Stats().Chat, n)
+	}
+	raw, err := os.ReadFile(filepath.Join(m.Dir(j), jobs.ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(raw), `"name":"get_weather"`); got != n || !strings.Contains(string(raw), `"dispatch":"batch_api"`) {
+		t.Errorf("%d tool calls of get_weather in the results, want %d from the batch API:\n%.400s", got, n, raw)
 	}
 }

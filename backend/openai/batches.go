@@ -501,17 +501,13 @@ func ParseBatchLine(line []byte) (*batchapi.Result, error) {
 			return nil, fmt.Errorf("chat body: %w", err)
 		}
 		p, c := usageOf(cr.Usage)
-		if len(cr.Choices) > 0 && len(cr.Choices[0].Message.ToolCalls) > 0 {
-			// A tool call's message may have no content (null): the
-			// calls are the answer.
-			m := &cr.Choices[0].Message
-			r.Resp = batcher.Response{FinishReason: batcher.FinishToolCalls, Usage: clampUsage(p, c)}
-			if m.Content != nil {
-				r.Resp.Text = *m.Content
+		if richBody(&cr) {
+			resp, err := batchChatAnswer(&cr)
+			if err != nil {
+				return nil, fmt.Errorf("chat body: %w", err)
 			}
-			for _, tc := range m.ToolCalls {
-				r.Resp.ToolCalls = append(r.Resp.ToolCalls, batcher.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
-			}
+			resp.Usage = clampUsage(p, c)
+			r.Resp = resp
 			return r, nil
 		}
 		text, fr, err := chatAnswer(&cr, ep)
@@ -521,4 +517,68 @@ func ParseBatchLine(line []byte) (*batchapi.Result, error) {
 		r.Resp = batcher.Response{Text: text, FinishReason: fr, Usage: clampUsage(p, c)}
 	}
 	return r, nil
+}
+
+// richBody reports whether a chat body holds more than one plain text
+// choice: several choices, tool calls, a refusal or logprobs.
+func richBody(cr *chatResponse) bool {
+	if len(cr.Choices) > 1 {
+		return true
+	}
+	for i := range cr.Choices {
+		c := &cr.Choices[i]
+		if len(c.Message.ToolCalls) > 0 || c.Message.Refusal != nil || c.Logprobs != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// batchChatAnswer reads a rich chat body of a batch's output whole, as the
+// online call's answer would be: every choice (in Choices when several),
+// its text, tool calls, refusal and logprobs. The request is not at hand,
+// so the answer is not checked against it (its tools, its schema). A
+// tool call's message may have no content (null): the calls are the
+// answer.
+func batchChatAnswer(cr *chatResponse) (batcher.Response, error) {
+	n := len(cr.Choices)
+	choices := make([]batcher.Choice, n)
+	seen := make([]bool, n)
+	for k := range cr.Choices {
+		c := &cr.Choices[k]
+		i, m := c.Index, &c.Message
+		if i < 0 || i >= n || seen[i] {
+			return batcher.Response{}, fmt.Errorf("choice index %d out of place", i)
+		}
+		seen[i] = true
+		if m.Content == nil && m.Refusal == nil && len(m.ToolCalls) == 0 {
+			return batcher.Response{}, fmt.Errorf("choice %d has no content", i)
+		}
+		ch := batcher.Choice{FinishReason: finishReason(c.FinishReason)}
+		if m.Content != nil {
+			ch.Text = *m.Content
+		}
+		if m.Refusal != nil {
+			ch.Refusal = *m.Refusal
+			if ch.FinishReason == batcher.FinishStop {
+				ch.FinishReason = batcher.FinishContentFilter
+			}
+		}
+		for _, tc := range m.ToolCalls {
+			ch.ToolCalls = append(ch.ToolCalls, batcher.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		if len(ch.ToolCalls) > 0 {
+			ch.FinishReason = batcher.FinishToolCalls
+		}
+		if lp := c.Logprobs; lp != nil {
+			ch.Logprobs = &batcher.Logprobs{Content: tokens(lp.Content), Refusal: tokens(lp.Refusal)}
+		}
+		choices[i] = ch
+	}
+	c := &choices[0]
+	out := batcher.Response{Text: c.Text, ToolCalls: c.ToolCalls, Refusal: c.Refusal, Logprobs: c.Logprobs, FinishReason: c.FinishReason}
+	if n > 1 {
+		out.Choices = choices
+	}
+	return out, nil
 }

@@ -46,3 +46,26 @@ func TestParseBatchLineToolCall(t *testing.T) {
 		t.Errorf("got %+v", r)
 	}
 }
+
+// TestParseBatchLineRich: an output line's refusal, logprobs and several
+// choices come back whole, as the online call's answer would.
+func TestParseBatchLineRich(t *testing.T) {
+	line := `{"custom_id":"a","response":{"status_code":200,"body":{"object":"chat.completion","choices":[` +
+		`{"index":1,"message":{"role":"assistant","content":null,"refusal":"I cannot help with that."},"finish_reason":"stop"},` +
+		`{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop",` +
+		`"logprobs":{"content":[{"token":"Hi","logprob":-0.25,"bytes":[72,105],"top_logprobs":[]}]}}],` +
+		`"usage":{"prompt_tokens":5,"completion_tokens":4}}},"error":null}`
+	r, err := openai.ParseBatchLine([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Outcome != batchapi.Succeeded || r.Resp.Text != "Hi" || len(r.Resp.Choices) != 2 || r.Resp.Usage.CompletionTokens != 4 {
+		t.Fatalf("got %+v", r.Resp)
+	}
+	if lp := r.Resp.Logprobs; lp == nil || len(lp.Content) != 1 || lp.Content[0].Token != "Hi" || lp.Content[0].Logprob != -0.25 {
+		t.Errorf("logprobs %+v", r.Resp.Logprobs)
+	}
+	if c := r.Resp.Choices[1]; c.Refusal != "I cannot help with that." || c.FinishReason != batcher.FinishContentFilter {
+		t.Errorf("choice 1 %+v, want the refusal", c)
+	}
+}
