@@ -56,14 +56,15 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 	return st.run()
 }
 
-// stream is one SubmitStream and the EventSink of all its requests.
+// stream is one SubmitStream; each of its requests (item) is an EventSink that
+// hands its events to the stream (onEvent).
 //
 // Three parties meet here. The handler goroutine (run) is the stream's only
 // sender. One receiver goroutine (receive) reads messages in order and
-// submits requests to the core. The core's goroutines call OnEvent. The
-// receiver and OnEvent only append to out under mu and nudge the sender
+// submits requests to the core. The core's goroutines call onEvent. The
+// receiver and onEvent only append to out under mu and nudge the sender
 // through the capacity-1 nudge channel; the sender swaps out and sends
-// outside the lock, so OnEvent never blocks on the network.
+// outside the lock, so onEvent never blocks on the network.
 //
 // Window: the receiver takes a window token (owed) before each Recv. A
 // message that is answered (a request by its Completion or Rejection, any
@@ -120,12 +121,25 @@ type stream struct {
 	lastSumAt time.Time // time of the previous summary
 }
 
-// item is one request of the stream. req is what the core holds, so the
-// request and its bookkeeping are one allocation.
+// item is one request of the stream, and the EventSink of its events. req
+// is what the core holds and done is the Completion the stream answers it
+// with, so that the request, its bookkeeping and its answer are one
+// allocation, as the shaped echo's answer is (bench/grpc_test.go).
 type item struct {
 	req  batcher.Request
-	call *batcher.Call // nil while core.Submit runs
+	st   *stream
+	call *batcher.Call    // nil while core.Submit runs
+	done streamCompletion // filled at the request's end (onEvent)
 }
+
+// OnEvent implements batcher.EventSink for the stream (onEvent).
+func (it *item) OnEvent(ev *batcher.Event) { it.st.onEvent(it, ev) }
+
+// WantsProgress implements batcher.ProgressFilter for the stream.
+func (it *item) WantsProgress() bool { return it.st.WantsProgress() }
+
+// DeltasReady implements batcher.DeltaNotifier for the stream.
+func (it *item) DeltasReady(c *batcher.Call) { it.st.DeltasReady(c) }
 
 // run is the sender loop; it returns the stream's status.
 func (st *stream) run() error {
@@ -492,7 +506,7 @@ func (st *stream) handle(msg *batcherv1.SubmitStreamRequest) {
 func (st *stream) request(pr *batcherv1.Request) {
 	id := pr.GetId()
 	ctx := st.itemContext(pr)
-	it := new(item)
+	it := &item{st: st}
 	if bad := toCore(pr, &it.req); bad != nil {
 		st.reject(ctx, id, bad)
 		return
@@ -516,7 +530,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 	st.submitted++
 	st.mu.Unlock()
 
-	it.req.Sink = st
+	it.req.Sink = it
 	c, err := st.s.core.Submit(ctx, &it.req)
 	st.mu.Lock()
 	if err != nil {
@@ -583,9 +597,9 @@ func (st *stream) reject(ctx context.Context, id string, s *status.Status) {
 // it, before any request.
 func (st *stream) WantsProgress() bool { return st.allEvents.Load() }
 
-// OnEvent implements batcher.EventSink: it copies the event into a message
-// for the sender and never blocks.
-func (st *stream) OnEvent(ev *batcher.Event) {
+// onEvent is the EventSink of the stream's item it: it copies the event
+// into a message for the sender and never blocks.
+func (st *stream) onEvent(it *item, ev *batcher.Event) {
 	if ev.Kind != batcher.EventDone { // a progress event: wanted (WantsProgress)
 		e := event(ev)
 		if e == nil {
@@ -598,12 +612,12 @@ func (st *stream) OnEvent(ev *batcher.Event) {
 		st.wake()
 		return
 	}
-	sc := new(streamCompletion)
+	sc := &it.done // EventDone comes once
 	sc.k.Completion = sc.c.fill(ev.Request, ev.Result)
 	sc.r.Kind = &sc.k
 	m := &sc.r
 	st.mu.Lock()
-	if it := st.items[ev.Request.ID]; it != nil && &it.req == ev.Request {
+	if st.items[ev.Request.ID] == it {
 		delete(st.items, ev.Request.ID)
 	}
 	if ev.Result.Err == nil {
