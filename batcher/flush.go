@@ -1,0 +1,72 @@
+package batcher
+
+import (
+	"context"
+)
+
+// Flush sends every lane's queued requests now, without waiting out their
+// windows, and waits until they have been sent (handed to their backend,
+// still within its concurrency and rate limits) or have ended, or until
+// ctx ends. Requests admitted after Flush began are not waited for. It
+// returns ErrCanceled or ErrDeadline when ctx ended first; the flushed
+// requests are still sent as soon as capacity allows.
+func (b *Batcher) Flush(ctx context.Context) error {
+	var waits []*flushWait
+	b.eachLane(func(l *lane) {
+		fw := newFlushWait(ctx, nil)
+		waits = append(waits, fw)
+		l.flush(fw)
+	})
+	return waitFlushed(ctx, waits)
+}
+
+// FlushCalls is Flush for the given calls only: each of them still queued
+// goes out in its lane's next batch, ahead of everything else queued there,
+// and the batch fills with other queued requests as usual, so that other
+// callers' batches do not shrink. Calls in flight, waiting out a retry
+// backoff or ended are not waited for. A server flushes one stream's
+// requests this way.
+//
+// The flush is asked for before FlushCalls waits: with a ctx that is
+// already done it returns at once, and the calls still leave.
+func (b *Batcher) FlushCalls(ctx context.Context, calls ...*Call) error {
+	byLane := make(map[*lane][]*Call)
+	for _, c := range calls {
+		if c == nil || !c.queued.Load() {
+			continue
+		}
+		if l := c.lane.Load(); l != nil {
+			byLane[l] = append(byLane[l], c)
+		}
+	}
+	waits := make([]*flushWait, 0, len(byLane))
+	for l, cs := range byLane {
+		fw := newFlushWait(ctx, cs)
+		waits = append(waits, fw)
+		l.flush(fw)
+	}
+	return waitFlushed(ctx, waits)
+}
+
+// newFlushWait returns the flush of calls (nil: every queued call) for a
+// waiter whose context is ctx. When ctx is already done nobody will wait:
+// the flush moves its calls and is told of none of them leaving, so that
+// a caller flushing again and again (a stream's Flush messages, which
+// give their window token back at once) leaves no wait behind per queued
+// call.
+func newFlushWait(ctx context.Context, calls []*Call) *flushWait {
+	fw := &flushWait{calls: calls, done: make(chan struct{}), unwaited: ctx.Err() != nil}
+	fw.left.Store(1) // the lane's message holds one until it is handled
+	return fw
+}
+
+func waitFlushed(ctx context.Context, waits []*flushWait) error {
+	for _, fw := range waits {
+		select {
+		case <-fw.done:
+		case <-ctx.Done():
+			return ctxErr(ctx)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package batcher
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+)
+
+// resolveRoutes checks and resolves routes against the backends in set.
+func (b *Batcher) resolveRoutes(set *backendSet, rs []Route) (map[string]*routeConfig, []error) {
+	var errs []error
+	routes := make(map[string]*routeConfig, len(rs))
+	for _, r := range rs {
+		rc, err := resolveRoute(r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := routes[rc.Name]; dup {
+			errs = append(errs, fmt.Errorf("route %q: defined twice", rc.Name))
+			continue
+		}
+		if err := set.resolveTargets(&rc); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		routes[rc.Name] = &rc
+	}
+	if len(errs) == 0 && len(routes) == 0 {
+		errs = append(errs, errors.New("routes: at least one route is needed"))
+	}
+	return routes, errs
+}
+
+// SetRoutes replaces the routes while the Batcher runs: a route added is
+// served at once, a route removed refuses new requests as an unknown
+// model, and a route changed serves new requests with its new settings in
+// lanes of its own. Requests admitted before keep the route they were
+// admitted with, whatever happens to it, and finish on its old settings.
+// The routes may use only the backends in force (New's, or
+// Reconfigure's). A bad set (an error
+// naming the route and field, joined) is refused whole and the old routes
+// stay. After Shutdown began it returns ErrClosed.
+func (b *Batcher) SetRoutes(routes ...Route) error {
+	b.routesMu.Lock()
+	defer b.routesMu.Unlock()
+	if b.closing.Load() {
+		return ErrClosed
+	}
+	next, errs := b.resolveRoutes(b.backends.Load(), routes)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if b.metrics != nil {
+		b.metrics.addRoutes(next) // before the routes can be used
+	}
+	b.routes.Store(&next)
+	return nil
+}
+
+// resolveTargets points a route at its backend and fallbacks.
+func (set *backendSet) resolveTargets(rc *routeConfig) error {
+	all := append([]Target{{Backend: rc.Backend, Model: rc.Model}}, rc.Fallbacks...)
+	if len(all) > math.MaxUint8 {
+		return fmt.Errorf("route %q fallbacks: at most %d, got %d", rc.Name, math.MaxUint8-1, len(rc.Fallbacks))
+	}
+	for i, t := range all {
+		field := fmt.Sprintf("route %q backend", rc.Name)
+		if i > 0 {
+			field = fmt.Sprintf("route %q fallbacks[%d]", rc.Name, i-1)
+		}
+		be := set.byName[t.Backend]
+		if be == nil {
+			return fmt.Errorf("%s: no backend named %q", field, t.Backend)
+		}
+		model := t.Model
+		if model == "" {
+			model = rc.Name
+		}
+		shared := AllParams
+		if ps, ok := be.cfg.Backend.(ParamSharer); ok {
+			shared = ps.SharedParams(rc.Name, model, rc.Op) & AllParams
+		}
+		f := FeatureSeed // a plain parameter: honoured unless declared otherwise
+		if fd, ok := be.cfg.Backend.(FeatureDeclarer); ok {
+			f = fd.Features(rc.Name, model, rc.Op) & AllFeatures
+		}
+		if i == 0 {
+			rc.features = f
+		} else {
+			rc.features &= f
+		}
+		rc.targets = append(rc.targets, target{be: be, model: model, shared: shared})
+	}
+	rc.hot = make([]atomic.Pointer[lane], len(rc.targets))
+	return nil
+}
+
+// RouteInfo describes a configured route.
+type RouteInfo struct {
+	Name    string
+	Op      Operation
+	Backend string
+	// DefaultMaxTokens is what a request that leaves max_tokens unset gets.
+	DefaultMaxTokens int32
+	// Features are what every target of the route honours beyond plain
+	// text (FeatureDeclarer), which ValidateRich checks a request against.
+	Features Features
+}
+
+// Routes lists the configured routes.
+func (b *Batcher) Routes() []RouteInfo {
+	routes := *b.routes.Load()
+	out := make([]RouteInfo, 0, len(routes))
+	for _, rc := range routes {
+		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend, DefaultMaxTokens: rc.DefaultMaxTokens, Features: rc.features})
+	}
+	return out
+}
