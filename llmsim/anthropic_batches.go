@@ -233,15 +233,15 @@ func (s *Server) batchView(b *anthropicBatch) map[string]any {
 		"id": b.id, "type": "message_batch", "processing_status": status,
 		"request_counts": map[string]int{"processing": processing, "succeeded": b.succeeded, "errored": b.errored,
 			"canceled": b.canceled, "expired": b.expired},
-		"created_at": b.created.UTC().Format(time.RFC3339), "expires_at": b.created.Add(24 * time.Hour).UTC().Format(time.RFC3339),
+		"created_at": b.created.UTC().Format(time.RFC3339Nano), "expires_at": b.created.Add(24 * time.Hour).UTC().Format(time.RFC3339Nano),
 		"ended_at": nil, "cancel_initiated_at": nil, "results_url": nil,
 	}
 	if !b.cancelAt.IsZero() {
-		v["cancel_initiated_at"] = b.cancelAt.UTC().Format(time.RFC3339)
+		v["cancel_initiated_at"] = b.cancelAt.UTC().Format(time.RFC3339Nano)
 	}
 	if !b.ended.IsZero() {
 		v["processing_status"] = "ended"
-		v["ended_at"] = b.ended.UTC().Format(time.RFC3339)
+		v["ended_at"] = b.ended.UTC().Format(time.RFC3339Nano)
 		v["results_url"] = "/v1/messages/batches/" + b.id + "/results"
 	}
 	return v

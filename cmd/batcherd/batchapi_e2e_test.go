@@ -81,10 +81,14 @@ routes:
 	}
 	id := resp.GetJob().GetId()
 	waiting := watchUntil(t, c, id, func(p *batcherv1.JobProgress) bool {
-		return p.GetUpstreamItems() > 0 && p.GetUpstreamBatches()["in_progress"] > 0 || terminal(p)
+		return p.GetUpstreamItems() > 0 && p.GetUpstreamBatches()["in_progress"] > 0 && p.GetUpstreamEta().AsDuration() > 0 || terminal(p)
 	})
 	if terminal(waiting) {
-		t.Fatalf("the job ended before JobProgress showed items upstream: %v", waiting)
+		t.Fatalf("the job ended before JobProgress showed items upstream with the provider's ETA: %v", waiting)
+	}
+	// The provider's progress bounds the job's ETA from below.
+	if ue, e := waiting.GetUpstreamEta().AsDuration(), waiting.GetEta().AsDuration(); ue > 3*time.Second || e < ue {
+		t.Errorf("upstream ETA %v, job ETA %v: want the batches' end within BatchTime, the job's no sooner", ue, e)
 	}
 	last := watchUntil(t, c, id, terminal)
 	if last.GetState() != batcherv1.JobState_JOB_STATE_COMPLETED || last.GetCounts().GetSucceeded() != n {
