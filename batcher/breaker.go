@@ -2,7 +2,6 @@ package batcher
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -58,15 +57,15 @@ func (c BreakerConfig) resolve() (BreakerConfig, error) {
 	}
 	switch {
 	case c.Ratio < 0 || c.Ratio > 1 || c.Ratio != c.Ratio:
-		return c, fmt.Errorf("ratio: must be 0 to 1, got %v", c.Ratio)
+		return c, badSetting("ratio", "must be 0 to 1, got %v", c.Ratio)
 	case c.Window < time.Second:
-		return c, fmt.Errorf("window: must be at least 1s, got %v", c.Window)
+		return c, badSetting("window", "must be at least 1s, got %v", c.Window)
 	case c.MinCalls < 1:
-		return c, fmt.Errorf("min calls: must be at least 1, got %d", c.MinCalls)
+		return c, badSetting("min_calls", "must be at least 1, got %d", c.MinCalls)
 	case c.Cooldown < 0:
-		return c, fmt.Errorf("cooldown: must be positive, got %v", c.Cooldown)
+		return c, badSetting("cooldown", "must be positive, got %v", c.Cooldown)
 	case c.Probes < 1:
-		return c, fmt.Errorf("probes: must be at least 1, got %d", c.Probes)
+		return c, badSetting("probes", "must be at least 1, got %d", c.Probes)
 	}
 	return c, nil
 }

@@ -2,7 +2,6 @@ package batcher
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"time"
 )
@@ -74,12 +73,14 @@ type RouteCache struct {
 	Shared bool
 }
 
-func (rc *RouteCache) check(field func(string) string) error {
+// check checks rc's settings, each bad one an error from bad (the route's
+// *SettingError).
+func (rc *RouteCache) check(bad func(path, format string, args ...any) error) error {
 	if rc.TTL < 0 || rc.TTL > MaxCacheTTL {
-		return errors.New(field("cache") + ": ttl: must be 0 to " + MaxCacheTTL.String() + ", got " + rc.TTL.String())
+		return bad("cache.ttl", "must be 0 to %v, got %v", MaxCacheTTL, rc.TTL)
 	}
 	if rc.MaxBytes < 0 {
-		return errors.New(field("cache") + ": max bytes: must not be negative, got " + strconv.FormatInt(rc.MaxBytes, 10))
+		return bad("cache.max_bytes", "must not be negative, got %d", rc.MaxBytes)
 	}
 	if rc.TTL == 0 {
 		rc.TTL = DefaultCacheTTL

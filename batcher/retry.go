@@ -2,7 +2,6 @@ package batcher
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -73,17 +72,17 @@ func (p RetryPolicy) resolve() (RetryPolicy, error) {
 	}
 	switch {
 	case p.InitialBackoff < 0:
-		return p, fmt.Errorf("initial backoff: must be positive, got %v", p.InitialBackoff)
+		return p, badSetting("initial_backoff", "must be positive, got %v", p.InitialBackoff)
 	case p.Factor < 1 || p.Factor != p.Factor:
-		return p, fmt.Errorf("factor: must be at least 1, got %v", p.Factor)
+		return p, badSetting("factor", "must be at least 1, got %v", p.Factor)
 	case p.MaxBackoff < p.InitialBackoff:
-		return p, fmt.Errorf("max backoff: must be at least the initial backoff %v, got %v", p.InitialBackoff, p.MaxBackoff)
+		return p, badSetting("max_backoff", "must be at least the initial backoff %v, got %v", p.InitialBackoff, p.MaxBackoff)
 	case p.BudgetRatio < 0 || p.BudgetRatio > 1 || p.BudgetRatio != p.BudgetRatio:
-		return p, fmt.Errorf("budget ratio: must be 0 to 1, got %v", p.BudgetRatio)
+		return p, badSetting("budget_ratio", "must be 0 to 1, got %v", p.BudgetRatio)
 	case p.BudgetWindow < time.Second:
-		return p, fmt.Errorf("budget window: must be at least 1s, got %v", p.BudgetWindow)
+		return p, badSetting("budget_window", "must be at least 1s, got %v", p.BudgetWindow)
 	case p.BudgetMin < 0:
-		return p, fmt.Errorf("budget min: must not be negative, got %d", p.BudgetMin)
+		return p, badSetting("budget_min", "must not be negative, got %d", p.BudgetMin)
 	}
 	return p, nil
 }

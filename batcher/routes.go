@@ -3,7 +3,6 @@ package batcher
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 )
 
@@ -62,17 +61,15 @@ func (b *Batcher) SetRoutes(routes ...Route) error {
 // resolveTargets points a route at its backend and fallbacks.
 func (set *backendSet) resolveTargets(rc *routeConfig) error {
 	all := append([]Target{{Backend: rc.Backend, Model: rc.Model}}, rc.Fallbacks...)
-	if len(all) > math.MaxUint8 {
-		return fmt.Errorf("route %q fallbacks: at most %d, got %d", rc.Name, math.MaxUint8-1, len(rc.Fallbacks))
-	}
+	// resolveRoute held the fallbacks to MaxFallbacks: a target's index fits a byte.
 	for i, t := range all {
-		field := fmt.Sprintf("route %q backend", rc.Name)
-		if i > 0 {
-			field = fmt.Sprintf("route %q fallbacks[%d]", rc.Name, i-1)
-		}
 		be := set.byName[t.Backend]
 		if be == nil {
-			return fmt.Errorf("%s: no backend named %q", field, t.Backend)
+			path := "backend"
+			if i > 0 {
+				path = fmt.Sprintf("fallbacks[%d]", i-1)
+			}
+			return &SettingError{Owner: fmt.Sprintf("route %q", rc.Name), Path: path, Reason: fmt.Sprintf("no backend named %q", t.Backend)}
 		}
 		model := t.Model
 		if model == "" {

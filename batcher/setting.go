@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,9 @@ const (
 	// of a few zeros must fail at once, not exhaust memory at the first
 	// batch. Providers allow far fewer concurrent calls.
 	MaxBackendConcurrency = 10_000
+	// MaxFallbacks bounds Route.Fallbacks: a lane's key numbers the
+	// route's targets (its backend, then each fallback) in a byte.
+	MaxFallbacks = math.MaxUint8 - 1
 )
 
 // BatchConfig sets how a route's lanes form batches. A zero field takes its
@@ -272,38 +276,38 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	var errs []error
 	if c.queueCapacity < 1 {
-		errs = append(errs, fmt.Errorf("queue capacity: must be at least 1, got %d", c.queueCapacity))
+		errs = append(errs, badSetting("queue_capacity", "must be at least 1, got %d", c.queueCapacity))
 	}
 	if !c.queueReserveSet {
 		c.queueReserve = DefaultQueueReserve
 	}
 	if !(c.queueReserve >= 0 && c.queueReserve <= 0.9) {
-		errs = append(errs, fmt.Errorf("queue reserve: must be 0 to 0.9, got %v", c.queueReserve))
+		errs = append(errs, badSetting("queue_reserve", "must be 0 to 0.9, got %v", c.queueReserve))
 	}
 	if c.queueTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("queue timeout: must be positive, got %v", c.queueTimeout))
+		errs = append(errs, badSetting("queue_timeout", "must be positive, got %v", c.queueTimeout))
 	}
 	if c.agingStep <= 0 {
-		errs = append(errs, fmt.Errorf("aging step: must be positive, got %v", c.agingStep))
+		errs = append(errs, badSetting("aging_step", "must be positive, got %v", c.agingStep))
 	}
 	if c.maxLanes < 1 {
-		errs = append(errs, fmt.Errorf("max lanes: must be at least 1, got %d", c.maxLanes))
+		errs = append(errs, badSetting("max_lanes", "must be at least 1, got %d", c.maxLanes))
 	}
 	if c.streamBuffer < 1 {
-		errs = append(errs, fmt.Errorf("stream buffer: must be at least 1 delta, got %d", c.streamBuffer))
+		errs = append(errs, badSetting("stream_buffer", "must be at least 1 delta, got %d", c.streamBuffer))
 	}
 	if c.streamMaxUnread < 1 {
-		errs = append(errs, fmt.Errorf("stream max unread: must be at least 1 byte, got %d", c.streamMaxUnread))
+		errs = append(errs, badSetting("stream_max_unread", "must be at least 1 byte, got %d", c.streamMaxUnread))
 	}
 	if c.idleLane <= 0 {
-		errs = append(errs, fmt.Errorf("idle lane timeout: must be positive, got %v", c.idleLane))
+		errs = append(errs, badSetting("idle_lane_timeout", "must be positive, got %v", c.idleLane))
 	}
 	return c, errors.Join(errs...)
 }
 
 func resolveBackend(b BackendConfig) (BackendConfig, error) {
 	if b.Name == "" {
-		return b, errors.New("backend name: must not be empty")
+		return b, &SettingError{Owner: "backend", Path: "name", Reason: "must not be empty"}
 	}
 	if b.Backend == nil {
 		return b, fmt.Errorf("backend %q: no implementation", b.Name)
@@ -311,21 +315,26 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 	if b.MaxConcurrency == 0 {
 		b.MaxConcurrency = DefaultMaxConcurrency
 	}
-	field := func(f string) string { return fmt.Sprintf("backend %q %s", b.Name, f) }
+	owner := fmt.Sprintf("backend %q", b.Name)
+	bad := func(path, format string, args ...any) error {
+		e := badSetting(path, format, args...)
+		e.Owner = owner
+		return e
+	}
 	if b.MaxConcurrency < 1 || b.MaxConcurrency > MaxBackendConcurrency {
-		return b, fmt.Errorf("%s: must be 1 to %d, got %d", field("max concurrency"), MaxBackendConcurrency, b.MaxConcurrency)
+		return b, bad("max_concurrency", "must be 1 to %d, got %d", MaxBackendConcurrency, b.MaxConcurrency)
 	}
 	if b.MinConcurrency == 0 {
 		b.MinConcurrency = b.MaxConcurrency
 	}
 	if b.MinConcurrency < 1 || b.MinConcurrency > b.MaxConcurrency {
-		return b, fmt.Errorf("%s: must be 1 to max concurrency %d, got %d", field("min concurrency"), b.MaxConcurrency, b.MinConcurrency)
+		return b, bad("min_concurrency", "must be 1 to max concurrency %d, got %d", b.MaxConcurrency, b.MinConcurrency)
 	}
 	if b.RPM < 0 {
-		return b, fmt.Errorf("%s: must not be negative, got %d", field("rpm"), b.RPM)
+		return b, bad("rpm", "must not be negative, got %d", b.RPM)
 	}
 	if b.TPM < 0 {
-		return b, fmt.Errorf("%s: must not be negative, got %d", field("tpm"), b.TPM)
+		return b, bad("tpm", "must not be negative, got %d", b.TPM)
 	}
 	b.rpmBurstSet, b.tpmBurstSet = b.RPMBurst != 0, b.TPMBurst != 0
 	if b.RPMBurst == 0 {
@@ -335,33 +344,33 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 		b.TPMBurst = perSecond(b.TPM)
 	}
 	if b.RPMBurst < 1 {
-		return b, fmt.Errorf("%s: must be at least 1, got %d", field("rpm burst"), b.RPMBurst)
+		return b, bad("rpm_burst", "must be at least 1, got %d", b.RPMBurst)
 	}
 	if b.TPMBurst < 1 {
-		return b, fmt.Errorf("%s: must be at least 1, got %d", field("tpm burst"), b.TPMBurst)
+		return b, bad("tpm_burst", "must be at least 1, got %d", b.TPMBurst)
 	}
 	if b.ProtectedShare == 0 {
 		b.ProtectedShare = DefaultProtectedShare
 	}
 	if b.ProtectedShare > 0.9 || b.ProtectedShare != b.ProtectedShare {
-		return b, fmt.Errorf("%s: must be at most 0.9, got %v", field("protected share"), b.ProtectedShare)
+		return b, bad("protected_share", "must be at most 0.9, got %v", b.ProtectedShare)
 	}
 	b.ProtectedShare = max(b.ProtectedShare, 0)
 	if b.AttemptTimeout < 0 {
-		return b, fmt.Errorf("%s: must be positive, got %v", field("attempt timeout"), b.AttemptTimeout)
+		return b, bad("attempt_timeout", "must be positive, got %v", b.AttemptTimeout)
 	}
 	if b.StreamIdleTimeout < 0 {
-		return b, fmt.Errorf("%s: must be positive, got %v", field("stream idle timeout"), b.StreamIdleTimeout)
+		return b, bad("stream_idle_timeout", "must be positive, got %v", b.StreamIdleTimeout)
 	}
 	if b.StreamIdleTimeout == 0 {
 		b.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
 	var err error
 	if b.Retry, err = b.Retry.resolve(); err != nil {
-		return b, fmt.Errorf("%s: %w", field("retry"), err)
+		return b, settingOf(owner, "retry", err)
 	}
 	if b.Breaker, err = b.Breaker.resolve(); err != nil {
-		return b, fmt.Errorf("%s: %w", field("breaker"), err)
+		return b, settingOf(owner, "breaker", err)
 	}
 	return b, nil
 }
@@ -369,19 +378,27 @@ func resolveBackend(b BackendConfig) (BackendConfig, error) {
 func resolveRoute(r Route) (routeConfig, error) {
 	rc := routeConfig{Route: r}
 	if r.Name == "" {
-		return rc, errors.New("route name: must not be empty")
+		return rc, &SettingError{Owner: "route", Path: "name", Reason: "must not be empty"}
 	}
-	field := func(f string) string { return fmt.Sprintf("route %q %s", r.Name, f) }
+	owner := fmt.Sprintf("route %q", r.Name)
+	bad := func(path, format string, args ...any) error {
+		e := badSetting(path, format, args...)
+		e.Owner = owner
+		return e
+	}
 	if r.Op < OpChat || r.Op > OpEmbedding {
-		return rc, fmt.Errorf("%s: must be chat, completion or embedding", field("operation"))
+		return rc, bad("operation", "must be chat, completion or embedding")
 	}
 	if r.Backend == "" {
-		return rc, fmt.Errorf("%s: must name a backend", field("backend"))
+		return rc, bad("backend", "must name a backend")
 	}
 	if rc.Model == "" {
 		rc.Model = r.Name
 	}
-	if err := rc.Cache.check(field); err != nil {
+	if len(r.Fallbacks) > MaxFallbacks {
+		return rc, bad("fallbacks", "must hold at most %d, got %d", MaxFallbacks, len(r.Fallbacks))
+	}
+	if err := rc.Cache.check(bad); err != nil {
 		return rc, err
 	}
 	b := &rc.Batch
@@ -389,33 +406,33 @@ func resolveRoute(r Route) (routeConfig, error) {
 		b.MaxBatchSize = DefaultMaxBatchSize
 	}
 	if b.MaxBatchSize < 1 {
-		return rc, fmt.Errorf("%s: must be at least 1, got %d", field("max batch size"), b.MaxBatchSize)
+		return rc, bad("max_batch_size", "must be at least 1, got %d", b.MaxBatchSize)
 	}
 	if b.MinBatchSize == 0 {
 		b.MinBatchSize = min(DefaultMinBatchSize, b.MaxBatchSize)
 	}
 	if b.MinBatchSize < 1 || b.MinBatchSize > b.MaxBatchSize {
-		return rc, fmt.Errorf("%s: must be 1 to max batch size %d, got %d", field("min batch size"), b.MaxBatchSize, b.MinBatchSize)
+		return rc, bad("min_batch_size", "must be 1 to max batch size %d, got %d", b.MaxBatchSize, b.MinBatchSize)
 	}
 	if b.MaxBatchTokens < 0 {
-		return rc, fmt.Errorf("%s: must not be negative, got %d", field("max batch tokens"), b.MaxBatchTokens)
+		return rc, bad("max_batch_tokens", "must not be negative, got %d", b.MaxBatchTokens)
 	}
 	if b.Window == 0 {
 		b.Window = DefaultWindow
 	}
 	if b.Window < 0 {
-		return rc, fmt.Errorf("%s: must be positive, got %v", field("window"), b.Window)
+		return rc, bad("window", "must be positive, got %v", b.Window)
 	}
 	if b.MaxWait == 0 {
 		b.MaxWait = max(DefaultMaxWait, b.Window)
 	}
 	if b.MaxWait < b.Window {
-		return rc, fmt.Errorf("%s: must be at least the window %v, got %v", field("max wait"), b.Window, b.MaxWait)
+		return rc, bad("max_wait", "must be at least the window %v, got %v", b.Window, b.MaxWait)
 	}
 	if b.Delays != nil {
 		for p, d := range b.Delays {
 			if d < 0 {
-				return rc, fmt.Errorf("%s: must not be negative, got %v", field(Priority(p).String()+" delay"), d)
+				return rc, bad(Priority(p).String()+"_delay", "must not be negative, got %v", d)
 			}
 			rc.delays[p] = min(d, b.MaxWait)
 		}
@@ -432,19 +449,19 @@ func resolveRoute(r Route) (routeConfig, error) {
 		rc.MaxInputBytes = DefaultMaxInputBytes
 	}
 	if rc.MaxInputBytes < 1 {
-		return rc, fmt.Errorf("%s: must be at least 1, got %d", field("max input bytes"), rc.MaxInputBytes)
+		return rc, bad("max_input_bytes", "must be at least 1, got %d", rc.MaxInputBytes)
 	}
 	if rc.MaxTokensLimit == 0 {
 		rc.MaxTokensLimit = DefaultMaxTokensLimit
 	}
 	if rc.MaxTokensLimit < 1 {
-		return rc, fmt.Errorf("%s: must be at least 1, got %d", field("max tokens limit"), rc.MaxTokensLimit)
+		return rc, bad("max_tokens_limit", "must be at least 1, got %d", rc.MaxTokensLimit)
 	}
 	if rc.DefaultMaxTokens == 0 {
 		rc.DefaultMaxTokens = min(DefaultMaxTokens, rc.MaxTokensLimit)
 	}
 	if rc.DefaultMaxTokens < 1 || rc.DefaultMaxTokens > rc.MaxTokensLimit {
-		return rc, fmt.Errorf("%s: must be 1 to max tokens limit %d, got %d", field("default max tokens"), rc.MaxTokensLimit, rc.DefaultMaxTokens)
+		return rc, bad("default_max_tokens", "must be 1 to max tokens limit %d, got %d", rc.MaxTokensLimit, rc.DefaultMaxTokens)
 	}
 	return rc, nil
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -39,13 +38,13 @@ func (c *config) checkLimits() []error {
 		c.maxStreams = DefaultMaxStreams
 	}
 	if c.maxStreams < 1 {
-		errs = append(errs, fmt.Errorf("max streams: must be at least 1, got %d", c.maxStreams))
+		errs = append(errs, badOption("max_streams", "must be at least 1, got %d", c.maxStreams))
 	}
 	if c.maxPending == 0 {
 		c.maxPending = DefaultMaxPendingMessages
 	}
 	if c.maxPending < 1 {
-		errs = append(errs, fmt.Errorf("max pending messages: must be at least 1, got %d", c.maxPending))
+		errs = append(errs, badOption("max_pending_messages", "must be at least 1, got %d", c.maxPending))
 	}
 	return errs
 }

@@ -140,10 +140,10 @@ func newConfig(opts []Option) (config, error) {
 		c.logger = slog.Default()
 	}
 	if c.window < 1 {
-		errs = append(errs, fmt.Errorf("stream window: must be at least 1, got %d", c.window))
+		errs = append(errs, badOption("stream_window", "must be at least 1, got %d", c.window))
 	}
 	if c.interval < MinSummaryInterval || c.interval > MaxSummaryInterval {
-		errs = append(errs, fmt.Errorf("summary interval: must be %v to %v, got %v", MinSummaryInterval, MaxSummaryInterval, c.interval))
+		errs = append(errs, badOption("summary_interval", "must be %v to %v, got %v", MinSummaryInterval, MaxSummaryInterval, c.interval))
 	}
 	if c.tracerProvider == nil {
 		c.tracerProvider = noop.NewTracerProvider()
@@ -157,9 +157,16 @@ func newConfig(opts []Option) (config, error) {
 	return c, errors.Join(errs...)
 }
 
-// ValidateOptions reports every invalid option among opts, each error
-// naming it in words ("summary interval: must be 100ms to 1h0m0s, got
-// 1ms"): what would make New fail.
+// badOption is an invalid option as a *batcher.SettingError, path its name
+// in snake_case ("stream_window"), so that a caller finds the option with
+// errors.As as it finds the core's.
+func badOption(path, format string, args ...any) error {
+	return &batcher.SettingError{Path: path, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ValidateOptions reports every invalid option among opts, each a
+// *batcher.SettingError that names it in words ("summary interval: must be
+// 100ms to 1h0m0s, got 1ms"): what would make New fail.
 func ValidateOptions(opts ...Option) error {
 	_, err := newConfig(opts)
 	return err

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/batcherhq/batcher/batcher"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -59,5 +61,9 @@ func TestInvalidOptionsFail(t *testing.T) {
 	srv, err := New(nil, WithStreamWindow(-1))
 	if srv != nil || err == nil || !strings.Contains(err.Error(), "stream window: must be at least 1, got -1") {
 		t.Errorf("New with an invalid option = %v, %v; want no server and an error naming the option", srv, err)
+	}
+	var se *batcher.SettingError
+	if !errors.As(err, &se) || se.Path != "stream_window" || se.Reason != "must be at least 1, got -1" {
+		t.Errorf("New's error holds %+v, want the setting stream_window and its reason", se)
 	}
 }

@@ -1,8 +1,8 @@
 package config
 
 import (
+	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/server"
@@ -11,9 +11,9 @@ import (
 // The settings batcherd hands to the core and the server are validated by
 // those components themselves (batcher.ValidateBackend, ValidateRoute,
 // ValidateOptions; server.ValidateOptions), once, when the file is loaded:
-// batcherd keeps no copy of their rules. It only maps the field each error
-// names, in the component's words ("retry: budget window"), to its YAML
-// path ("backends[0].retry.budget_window").
+// batcherd keeps no copy of their rules. It only puts the setting each
+// *batcher.SettingError names ("retry.budget_window") under its YAML path
+// ("backends[0].retry.budget_window").
 
 // coreOptions are the batcher-wide options.
 func (c *Config) coreOptions() []batcher.Option {
@@ -107,10 +107,10 @@ var routeBatching = map[string]bool{
 // adding each error under its YAML path.
 func (c *Config) validateComponents(e *errs) {
 	for _, err := range unjoin(batcher.ValidateOptions(c.coreOptions()...)) {
-		e.addField("", "", err, nil)
+		e.addSetting("", err, nil)
 	}
 	for _, err := range unjoin(server.ValidateOptions(c.serverOptions()...)) {
-		e.addField("", "", err, nil)
+		e.addSetting("", err, nil)
 	}
 	for i := range c.Backends {
 		b := &c.Backends[i]
@@ -118,7 +118,7 @@ func (c *Config) validateComponents(e *errs) {
 			continue // reported by Validate
 		}
 		for _, err := range unjoin(batcher.ValidateBackend(b.coreConfig(nil))) {
-			e.addField(fmt.Sprintf("backends[%d].", i), fmt.Sprintf("backend %q ", b.Name), err, nil)
+			e.addSetting(fmt.Sprintf("backends[%d]", i), err, nil)
 		}
 	}
 	for i := range c.Routes {
@@ -127,7 +127,7 @@ func (c *Config) validateComponents(e *errs) {
 			continue // reported by Validate
 		}
 		for _, err := range unjoin(batcher.ValidateRoute(r.coreRoute())) {
-			e.addField(fmt.Sprintf("routes[%d].", i), fmt.Sprintf("route %q ", r.Name), err, func(f string) string {
+			e.addSetting(fmt.Sprintf("routes[%d]", i), err, func(f string) string {
 				if routeBatching[f] {
 					return "batching." + f
 				}
@@ -137,28 +137,29 @@ func (c *Config) validateComponents(e *errs) {
 	}
 }
 
-// addField adds a component's error under its YAML path: the component's
-// text, less scope, reads "<field words>[: <field words>]: must ...", and
-// the field becomes prefix + "words_joined.by_dots" (through nest, when
-// given, for fields YAML nests differently). A text of another shape is
-// added whole under prefix.
-func (e *errs) addField(prefix, scope string, err error, nest func(string) string) {
+// addSetting adds a component's error under its YAML path: a
+// *batcher.SettingError's path (already in snake_case, as YAML spells it)
+// goes under prefix, through nest when given, for fields YAML nests
+// differently, with its reason. Any other error is added whole under
+// prefix.
+func (e *errs) addSetting(prefix string, err error, nest func(string) string) {
 	if err == nil {
 		return
 	}
-	msg := strings.TrimPrefix(err.Error(), scope)
-	i := strings.Index(msg, ": must")
-	if i < 0 {
-		*e = append(*e, fmt.Errorf("%s%s", strings.TrimSuffix(prefix, "."), ": "+msg))
+	var se *batcher.SettingError
+	if !errors.As(err, &se) {
+		if prefix != "" {
+			err = &FieldError{Path: prefix, Reason: err.Error(), Err: err}
+		}
+		*e = append(*e, err)
 		return
 	}
-	parts := strings.Split(msg[:i], ": ")
-	for k, p := range parts {
-		parts[k] = strings.ReplaceAll(strings.ToLower(p), " ", "_")
-	}
-	field := strings.Join(parts, ".")
+	field := se.Path
 	if nest != nil {
 		field = nest(field)
 	}
-	*e = append(*e, fmt.Errorf("%s%s%s", prefix, field, msg[i:]))
+	if prefix != "" {
+		field = prefix + "." + field
+	}
+	*e = append(*e, &FieldError{Path: field, Reason: se.Reason, Err: err})
 }

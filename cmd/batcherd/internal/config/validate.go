@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"sort"
 	"strconv"
@@ -30,11 +29,30 @@ var operations = map[string]batcher.Operation{
 	"embedding":  batcher.OpEmbedding,
 }
 
+// FieldError is a bad setting of the configuration: its YAML path and
+// why. Validate's errors are FieldErrors, joined; find one with errors.As.
+type FieldError struct {
+	// Path is the setting's YAML path: "routes[2].batching.max_batch_size".
+	Path string
+	// Reason says what is wrong: "must be at least 1, got 0".
+	Reason string
+	// Err is the component's error the reason comes from (a
+	// *batcher.SettingError where the core or the server refused the
+	// setting), or nil.
+	Err error
+}
+
+// Error reads "<path>: <reason>".
+func (e *FieldError) Error() string { return e.Path + ": " + e.Reason }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
 // errs collects field errors.
 type errs []error
 
 func (e *errs) add(path, format string, args ...any) {
-	*e = append(*e, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+	*e = append(*e, &FieldError{Path: path, Reason: fmt.Sprintf(format, args...)})
 }
 
 // Validate reports every bad field of c, each error naming its path.
@@ -150,9 +168,6 @@ func (c *Config) Validate() error {
 				e.add(path+".price."+field, "%s", problem)
 			}
 		}
-		if len(r.Fallbacks) > maxFallbacks {
-			e.add(path+".fallbacks", "must hold at most %d, got %d", maxFallbacks, len(r.Fallbacks))
-		}
 		for j, f := range r.Fallbacks {
 			if k, ok := backends[f.Backend]; !ok {
 				e.add(fmt.Sprintf("%s.fallbacks[%d].backend", path, j), "no backend named %q (%s)", f.Backend, names(backends))
@@ -163,9 +178,6 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(e...)
 }
-
-// maxFallbacks is the core's bound on a route's fallbacks.
-const maxFallbacks = math.MaxUint8 - 1
 
 // SlogLevel returns the log level.
 func (l Log) SlogLevel() (slog.Level, error) {
