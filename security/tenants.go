@@ -131,6 +131,46 @@ var priorities = map[string]batcher.Priority{
 // and never echoes a token or a token hash. A file with any error is
 // refused whole.
 func ParseTenants(data []byte) (*Tenants, error) {
+	f, err := decodeTenants(data)
+	if err != nil {
+		return nil, err
+	}
+	ts := &Tenants{
+		byName:    map[string]*Tenant{},
+		byToken:   map[[sha256.Size]byte]tokenEntry{},
+		byJWT:     map[string]*Tenant{},
+		bySPIFFE:  map[string]*Tenant{},
+		bySubject: map[string]*Tenant{},
+	}
+	var errs fieldErrs
+	for i := range f.Tenants {
+		s := &f.Tenants[i]
+		path := fmt.Sprintf("tenants[%d]", i)
+		t := &Tenant{Name: s.Name, Routes: s.Routes, Weight: s.Weight, Admin: s.Admin, Quotas: s.Quotas, MaxPriority: batcher.PriorityUrgent}
+		ts.addName(path, t, &errs)
+		ts.addCredentials(path, s, t, &errs)
+		s.checkPolicy(path, t, &errs)
+		if len(s.Tokens)+len(s.JWTSubjects)+len(s.SPIFFEIDs)+len(s.CertSubjects) == 0 {
+			errs.add(path, "has no credential: give tokens, jwt_subjects, spiffe_ids or cert_subjects")
+		}
+		t.access = t.newAccess()
+		ts.list = append(ts.list, t)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return ts, nil
+}
+
+// fieldErrs collects a tenants file's errors, each naming its path.
+type fieldErrs []error
+
+func (e *fieldErrs) add(path, format string, args ...any) {
+	*e = append(*e, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+// decodeTenants reads a tenants file that holds at least one tenant.
+func decodeTenants(data []byte) (*tenantsFile, error) {
 	if len(data) > MaxTenantsFileBytes {
 		return nil, fmt.Errorf("tenants file: larger than %d bytes", MaxTenantsFileBytes)
 	}
@@ -146,122 +186,107 @@ func ParseTenants(data []byte) (*Tenants, error) {
 	if len(f.Tenants) == 0 {
 		return nil, errors.New("tenants: at least one tenant is needed")
 	}
-	ts := &Tenants{
-		byName:    map[string]*Tenant{},
-		byToken:   map[[sha256.Size]byte]tokenEntry{},
-		byJWT:     map[string]*Tenant{},
-		bySPIFFE:  map[string]*Tenant{},
-		bySubject: map[string]*Tenant{},
+	return &f, nil
+}
+
+// addName indexes t by its name, when the name is valid and free.
+func (ts *Tenants) addName(path string, t *Tenant, errs *fieldErrs) {
+	switch {
+	case !nameRE.MatchString(t.Name):
+		errs.add(path+".name", "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, got %q", t.Name)
+	case ts.byName[t.Name] != nil:
+		errs.add(path+".name", "%q names two tenants", t.Name)
+	case t.Name == AnonymousName:
+		errs.add(path+".name", "%q is reserved", t.Name)
+	default:
+		ts.byName[t.Name] = t
 	}
-	var errs []error
-	add := func(path, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+// addCredentials indexes t by each of s's credentials: token hashes, JWT
+// subjects, SPIFFE ids and certificate subjects, each mapped to one tenant
+// only.
+func (ts *Tenants) addCredentials(path string, s *tenantSpec, t *Tenant, errs *fieldErrs) {
+	for j, h := range s.Tokens {
+		p := fmt.Sprintf("%s.tokens[%d]", path, j)
+		sum, ok := parseTokenHash(h)
+		if !ok {
+			errs.add(p, "must be %s followed by 64 hex digits (the SHA-256 of the token); the value is not shown", TokenHashPrefix)
+			continue
+		}
+		if _, dup := ts.byToken[sum]; dup {
+			errs.add(p, "the same token hash is listed twice")
+			continue
+		}
+		ts.byToken[sum] = tokenEntry{sum, t}
 	}
-	for i := range f.Tenants {
-		s := &f.Tenants[i]
-		path := fmt.Sprintf("tenants[%d]", i)
-		t := &Tenant{Name: s.Name, Routes: s.Routes, Weight: s.Weight, Admin: s.Admin, Quotas: s.Quotas, MaxPriority: batcher.PriorityUrgent}
-		switch {
-		case !nameRE.MatchString(s.Name):
-			add(path+".name", "must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit, got %q", s.Name)
-		case ts.byName[s.Name] != nil:
-			add(path+".name", "%q names two tenants", s.Name)
-		case s.Name == AnonymousName:
-			add(path+".name", "%q is reserved", s.Name)
-		default:
-			ts.byName[s.Name] = t
-		}
-		for j, h := range s.Tokens {
-			p := fmt.Sprintf("%s.tokens[%d]", path, j)
-			sum, ok := parseTokenHash(h)
-			if !ok {
-				add(p, "must be %s followed by 64 hex digits (the SHA-256 of the token); the value is not shown", TokenHashPrefix)
-				continue
-			}
-			if _, dup := ts.byToken[sum]; dup {
-				add(p, "the same token hash is listed twice")
-				continue
-			}
-			ts.byToken[sum] = tokenEntry{sum, t}
-		}
-		for j, v := range s.JWTSubjects {
-			p := fmt.Sprintf("%s.jwt_subjects[%d]", path, j)
-			if v == "" {
-				add(p, "must not be empty")
-			} else if o := ts.byJWT[v]; o != nil {
-				add(p, "%q is already mapped to tenant %q", v, o.Name)
+	mapOnce := func(field string, values []string, by map[string]*Tenant, check func(string) error) {
+		for j, v := range values {
+			p := fmt.Sprintf("%s.%s[%d]", path, field, j)
+			if err := check(v); err != nil {
+				errs.add(p, "%v", err)
+			} else if o := by[v]; o != nil {
+				errs.add(p, "%q is already mapped to tenant %q", v, o.Name)
 			} else {
-				ts.byJWT[v] = t
+				by[v] = t
 			}
 		}
-		for j, v := range s.SPIFFEIDs {
-			p := fmt.Sprintf("%s.spiffe_ids[%d]", path, j)
-			if err := checkSPIFFEID(v); err != nil {
-				add(p, "%v", err)
-			} else if o := ts.bySPIFFE[v]; o != nil {
-				add(p, "%q is already mapped to tenant %q", v, o.Name)
-			} else {
-				ts.bySPIFFE[v] = t
-			}
-		}
-		for j, v := range s.CertSubjects {
-			p := fmt.Sprintf("%s.cert_subjects[%d]", path, j)
-			if v == "" {
-				add(p, "must not be empty")
-			} else if o := ts.bySubject[v]; o != nil {
-				add(p, "%q is already mapped to tenant %q", v, o.Name)
-			} else {
-				ts.bySubject[v] = t
-			}
-		}
-		for j, r := range s.Routes {
-			if r == "" {
-				add(fmt.Sprintf("%s.routes[%d]", path, j), "must not be empty")
-			}
-		}
-		if s.MaxPriority != "" {
-			p, ok := priorities[strings.ToLower(s.MaxPriority)]
-			if !ok {
-				add(path+".max_priority", "must be urgent, high, normal, low or deferrable, got %q", s.MaxPriority)
-			}
-			t.MaxPriority = p
-		}
-		switch strings.ToLower(s.PriorityMode) {
-		case "", "lower":
-			t.PriorityMode = PriorityLower
-		case "refuse":
-			t.PriorityMode = PriorityRefuse
-		default:
-			add(path+".priority_mode", "must be lower or refuse, got %q", s.PriorityMode)
-		}
-		switch {
-		case s.Weight == 0:
-			t.Weight = 1
-		case s.Weight < 1 || s.Weight > MaxWeight:
-			add(path+".weight", "must be 1 to %d, got %d", MaxWeight, s.Weight)
-		}
-		q := s.Quotas
-		for _, v := range []struct {
-			name string
-			n    int
-		}{{"rpm", q.RPM}, {"tpm", q.TPM}, {"in_flight", q.InFlight}, {"jobs", q.Jobs}, {"items_per_job", q.ItemsPerJob}} {
-			if v.n < 0 || v.n > MaxQuota {
-				add(path+".quotas."+v.name, "must be 0 (no quota) to %d, got %d", MaxQuota, v.n)
-			}
-		}
-		if !(q.QueueShare >= 0 && q.QueueShare <= 1) { // NaN too
-			add(path+".quotas.queue_share", "must be 0 (no quota) to 1, got %v", q.QueueShare)
-		}
-		if len(s.Tokens)+len(s.JWTSubjects)+len(s.SPIFFEIDs)+len(s.CertSubjects) == 0 {
-			add(path, "has no credential: give tokens, jwt_subjects, spiffe_ids or cert_subjects")
-		}
-		t.access = t.newAccess()
-		ts.list = append(ts.list, t)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	mapOnce("jwt_subjects", s.JWTSubjects, ts.byJWT, notEmpty)
+	mapOnce("spiffe_ids", s.SPIFFEIDs, ts.bySPIFFE, checkSPIFFEID)
+	mapOnce("cert_subjects", s.CertSubjects, ts.bySubject, notEmpty)
+}
+
+var errEmpty = errors.New("must not be empty")
+
+func notEmpty(v string) error {
+	if v == "" {
+		return errEmpty
 	}
-	return ts, nil
+	return nil
+}
+
+// checkPolicy checks s's routes, priority ceiling and mode, weight and
+// quotas, and sets t's resolved values.
+func (s *tenantSpec) checkPolicy(path string, t *Tenant, errs *fieldErrs) {
+	for j, r := range s.Routes {
+		if r == "" {
+			errs.add(fmt.Sprintf("%s.routes[%d]", path, j), "must not be empty")
+		}
+	}
+	if s.MaxPriority != "" {
+		p, ok := priorities[strings.ToLower(s.MaxPriority)]
+		if !ok {
+			errs.add(path+".max_priority", "must be urgent, high, normal, low or deferrable, got %q", s.MaxPriority)
+		}
+		t.MaxPriority = p
+	}
+	switch strings.ToLower(s.PriorityMode) {
+	case "", "lower":
+		t.PriorityMode = PriorityLower
+	case "refuse":
+		t.PriorityMode = PriorityRefuse
+	default:
+		errs.add(path+".priority_mode", "must be lower or refuse, got %q", s.PriorityMode)
+	}
+	switch {
+	case s.Weight == 0:
+		t.Weight = 1
+	case s.Weight < 1 || s.Weight > MaxWeight:
+		errs.add(path+".weight", "must be 1 to %d, got %d", MaxWeight, s.Weight)
+	}
+	q := s.Quotas
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"rpm", q.RPM}, {"tpm", q.TPM}, {"in_flight", q.InFlight}, {"jobs", q.Jobs}, {"items_per_job", q.ItemsPerJob}} {
+		if v.n < 0 || v.n > MaxQuota {
+			errs.add(path+".quotas."+v.name, "must be 0 (no quota) to %d, got %d", MaxQuota, v.n)
+		}
+	}
+	if !(q.QueueShare >= 0 && q.QueueShare <= 1) { // NaN too
+		errs.add(path+".quotas.queue_share", "must be 0 (no quota) to 1, got %v", q.QueueShare)
+	}
 }
 
 func parseTokenHash(s string) ([sha256.Size]byte, bool) {
