@@ -79,7 +79,14 @@ func (c *Config) Validate() error {
 	c.Fleet.validate(&e)
 	c.Cache.validate(&e)
 	c.validateComponents(&e)
+	backends := c.validateBackends(&e)
+	c.validateRoutes(backends, &e)
+	return errors.Join(e...)
+}
 
+// validateBackends checks each backend's name and type and returns the
+// index of each backend by name.
+func (c *Config) validateBackends(e *errs) map[string]int {
 	backends := map[string]int{}
 	for i := range c.Backends {
 		b := &c.Backends[i]
@@ -96,7 +103,7 @@ func (c *Config) Validate() error {
 		case TypeSim:
 			if err := b.simConfig().Validate(); err != nil {
 				for _, err := range unjoin(err) {
-					e = append(e, fmt.Errorf("%s.sim.%w", path, err))
+					*e = append(*e, fmt.Errorf("%s.sim.%w", path, err))
 				}
 			}
 		case TypeOpenAI:
@@ -104,13 +111,13 @@ func (c *Config) Validate() error {
 			if o == nil {
 				o = &OpenAI{}
 			}
-			o.validate(path+".openai", b.Name, c, &e)
+			o.validate(path+".openai", b.Name, c, e)
 		case TypeAnthropic:
 			a := b.Anthropic
 			if a == nil {
 				a = &Anthropic{}
 			}
-			a.validate(path+".anthropic", &e)
+			a.validate(path+".anthropic", e)
 		case "":
 			e.add(path+".type", "must be set: want %s", types)
 		default:
@@ -126,7 +133,12 @@ func (c *Config) Validate() error {
 			e.add(path+".anthropic", "only for type %s, got type %q", TypeAnthropic, b.Type)
 		}
 	}
+	return backends
+}
 
+// validateRoutes checks each route's name, operation, backends, batch API
+// and price against the backends (by name).
+func (c *Config) validateRoutes(backends map[string]int, e *errs) {
 	if len(c.Routes) == 0 {
 		e.add("routes", "at least one route is needed")
 	}
@@ -176,7 +188,6 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	return errors.Join(e...)
 }
 
 // SlogLevel returns the log level.
