@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -25,6 +26,21 @@ var (
 	// names the quota.
 	ErrQuota = errors.New("jobs: quota exceeded")
 )
+
+// QuotaRetryAfter is how long a door tells a tenant at its quota of jobs
+// not ended to wait before trying again: a job takes a while to end, so
+// retrying at once is pointless.
+const QuotaRetryAfter = 30 * time.Second
+
+// errPrefix starts this package's errors' text.
+const errPrefix = "jobs: "
+
+// Message is err as a door shows it to its caller: without the "jobs: "
+// this package starts its errors with, which names the package rather than
+// anything the caller did.
+func Message(err error) string {
+	return strings.TrimPrefix(err.Error(), errPrefix)
+}
 
 // Store keeps jobs and their tasks. Every implementation passes the
 // conformance suite in jobs/storetest. All methods are safe for concurrent

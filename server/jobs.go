@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -54,7 +53,7 @@ func (s *JobService) Register(gs *grpc.Server) { batcherv1.RegisterJobServiceSer
 
 // jobsStatus is where errors of the jobs package become gRPC statuses.
 func (s *JobService) jobsStatus(err error) error {
-	msg := strings.TrimPrefix(err.Error(), "jobs: ")
+	msg := jobs.Message(err)
 	switch {
 	case errors.Is(err, jobs.ErrNotFound):
 		return status.Error(codes.NotFound, msg)
@@ -82,8 +81,8 @@ func (s *JobService) jobsStatus(err error) error {
 }
 
 // JobsQuotaRetryDelay is the RetryInfo delay sent when a tenant is at its
-// jobs quota: a job takes a while to end, so retrying at once is pointless.
-const JobsQuotaRetryDelay = 30 * time.Second
+// jobs quota: jobs.QuotaRetryAfter.
+const JobsQuotaRetryDelay = jobs.QuotaRetryAfter
 
 // quotaStatus is RESOURCE_EXHAUSTED naming the quota in a QuotaFailure.
 // The jobs quota frees as the tenant's jobs end, so it carries a

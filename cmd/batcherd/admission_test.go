@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/openaiapi"
 )
 
 // restrictedTenant may use sim-embed only, at DEFERRABLE only, in refuse
@@ -328,7 +329,7 @@ func TestEveryDoorAdmits(t *testing.T) {
 			t.Errorf("gRPC method %s carries a Request or a JobSpec but has no row in admissionDoors", m)
 		}
 	}
-	for ep := range batchEndpoints {
+	for _, ep := range openaiapi.BatchEndpoints() {
 		if !endpoints[ep] {
 			t.Errorf("front door endpoint %s has no row in admissionDoors", ep)
 		}
