@@ -7,7 +7,8 @@
 // comes in one content chunk), POST /v1/completions, POST /v1/embeddings,
 // GET /v1/models (the configured routes), POST /v1/files (JSONL, purpose
 // batch) with GET and DELETE /v1/files/{id} and GET /v1/files/{id}/content. The batch
-// API (/v1/batches) is mounted with WithBatches.
+// API (/v1/batches) is NewBatches over a store of durable jobs (BatchJobs;
+// batcherd adapts jobs.Manager), mounted with WithBatches.
 //
 // Guarantees:
 //   - every call goes through the core as one batcher.Request per input: an
