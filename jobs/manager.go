@@ -173,6 +173,13 @@ type Manager struct {
 	wake     chan struct{}
 	stop     chan struct{}
 	stopOnce sync.Once
+	// stopping ends when Shutdown begins: the runs stop claiming. runsCtx,
+	// the parent of every run's context, ends when Shutdown's context
+	// does first (killRuns): the runs stop waiting on the store and return.
+	stopping context.Context
+	stopWork context.CancelFunc
+	runsCtx  context.Context
+	killRuns context.CancelFunc
 	loopDone chan struct{}
 	wg       sync.WaitGroup // runs
 	cost     *costMetric
@@ -188,6 +195,8 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, runs: map[string]*run{},
 		changed: map[string]chan struct{}{}, trackers: map[string]*rateTracker{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{})}
+	m.stopping, m.stopWork = context.WithCancel(context.Background())
+	m.runsCtx, m.killRuns = context.WithCancel(context.Background())
 	cost, err := newCostMetric(cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: metrics: %w", err)
@@ -322,8 +331,15 @@ func (m *Manager) dropAbandoned(ctx context.Context) error {
 // Shutdown stops claiming, lets in-flight tasks finish and be recorded
 // until ctx ends, and returns the remaining claims to pending. Run it before
 // the core's shutdown, so that in-flight tasks can finish.
+//
+// When ctx ends first, the runs return at once: their requests in flight
+// are cancelled and their store calls abandoned (within 5s more), and
+// what they did not record runs again at the next start.
 func (m *Manager) Shutdown(ctx context.Context) error {
-	m.stopOnce.Do(func() { close(m.stop) })
+	m.stopOnce.Do(func() {
+		close(m.stop)
+		m.stopWork()
+	})
 	done := make(chan struct{})
 	go func() {
 		<-m.loopDone
@@ -335,6 +351,14 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = fmt.Errorf("jobs: drain ended with tasks in flight (they run again at restart): %w", ctx.Err())
+		m.killRuns()
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		select {
+		case <-done:
+		case <-wctx.Done():
+			err = errors.Join(err, errors.New("jobs: a run did not return within 5s of the drain's end"))
+		}
+		cancel()
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -598,6 +622,9 @@ func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
 	r := m.runs[id]
 	m.mu.Unlock()
 	if r != nil {
+		if err == nil {
+			r.cancelWork() // a claim in progress stops now
+		}
 		r.poke()
 	}
 	m.notify(id)

@@ -710,11 +710,18 @@ func completeRowsEach(ctx context.Context, s *sqlStore, tx *sql.Tx, jobID string
 	defer func() { _ = stmt.Close() }()
 	matched := make([]bool, len(outs))
 	args := make([]any, 8, 8+len(condArgs))
+	// Each row is a primary-key update of microseconds: it runs without
+	// ctx's cancel, which costs the SQLite driver a goroutine and two
+	// progress-handler calls a statement, and ctx is checked between rows.
+	rowCtx := context.WithoutCancel(ctx)
 	for i := range outs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		o := &outs[i]
 		args = append(args[:0], int(o.State), o.Model, o.Result, o.TokensIn, o.TokensOut, base+int64(i)+1, jobID, o.Seq)
 		args = append(args, condArgs...)
-		res, err := stmt.ExecContext(ctx, args...)
+		res, err := stmt.ExecContext(rowCtx, args...)
 		if err != nil {
 			return nil, err
 		}
