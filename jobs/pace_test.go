@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,17 +15,19 @@ import (
 )
 
 // stamps is a backend that answers at once and records when each request
-// reached it.
+// reached it, and its id.
 type stamps struct {
-	mu sync.Mutex
-	at []time.Time
+	mu  sync.Mutex
+	at  []time.Time
+	ids []string
 }
 
 func (s *stamps) Dispatch(_ context.Context, b *batcher.Batch, out []batcher.Response) error {
 	now := time.Now()
 	s.mu.Lock()
-	for range b.Requests {
+	for _, r := range b.Requests {
 		s.at = append(s.at, now)
+		s.ids = append(s.ids, r.ID)
 	}
 	s.mu.Unlock()
 	for i, r := range b.Requests {
@@ -38,6 +41,25 @@ func (s *stamps) times() []time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.at)
+}
+
+// timesBy returns when each request reached the backend, split by whether
+// its task's seq (the id's tail) is even or odd.
+func (s *stamps) timesBy(t *testing.T) (even, odd []time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, id := range s.ids {
+		seq, err := strconv.Atoi(id[strings.LastIndexByte(id, '/')+1:])
+		if err != nil {
+			t.Fatalf("request id %q: %v", id, err)
+		}
+		if seq%2 == 0 {
+			even = append(even, s.at[i])
+		} else {
+			odd = append(odd, s.at[i])
+		}
+	}
+	return even, odd
 }
 
 // newStampsEnv is a manager over a core whose route "rec" goes to a
@@ -98,6 +120,30 @@ func TestGroupDelay(t *testing.T) {
 	// machine's speed; this does not.)
 	if n := countBefore(at, at[0].Add(delay)); n < 2 {
 		t.Errorf("%d run(s) started within the first delay of %v: the fast group waited for the slow one", n, delay)
+	}
+}
+
+// A delayed group's held runs do not keep the job from claiming an
+// undelayed group's later runs. With a window of 8 tasks the first claim
+// takes items 0-3 (tasks are claimed item by item, slow then fast: seq
+// 2*item and 2*item+1) and the pacer holds slow runs 1-3; the fast runs
+// of items 4 and 5 start long before the slow group's fourth, not with it.
+func TestDelayedGroupDoesNotHoldBackClaims(t *testing.T) {
+	e, s := newStampsEnv(t)
+	const delay = 300 * time.Millisecond
+	j := e.create(t, jobs.Spec{Model: "rec", ConcurrentRequests: 8, Groups: []jobs.Group{
+		{Name: "slow", Delay: delay},
+		{Name: "fast"},
+	}}, 6)
+	p, _ := e.wait(t, j.ID)
+	if p.Groups["slow"].Succeeded != 6 || p.Groups["fast"].Succeeded != 6 {
+		t.Fatalf("groups %+v", p.Groups)
+	}
+	slow, fast := s.timesBy(t)
+	slices.SortFunc(slow, time.Time.Compare)
+	if last := slices.MaxFunc(fast, time.Time.Compare); !last.Before(slow[3]) {
+		t.Errorf("the fast group's last run started %v after the slow group's first, not before its fourth (%v)",
+			last.Sub(slow[0]), slow[3].Sub(slow[0]))
 	}
 }
 

@@ -507,7 +507,8 @@ const (
 )
 
 // fill tops the job's tasks in flight up to its limit: first those claimed
-// earlier that the core could not take, then a new claim.
+// earlier that the core could not take or the pacer held, then a new
+// claim unless the core refused one.
 //
 // A task counts as in flight from its claim until its result is committed,
 // so that a crash redoes at most the job's limit of tasks.
@@ -516,13 +517,13 @@ func (r *run) fill() {
 	if r.up != nil {
 		r.dried() // the batch API claims the job's tasks
 	}
-	if !r.fillBacklog(limit) {
+	if !r.fillBacklog(limit) || r.supply != supplyUnknown {
 		return
 	}
-	if len(r.backlog) > 0 || r.supply != supplyUnknown {
-		return
-	}
-	busy := r.busy()
+	// What the backlog still holds, the pacer holds: later tasks (of an
+	// undelayed group) are claimed past it, within the limit, which
+	// counts the backlog too.
+	busy := r.busy() + len(r.backlog)
 	n := limit - busy
 	// Claim in chunks, not one task at a time.
 	if n <= 0 || (busy > 0 && n < max(1, limit/8)) {
