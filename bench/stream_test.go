@@ -202,8 +202,13 @@ func newStreamRig(tb testing.TB, n, conns int) *streamRig {
 	}
 	tap := &chunkTap{next: sim, by: make(map[string][]tapChunk), arr: make(map[string]time.Time)}
 	ts := httptest.NewServer(tap)
+	// The direct client keeps as many idle connections as the backend does
+	// by default, so that both paths hold (and redial) alike: with more,
+	// BenchmarkStream2000's direct baseline found its connections already
+	// open and counted none of their buffers, which Batcher's side counts.
+	idle := min(n, openai.DefaultMaxIdleConns)
 	rig := &streamRig{tap: tap, url: ts.URL + "/v1", disp: make(map[string]time.Time),
-		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}}
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConns: idle, MaxIdleConnsPerHost: idle}}}
 	rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
 	// The backend as batcherd builds it by default: no transport tuning
 	// beyond what production gets.
