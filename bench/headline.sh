@@ -14,6 +14,9 @@
 #           before the chat surface), binaries alternated ROUNDS times
 #   stream  issue 28: BenchmarkStreamTTFT (6 iterations a round) and
 #           BenchmarkStream2000
+#   batchapi  issue 31: the 100k-item job through the batch API on SQLite
+#           and PostgreSQL, the 1M-item job's RSS and cost, and kill -9 at
+#           nine points (test logs: about 10 minutes; needs PostgreSQL)
 # Run it on a quiet machine: the figures are medians, but a busy machine
 # moves them.
 set -euo pipefail
@@ -58,13 +61,19 @@ stream() {
 	run /tmp/headline-bench.test -test.bench 'Stream2000$' -test.benchtime 3x | tee -a results/stream.txt
 }
 
+batchapi() {
+	(cd .. && BATCHER_REQUIRE_SERVICES=1 BATCHER_BATCHAPI_ITEMS=100000 go test -count=1 -run 'TestEndToEndBatchAPI$' -v -timeout 30m ./cmd/batcherd/) | tee results/batchapi-100k.log
+	(cd .. && BATCHER_BATCHAPI_MILLION=1 go test -count=1 -run TestBatchAPIMillionRSS -v -timeout 40m ./cmd/batcherd/) | tee results/batchapi-1m.log
+	(cd .. && go test -count=1 -run TestBatchAPIKill9 -v -timeout 30m ./cmd/batcherd/) | tee results/batchapi-kill.log
+}
+
 table() { go run ./cmd/headline headline.tsv ../BENCHMARKS.md; }
 
 fams=("$@")
 [ ${#fams[@]} -gt 0 ] || fams=(core plain stream)
 for f in "${fams[@]}"; do
 	case $f in
-	core | plain | stream) $f ;;
+	core | plain | stream | batchapi) $f ;;
 	table) ;;
 	*) echo "headline.sh: unknown family $f" >&2 && exit 2 ;;
 	esac

@@ -13,6 +13,7 @@
 //	max FILE NAME UNIT             the largest value of UNIT (a bound that must hold in every run)
 //	min FILE NAME UNIT             the smallest value of UNIT (a floor that must hold in every run)
 //	grep FILE REGEXP               the first group of REGEXP's last match (a test's log)
+//	grepratio FILE NUM DEN         the ratio of two such values
 //
 // Arguments are separated by " | ". Medians of interleaved runs carry the
 // noise of one machine; ratios are taken within one file (one run) unless
@@ -113,7 +114,7 @@ func (r row) met(v float64) bool {
 }
 
 func (r row) value(dir string) (float64, error) {
-	want := map[string]int{"median": 3, "ratio": 4, "between": 4, "max": 3, "min": 3, "grep": 2}[r.kind]
+	want := map[string]int{"median": 3, "ratio": 4, "between": 4, "max": 3, "min": 3, "grep": 2, "grepratio": 3}[r.kind]
 	if want == 0 || len(r.args) != want {
 		return 0, fmt.Errorf("kind %q with %d arguments", r.kind, len(r.args))
 	}
@@ -160,9 +161,26 @@ func (r row) value(dir string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ms := regexp.MustCompile(a[1]).FindAllSubmatch(data, -1)
+	num, err := grep(data, a[0], a[1])
+	if err != nil || r.kind == "grep" {
+		return num, err
+	}
+	den, err := grep(data, a[0], a[2])
+	if err != nil {
+		return 0, err
+	}
+	return num / den, nil
+}
+
+// grep returns the first group of re's last match in data (file's).
+func grep(data []byte, file, re string) (float64, error) {
+	x, err := regexp.Compile(re)
+	if err != nil {
+		return 0, err
+	}
+	ms := x.FindAllSubmatch(data, -1)
 	if len(ms) == 0 || len(ms[len(ms)-1]) < 2 {
-		return 0, fmt.Errorf("%s: no match for %s", a[0], a[1])
+		return 0, fmt.Errorf("%s: no match for %s", file, re)
 	}
 	return strconv.ParseFloat(string(ms[len(ms)-1][1]), 64)
 }
