@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Compiles the generated Java code and the example client with javac against
 # Debian's jars, and runs them against a real batcherd built from this
-# checkout: the example client (clients/java/src) and the README's Java
-# example, as written. Needs: clients/tools.sh install java.
+# checkout: the example client (clients/java/src) and docs/clients.md's
+# Java example, as written. Needs: clients/tools.sh install java.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -22,6 +22,9 @@ javac -nowarn -encoding UTF-8 -d "$work/classes" -cp "$cp" \
 
 echo "java: building and starting batcherd"
 (cd "$root" && "$GO" build -o "$work/batcherd" ./cmd/batcherd)
+# The log exists before batcherd starts: the background job opens it
+# itself, and the loop below may read it first.
+: >"$work/batcherd.log"
 "$work/batcherd" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 2>"$work/batcherd.log" &
 pid=$!
 addr=
@@ -46,17 +49,17 @@ run() { # NAME CMD...: one test
 run Example java -cp "$work/classes:$cp" com.batcherhq.batcher.example.Example "$addr"
 run ToolsExample java -cp "$work/classes:$cp" com.batcherhq.batcher.example.ToolsExample "$addr"
 
-# The README's Java example, as written, pointed at this batcherd.
+# docs/clients.md's Java example, as written, pointed at this batcherd.
 readme_example() {
 	mkdir -p "$work/readme"
-	awk '/^```java$/ {on = 1; next} /^```$/ && on {exit} on' "$root/README.md" |
+	awk '/^```java$/ {on = 1; next} /^```$/ && on {exit} on' "$root/docs/clients.md" |
 		sed "s/127\.0\.0\.1:50051/$addr/" >"$work/readme/Quickstart.java"
-	grep -q 'class Quickstart' "$work/readme/Quickstart.java" || { echo "no Java example in README.md"; return 1; }
+	grep -q 'class Quickstart' "$work/readme/Quickstart.java" || { echo "no Java example in docs/clients.md"; return 1; }
 	javac -nowarn -d "$work/readme" -cp "$work/classes:$cp" "$work/readme/Quickstart.java"
 	java -cp "$work/readme:$work/classes:$cp" Quickstart | tee "$work/readme/out"
 	[ -s "$work/readme/out" ]
 }
-run READMEExample readme_example
+run DocsExample readme_example
 
 echo "java: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
