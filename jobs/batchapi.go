@@ -55,6 +55,11 @@ type BatchRoute struct {
 	// tokens (their lines' bytes at four a token plus max_tokens); a batch
 	// waits for earlier ones to end rather than be refused. 0: no bound.
 	MaxEnqueuedTokens int64
+	// CreateTimeout bounds one create call; it is also how long a restart
+	// waits, after a create call a kill cut off began, for the batch it
+	// may still make before creating one (twins.go). Default
+	// DefaultBatchCreateTimeout.
+	CreateTimeout time.Duration
 }
 
 // batchRoute returns the batch API a job dispatches to, or nil when it
@@ -143,6 +148,8 @@ type upstream struct {
 	// to 0 (guarded by mu).
 	active int
 	idle   chan struct{}
+	// createMu makes the job's create calls take turns (create).
+	createMu sync.Mutex
 	// tries counts the upstream batches each task went back from
 	// (guarded by mu): after maxUpstreamTries it runs online.
 	tries map[int64]int
@@ -172,6 +179,9 @@ func newUpstream(r *run, br *BatchRoute, route string) (*upstream, error) {
 	}
 	if u.br.PollMax < u.br.PollMin {
 		u.br.PollMax = max(u.br.PollMin, DefaultBatchPollMax)
+	}
+	if u.br.CreateTimeout <= 0 {
+		u.br.CreateTimeout = DefaultBatchCreateTimeout
 	}
 	u.budget = r.m.budgets.of(route, u.br.MaxEnqueuedTokens)
 	return u, nil

@@ -75,33 +75,33 @@ func TestBatchAPIAnthropic(t *testing.T) {
 	}
 }
 
-// TestBatchAPIAnthropicResume kills the dispatch before its create call
-// and while it polls, and resumes it in a new manager: no item lost, and
-// no message batch created twice, but for one the kill caught between its
-// create call and the record of its id (Message Batches carry no tags to
-// find it by).
+// TestBatchAPIAnthropicResume kills the dispatch before its create call,
+// right after it (the batch exists, its id not recorded) and while it
+// polls, and resumes it in a new manager: no item lost, and no message
+// batch created twice. Message Batches carry no tags: the new manager
+// tells a batch it did not record by when it was created and its size.
 func TestBatchAPIAnthropicResume(t *testing.T) {
-	for _, step := range []string{"claimed", "polling"} {
+	for _, step := range []string{"claimed", "created", "polling"} {
 		t.Run(step, func(t *testing.T) {
 			e := newAnthropicBatchEnv(t, llmsim.Config{BatchTime: 30 * time.Millisecond, Seed: 9})
 			var killed atomic.Bool
-			// unrecorded counts the chunks whose create call the kill
-			// may have caught: made, not recorded.
+			// unrecorded counts the chunks whose batch the kill caught
+			// made but not recorded.
 			var unrecorded atomic.Int64
 			hit := make(chan struct{})
 			var once sync.Once
 			m, stop := e.manager(t, func(_ string, chunk int, s string) bool {
-				if s == "creating" {
-					unrecorded.Add(1)
-				}
-				if s == "created" && !killed.Load() {
-					unrecorded.Add(-1)
-				}
 				if killed.Load() {
+					if s == "created" {
+						unrecorded.Add(1)
+					}
 					return true
 				}
 				if s == step && chunk == 1 {
 					killed.Store(true)
+					if s == "created" {
+						unrecorded.Add(1)
+					}
 					once.Do(func() { close(hit) })
 					return true
 				}
@@ -121,8 +121,11 @@ func TestBatchAPIAnthropicResume(t *testing.T) {
 				t.Fatalf("ended %s %+v", p.State, p.Counts)
 			}
 			exactlyOnce(t, m2, j, n)
-			if mb, extra := e.sim.BatchStats().MessageBatches, int(unrecorded.Load()); mb < 3 || mb > 3+extra {
-				t.Errorf("%d message batches, want 3, and at most %d created again", mb, extra)
+			if mb := e.sim.BatchStats().MessageBatches; mb != 3 {
+				t.Errorf("%d message batches, want 3 (%d made and not recorded before the kill)", mb, unrecorded.Load())
+			}
+			if step == "created" && unrecorded.Load() == 0 {
+				t.Error("the kill caught no batch made and not recorded")
 			}
 		})
 	}

@@ -101,7 +101,7 @@ func (e *batchEnv) manager(t *testing.T, hook func(string, int, string) bool) (m
 		store = s
 	}
 	br := jobs.BatchRoute{Upstream: e.up, Model: "sim-chat", MaxRequests: 100,
-		PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond}
+		PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond, CreateTimeout: 2 * time.Second}
 	if e.route != nil {
 		e.route(&br)
 	}

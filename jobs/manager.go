@@ -183,6 +183,7 @@ type Manager struct {
 	loopDone chan struct{}
 	wg       sync.WaitGroup // runs
 	cost     *costMetric
+	twins    *twinMetric                      // upstream batches created twice (twins.go)
 	prices   atomic.Pointer[map[string]Price] // replaced whole by SetPrices
 	budgets  budgets                          // the routes' enqueued tokens upstream (budget.go)
 }
@@ -202,6 +203,9 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("jobs: metrics: %w", err)
 	}
 	m.cost = cost
+	if m.twins, err = newTwinMetric(cfg.MeterProvider); err != nil {
+		return nil, fmt.Errorf("jobs: metrics: %w", err)
+	}
 	prices := cfg.Prices
 	m.prices.Store(&prices)
 	m.RoutesChanged()

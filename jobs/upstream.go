@@ -57,6 +57,10 @@ type Chunk struct {
 	Failed    int64
 	ETA       time.Time // zero: unknown
 	UpdatedAt time.Time
+	// CreateStarted is when the last create call of its batch began
+	// (zero: none yet), recorded before the call: until CreateStarted +
+	// BatchRoute.CreateTimeout that call may still be in flight.
+	CreateStarted time.Time
 
 	tasks []Task // a new chunk's tasks, without their requests
 	// tokens estimates its lines against the route's token budget (0: not
@@ -71,6 +75,9 @@ type ChunkStore interface {
 	SaveChunk(ctx context.Context, c *Chunk) error
 	// Chunks returns the job's chunks in order.
 	Chunks(ctx context.Context, jobID string) ([]Chunk, error)
+	// BatchRecorded reports whether any chunk of any job records the
+	// upstream batch id.
+	BatchRecorded(ctx context.Context, batchID string) (bool, error)
 	// ClaimSeqs claims for owner, until now+lease, those of the job's
 	// tasks in seqs that are pending, and returns them with those owner
 	// already holds, in Seq order: a chunk's tasks again after a restart.
@@ -103,24 +110,28 @@ func decodeSeqs(b []byte) ([]int64, error) {
 }
 
 func (s *sqlStore) SaveChunk(ctx context.Context, c *Chunk) error {
-	var eta int64
+	var eta, started int64
 	if !c.ETA.IsZero() {
 		eta = c.ETA.UnixMilli()
 	}
+	if !c.CreateStarted.IsZero() {
+		started = c.CreateStarted.UnixMilli()
+	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO upstream_batches (job_id, chunk, route, step, seqs, file_name, file_id, batch_id, status, total, completed, failed, eta, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO upstream_batches (job_id, chunk, route, step, seqs, file_name, file_id, batch_id, status, total, completed, failed, eta, updated_at, create_started)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (job_id, chunk) DO UPDATE SET route = excluded.route, step = excluded.step, seqs = excluded.seqs,
 			file_name = excluded.file_name, file_id = excluded.file_id, batch_id = excluded.batch_id, status = excluded.status,
-			total = excluded.total, completed = excluded.completed, failed = excluded.failed, eta = excluded.eta, updated_at = excluded.updated_at`),
+			total = excluded.total, completed = excluded.completed, failed = excluded.failed, eta = excluded.eta, updated_at = excluded.updated_at,
+			create_started = excluded.create_started`),
 			c.JobID, c.Chunk, c.Route, int(c.Step), encodeSeqs(c.Seqs), c.FileName, c.FileID, c.BatchID, c.Status,
-			c.Total, c.Completed, c.Failed, eta, time.Now().UnixMilli())
+			c.Total, c.Completed, c.Failed, eta, time.Now().UnixMilli(), started)
 		return err
 	})
 }
 
 func (s *sqlStore) Chunks(ctx context.Context, jobID string) ([]Chunk, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT chunk, route, step, seqs, file_name, file_id, batch_id, status, total, completed, failed, eta, updated_at
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT chunk, route, step, seqs, file_name, file_id, batch_id, status, total, completed, failed, eta, updated_at, create_started
 		FROM upstream_batches WHERE job_id = ? ORDER BY chunk`), jobID)
 	if err != nil {
 		return nil, err
@@ -131,9 +142,9 @@ func (s *sqlStore) Chunks(ctx context.Context, jobID string) ([]Chunk, error) {
 		c := Chunk{JobID: jobID}
 		var step int
 		var seqs []byte
-		var eta, upd int64
+		var eta, upd, started int64
 		if err := rows.Scan(&c.Chunk, &c.Route, &step, &seqs, &c.FileName, &c.FileID, &c.BatchID, &c.Status,
-			&c.Total, &c.Completed, &c.Failed, &eta, &upd); err != nil {
+			&c.Total, &c.Completed, &c.Failed, &eta, &upd, &started); err != nil {
 			return nil, err
 		}
 		c.Step = Step(step)
@@ -144,9 +155,18 @@ func (s *sqlStore) Chunks(ctx context.Context, jobID string) ([]Chunk, error) {
 			c.ETA = time.UnixMilli(eta)
 		}
 		c.UpdatedAt = time.UnixMilli(upd)
+		if started > 0 {
+			c.CreateStarted = time.UnixMilli(started)
+		}
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+func (s *sqlStore) BatchRecorded(ctx context.Context, batchID string) (bool, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM upstream_batches WHERE batch_id = ?`), batchID).Scan(&n)
+	return n > 0, err
 }
 
 func (s *sqlStore) ClaimSeqs(ctx context.Context, jobID, owner string, seqs []int64, lease time.Duration) ([]Task, error) {

@@ -108,6 +108,7 @@ func (u *upstream) step(ctx context.Context, c *Chunk, held []Task) error {
 		if err != nil {
 			return err
 		}
+		u.cancelTwins(ctx, c)
 		return u.collect(ctx, c, b, held)
 	}
 	return fmt.Errorf("jobs: upstream batch %d at an unknown step %v", c.Chunk, c.Step)
@@ -155,19 +156,21 @@ func dropRequests(ts []Task) {
 	}
 }
 
-// create creates c's upstream batch, unless an earlier try did (Find, on
-// a provider whose batches carry tags), once the route's token budget
-// holds it.
+// create creates c's upstream batch, unless an earlier try did
+// (findCreated, after waitInFlight), once the route's token budget holds
+// it. The job's creates take turns (createMu) from the look for an earlier
+// batch to the record of the new one's id: a batch created while another
+// create of the job was in flight would be ambiguous to findCreated.
 func (u *upstream) create(ctx context.Context, c *Chunk, held []Task) error {
-	up := u.br.Upstream
-	tags := map[string]string{"batcher_job_id": u.r.id, "batcher_chunk": strconv.Itoa(c.Chunk)}
-	var b *batchapi.Batch
-	if u.lim.Tagged {
-		found, err := up.Find(ctx, tags, u.lim.Window+time.Hour)
-		if err != nil && !errors.Is(err, batchapi.ErrNotFound) {
-			return err
-		}
-		b = found
+	if err := u.waitInFlight(ctx, c, held); err != nil {
+		return err
+	}
+	u.createMu.Lock()
+	defer u.createMu.Unlock()
+	again := !c.CreateStarted.IsZero() // an earlier try began a create
+	b, err := u.findCreated(ctx, c, held)
+	if err != nil {
+		return err
 	}
 	if b != nil {
 		u.enqueue(ctx, c, held, false)
@@ -179,28 +182,8 @@ func (u *upstream) create(ctx context.Context, c *Chunk, held []Task) error {
 			u.dequeue(c)
 			return u.endAll(ctx, c, held)
 		}
-		req := &batchapi.CreateRequest{InputFileID: c.FileID, Endpoint: batchapi.Endpoint(u.op(held)), Metadata: tags}
-		if !u.lim.Files {
-			if err := u.spool(ctx, c, held); err != nil {
-				return err
-			}
-			f, err := os.Open(u.spoolPath(c))
-			if err != nil {
-				return err
-			}
-			defer func() { _ = f.Close() }()
-			req.Input = f
-		}
-		if err := u.hook(c, "creating"); err != nil {
+		if b, err = u.createNew(ctx, c, held); err != nil {
 			return err
-		}
-		var err error
-		if b, err = up.Create(ctx, req); err != nil {
-			u.dequeue(c)
-			return err
-		}
-		if err := u.hook(c, "created"); err != nil {
-			return err // the batch is upstream, its id not recorded
 		}
 	}
 	c.BatchID = b.ID
@@ -209,7 +192,49 @@ func (u *upstream) create(ctx context.Context, c *Chunk, held []Task) error {
 		_ = os.Remove(u.spoolPath(c))
 		dropRequests(held)
 	}
-	return u.save(ctx, c, StepRunning)
+	if err := u.save(ctx, c, StepRunning); err != nil {
+		return err
+	}
+	if again {
+		u.cancelTwins(ctx, c)
+	}
+	return nil
+}
+
+// createNew makes the create call, its start recorded first (a restart
+// waits until the call can no longer be in flight before it creates again)
+// and the call bounded by CreateTimeout.
+func (u *upstream) createNew(ctx context.Context, c *Chunk, held []Task) (*batchapi.Batch, error) {
+	req := &batchapi.CreateRequest{InputFileID: c.FileID, Endpoint: batchapi.Endpoint(u.op(held)), Metadata: u.chunkTags(c)}
+	if !u.lim.Files {
+		if err := u.spool(ctx, c, held); err != nil {
+			return nil, err
+		}
+		f, err := os.Open(u.spoolPath(c))
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = f.Close() }()
+		req.Input = f
+	}
+	c.CreateStarted = time.Now()
+	if err := u.cs.SaveChunk(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := u.hook(c, "creating"); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, u.br.CreateTimeout)
+	b, err := u.br.Upstream.Create(cctx, req)
+	cancel()
+	if err != nil {
+		u.dequeue(c)
+		return nil, err
+	}
+	if err := u.hook(c, "created"); err != nil {
+		return nil, err // the batch is upstream, its id not recorded
+	}
+	return b, nil
 }
 
 // enqueue takes c's tokens of the route's budget: waiting for room (wait),

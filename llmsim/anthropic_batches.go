@@ -2,12 +2,14 @@ package llmsim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,7 +22,8 @@ import (
 // GET /v1/messages/batches/{id}/results streams one JSON line per request
 // once it has ended ({"custom_id", "result": {"type": "succeeded",
 // "message"} or errored, canceled, expired}); POST .../{id}/cancel cancels
-// the requests not yet run. Each request is answered as the same call to
+// the requests not yet run; GET /v1/messages/batches lists them, newest
+// first (limit, after_id, before_id). Each request is answered as the same call to
 // /v1/messages would be, faults included (ErrorRate makes errored lines),
 // but outside the RPM and TPM limits, as Anthropic's batches are;
 // BatchFailRate and BatchExpireRate, drawn per request, make errored (500
@@ -35,6 +38,7 @@ var customIDRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 type anthropicBatch struct {
 	id                           string
+	n                            uint64 // its place in creation order
 	created                      time.Time
 	cancelled                    bool      // cancel asked
 	ended                        time.Time // zero: running
@@ -75,7 +79,8 @@ func (s *Server) createMessageBatch(w http.ResponseWriter, r *http.Request) {
 		anthropicBadRequest(w, fmt.Sprintf("requests: at most %d requests, got %d", AnthropicBatchMaxRequests, n))
 		return
 	}
-	b := &anthropicBatch{id: "msgbatch_sim" + strconv.FormatUint(s.seq.Add(1), 10), created: s.cfg.Now()}
+	n := s.seq.Add(1)
+	b := &anthropicBatch{id: "msgbatch_sim" + strconv.FormatUint(n, 10), n: n, created: s.cfg.Now()}
 	seen := make(map[string]bool, len(req.Requests))
 	for i, q := range req.Requests {
 		if !customIDRE.MatchString(q.CustomID) {
@@ -271,6 +276,61 @@ func (s *Server) getMessageBatch(w http.ResponseWriter, r *http.Request) {
 	ab.mu.Lock()
 	v := s.batchView(b)
 	ab.mu.Unlock()
+	writeJSON(w, http.StatusOK, v)
+}
+
+// listMessageBatches is GET /v1/messages/batches: the batches newest
+// first, limit (1 to 1000, default 20) a page, the page after after_id
+// (older) or before before_id (newer).
+func (s *Server) listMessageBatches(w http.ResponseWriter, r *http.Request) {
+	if !s.anthropicAuthorized(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	limit := 20
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			anthropicBadRequest(w, "limit: an integer from 1 to 1000, got "+cutRunes(v, 32))
+			return
+		}
+		limit = n
+	}
+	ab := s.anthropicBatchesOf()
+	ab.mu.Lock()
+	defer ab.mu.Unlock()
+	all := make([]*anthropicBatch, 0, len(ab.batches))
+	for _, b := range ab.batches {
+		all = append(all, b)
+	}
+	slices.SortFunc(all, func(a, b *anthropicBatch) int { return cmp.Compare(b.n, a.n) })
+	from, to := 0, len(all)
+	if id := q.Get("after_id"); id != "" {
+		from = slices.IndexFunc(all, func(b *anthropicBatch) bool { return b.id == id }) + 1
+		if from == 0 {
+			from = len(all)
+		}
+	}
+	if id := q.Get("before_id"); id != "" {
+		if to = slices.IndexFunc(all, func(b *anthropicBatch) bool { return b.id == id }); to < 0 {
+			to = 0
+		}
+		from = max(0, min(from, to-limit))
+	}
+	to = min(to, from+limit)
+	from = min(from, to)
+	page := make([]map[string]any, 0, to-from)
+	for _, b := range all[from:to] {
+		page = append(page, s.batchView(b))
+	}
+	more := to < len(all) // older ones left
+	if q.Get("before_id") != "" {
+		more = from > 0 // newer ones left
+	}
+	v := map[string]any{"data": page, "has_more": more, "first_id": nil, "last_id": nil}
+	if len(page) > 0 {
+		v["first_id"], v["last_id"] = all[from].id, all[to-1].id
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 

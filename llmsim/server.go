@@ -68,6 +68,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	s.mux.HandleFunc("POST /v1/messages", s.messages)                   // anthropic.go
 	s.mux.HandleFunc("POST /v1/messages/batches", s.createMessageBatch) // anthropic_batches.go
+	s.mux.HandleFunc("GET /v1/messages/batches", s.listMessageBatches)
 	s.mux.HandleFunc("GET /v1/messages/batches/{id}", s.getMessageBatch)
 	s.mux.HandleFunc("GET /v1/messages/batches/{id}/results", s.messageBatchResults)
 	s.mux.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.cancelMessageBatch)

@@ -19,7 +19,8 @@ const BatchWindow = 24 * time.Hour
 // file API (Upload and FindFile are batchapi.ErrUnsupported: Create takes
 // the input itself) and its batches carry no metadata (Limits.Tagged is
 // false; Find is batchapi.ErrUnsupported, and CreateRequest.Metadata is
-// not sent: the caller records the batch id it gets).
+// not sent: the caller records the batch id it gets, and finds a batch it
+// did not record with List).
 type Batches struct {
 	b *Backend
 }
@@ -105,6 +106,21 @@ func (u *Batches) Get(ctx context.Context, id string) (*batchapi.Batch, error) {
 // Find is batchapi.ErrUnsupported: Anthropic's batches carry no metadata.
 func (u *Batches) Find(context.Context, map[string]string, time.Duration) (*batchapi.Batch, error) {
 	return nil, fmt.Errorf("%w: Anthropic's Message Batches carry no metadata to find them by", batchapi.ErrUnsupported)
+}
+
+// List returns the Message Batches created at or after since, newest
+// first: without tags, a caller tells its batch by when it was created and
+// its request count.
+func (u *Batches) List(ctx context.Context, since time.Time) ([]*batchapi.Batch, error) {
+	ms, err := u.b.ListBatches(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*batchapi.Batch, len(ms))
+	for i, m := range ms {
+		out[i] = m.batch()
+	}
+	return out, nil
 }
 
 // Cancel asks Anthropic to cancel the batch id.

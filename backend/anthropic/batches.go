@@ -135,6 +135,38 @@ func (b *Backend) GetBatch(ctx context.Context, id string) (*MessageBatch, error
 	return &m, nil
 }
 
+// ListBatches pages through GET /v1/messages/batches (newest first) and
+// returns the batches created at or after since.
+func (b *Backend) ListBatches(ctx context.Context, since time.Time) ([]*MessageBatch, error) {
+	var out []*MessageBatch
+	after := ""
+	for range 1000 {
+		q := url.Values{"limit": {"100"}}
+		if after != "" {
+			q.Set("after_id", after)
+		}
+		var page struct {
+			Data    []MessageBatch `json:"data"`
+			HasMore bool           `json:"has_more"`
+			LastID  string         `json:"last_id"`
+		}
+		if err := b.batchCall(ctx, http.MethodGet, batchesPath+"?"+q.Encode(), nil, &page); err != nil {
+			return nil, err
+		}
+		for i := range page.Data {
+			if page.Data[i].CreatedAt.Before(since) {
+				return out, nil
+			}
+			out = append(out, &page.Data[i])
+		}
+		if !page.HasMore || len(page.Data) == 0 {
+			break
+		}
+		after = page.Data[len(page.Data)-1].ID
+	}
+	return out, nil
+}
+
 // CancelBatch asks Anthropic to cancel the batch id and returns it as it
 // is then (canceling, or ended).
 func (b *Backend) CancelBatch(ctx context.Context, id string) (*MessageBatch, error) {

@@ -219,11 +219,19 @@ func orDefault[T int | int32 | int64 | time.Duration](v, def T, field string, ba
 
 // endpointPath is the URL path of path under the base URL: what messages
 // and logs name.
-func (c *config) endpointPath(path string) string { return c.base.Path + path }
+func (c *config) endpointPath(path string) string {
+	path, _, _ = strings.Cut(path, "?")
+	return c.base.Path + path
+}
 
-// endpoint returns the URL of path under the base URL.
+// endpoint returns the URL of path (with its query after a ?) under the
+// base URL.
 func (c *config) endpoint(path string) string {
 	u := *c.base
+	path, q, _ := strings.Cut(path, "?")
 	u.Path += path
+	if q != "" {
+		u.RawQuery = q
+	}
 	return u.String()
 }

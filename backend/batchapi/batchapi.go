@@ -185,6 +185,11 @@ type Upstream interface {
 	// Find returns the newest batch created within since whose metadata
 	// holds every entry of tags, or ErrNotFound.
 	Find(ctx context.Context, tags map[string]string, since time.Duration) (*Batch, error)
+	// List returns the batches created at or after since, newest first
+	// (the provider's clock: CreatedAt). It is how a caller finds a batch
+	// whose create call it cannot tell ended (a kill, a timeout): by its
+	// tags, or, without tags, by when it was created and its size.
+	List(ctx context.Context, since time.Time) ([]*Batch, error)
 	// Results streams the lines of a terminal batch's output and error
 	// files to fn, in no particular order, until fn returns an error
 	// (Results returns it). Lines of the input that neither file holds are

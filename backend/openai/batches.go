@@ -374,6 +374,38 @@ func (u *Batches) Find(ctx context.Context, tags map[string]string, since time.D
 	return nil, fmt.Errorf("%w: no batch tagged %v", batchapi.ErrNotFound, tags)
 }
 
+// List pages through /batches, newest first, back to since (OpenAI's
+// created_at is in whole seconds).
+func (u *Batches) List(ctx context.Context, since time.Time) ([]*batchapi.Batch, error) {
+	oldest := since.Unix()
+	var out []*batchapi.Batch
+	after := ""
+	for range 1000 {
+		q := url.Values{"limit": {"100"}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		var page struct {
+			Data    []wireBatch `json:"data"`
+			HasMore bool        `json:"has_more"`
+		}
+		if err := u.call(ctx, http.MethodGet, "/batches", q, nil, "", &page); err != nil {
+			return nil, err
+		}
+		for i := range page.Data {
+			if page.Data[i].CreatedAt < oldest {
+				return out, nil
+			}
+			out = append(out, page.Data[i].batch())
+		}
+		if !page.HasMore || len(page.Data) == 0 {
+			break
+		}
+		after = page.Data[len(page.Data)-1].ID
+	}
+	return out, nil
+}
+
 func holds(m, tags map[string]string) bool {
 	for k, v := range tags {
 		if got, ok := m[k]; !ok || got != v {
