@@ -167,7 +167,7 @@ func batchRoutes(cfg *config.Config, built *config.Built) map[string]jobs.BatchR
 		}
 		out[r.Name] = jobs.BatchRoute{Upstream: up, Model: cmp.Or(r.Model, r.Name), MaxRequests: ba.MaxRequests,
 			MaxBytes: ba.MaxBytes, Gather: ba.Gather.D(), PollMin: ba.PollMin.D(), PollMax: ba.PollMax.D(),
-			MaxEnqueuedTokens: ba.MaxEnqueuedTokens}
+			MaxEnqueuedTokens: ba.MaxEnqueuedTokens, CreateTimeout: ba.CreateTimeout.D()}
 	}
 	return out
 }

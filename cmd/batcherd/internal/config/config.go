@@ -255,6 +255,10 @@ type RouteBatchAPI struct {
 	// account's batches not ended (OpenAI's batch queue limit), a budget
 	// the route's jobs share: a batch waits rather than pass it. 0: none.
 	MaxEnqueuedTokens int64 `yaml:"max_enqueued_tokens"`
+	// CreateTimeout bounds one create call, and how long a restart waits
+	// for the batch of a create a kill cut off before creating one
+	// (default 10m).
+	CreateTimeout Duration `yaml:"create_timeout"`
 }
 
 // Target is a fallback: a backend and its model name for the route (the

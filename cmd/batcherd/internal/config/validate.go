@@ -171,8 +171,8 @@ func (c *Config) validateRoutes(backends map[string]int, e *errs) {
 			if j, ok := backends[r.Backend]; ok && c.Backends[j].Type != TypeOpenAI && c.Backends[j].Type != TypeAnthropic {
 				e.add(path+".batch_api", "backend %q is of type %s, which has no batch API (openai and anthropic have)", r.Backend, c.Backends[j].Type)
 			}
-			if ba.MaxRequests < 0 || ba.MaxBytes < 0 || ba.Gather < 0 || ba.PollMin < 0 || ba.PollMax < 0 || ba.MaxEnqueuedTokens < 0 {
-				e.add(path+".batch_api", "max_requests, max_bytes, gather, poll_min, poll_max and max_enqueued_tokens must not be negative")
+			if ba.MaxRequests < 0 || ba.MaxBytes < 0 || ba.Gather < 0 || ba.PollMin < 0 || ba.PollMax < 0 || ba.MaxEnqueuedTokens < 0 || ba.CreateTimeout < 0 {
+				e.add(path+".batch_api", "max_requests, max_bytes, gather, poll_min, poll_max, max_enqueued_tokens and create_timeout must not be negative")
 			}
 		}
 		if r.Price != nil {
