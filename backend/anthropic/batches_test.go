@@ -3,7 +3,9 @@ package anthropic_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,5 +123,61 @@ func TestMessageBatchCancel(t *testing.T) {
 	}
 	if _, err := be.GetBatch(ctx, "msgbatch_nope"); batcher.ClassOf(err) != batcher.ClassNotFound {
 		t.Errorf("unknown batch: %v", err)
+	}
+}
+
+// TestListBatches: ListBatches pages through llmsim's GET
+// /v1/messages/batches (newest first, 100 a page) and stops at the first
+// batch created before since; Batches.List maps them with their request
+// counts.
+func TestListBatches(t *testing.T) {
+	var mu sync.Mutex
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := t0
+	_, url := startSim(t, llmsim.Config{BatchTime: time.Hour, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	be := newBackend(t, anthropic.Config{BaseURL: url})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 105
+	ids := make([]string, n)
+	for i := range n {
+		mu.Lock()
+		now = t0.Add(time.Duration(i) * time.Second)
+		mu.Unlock()
+		var lines bytes.Buffer
+		for k := range i%3 + 1 {
+			if _, err := be.EncodeBatchRequest(&lines, &anthropic.BatchRequest{CustomID: fmt.Sprintf("r%d", k), Model: "sim-chat", Req: userTurn("hi"), MaxTokens: 8}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := be.CreateBatch(ctx, &lines)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = m.ID
+	}
+	all, err := be.ListBatches(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != n {
+		t.Fatalf("%d batches listed, want %d", len(all), n)
+	}
+	for i, m := range all {
+		if want := ids[n-1-i]; m.ID != want {
+			t.Fatalf("batch %d listed is %s, want %s (newest first)", i, m.ID, want)
+		}
+	}
+	bs, err := be.Batches().List(ctx, t0.Add(100*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bs) != 5 || bs[0].ID != ids[n-1] || bs[4].ID != ids[100] {
+		t.Fatalf("since the 101st: %d batches, want the 5 newest", len(bs))
+	}
+	for i, b := range bs {
+		if want := int64((n-1-i)%3 + 1); b.Counts.Total != want || !b.CreatedAt.Equal(t0.Add(time.Duration(n-1-i)*time.Second)) {
+			t.Errorf("%s: %d requests created %v, want %d at %v", b.ID, b.Counts.Total, b.CreatedAt, want, t0.Add(time.Duration(n-1-i)*time.Second))
+		}
 	}
 }
