@@ -14,6 +14,7 @@
 //	min FILE NAME UNIT             the smallest value of UNIT (a floor that must hold in every run)
 //	grep FILE REGEXP               the first group of REGEXP's last match (a test's log)
 //	grepratio FILE NUM DEN         the ratio of two such values
+//	count FILE REGEXP              how many times REGEXP matches (runs that passed)
 //
 // Arguments are separated by " | ". Medians of interleaved runs carry the
 // noise of one machine; ratios are taken within one file (one run) unless
@@ -114,7 +115,7 @@ func (r row) met(v float64) bool {
 }
 
 func (r row) value(dir string) (float64, error) {
-	want := map[string]int{"median": 3, "ratio": 4, "between": 4, "max": 3, "min": 3, "grep": 2, "grepratio": 3}[r.kind]
+	want := map[string]int{"median": 3, "ratio": 4, "between": 4, "max": 3, "min": 3, "grep": 2, "grepratio": 3, "count": 2}[r.kind]
 	if want == 0 || len(r.args) != want {
 		return 0, fmt.Errorf("kind %q with %d arguments", r.kind, len(r.args))
 	}
@@ -160,6 +161,13 @@ func (r row) value(dir string) (float64, error) {
 	data, err := os.ReadFile(filepath.Join(dir, a[0]))
 	if err != nil {
 		return 0, err
+	}
+	if r.kind == "count" {
+		x, err := regexp.Compile(a[1])
+		if err != nil {
+			return 0, err
+		}
+		return float64(len(x.FindAll(data, -1))), nil
 	}
 	num, err := grep(data, a[0], a[1])
 	if err != nil || r.kind == "grep" {
