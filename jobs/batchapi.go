@@ -41,8 +41,9 @@ type BatchRoute struct {
 	MaxRequests int
 	MaxBytes    int64
 	// Gather is how long a job waits for more tasks before it submits an
-	// upstream batch smaller than MaxRequests (only judge tasks released
-	// later can add to one today). Default 0.
+	// upstream batch smaller than MaxRequests: tasks that come back from
+	// other upstream batches to be sent again, and tasks released later (a
+	// judge's). Default 0: a batch goes as soon as the store has no more.
 	Gather time.Duration
 	// PollMin and PollMax bound the backoff between two looks at a batch
 	// upstream, and between two tries of a step that failed for a while
@@ -437,6 +438,9 @@ func (u *upstream) claim(ctx context.Context, n int, carry []Task) (*Chunk, []Ta
 			break
 		}
 	}
+	if !w.full && len(c.Seqs) > 0 && u.br.Gather > 0 && ctx.Err() == nil {
+		rest = u.gather(ctx, w, rest)
+	}
 	u.sendOnline(ctx, w.online)
 	if err := bw.Flush(); err != nil {
 		return nil, rest, err
@@ -449,6 +453,47 @@ func (u *upstream) claim(ctx context.Context, n int, carry []Task) (*Chunk, []Ta
 		return nil, rest, err
 	}
 	return c, rest, u.cs.SaveChunk(ctx, c)
+}
+
+// gather waits up to the route's Gather for more tasks to fill a chunk the
+// store left short: tasks coming back from other upstream batches
+// (rebatch) and tasks released into the store later (a judge's), so that
+// they go upstream in one batch rather than in several small ones. It
+// stops early when the chunk is full or the job is ending.
+func (u *upstream) gather(ctx context.Context, w *chunkWriter, rest []Task) []Task {
+	end := time.NewTimer(u.br.Gather)
+	defer end.Stop()
+	poll := time.NewTicker(max(u.br.Gather/10, 10*time.Millisecond))
+	defer poll.Stop()
+	add := func(ts []Task) {
+		for i := range ts {
+			if w.full || !w.add(ctx, &ts[i]) {
+				rest = append(rest, ts[i])
+			}
+		}
+	}
+	for !w.full {
+		select {
+		case ts := <-u.rebatch:
+			add(ts)
+		case <-poll.C:
+			want := min(1024, u.br.MaxRequests-len(w.c.Seqs))
+			if want <= 0 || u.ending() != endNone {
+				return rest
+			}
+			ts, err := u.r.m.cfg.Store.Claim(ctx, u.r.id, u.r.m.cfg.Owner, want, u.r.m.cfg.Lease)
+			if err != nil {
+				u.r.logErr("claiming tasks to gather", err)
+				return rest
+			}
+			add(ts)
+		case <-end.C:
+			return rest
+		case <-ctx.Done():
+			return rest
+		}
+	}
+	return rest
 }
 
 // encodable builds a task's upstream request; false: it runs online (a
