@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/upstream"
 )
 
 // maxEventBytes bounds one server-sent event of a streamed answer.
@@ -131,30 +132,13 @@ func (b *Backend) stream(ctx context.Context, body *messagesRequest, w batcher.D
 		}
 		return batcher.Response{}, nil, err
 	}
-	drain(res.Body, cancel)
+	upstream.Drain(res.Body, cancel, errDrained)
 	return out, rl, nil
 }
-
-// drainWait and maxDrainBytes bound what drain reads after message_stop.
-const (
-	drainWait     = 50 * time.Millisecond
-	maxDrainBytes = 4096
-)
 
 // errDrained ends a call whose response did not end soon after
 // message_stop.
 var errDrained = errors.New("anthropic: the response went on after message_stop")
-
-// drain reads a streamed response's body to its end after message_stop.
-// The answer is whole, but net/http returns a connection to the pool only
-// when its body was read to EOF: closed before, the connection is closed
-// and the next call dials anew. A response that does not end within
-// drainWait or maxDrainBytes is cut (cancel) and its connection closed.
-func drain(body io.Reader, cancel context.CancelCauseFunc) {
-	t := time.AfterFunc(drainWait, func() { cancel(errDrained) })
-	_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
-	t.Stop()
-}
 
 // errMalformed marks a stream that is not what the protocol says;
 // errInStream an error event the upstream sent in the stream.

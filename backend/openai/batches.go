@@ -343,42 +343,39 @@ func (u *Batches) Cancel(ctx context.Context, id string) (*batchapi.Batch, error
 
 // Find pages through /batches, newest first, back to since ago.
 func (u *Batches) Find(ctx context.Context, tags map[string]string, since time.Duration) (*batchapi.Batch, error) {
-	oldest := u.b.now().Add(-since).Unix()
-	after := ""
-	for range 1000 {
-		q := url.Values{"limit": {"100"}}
-		if after != "" {
-			q.Set("after", after)
+	var found *batchapi.Batch
+	err := u.each(ctx, u.b.now().Add(-since).Unix(), func(w *wireBatch) bool {
+		if holds(w.Metadata, tags) {
+			found = w.batch()
 		}
-		var page struct {
-			Data    []wireBatch `json:"data"`
-			HasMore bool        `json:"has_more"`
-		}
-		if err := u.call(ctx, http.MethodGet, "/batches", q, nil, "", &page); err != nil {
-			return nil, err
-		}
-		for i := range page.Data {
-			w := &page.Data[i]
-			if w.CreatedAt < oldest {
-				return nil, fmt.Errorf("%w: no batch tagged %v", batchapi.ErrNotFound, tags)
-			}
-			if holds(w.Metadata, tags) {
-				return w.batch(), nil
-			}
-		}
-		if !page.HasMore || len(page.Data) == 0 {
-			break
-		}
-		after = page.Data[len(page.Data)-1].ID
+		return found == nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: no batch tagged %v", batchapi.ErrNotFound, tags)
+	if found == nil {
+		return nil, fmt.Errorf("%w: no batch tagged %v", batchapi.ErrNotFound, tags)
+	}
+	return found, nil
 }
 
 // List pages through /batches, newest first, back to since (OpenAI's
 // created_at is in whole seconds).
 func (u *Batches) List(ctx context.Context, since time.Time) ([]*batchapi.Batch, error) {
-	oldest := since.Unix()
 	var out []*batchapi.Batch
+	err := u.each(ctx, since.Unix(), func(w *wireBatch) bool {
+		out = append(out, w.batch())
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// each pages through /batches, newest first, calling visit for each batch
+// created at or after oldest (unix seconds) until visit returns false.
+func (u *Batches) each(ctx context.Context, oldest int64, visit func(*wireBatch) bool) error {
 	after := ""
 	for range 1000 {
 		q := url.Values{"limit": {"100"}}
@@ -390,20 +387,19 @@ func (u *Batches) List(ctx context.Context, since time.Time) ([]*batchapi.Batch,
 			HasMore bool        `json:"has_more"`
 		}
 		if err := u.call(ctx, http.MethodGet, "/batches", q, nil, "", &page); err != nil {
-			return nil, err
+			return err
 		}
 		for i := range page.Data {
-			if page.Data[i].CreatedAt < oldest {
-				return out, nil
+			if page.Data[i].CreatedAt < oldest || !visit(&page.Data[i]) {
+				return nil
 			}
-			out = append(out, page.Data[i].batch())
 		}
 		if !page.HasMore || len(page.Data) == 0 {
-			break
+			return nil
 		}
 		after = page.Data[len(page.Data)-1].ID
 	}
-	return out, nil
+	return nil
 }
 
 func holds(m, tags map[string]string) bool {

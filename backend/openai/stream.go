@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/upstream"
 )
 
 var _ batcher.Streamer = (*Backend)(nil)
@@ -145,30 +146,12 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 		}
 		return batcher.Response{}, nil, err
 	}
-	drain(res.Body, cancel)
+	upstream.Drain(res.Body, cancel, errDrained)
 	return out, rl, nil
 }
 
-// drainWait and maxDrainBytes bound what drain reads after [DONE].
-const (
-	drainWait     = 50 * time.Millisecond
-	maxDrainBytes = 4096
-)
-
 // errDrained ends a call whose response did not end soon after [DONE].
 var errDrained = errors.New("openai: the response went on after [DONE]")
-
-// drain reads a streamed response's body to its end after [DONE]. The
-// answer is whole, but net/http returns a connection to the pool only
-// when its body was read to EOF: closed before (the end of a chunked
-// response comes just after the last event), the connection is closed and
-// the next call dials anew. A response that does not end within drainWait
-// or maxDrainBytes is cut (cancel) and its connection closed, as before.
-func drain(body io.Reader, cancel context.CancelCauseFunc) {
-	t := time.AfterFunc(drainWait, func() { cancel(errDrained) })
-	_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
-	t.Stop()
-}
 
 // streamCtx is the context whose end explains a failed call: the
 // caller's, or the header timeout's.

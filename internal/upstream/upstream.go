@@ -1,11 +1,13 @@
 // Package upstream holds what every HTTP backend (backend/openai,
 // backend/anthropic) builds the same way: its pooled transport, its traced
-// client that never follows a redirect, and its rate limit on failure
-// logs.
+// client that never follows a redirect, its rate limit on failure logs,
+// and reading a streamed response to its end (Drain).
 package upstream
 
 import (
+	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -90,4 +92,22 @@ func (l *LogLimiter) Allow(key string, now time.Time) (bool, int) {
 	n := s.suppressed
 	s.last, s.suppressed = now, 0
 	return true, n
+}
+
+// drainWait and maxDrainBytes bound what Drain reads.
+const (
+	drainWait     = 50 * time.Millisecond
+	maxDrainBytes = 4096
+)
+
+// Drain reads a streamed response's body to its end once the answer is
+// whole ([DONE], message_stop). net/http returns a connection to the pool
+// only when its body was read to EOF: closed before (the end of a chunked
+// response comes just after the last event), the connection is closed and
+// the next call dials anew. A response that does not end within 50 ms or
+// 4 KiB is cut, cancel(cause), and its connection closed.
+func Drain(body io.Reader, cancel context.CancelCauseFunc, cause error) {
+	t := time.AfterFunc(drainWait, func() { cancel(cause) })
+	_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
+	t.Stop()
 }
