@@ -23,42 +23,43 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROUNDS=${ROUNDS:-5}
 BASE=${BASE:-2b48a9c}
+T=${HEADLINE_TMP:-/tmp/headline} # prefix of the binaries it builds: set it when two run at once
 mkdir -p results
 run() { "$@" -test.run '^$' -test.benchmem -test.timeout 60m; }
 
 core() {
-	go test -c -o /tmp/headline-bench.test .
+	go test -c -o $T-bench.test .
 	: >results/core.txt
 	for i in $(seq "$ROUNDS"); do
 		echo "headline: core round $i of $ROUNDS" >&2
-		run /tmp/headline-bench.test -test.bench 'Core$|GRPCUnary$|GRPCStream$|QueuedMemory$' | tee -a results/core.txt
+		run $T-bench.test -test.bench 'Core$|GRPCUnary$|GRPCStream$|QueuedMemory$' | tee -a results/core.txt
 	done
 }
 
 plain() {
-	local base=/tmp/headline-base
+	local base=$T-base
 	rm -rf "$base" && git worktree add -f --detach "$base" "$BASE" >/dev/null
-	(cd "$base/bench" && go test -c -o /tmp/headline-plain-base.test .)
+	(cd "$base/bench" && go test -c -o $T-plain-base.test .)
 	git worktree remove --force "$base"
-	go test -c -o /tmp/headline-plain-head.test .
+	go test -c -o $T-plain-head.test .
 	: >results/plain-base.txt
 	: >results/plain-head.txt
 	local sel='Core$/^batcher$/producers=(8|64|512)$|GRPCUnary$/server=batcherd$|GRPCStream$/server=batcherd$'
 	for i in $(seq "$ROUNDS"); do
 		echo "headline: plain round $i of $ROUNDS" >&2
-		run /tmp/headline-plain-base.test -test.bench "$sel" | tee -a results/plain-base.txt
-		run /tmp/headline-plain-head.test -test.bench "$sel" | tee -a results/plain-head.txt
+		run $T-plain-base.test -test.bench "$sel" | tee -a results/plain-base.txt
+		run $T-plain-head.test -test.bench "$sel" | tee -a results/plain-head.txt
 	done
 }
 
 stream() {
-	go test -c -o /tmp/headline-bench.test .
+	go test -c -o $T-bench.test .
 	: >results/stream.txt
 	for i in $(seq "$ROUNDS"); do
 		echo "headline: stream round $i of $ROUNDS" >&2
-		run /tmp/headline-bench.test -test.bench 'StreamTTFT$' -test.benchtime 6x | tee -a results/stream.txt
+		run $T-bench.test -test.bench 'StreamTTFT$' -test.benchtime 6x | tee -a results/stream.txt
 	done
-	run /tmp/headline-bench.test -test.bench 'Stream2000$' -test.benchtime 3x | tee -a results/stream.txt
+	run $T-bench.test -test.bench 'Stream2000$' -test.benchtime 3x | tee -a results/stream.txt
 }
 
 batchapi() {

@@ -235,9 +235,12 @@ const (
 
 // batchConfig writes a batcherd config whose route chat may dispatch to
 // sim's batch API in upstream batches of at most maxRequests items.
-func batchConfig(t *testing.T, simURL string, maxRequests int, pollMin, pollMax time.Duration) string {
+func batchConfig(t *testing.T, simURL string, maxRequests int, pollMin, pollMax, createTimeout time.Duration) string {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "batcherd.yaml")
+	if createTimeout == 0 {
+		createTimeout = jobs.DefaultBatchCreateTimeout
+	}
 	cfg := fmt.Sprintf(`
 queue_capacity: 10000
 backends:
@@ -251,9 +254,9 @@ routes:
     backend: llmsim
     model: sim-chat
     batching: {min_batch_size: 1, max_batch_size: 32, window: 2ms, max_wait: 20ms}
-    batch_api: {max_requests: %d, poll_min: %s, poll_max: %s}
+    batch_api: {max_requests: %d, poll_min: %s, poll_max: %s, create_timeout: %s}
     price: {input_per_mtok: %g, output_per_mtok: %g, batch_discount: 0.5}
-`, simURL, maxRequests, pollMin, pollMax, priceIn, priceOut)
+`, simURL, maxRequests, pollMin, pollMax, createTimeout, priceIn, priceOut)
 	if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +423,7 @@ func TestEndToEndBatchAPI(t *testing.T) {
 			sim := newBatchSim(t, llmsim.Config{ReplyTokens: 8, BatchTime: 200 * time.Millisecond,
 				BatchFailRate: 0.01, BatchExpireRate: 0.01, Seed: 31})
 			per := chunkSize(n)
-			cfg := batchConfig(t, sim.URL, per, 20*time.Millisecond, 200*time.Millisecond)
+			cfg := batchConfig(t, sim.URL, per, 20*time.Millisecond, 200*time.Millisecond, 0)
 			dataDir := t.TempDir()
 			args := []string{"--config", cfg, "--data-dir", dataDir}
 			if store == "postgres" {
@@ -547,7 +550,7 @@ func TestBatchAPIMillionRSS(t *testing.T) {
 	bin := buildBatcherd(t)
 	sim := newBatchSim(t, llmsim.Config{ReplyTokens: 8, BatchTime: time.Second, Seed: 31})
 	const per = 50_000
-	cfg := batchConfig(t, sim.URL, per, 200*time.Millisecond, 2*time.Second)
+	cfg := batchConfig(t, sim.URL, per, 200*time.Millisecond, 2*time.Second, 0)
 	dataDir := t.TempDir()
 	args := []string{"--config", cfg, "--data-dir", dataDir}
 	var g *gate
