@@ -163,7 +163,7 @@ func (p *Provider) call(ctx context.Context, model string, op batcher.Operation,
 	// output decides it, since a batch's inputs are generated together.
 	longest, promptSum, completionSum := p.answer(model, op, reqs, resolved, failItem, out)
 	if w != nil && out[0].Err == nil {
-		if err := p.stream(ctx, w, out[0].Text); err != nil {
+		if err := p.stream(ctx, w, &out[0]); err != nil {
 			clear(out)
 			p.stats.canceled.Add(1)
 			return err

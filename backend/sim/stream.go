@@ -24,8 +24,12 @@ func (p *Provider) Stream(ctx context.Context, b *batcher.Batch, w batcher.Delta
 	return out[0], nil
 }
 
-// stream writes text to w word by word at the configured pace.
-func (p *Provider) stream(ctx context.Context, w batcher.DeltaWriter, text string) error {
+// stream writes resp's text to w word by word at the configured pace, then
+// each of its tool calls as OpenAI streams one: a first piece with the
+// call's index, id and name, then its arguments. Without the calls, a
+// streamed caller would get finish reason tool_calls and no call to make.
+func (p *Provider) stream(ctx context.Context, w batcher.DeltaWriter, resp *batcher.Response) error {
+	text := resp.Text
 	first := p.cfg.TimeToFirstToken
 	if first == 0 {
 		first = p.cfg.BaseLatency
@@ -62,6 +66,16 @@ func (p *Provider) stream(ctx context.Context, w batcher.DeltaWriter, text strin
 				return ctxError(e)
 			}
 			return err // nobody awaits the answer any more
+		}
+	}
+	for i, c := range resp.ToolCalls {
+		for _, d := range []batcher.ToolCallDelta{{Index: int32(i), ID: c.ID, Name: c.Name}, {Index: int32(i), Arguments: c.Arguments}} {
+			if err := w.WriteDelta(&batcher.Delta{ToolCalls: []batcher.ToolCallDelta{d}}); err != nil {
+				if e := ctx.Err(); e != nil {
+					return ctxError(e)
+				}
+				return err
+			}
 		}
 	}
 	return nil

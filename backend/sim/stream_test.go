@@ -85,3 +85,47 @@ func TestStreamConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamToolCalls: a streamed answer that calls a tool streams the
+// call (its id and name, then its arguments), the same call Dispatch
+// gives, so a streamed caller has the call its finish reason announces.
+func TestStreamToolCalls(t *testing.T) {
+	p, err := sim.New(sim.Config{TimeToFirstToken: time.Millisecond, TokensPerSecond: 1e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &batcher.Request{Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "use get_weather"}}},
+		Tools: []batcher.Tool{weather}, ToolChoice: batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}}
+	b := &batcher.Batch{Model: "m", Op: batcher.OpChat, MaxTokens: 64, Requests: []*batcher.Request{r}}
+	out := make([]batcher.Response, 1)
+	if err := p.Dispatch(context.Background(), b, out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out[0].ToolCalls) != 1 {
+		t.Fatalf("Dispatch gave %+v, want one tool call", out[0])
+	}
+	var got []batcher.ToolCall
+	w := deltaFunc(func(d *batcher.Delta) error {
+		for _, c := range d.ToolCalls {
+			for int(c.Index) >= len(got) {
+				got = append(got, batcher.ToolCall{})
+			}
+			g := &got[c.Index]
+			g.ID += c.ID
+			g.Name += c.Name
+			g.Arguments += c.Arguments
+		}
+		return nil
+	})
+	resp, err := p.Stream(context.Background(), b, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != out[0].ToolCalls[0] || len(resp.ToolCalls) != 1 || resp.ToolCalls[0] != got[0] {
+		t.Fatalf("streamed calls %+v (answer's %+v), want %+v", got, resp.ToolCalls, out[0].ToolCalls)
+	}
+}
+
+type deltaFunc func(*batcher.Delta) error
+
+func (f deltaFunc) WriteDelta(d *batcher.Delta) error { return f(d) }
