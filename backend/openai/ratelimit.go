@@ -23,27 +23,27 @@ const maxWait = time.Hour
 func ParseRateLimit(h http.Header, now time.Time) *batcher.RateLimitInfo {
 	rl := batcher.RateLimitInfo{RemainingRequests: -1, RemainingTokens: -1}
 	given := false
-	if d, ok := parseMillis(h.Get("retry-after-ms")); ok {
+	if d, ok := parseMillis(header(h, "Retry-After-Ms")); ok {
 		rl.RetryAfter, given = d, true
-	} else if d, ok := parseRetryAfter(h.Get("Retry-After"), now); ok {
+	} else if d, ok := parseRetryAfter(header(h, "Retry-After"), now); ok {
 		rl.RetryAfter, given = d, true
 	}
-	if n, ok := parseCount(h.Get("x-ratelimit-remaining-requests")); ok {
+	if n, ok := parseCount(header(h, "X-Ratelimit-Remaining-Requests")); ok {
 		rl.RemainingRequests, given = n, true
 	}
-	if n, ok := parseCount(h.Get("x-ratelimit-remaining-tokens")); ok {
+	if n, ok := parseCount(header(h, "X-Ratelimit-Remaining-Tokens")); ok {
 		rl.RemainingTokens, given = n, true
 	}
-	if n, ok := parseCount(h.Get("x-ratelimit-limit-requests")); ok {
+	if n, ok := parseCount(header(h, "X-Ratelimit-Limit-Requests")); ok {
 		rl.LimitRequests, given = n, true
 	}
-	if n, ok := parseCount(h.Get("x-ratelimit-limit-tokens")); ok {
+	if n, ok := parseCount(header(h, "X-Ratelimit-Limit-Tokens")); ok {
 		rl.LimitTokens, given = n, true
 	}
-	if d, ok := parseReset(h.Get("x-ratelimit-reset-requests"), now); ok {
+	if d, ok := parseReset(header(h, "X-Ratelimit-Reset-Requests"), now); ok {
 		rl.ResetRequests, given = d, true
 	}
-	if d, ok := parseReset(h.Get("x-ratelimit-reset-tokens"), now); ok {
+	if d, ok := parseReset(header(h, "X-Ratelimit-Reset-Tokens"), now); ok {
 		rl.ResetTokens, given = d, true
 	}
 	if !given {
@@ -52,7 +52,19 @@ func ParseRateLimit(h http.Header, now time.Time) *batcher.RateLimitInfo {
 	return &rl
 }
 
+// header is h.Get(key) for a key already in canonical form: every call
+// reads these headers, and Get would build each canonical key anew.
+func header(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 func parseMillis(s string) (time.Duration, bool) {
+	if s == "" {
+		return 0, false // absent: no error to build
+	}
 	ms, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	if err != nil || !(ms >= 0) {
 		return 0, false
@@ -81,6 +93,9 @@ func parseRetryAfter(s string, now time.Time) (time.Duration, bool) {
 }
 
 func parseCount(s string) (int64, bool) {
+	if s == "" {
+		return 0, false // absent: no error to build
+	}
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil || n < 0 {
 		return 0, false

@@ -201,7 +201,8 @@ var (
 // read error otherwise. A stream must end with "data: [DONE]": one that
 // ends before it was cut.
 func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg string, cause error) error) (batcher.Response, error) {
-	br := bufio.NewReaderSize(body, 4096)
+	br := bufio.NewReaderSize(body, streamReadBuffer)
+	var long []byte // a line longer than br's buffer, joined (reused)
 	var out batcher.Response
 	var data []byte  // the event's data lines so far
 	inEvent := false // data holds an event's data
@@ -211,7 +212,7 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 	var cr chunkReader
 	var ch streamChunk
 	for {
-		line, err := readLine(br)
+		line, err := readLine(br, &long)
 		if err != nil {
 			if errors.Is(err, errMalformed) {
 				return out, fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
@@ -336,24 +337,34 @@ func (tc *toolCalls) done() []batcher.ToolCall {
 	return tc.calls
 }
 
+// streamReadBuffer is the size of the buffer a streamed answer is read
+// through: a chunk of a token is a few hundred bytes, and an open stream
+// holds its buffer for as long as the answer lasts (longer lines are read
+// in pieces and joined in readLine's scratch).
+const streamReadBuffer = 1024
+
 // readLine reads one line without its end ("\n", "\r\n"), at most
-// maxEventBytes long.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		frag, isPrefix, err := br.ReadLine()
+// maxEventBytes long. A line longer than br's buffer is joined in *long,
+// which is reused from line to line.
+func readLine(br *bufio.Reader, long *[]byte) ([]byte, error) {
+	frag, isPrefix, err := br.ReadLine()
+	if err != nil {
+		return nil, err
+	}
+	if !isPrefix {
+		return frag, nil
+	}
+	line := append((*long)[:0], frag...)
+	for isPrefix {
+		frag, isPrefix, err = br.ReadLine()
 		if err != nil {
 			return nil, err
 		}
 		if len(line)+len(frag) > maxEventBytes {
 			return nil, errMalformed
 		}
-		if !isPrefix {
-			if line == nil {
-				return frag, nil
-			}
-			return append(line, frag...), nil
-		}
 		line = append(line, frag...)
 	}
+	*long = line
+	return line, nil
 }

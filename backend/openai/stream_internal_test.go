@@ -77,6 +77,26 @@ func TestReadStreamParallelToolCalls(t *testing.T) {
 	}
 }
 
+// TestReadStreamLongLines: lines longer than the read buffer, one after
+// another and split across data lines, are read whole; an event over
+// maxEventBytes is a malformed stream.
+func TestReadStreamLongLines(t *testing.T) {
+	a, b := strings.Repeat("a", 3*streamReadBuffer+7), strings.Repeat("b", streamReadBuffer)
+	chunk := func(s string) string {
+		return `data: {"choices":[{"index":0,"delta":{"content":"` + s + `"}}]}` + "\n\n"
+	}
+	body := chunk(a) + chunk("x") + chunk(b) + "data: {\"choices\":[{\"index\":0,\n" + `data: "delta":{"content":"` + a + `"}}]}` + "\n\ndata: [DONE]\n\n"
+	var c collect
+	out, err := readStream(strings.NewReader(body), &c, true, failAs)
+	if want := a + "x" + b + a; err != nil || out.Text != want || len(c.ds) != 4 || c.ds[0].Text != a || c.ds[2].Text != b {
+		t.Fatalf("text of %d bytes in %d deltas, err %v; want %d bytes in 4", len(out.Text), len(c.ds), err, len(want))
+	}
+	huge := "data: " + strings.Repeat("z", maxEventBytes+1) + "\n\n"
+	if _, err := readStream(strings.NewReader(huge), &c, false, failAs); !errors.Is(err, errMalformed) {
+		t.Fatalf("an event over %d bytes: err %v, want a malformed stream", maxEventBytes, err)
+	}
+}
+
 // FuzzReadStream: any body ends in an answer or an error, never a panic,
 // and an answer means the stream said [DONE].
 func FuzzReadStream(f *testing.F) {
