@@ -26,6 +26,7 @@ type Batcher struct {
 	// workers and timers stop at Shutdown. Under routesMu.
 	allBackends []*backendState
 	tracer      trace.Tracer // nil: no spans
+	clock       *clock       // the hot path's time (clock.go)
 	metrics     *metrics     // nil: no metrics
 
 	// closing stops admission; with pending it fences Submit against
@@ -51,9 +52,9 @@ type Batcher struct {
 	tenantsMu   sync.Mutex   // serializes SetTenants
 	otherTenant *tenantState // every unconfigured tenant's requests
 
-	runPool   sync.Pool // of *batchRun
-	tokenPool sync.Pool // of chan struct{} (capacity 1): Do's done channels
-	callPool  sync.Pool // of *Call: Do's calls that nothing holds any more (finishAs)
+	runPool  sync.Pool // of *batchRun
+	slotPool sync.Pool // of *doSlot: Do's done channels and results
+	callPool sync.Pool // of *Call: Do's calls that nothing holds any more (finishAs)
 
 	runsMu sync.Mutex
 	runs   map[*batchRun]struct{} // batches in flight
@@ -91,6 +92,7 @@ func New(opts ...Option) (*Batcher, error) {
 		admit:   newAdmission(cfg.queueCapacity, cfg.queueReserve),
 		stopped: make(chan struct{}),
 		viewKey: newViewKey(),
+		clock:   newClock(),
 	}
 	b.otherTenant = &tenantState{name: OtherTenant}
 	b.otherTenant.lim.Store(&tenantLimits{weight: 1})

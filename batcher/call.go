@@ -47,14 +47,16 @@ var closedDone = func() chan struct{} {
 // fields belong to the lane's owner while the call is queued and to the
 // dispatch worker once batched. state decides the one terminal result: whoever moves it
 // from pending to done writes result and signals done (closes it, or sends
-// Do its token); nobody else touches either.
+// Do its token); nobody else touches either, and a Do's result, in Do's
+// slot, is nobody's but Do's from the send on.
 //
 // The fields are ordered so that the small ones share words, and the
 // first batch and dispatch are kept as durations; when its lane must send
-// it is computed (due), not kept: 512 bytes with the tenant, cache,
-// stream, batch view and done-state fields and the chat answer's Result,
-// an allocation of 512 (eight cache lines; a call is written and read by
-// several goroutines, so each line it spans costs on every request).
+// it is computed (due), not kept. The Result is not in the call: a Do's
+// lives in Do's pooled slot, any other call's is made when it ends, so a
+// queued call is 280 bytes, an allocation of 288 (a call is written and
+// read by several goroutines, so each cache line it spans costs on every
+// request; a 240-byte Result inside it made it 512).
 type Call struct {
 	req      *Request
 	b        *Batcher
@@ -106,9 +108,19 @@ type Call struct {
 
 	// evMu orders a request's events: none is emitted after its EventDone.
 	// Taken only when the request has a Sink.
-	evMu   sync.Mutex
-	result Result
+	evMu sync.Mutex
+	// result is the terminal result: for Do's call its pooled slot's,
+	// set at admission; for any other call made by the finisher, so that
+	// a queued call carries no room for an answer it does not have yet.
+	result *Result
 	done   chan struct{} // closed on the result (made by Done); or, when token, sent on once
+}
+
+// doSlot is what Do waits on and reads its result from, pooled with its
+// channel so that a Do allocates neither.
+type doSlot struct {
+	token chan struct{} // capacity 1: the finisher sends on it once
+	res   Result
 }
 
 // due returns when its lane must send it, from its priority's delay.
@@ -179,7 +191,7 @@ func (c *Call) signalDone() {
 // Result returns the terminal result. It is valid once Done is closed.
 func (c *Call) Result() Result {
 	<-c.Done()
-	return c.result
+	return *c.result
 }
 
 // Cancel ends the call with ErrCanceled unless it already ended. It never
@@ -260,8 +272,11 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		c.stream.end(r)
 	}
 	r.Timings.Total = now.Sub(c.admitted)
-	c.result = *r
-	c.b.metrics.finished(c, &c.result)
+	if c.result == nil {
+		c.result = new(Result)
+	}
+	*c.result = *r
+	c.b.metrics.finished(c, r)
 	if c.span != nil {
 		if c.span.IsRecording() { // a span the sampler dropped takes nothing
 			if r.Err != nil {
@@ -272,7 +287,7 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		c.span.End(trace.WithTimestamp(now))
 	}
 	if sink != nil {
-		sendEvent(sink, &Event{Kind: EventDone, Time: now, Request: c.req, Result: &c.result})
+		sendEvent(sink, &Event{Kind: EventDone, Time: now, Request: c.req, Result: c.result})
 	}
 	// The books first, so that whoever Done wakes sees them settled.
 	if c.queued.Load() {
@@ -304,7 +319,8 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		c.signalDone()
 	}
 	if group != nil {
-		c.b.dedup.leave(c, &c.result, now)
+		// r, not c.result: a Do's slot is Do's again after the send.
+		c.b.dedup.leave(c, r, now)
 	}
 	return true
 }

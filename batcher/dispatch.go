@@ -220,7 +220,7 @@ func (r *batchRun) prepare() (context.Context, time.Time) {
 	if r.b.tracer != nil {
 		ctx = r.startSpan(ctx, r.live)
 	}
-	start := time.Now()
+	start := r.b.clock.now()
 	var last time.Time
 	r.setViews()
 	for _, c := range r.live {
@@ -267,7 +267,7 @@ func (r *batchRun) call(ctx context.Context, start time.Time) (time.Time, error)
 	// From here the run delivers its calls itself, and a call it delivers
 	// may go back to Do's pool at once: abort must not find it in b.runs.
 	r.b.untrack(r)
-	end := time.Now()
+	end := r.b.clock.now()
 	if r.span != nil {
 		if r.span.IsRecording() {
 			if err != nil {

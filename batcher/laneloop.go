@@ -43,7 +43,7 @@ func (l *lane) loop() {
 // step reads the inbox, expires, cuts and dispatches what is due, and arms
 // the timer. It reports whether the lane is done for good.
 func (l *lane) step() (exit bool) {
-	now := time.Now()
+	now := l.b.clock.now()
 	l.drain()
 	closing := l.b.closing.Load()
 	l.expire(now)

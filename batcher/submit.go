@@ -48,12 +48,12 @@ func (b *Batcher) TrySubmit(ctx context.Context, req *Request) (*Call, error) {
 // its result, as Call.Done documents; Do passes a pooled channel of
 // capacity 1 instead, which the result is sent on once and which Do, the
 // only receiver, takes back for the next call.
-func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{}) (*Call, error) {
+func (b *Batcher) submit(ctx context.Context, req *Request, slot *doSlot) (*Call, error) {
 	rc, err := b.routeFor(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := b.clock.now()
 	deadline := b.deadlineFor(ctx, req, now)
 	tg, err := b.firstTarget(rc)
 	if err != nil {
@@ -65,7 +65,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, token chan struct{})
 	if err != nil {
 		return nil, err
 	}
-	c := b.newCall(req, rc, ts, token)
+	c := b.newCall(req, rc, ts, slot)
 	c.target, c.admitted, c.deadline, c.tokens = uint8(tg), now, deadline, tokens
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
@@ -165,10 +165,13 @@ func (b *Batcher) count(req *Request, ts *tenantState, now time.Time, tokens int
 	return hold, nil
 }
 
-// newCall returns a Call for req, reusing one of Do's when token is set.
-func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, token chan struct{}) *Call {
+// newCall returns a Call for req, reusing one of Do's when slot is set.
+func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, slot *doSlot) *Call {
 	var c *Call
-	if token != nil { // Do's: it may be one that Do gave back
+	var done chan struct{}
+	var result *Result
+	if slot != nil { // Do's: it may be one that Do gave back
+		done, result = slot.token, &slot.res
 		c, _ = b.callPool.Get().(*Call)
 	}
 	if c == nil {
@@ -180,8 +183,9 @@ func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, token 
 		rc:       rc,
 		tenant:   ts,
 		heapIdx:  -1,
-		done:     token,
-		token:    token != nil,
+		done:     done,
+		result:   result,
+		token:    slot != nil,
 		prio:     req.Priority,
 		hasSink:  req.Sink != nil,
 		progress: req.Sink != nil && wantsProgress(req.Sink),
@@ -263,38 +267,40 @@ func (b *Batcher) Do(ctx context.Context, req *Request) (res Result, err error) 
 		err := invalid("stream", "Do returns the whole answer: submit a streamed request with Submit and read its deltas")
 		return Result{Err: err}, err
 	}
-	token, _ := b.tokenPool.Get().(chan struct{})
-	if token == nil {
-		token = make(chan struct{}, 1)
+	slot, _ := b.slotPool.Get().(*doSlot)
+	if slot == nil {
+		slot = &doSlot{token: make(chan struct{}, 1)}
 	}
-	c, err := b.submit(ctx, req, token)
+	c, err := b.submit(ctx, req, slot)
 	if b.metrics != nil {
 		b.metrics.submitted(req, &c, &err)
 	}
 	if err != nil {
-		b.tokenPool.Put(token)
+		b.slotPool.Put(slot)
 		return Result{Err: err}, err
 	}
 	if done := ctx.Done(); done == nil {
-		<-token // a plain receive: cheaper than a select
+		<-slot.token // a plain receive: cheaper than a select
 	} else {
 		select {
-		case <-token:
+		case <-slot.token:
 		case <-done:
 			c.finish(Result{Err: ctxErr(ctx)}, time.Now())
-			<-token
+			<-slot.token
 		}
 	}
-	// finish sent the one token and wrote the result before it; nobody
-	// else receives on token, so it is empty and free again.
+	// finish wrote the result into the slot and then sent the one token;
+	// nobody else receives on it, so it is empty and free again, and
+	// nobody else reads the slot's result (finishAs).
 	// Straight into the named result: a Result is 30 words, and each
 	// copy of it costs.
-	res = c.result
-	b.tokenPool.Put(token)
+	res = slot.res
 	if c.recycle {
 		*c = Call{}
 		b.callPool.Put(c)
 	}
+	slot.res = Result{} // no answer kept alive in the pool
+	b.slotPool.Put(slot)
 	err = res.Err
 	return
 }
