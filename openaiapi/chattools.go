@@ -105,7 +105,11 @@ type wireImageURL struct {
 
 // knownChatFields are the chat body's fields that Batcher reads; every
 // other top-level field goes to Extra.
-var knownChatFields = sync.OnceValue(func() map[string]bool {
+var knownChatFields = sync.OnceValue(func() map[string]bool { return jsonFields(reflect.TypeFor[chatRequest]()) })
+
+// jsonFields are the JSON names of struct type t's fields, those of its
+// embedded structs included.
+func jsonFields(t reflect.Type) map[string]bool {
 	known := map[string]bool{}
 	var add func(t reflect.Type)
 	add = func(t reflect.Type) {
@@ -120,9 +124,9 @@ var knownChatFields = sync.OnceValue(func() map[string]bool {
 			}
 		}
 	}
-	add(reflect.TypeFor[chatRequest]())
+	add(t)
 	return known
-})
+}
 
 // extraFields returns the body's unknown top-level fields as one JSON
 // object with sorted keys (nil when there are none), so that equal

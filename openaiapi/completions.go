@@ -2,7 +2,9 @@ package openaiapi
 
 import (
 	"net/http"
+	"reflect"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -12,7 +14,7 @@ import (
 // requests that batch with other callers', answered as choices in order.
 func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 	var body completionRequest
-	if e := DecodeJSON(w, r, &body, h.cfg.maxBody, h.cfg.maxDepth); e != nil {
+	if e := decodeKnown(w, r, &body, knownCompletionFields(), h.cfg.maxBody, h.cfg.maxDepth, "/v1/completions"); e != nil {
 		WriteError(w, e)
 		return
 	}
@@ -74,6 +76,8 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 	}
 	sse.done()
 }
+
+var knownCompletionFields = sync.OnceValue(func() map[string]bool { return jsonFields(reflect.TypeFor[completionRequest]()) })
 
 // completionRequests translates a completions body into one core request
 // per prompt.

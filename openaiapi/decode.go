@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -136,4 +137,39 @@ func position(body []byte, off int64) (line, col int) {
 	line = bytes.Count(before, []byte{'\n'}) + 1
 	col = int(off) - bytes.LastIndexByte(before, '\n')
 	return line, col
+}
+
+// decodeKnown reads r's body into v, a pointer to a struct, as DecodeJSON
+// does, then refuses by name a top-level field that v's type does not
+// read, listing those it does: a parameter Batcher would drop could change
+// the answer the caller expects (OpenAI too answers an unrecognized
+// argument 400). A field set to null counts as unset. path names the
+// endpoint in the message.
+func decodeKnown(w http.ResponseWriter, r *http.Request, v any, known map[string]bool, limit int64, maxDepth int, path string) *Error {
+	body, e := readBody(w, r, limit)
+	if e != nil {
+		return e
+	}
+	if e := decode(body, v, maxDepth); e != nil {
+		return e
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return badRequest("", "request body must be a JSON object")
+	}
+	first := ""
+	for k, val := range top {
+		if !known[k] && string(val) != "null" && (first == "" || k < first) {
+			first = k
+		}
+	}
+	if first == "" {
+		return nil
+	}
+	names := make([]string, 0, len(known))
+	for k := range known {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return badRequest(truncate(first), "is not a parameter Batcher serves on %s, which reads %s", path, strings.Join(names, ", "))
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"math"
 	"net/http"
+	"reflect"
+	"sync"
 
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -14,7 +16,7 @@ import (
 // order.
 func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
 	var body embeddingRequest
-	if e := DecodeJSON(w, r, &body, h.cfg.maxBody, h.cfg.maxDepth); e != nil {
+	if e := decodeKnown(w, r, &body, knownEmbeddingFields(), h.cfg.maxBody, h.cfg.maxDepth, "/v1/embeddings"); e != nil {
 		WriteError(w, e)
 		return
 	}
@@ -53,6 +55,8 @@ func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, &resp)
 }
+
+var knownEmbeddingFields = sync.OnceValue(func() map[string]bool { return jsonFields(reflect.TypeFor[embeddingRequest]()) })
 
 // embeddingRequests translates an embeddings body into one core request
 // per input.

@@ -7,9 +7,11 @@ import (
 )
 
 // The OpenAI request and response shapes this package reads and writes.
-// Fields it does not serve are left out and so ignored, as OpenAI ignores
-// unknown fields; the few whose value changes the answer's meaning (n,
-// token inputs, non-text content) are checked and refused by name.
+// Nothing a caller sends is dropped: a chat body's unknown top-level fields
+// go upstream as extra body fields (chattools.go); a completions or
+// embeddings body's are refused by name (decodeKnown), as OpenAI refuses an
+// unrecognized argument; values Batcher cannot serve (n > 1, token inputs,
+// suffix) are refused by name.
 
 type chatRequest struct {
 	Model               string            `json:"model"`

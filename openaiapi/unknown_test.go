@@ -1,0 +1,51 @@
+package openaiapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+)
+
+// TestUnknownFieldsRefused: /v1/completions and /v1/embeddings refuse a
+// parameter they do not read, naming it and listing those they do, as
+// their batch lines do: a dropped frequency_penalty, logprobs or user
+// would change the answer unseen. null counts as unset.
+func TestUnknownFieldsRefused(t *testing.T) {
+	e := newEnv(t, newFake())
+	for _, tc := range []struct {
+		path, body, param string
+	}{
+		{"/completions", `{"model":"comp","prompt":"x","frequency_penalty":1.5}`, "frequency_penalty"},
+		{"/completions", `{"model":"comp","prompt":"x","logprobs":5,"best_of":2}`, "best_of"},
+		{"/completions", `{"model":"comp","prompt":"x","bogus":1}`, "bogus"},
+		{"/embeddings", `{"model":"embed","input":"x","user":"u1"}`, "user"},
+		{"/embeddings", `{"model":"embed","input":"x","bogus":{"a":1}}`, "bogus"},
+	} {
+		status, _, body := e.post(t, tc.path, tc.body)
+		var got struct {
+			Error struct{ Message, Param string }
+		}
+		_ = json.Unmarshal([]byte(body), &got)
+		if status != http.StatusBadRequest || got.Error.Param != tc.param ||
+			!strings.Contains(got.Error.Message, "v1"+tc.path) || !strings.Contains(got.Error.Message, "model") {
+			t.Errorf("%s %s: %d %s; want 400 param %q listing the fields read", tc.path, tc.body, status, body, tc.param)
+		}
+	}
+	for _, tc := range []struct{ path, body string }{
+		{"/completions", `{"model":"comp","prompt":"x","logit_bias":null,"echo":false}`},
+		{"/embeddings", `{"model":"embed","input":"x","user":null,"encoding_format":"float"}`},
+	} {
+		if status, _, body := e.post(t, tc.path, tc.body); status != http.StatusOK {
+			t.Errorf("%s %s: %d %s, want 200", tc.path, tc.body, status, body)
+		}
+	}
+	// Through the SDK, as a caller meets it.
+	_, err := e.client.Completions.New(testCtx(t), openai.CompletionNewParams{
+		Model: "comp", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("x")}, PresencePenalty: openai.Float(1)})
+	if ae := apiError(t, err); ae.StatusCode != http.StatusBadRequest || ae.Param != "presence_penalty" {
+		t.Errorf("SDK presence_penalty: %d param %q, want 400 presence_penalty", ae.StatusCode, ae.Param)
+	}
+}
