@@ -168,7 +168,8 @@ type metrics struct {
 func (m *metrics) route(name string) *routeMetrics { return (*m.routes.Load())[name] }
 
 // addRoutes makes the attribute sets of the routes and route-backend
-// pairs of rcs that have none yet.
+// pairs of rcs that have none yet, and points each of rcs, which nobody
+// else sees yet, at its own.
 func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 	m.addMu.Lock()
 	defer m.addMu.Unlock()
@@ -189,9 +190,12 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 			}
 			routes[rc.Name] = rm
 		}
-		for _, t := range rc.targets {
+		rc.metrics = routes[rc.Name] // rc is not published yet
+		for i := range rc.targets {
+			t := &rc.targets[i]
 			k := routeBackend{rc.Name, t.be.name}
-			if pairs[k] != nil {
+			if pm := pairs[k]; pm != nil {
+				t.metrics = pm
 				continue
 			}
 			op, prov, model := keyGenAIOp.String(genAIOperation(rc.Op)), keyGenAIProvider.String(providerName(t.be)), keyGenAIReqModel.String(t.model)
@@ -213,6 +217,7 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 				}
 			}
 			pairs[k] = pm
+			t.metrics = pm
 		}
 	}
 	m.routes.Store(&routes)
@@ -342,7 +347,7 @@ func (m *metrics) submitted(req *Request, c **Call, err *error) {
 		return
 	}
 	if *err == nil && *c != nil {
-		if rm := m.route(req.Route); rm != nil && int(req.Priority) < numPriorities {
+		if rm := (*c).rc.metrics; rm != nil && int(req.Priority) < numPriorities {
 			rm.admitted[req.Priority].Add(1)
 		}
 		return
@@ -376,8 +381,8 @@ func (m *metrics) finished(c *Call, r *Result) {
 	if m == nil {
 		return
 	}
-	rm := m.route(c.rc.Name)
-	p := c.req.Priority
+	rm := c.rc.metrics
+	p := c.prio
 	o := outcomeOf(r.Err)
 	ctx := context.Background()
 	rm.completed[p][o].Add(1)
@@ -397,7 +402,7 @@ func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err e
 		return
 	}
 	n := len(out)
-	pm := (*m.pairs.Load())[routeBackend{r.batch.Route, r.be.name}]
+	pm := r.pairMetrics()
 	if pm == nil {
 		return
 	}
@@ -441,13 +446,19 @@ func (m *metrics) upstreamCall(r *batchRun, d time.Duration, err error) {
 	if m == nil {
 		return
 	}
-	pm := (*m.pairs.Load())[routeBackend{r.batch.Route, r.be.name}]
+	pm := r.pairMetrics()
 	if pm == nil {
 		return
 	}
 	o := outcomeOf(err)
 	m.upCalls.Add(context.Background(), 1, pm.calls[o]...)
 	m.opDur.Record(context.Background(), d.Seconds(), pm.op[o]...)
+}
+
+// pairMetrics returns the attribute sets of r's route on r's backend: its
+// lane's target's.
+func (r *batchRun) pairMetrics() *pairMetrics {
+	return r.lane.route.targets[r.lane.key.target].metrics
 }
 
 // configuredLimits returns a backend's configuration as New resolved it.

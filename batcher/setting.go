@@ -249,11 +249,18 @@ type routeConfig struct {
 	hot []atomic.Pointer[lane]
 	// features is what every target honours (FeatureDeclarer).
 	features Features
+	// metrics is the route's attribute sets and counts, set by
+	// metrics.addRoutes before the route is published (nil without a
+	// meter provider), so that recording looks up no map.
+	metrics *routeMetrics
 }
 
 type target struct {
 	be    *backendState
 	model string
+	// metrics is the attribute sets of the route on this target, set
+	// with routeConfig.metrics.
+	metrics *pairMetrics
 	// shared is which generation parameters one batch shares on this
 	// target, from its backend (ParamSharer): the lane key holds only
 	// these.
