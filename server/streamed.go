@@ -48,8 +48,11 @@ func (st *stream) sendDeltas(ready []*batcher.Call) error {
 		}
 		id := c.Request().ID
 		for j := range ds {
-			m := &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Delta{Delta: toDelta(id, &ds[j])}}
-			if err = st.gs.Send(m); err != nil {
+			m := new(streamDeltaMsg)
+			fillDelta(&m.d, id, &ds[j])
+			m.k.Delta = &m.d
+			m.r.Kind = &m.k
+			if err = st.gs.Send(&m.r); err != nil {
 				break
 			}
 		}
@@ -67,9 +70,26 @@ func (st *stream) sendDeltas(ready []*batcher.Call) error {
 // as they are; more waiting are joined.
 const joinAfter = 16
 
-// toDelta translates one delta of request id.
-func toDelta(id string, d *batcher.Delta) *batcherv1.Delta {
-	m := &batcherv1.Delta{Id: id, Text: d.Text, Refusal: d.Refusal}
+// streamDeltaMsg and streamedDeltaMsg are a Delta message of SubmitStream
+// and of SubmitStreamed, each allocated whole: one allocation a delta, not
+// three. A message is never reused once sent (grpc may read it after Send
+// returns).
+type (
+	streamDeltaMsg struct {
+		r batcherv1.SubmitStreamResponse
+		k batcherv1.SubmitStreamResponse_Delta
+		d batcherv1.Delta
+	}
+	streamedDeltaMsg struct {
+		r batcherv1.SubmitStreamedResponse
+		k batcherv1.SubmitStreamedResponse_Delta
+		d batcherv1.Delta
+	}
+)
+
+// fillDelta translates one delta of request id into m, which is zero.
+func fillDelta(m *batcherv1.Delta, id string, d *batcher.Delta) {
+	m.Id, m.Text, m.Refusal = id, d.Text, d.Refusal
 	if len(d.ToolCalls) > 0 {
 		m.ToolCalls = make([]*batcherv1.ToolCallDelta, len(d.ToolCalls))
 		for i, t := range d.ToolCalls {
@@ -82,7 +102,6 @@ func toDelta(id string, d *batcher.Delta) *batcherv1.Delta {
 	if u := d.Usage; u != nil {
 		m.Usage = &batcherv1.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.Total()}
 	}
-	return m
 }
 
 // SubmitStreamed runs one request streamed: its deltas as they come, then
@@ -131,15 +150,21 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 			ds = batcher.JoinDeltas(ds)
 		}
 		for i := range ds {
-			if err := ss.Send(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Delta{Delta: toDelta(req.ID, &ds[i])}}); err != nil {
+			m := new(streamedDeltaMsg)
+			fillDelta(&m.d, req.ID, &ds[i])
+			m.k.Delta = &m.d
+			m.r.Kind = &m.k
+			if err := ss.Send(&m.r); err != nil {
 				return err
 			}
 		}
 		clear(ds)
 	}
 	res := c.Result()
-	var m completionMsg
-	if err := ss.Send(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Completion{Completion: m.fill(req, &res)}}); err != nil {
+	end := new(streamedEndMsg)
+	end.k.Completion = end.c.fill(req, &res)
+	end.r.Kind = &end.k
+	if err := ss.Send(&end.r); err != nil {
 		return err
 	}
 	if res.Err != nil {
@@ -148,4 +173,11 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 		return st.Err()
 	}
 	return nil
+}
+
+// streamedEndMsg is SubmitStreamed's last message, allocated whole.
+type streamedEndMsg struct {
+	r batcherv1.SubmitStreamedResponse
+	k batcherv1.SubmitStreamedResponse_Completion
+	c completionMsg
 }
