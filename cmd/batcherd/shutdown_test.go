@@ -136,8 +136,11 @@ func TestShutdownBacklogLargerThanDrain(t *testing.T) {
 }
 
 // TestShutdownIdleWatch: an open health Watch gets NOT_SERVING and ends at
-// once, and a shutdown with no work in flight takes under a second, though
-// drain_timeout is 30 s.
+// once, and a shutdown with no work in flight does not wait out
+// drain_timeout (30 s). It takes milliseconds; the bound is a third of the
+// drain rather than a second, which a 2-core CI machine running another
+// package's race-enabled tests beside this one may stall past with nothing
+// wrong, while a watch that held the drain would still take 30 s.
 func TestShutdownIdleWatch(t *testing.T) {
 	addr, stop, exit, logs := startInProcess(t, "--listen=127.0.0.1:0", "--drain-timeout=30s")
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
@@ -159,8 +162,8 @@ func TestShutdownIdleWatch(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("no exit:\n%s", logs)
 	}
-	if took := time.Since(start); took >= time.Second {
-		t.Errorf("shutdown with an idle watch took %v, want under 1s", took)
+	if took := time.Since(start); took >= 10*time.Second {
+		t.Errorf("shutdown with an idle watch took %v, want well under the 30s drain_timeout", took)
 	}
 	var last healthpb.HealthCheckResponse_ServingStatus
 	for {
