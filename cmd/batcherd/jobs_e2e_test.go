@@ -330,6 +330,13 @@ func TestJobsStartupErrors(t *testing.T) {
 // Two replicas on PostgreSQL share one job. One is killed: as soon as its
 // liveness lock is gone (not after its lease) the other takes its items
 // over and finishes the job, and no item is recorded twice.
+//
+// The lease is 20 s, not a short one: each replica renews its leases every
+// third of it and takes over any lease past its end, so with a lease of
+// 2 s a live replica whose renewal a loaded machine delayed by 1.3 s would
+// lose its claims to the other before the kill, both would call upstream
+// for them, and the items redone could pass the bound. The liveness lock
+// alone brings the takeover well within the test's timeout.
 func TestEndToEndTwoReplicasOnPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -339,7 +346,7 @@ func TestEndToEndTwoReplicasOnPostgres(t *testing.T) {
 	bin := buildBatcherd(t)
 	up := newUpstream(t, 5*time.Millisecond)
 	cfg := jobsConfig(t, up.URL)
-	args := []string{"--config", cfg, "--job-store", "postgres", "--postgres-dsn", dsn, "--jobs-lease", "2s"}
+	args := []string{"--config", cfg, "--job-store", "postgres", "--postgres-dsn", dsn, "--jobs-lease", "20s"}
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a := startDaemon(t, bin, append(args, "--data-dir", dirA)...)
 	b := startDaemon(t, bin, append(args, "--data-dir", dirB)...)
