@@ -33,6 +33,13 @@ func newTest(t testing.TB, opts ...Option) *Cache {
 	return c
 }
 
+// testRedisTimeout bounds the Redis commands of the tests in which Redis
+// must answer. DefaultRedisTimeout (100 ms) is a production bound that a
+// loaded CI machine can pass (a first command dials and says HELLO too):
+// a GET or a write timed out is a miss, or a dropped write, and pauses
+// Redis for a second, and such a test would fail with nothing wrong.
+const testRedisTimeout = 10 * time.Second
+
 func key(route, tenant string, n byte) *batcher.CacheKey {
 	return &batcher.CacheKey{Route: route, Tenant: tenant, ID: batcher.Identity{n}, TTL: time.Hour}
 }
@@ -191,11 +198,11 @@ func TestRedisSharesAcrossReplicas(t *testing.T) {
 	rdbA, rdbB := fleettest.Client(addr), fleettest.Client(addr)
 	defer rdbA.Close()
 	defer rdbB.Close()
-	a, err := New(WithRedis(rdbA), WithRedisPrefix(prefix))
+	a, err := New(WithRedis(rdbA), WithRedisPrefix(prefix), WithRedisTimeout(testRedisTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newTest(t, WithRedis(rdbB), WithRedisPrefix(prefix))
+	b := newTest(t, WithRedis(rdbB), WithRedisPrefix(prefix), WithRedisTimeout(testRedisTimeout))
 	want := &batcher.Result{Text: "shared", Embedding: []float32{1, 2}, Usage: batcher.Usage{PromptTokens: 2}}
 	a.Put(key("r", "t", 1), want)
 	if err := a.Close(context.Background()); err != nil { // writes what is queued

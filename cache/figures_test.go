@@ -237,7 +237,7 @@ func redisReplicas(t testing.TB, texts []string) (b *batcher.Batcher, hook *coun
 	prefix := fleettest.Prefix(t, addr)
 	rdbA, rdbB := fleettest.Client(addr), fleettest.Client(addr)
 	t.Cleanup(func() { _ = rdbA.Close(); _ = rdbB.Close() })
-	ca, err := New(WithRedis(rdbA), WithRedisPrefix(prefix))
+	ca, err := New(WithRedis(rdbA), WithRedisPrefix(prefix), WithRedisTimeout(testRedisTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func redisReplicas(t testing.TB, texts []string) (b *batcher.Batcher, hook *coun
 	}
 	hook = &countingHook{}
 	rdbB.AddHook(hook)
-	return newCore(t, newTest(t, WithRedis(rdbB), WithRedisPrefix(prefix)), &countingBackend{}), hook
+	return newCore(t, newTest(t, WithRedis(rdbB), WithRedisPrefix(prefix), WithRedisTimeout(testRedisTimeout)), &countingBackend{}), hook
 }
 
 // TestRedisHitOneRoundTrip: a replica whose memory is cold answers from
