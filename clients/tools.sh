@@ -16,7 +16,7 @@ GRPC_PYTHON_VERSION=1.51.1
 GRPC_JAVA_VERSION=1.41.3
 
 pkgs_generate="protobuf-compiler libprotobuf-dev protobuf-compiler-grpc protobuf-compiler-grpc-java-plugin"
-pkgs_python="python3-grpcio python3-protobuf python3-pytest python3-pip python3-setuptools python3-wheel"
+pkgs_python="python3-grpcio python3-protobuf python3-pytest python3-pip python3-setuptools python3-wheel openssl" # openssl: test_tls.py makes its certificate with it
 pkgs_java="openjdk-17-jdk-headless libgrpc-java libprotobuf-java libgoogle-gson-java libgoogle-common-protos-java libguava-java libnetty-java libperfmark-java libgeronimo-annotation-1.3-spec-java"
 
 die() { echo "clients/tools.sh: $*" >&2; exit 1; }
