@@ -342,10 +342,20 @@ const (
 	testAudience = "batcher"
 )
 
-// token signs claims (sub, iss, aud, exp in from now) with s.
+// token signs claims (sub, iss, aud, exp in from now) with s. exp is in
+// whole seconds: it is rounded up, so that the token lives at least exp
+// (rounded down, a token of one second lived anywhere from nothing to a
+// second, and one made late in a second could expire before its first
+// use).
 func (s *signer) token(t testing.TB, sub string, exp time.Duration, mods ...func(jwt.MapClaims)) string {
 	t.Helper()
-	claims := jwt.MapClaims{"sub": sub, "iss": testIssuer, "aud": testAudience, "exp": time.Now().Add(exp).Unix(), "iat": time.Now().Unix()}
+	now := time.Now()
+	expires := now.Add(exp)
+	expSec := expires.Unix()
+	if expires.Nanosecond() > 0 {
+		expSec++
+	}
+	claims := jwt.MapClaims{"sub": sub, "iss": testIssuer, "aud": testAudience, "exp": expSec, "iat": now.Unix()}
 	for _, m := range mods {
 		m(claims)
 	}
