@@ -136,6 +136,9 @@ func extraFields(body []byte) ([]byte, *Error) {
 	if err := json.Unmarshal(body, &all); err != nil {
 		return nil, badRequest("", "request body must be a JSON object")
 	}
+	if e := unknownMessageField(all["messages"]); e != nil {
+		return nil, e
+	}
 	known := knownChatFields()
 	var extra map[string]json.RawMessage
 	for k, v := range all {
@@ -159,6 +162,44 @@ func extraFields(body []byte) ([]byte, *Error) {
 		return nil, badRequest("", "malformed JSON")
 	}
 	return b, nil
+}
+
+var knownMessageFields = sync.OnceValue(func() map[string]bool { return jsonFields(reflect.TypeFor[chatMessage]()) })
+
+// unknownMessageField refuses, naming it, a field of a message that
+// Batcher does not read: unlike top-level fields, a message's cannot go
+// upstream as extra body fields, and dropping one would send another
+// conversation. A field that is null, "" or [] is unset: a response's
+// message sent back as history may carry refusal: null or annotations: [].
+// Malformed messages are left to the decoder to describe.
+func unknownMessageField(raw json.RawMessage) *Error {
+	if len(raw) == 0 || firstByte(raw) != '[' {
+		return nil
+	}
+	var msgs []map[string]json.RawMessage
+	if json.Unmarshal(raw, &msgs) != nil {
+		return nil
+	}
+	known := knownMessageFields()
+	for i, m := range msgs {
+		first := ""
+		for k, v := range m {
+			if known[k] {
+				continue
+			}
+			switch string(bytes.TrimSpace(v)) {
+			case "null", `""`, "[]":
+				continue
+			}
+			if first == "" || k < first {
+				first = k
+			}
+		}
+		if first != "" {
+			return badRequest("messages["+strconv.Itoa(i)+"]."+truncate(first), "is not a message field Batcher serves (it reads content, name, role, tool_call_id and tool_calls)")
+		}
+	}
+	return nil
 }
 
 // messageToCore translates message i beyond its role.

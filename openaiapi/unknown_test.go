@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+
+	"github.com/batcherhq/batcher/openaiapi"
 )
 
 // TestUnknownFieldsRefused: /v1/completions and /v1/embeddings refuse a
@@ -47,5 +49,28 @@ func TestUnknownFieldsRefused(t *testing.T) {
 		Model: "comp", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("x")}, PresencePenalty: openai.Float(1)})
 	if ae := apiError(t, err); ae.StatusCode != http.StatusBadRequest || ae.Param != "presence_penalty" {
 		t.Errorf("SDK presence_penalty: %d param %q, want 400 presence_penalty", ae.StatusCode, ae.Param)
+	}
+}
+
+// TestUnknownMessageFieldRefused: a message field Batcher does not read is
+// refused naming it, at the front door and in a batch line (ChatBody);
+// null and empty ones, as a response's message sent back carries, are not.
+func TestUnknownMessageFieldRefused(t *testing.T) {
+	e := newEnv(t, newFake())
+	bad := `{"model":"chat","messages":[{"role":"user","content":"x"},{"role":"user","content":"y","bogus":2}]}`
+	status, _, body := e.post(t, "/chat/completions", bad)
+	if status != http.StatusBadRequest || !strings.Contains(body, `"param":"messages[1].bogus"`) {
+		t.Errorf("front door: %d %s; want 400 param messages[1].bogus", status, body)
+	}
+	if _, ae := openaiapi.ChatBody([]byte(bad)); ae == nil || ae.Param != "messages[1].bogus" {
+		t.Errorf("batch line: %v; want an error naming messages[1].bogus", ae)
+	}
+	ok := `{"model":"chat","messages":[{"role":"user","content":"x"},` +
+		`{"role":"assistant","content":"a","refusal":null,"annotations":[],"audio":null,"function_call":null},{"role":"user","content":"y"}]}`
+	if status, _, body := e.post(t, "/chat/completions", ok); status != http.StatusOK {
+		t.Errorf("history with null fields: %d %s, want 200", status, body)
+	}
+	if _, ae := openaiapi.ChatBody([]byte(ok)); ae != nil {
+		t.Errorf("batch line with null fields: %v", ae)
 	}
 }
