@@ -72,8 +72,10 @@ func (r *chunkReader) decode(data []byte, ch *streamChunk) error {
 // could: data is one JSON object whose "choices" (decoded into choices'
 // array while it has room) hold only index, delta (content, refusal, a
 // null tool_calls and fields that say nothing here), text and
-// finish_reason, and whose "usage", if there, is null. Anything else
-// (tool calls, usage, an error, a key json.Unmarshal would match
+// finish_reason, and whose "usage", if there, is null or holds token
+// counts (the last chunk, with stream_options.include_usage) beside fields
+// that say nothing here. Anything else (tool calls, an error, a count
+// that is not a small integer, a key json.Unmarshal would match
 // case-insensitively or twice, malformed JSON) returns false.
 func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
 	s := chunkScan{b: data}
@@ -101,7 +103,11 @@ func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
 				return false
 			}
 			seen |= 2
-			return s.null()
+			if s.null() {
+				return true
+			}
+			ch.Usage = new(wireUsage)
+			return s.usage(ch.Usage)
 		}
 		return s.other(key, 0)
 	})
@@ -240,10 +246,37 @@ func (s *chunkScan) delta(d *chunkDelta) bool {
 	})
 }
 
+// usage reads a usage object's token counts into u; its other members
+// (total_tokens, the details) say nothing here.
+func (s *chunkScan) usage(u *wireUsage) bool {
+	var seen uint8
+	count := func(bit uint8, p *int64) bool {
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		var n int
+		if !s.int(&n) {
+			return false
+		}
+		*p = int64(n)
+		return true
+	}
+	return s.object(func(key []byte) bool {
+		switch string(key) {
+		case "prompt_tokens":
+			return count(1, &u.PromptTokens)
+		case "completion_tokens":
+			return count(2, &u.CompletionTokens)
+		}
+		return s.other(key, 3)
+	})
+}
+
 // other skips the value of a key that says nothing here, unless
 // json.Unmarshal would take the key for one of the fields at level
-// (0 the chunk, 1 a choice, 2 a delta), as it matches keys without regard
-// to case.
+// (0 the chunk, 1 a choice, 2 a delta, 3 the usage), as it matches keys
+// without regard to case.
 func (s *chunkScan) other(key []byte, level int) bool {
 	for _, c := range key {
 		if c >= utf8.RuneSelf {
@@ -258,12 +291,13 @@ func (s *chunkScan) other(key []byte, level int) bool {
 	return s.skip(0)
 }
 
-// chunkFields are the JSON names of the fields of streamChunk, chunkChoice
-// and chunkDelta.
-var chunkFields = [3][]string{
+// chunkFields are the JSON names of the fields of streamChunk, chunkChoice,
+// chunkDelta and wireUsage.
+var chunkFields = [4][]string{
 	{"choices", "usage", "error"},
 	{"index", "delta", "text", "finish_reason"},
 	{"content", "refusal", "tool_calls"},
+	{"prompt_tokens", "completion_tokens"},
 }
 
 func asciiEqualFold(b []byte, s string) bool {

@@ -33,7 +33,17 @@ var chunkSeeds = []string{
 	`{"a":01}`,
 	`{"ſtuff":1,"choices":[]}`,
 	`{"choices":[]}`,
+	usageWithDetails,
+	`{"choices":[],"usage":{"prompt_tokens":5.0,"completion_tokens":7}}`,
+	`{"choices":[],"usage":{"Prompt_Tokens":5,"completion_tokens":7}}`,
+	`{"choices":[],"usage":{"prompt_tokens":5,"prompt_tokens":6}}`,
+	`{"choices":[],"usage":{"prompt_tokens":null,"completion_tokens":-3}}`,
+	`{"choices":[],"usage":{"prompt_tokens":12345678901,"completion_tokens":1}}`,
+	`{"choices":[],"usage":[]}`,
 }
+
+// usageWithDetails is OpenAI's last chunk with include_usage.
+const usageWithDetails = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}`
 
 // FuzzDecodeChunk holds decodeChunk to json.Unmarshal: where it decodes a
 // chunk, json.Unmarshal decodes the same chunk without error into the same
@@ -64,15 +74,16 @@ func dumpChunk(ch streamChunk) string {
 
 // TestDecodeChunkTakesTheCommonShapes: the chunks a stream is made of
 // (text, refusal and completion deltas, the role chunk, the finish chunk,
-// null usage, escapes) are read by decodeChunk, not json.Unmarshal.
+// null usage, escapes, the usage chunk) are read by decodeChunk, not
+// json.Unmarshal.
 func TestDecodeChunkTakesTheCommonShapes(t *testing.T) {
-	for _, s := range chunkSeeds[:7] {
+	for _, s := range append(chunkSeeds[:8:8], usageWithDetails) {
 		var ch streamChunk
 		if !decodeChunk([]byte(s), &ch, nil) {
 			t.Errorf("decodeChunk left %s to json.Unmarshal", s)
 		}
 	}
-	for _, s := range chunkSeeds[7:] {
+	for _, s := range chunkSeeds[8:] {
 		var ch streamChunk
 		var want streamChunk
 		if decodeChunk([]byte(s), &ch, nil) && (json.Unmarshal([]byte(s), &want) != nil || !reflect.DeepEqual(ch, want)) {
