@@ -77,7 +77,7 @@ func (h *Handler) embeddingRequests(r *http.Request, body *embeddingRequest) (st
 		return "", nil, badRequest("encoding_format", "must be float or base64, got %q", truncate(body.EncodingFormat))
 	}
 	if d := body.Dimensions; d != nil && (*d < 1 || *d > math.MaxInt32) {
-		return "", nil, badRequest("dimensions", "must be at least 1, got %d", *d)
+		return "", nil, badRequest("dimensions", "must be 1 to %d, got %d", math.MaxInt32, *d)
 	}
 	reqs := make([]*batcher.Request, len(body.Input.texts))
 	id := h.newID("emb-")

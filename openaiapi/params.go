@@ -28,8 +28,11 @@ func (g *genParams) toCore() (batcher.Params, *Error) {
 		return p, badRequest("n", "must be 1: Batcher answers one choice per request, got %d", *g.n)
 	}
 	if g.maxTokens != nil {
-		if *g.maxTokens < 1 || *g.maxTokens > math.MaxInt32 {
+		if *g.maxTokens < 1 {
 			return p, badRequest(g.maxParam, "must be at least 1, got %d", *g.maxTokens)
+		}
+		if *g.maxTokens > math.MaxInt32 {
+			return p, badRequest(g.maxParam, "must be 1 to %d, got %d", math.MaxInt32, *g.maxTokens)
 		}
 		p.MaxTokens = int32(*g.maxTokens)
 	}

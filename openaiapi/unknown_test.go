@@ -74,3 +74,19 @@ func TestUnknownMessageFieldRefused(t *testing.T) {
 		t.Errorf("batch line with null fields: %v", ae)
 	}
 }
+
+// TestIntegerBeyondInt32: a max_tokens or dimensions past int32 is refused
+// naming the range, not "must be at least 1" of a value that is.
+func TestIntegerBeyondInt32(t *testing.T) {
+	e := newEnv(t, newFake())
+	for _, tc := range []struct{ path, body, param string }{
+		{"/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"x"}],"max_completion_tokens":99999999999}`, "max_completion_tokens"},
+		{"/completions", `{"model":"comp","prompt":"x","max_tokens":99999999999}`, "max_tokens"},
+		{"/embeddings", `{"model":"embed","input":"x","dimensions":99999999999}`, "dimensions"},
+	} {
+		status, _, body := e.post(t, tc.path, tc.body)
+		if status != http.StatusBadRequest || !strings.Contains(body, `"param":"`+tc.param+`"`) || !strings.Contains(body, "must be 1 to 2147483647, got 99999999999") {
+			t.Errorf("%s: %d %s; want 400 naming %s and its range", tc.path, status, body, tc.param)
+		}
+	}
+}
