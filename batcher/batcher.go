@@ -52,9 +52,10 @@ type Batcher struct {
 	tenantsMu   sync.Mutex   // serializes SetTenants
 	otherTenant *tenantState // every unconfigured tenant's requests
 
-	runPool  sync.Pool // of *batchRun
-	slotPool sync.Pool // of *doSlot: Do's done channels and results
-	callPool sync.Pool // of *Call: Do's calls that nothing holds any more (finishAs)
+	runPool sync.Pool // of *batchRun
+	// slotPool is Do's: a slot holds a done channel, room for a result
+	// and a Call that nothing holds any more (finishAs), when Do had one.
+	slotPool sync.Pool // of *doSlot
 
 	runsMu sync.Mutex
 	runs   map[*batchRun]struct{} // batches in flight

@@ -117,9 +117,11 @@ type Call struct {
 }
 
 // doSlot is what Do waits on and reads its result from, pooled with its
-// channel so that a Do allocates neither.
+// channel and its last Call (when Do could reuse that) so that a Do
+// allocates none of them and takes one thing from a pool.
 type doSlot struct {
 	token chan struct{} // capacity 1: the finisher sends on it once
+	call  *Call         // a call Do may reuse (finishAs), or nil
 	res   Result
 }
 

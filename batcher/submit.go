@@ -170,9 +170,9 @@ func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, slot *
 	var c *Call
 	var done chan struct{}
 	var result *Result
-	if slot != nil { // Do's: it may be one that Do gave back
+	if slot != nil { // Do's: it may be one that Do gave back with the slot
 		done, result = slot.token, &slot.res
-		c, _ = b.callPool.Get().(*Call)
+		c, slot.call = slot.call, nil
 	}
 	if c == nil {
 		c = new(Call)
@@ -297,10 +297,9 @@ func (b *Batcher) Do(ctx context.Context, req *Request) (res Result, err error) 
 	res = slot.res
 	if c.recycle {
 		*c = Call{}
-		b.callPool.Put(c)
+		slot.call = c // the next Do that takes the slot takes the call
 	}
-	slot.res = Result{} // no answer kept alive in the pool
-	b.slotPool.Put(slot)
+	b.slotPool.Put(slot) // its last result stays until reused, or the pool drops it
 	err = res.Err
 	return
 }
