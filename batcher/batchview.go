@@ -49,15 +49,17 @@ func (b *Batcher) tenantBatchID(id, tenant string) string {
 	return string(out[:])
 }
 
-// setViews sets each live call's view of the run's batch. A batch of one
-// tenant (the usual case) costs one hash; the per-tenant counts are made
-// only when the batch holds more than one tenant. A batch without tenants
-// (no request names one) reads no request: each Request is cold in the
-// cache by now, so the tenants are looked at only when a call says it has
-// one (Call.named).
+// setViews makes the run's views of its batch, which viewOf hands out. A
+// batch of one tenant (the usual case) costs one hash; the per-tenant
+// counts are made only when the batch holds more than one tenant. A batch
+// without tenants (no request names one) reads no request: each Request
+// is cold in the cache by now, so the tenants are looked at only when a
+// call says it has one (Call.named). The views are the run's, not the
+// calls': a call read its view only while the run that set it carries it.
 func (r *batchRun) setViews() {
 	live := r.live
-	whole := batchView{id: r.batch.ID, size: len(live)}
+	r.view = batchView{id: r.batch.ID, size: len(live)}
+	r.mixed = false
 	named := false
 	for _, c := range live {
 		if c.named {
@@ -66,26 +68,18 @@ func (r *batchRun) setViews() {
 		}
 	}
 	if !named {
-		for _, c := range live {
-			c.view = whole
-		}
 		return
 	}
 	first := live[0].req.Tenant
-	mixed := false
 	for _, c := range live[1:] {
 		if c.req.Tenant != first {
-			mixed = true
+			r.mixed = true
 			break
 		}
 	}
-	if !mixed {
-		v := whole
+	if !r.mixed {
 		if first != "" {
-			v.id = r.b.tenantBatchID(r.batch.ID, first)
-		}
-		for _, c := range live {
-			c.view = v
+			r.view.id = r.b.tenantBatchID(r.batch.ID, first)
 		}
 		return
 	}
@@ -107,11 +101,13 @@ func (r *batchRun) setViews() {
 		}
 		r.views[i].size++
 	}
-	for _, c := range live {
-		if t := c.req.Tenant; t == "" {
-			c.view = whole
-		} else {
-			c.view = r.views[r.tenantIdx[t]]
-		}
+}
+
+// viewOf returns c's view of the run's batch, one of the run's live calls
+// since setViews.
+func (r *batchRun) viewOf(c *Call) batchView {
+	if r.mixed && c.named {
+		return r.views[r.tenantIdx[c.req.Tenant]]
 	}
+	return r.view
 }

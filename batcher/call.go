@@ -52,11 +52,12 @@ var closedDone = func() chan struct{} {
 //
 // The fields are ordered so that the small ones share words, and the
 // first batch and dispatch are kept as durations; when its lane must send
-// it is computed (due), not kept. The Result is not in the call: a Do's
-// lives in Do's pooled slot, any other call's is made when it ends, so a
-// queued call is 280 bytes, an allocation of 288 (a call is written and
-// read by several goroutines, so each cache line it spans costs on every
-// request; a 240-byte Result inside it made it 512).
+// it is computed (due), not kept, and so is its view of its batch (the
+// run's, batchRun.viewOf). The Result is not in the call either: a Do's
+// lives in Do's pooled slot, any other call's is made when it ends. So a
+// queued call is 256 bytes, four cache lines (a call is written and read
+// by several goroutines, so each line it spans costs on every request; a
+// 240-byte Result inside it made it 512).
 type Call struct {
 	req      *Request
 	b        *Batcher
@@ -81,14 +82,13 @@ type Call struct {
 	// finishAs). Written by the finisher before it signals done.
 	recycle bool
 	late    bool        // queued behind a call admitted after it (lane.lates); lane-owned
-	named   bool        // req.Tenant is set: its batch view is its tenant's (setViews)
+	named   bool        // req.Tenant is set: its batch view is its tenant's (viewOf)
 	queued  atomic.Bool // in a lane's queue: finish must have it forgotten
 	entry   uint32      // its entry's number in its flow of level qidx (fifo)
 
 	batchWait      time.Duration // admission to its first batch
 	queuedFor      time.Duration // admission to its first upstream call
 	upstream       time.Duration
-	view           batchView // its caller's view of its current batch (setViews)
 	attempts       int32
 	retries        int32
 	unknownRetries int32

@@ -36,7 +36,11 @@ type batchRun struct {
 	span    trace.Span
 	watch   deadlineWatch
 	flushes []*flushWait // told once the upstream call starts
-	// tenantIdx and views serve setViews for batches of several tenants.
+	// view is every live call's view of the batch (setViews, viewOf)
+	// unless mixed: the batch holds several tenants' requests, and
+	// tenantIdx and views give each tenant's.
+	view      batchView
+	mixed     bool
 	tenantIdx map[string]int
 	views     []batchView
 	// upCalls counts the upstream calls the backend reported
@@ -234,8 +238,9 @@ func (r *batchRun) prepare() (context.Context, time.Time) {
 		}
 		c.dispatchEvent(r, start)
 		if c.progress {
-			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: c.view.id, BatchSize: c.view.size})
-			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: c.view.id, Attempt: int(c.attempts), Backend: r.be.name})
+			v := r.viewOf(c)
+			c.emit(Event{Kind: EventBatched, Time: r.formed, BatchID: v.id, BatchSize: v.size})
+			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: v.id, Attempt: int(c.attempts), Backend: r.be.name})
 		}
 	}
 	r.batch.deadline = last
@@ -343,9 +348,10 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 			r.end() // the run lets go of it
 			continue
 		}
+		v := r.viewOf(c)
 		res := Result{
-			BatchID:   c.view.id,
-			BatchSize: c.view.size,
+			BatchID:   v.id,
+			BatchSize: v.size,
 			Attempts:  int(c.attempts),
 			Backend:   be.name,
 			Timings: Timings{

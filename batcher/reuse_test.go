@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestDoReuseKeepsResultsApart drives Do through every path a call can
@@ -215,5 +216,15 @@ func TestAbortSparesReusedCalls(t *testing.T) {
 		if n := b.Pending(); n != 0 {
 			t.Fatalf("round %d: %d pending", round, n)
 		}
+	}
+}
+
+// TestCallSize holds a queued call to four cache lines: every request
+// allocates one (Do reuses its own), and BenchmarkQueuedMemory counts it.
+// The Result is kept out of the call (Do's slot, or made at the end) for
+// this; a field added must find room, or the figure moves.
+func TestCallSize(t *testing.T) {
+	if n := unsafe.Sizeof(Call{}); n > 256 {
+		t.Fatalf("a Call is %d bytes, want at most 256", n)
 	}
 }
