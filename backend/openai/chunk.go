@@ -3,6 +3,8 @@ package openai
 import (
 	"encoding/json"
 	"unicode/utf8"
+
+	"github.com/batcherhq/batcher/internal/jsonscan"
 )
 
 // The chunks of a streamed answer are most of what a streamed call reads:
@@ -78,23 +80,23 @@ func (r *chunkReader) decode(data []byte, ch *streamChunk) error {
 // that is not a small integer, a key json.Unmarshal would match
 // case-insensitively or twice, malformed JSON) returns false.
 func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
-	s := chunkScan{b: data}
+	s := chunkScan{jsonscan.New(data), data}
 	var seen uint8
-	ok := s.object(func(key []byte) bool {
+	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "choices":
 			if seen&1 != 0 {
 				return false
 			}
 			seen |= 1
-			if s.null() {
+			if s.Null() {
 				return true
 			}
 			ch.Choices = choices
 			if ch.Choices == nil {
 				ch.Choices = []chunkChoice{} // "[]" is an empty slice, as json.Unmarshal makes it
 			}
-			return s.array(func() bool {
+			return s.Array(func() bool {
 				ch.Choices = append(ch.Choices, chunkChoice{})
 				return s.choice(&ch.Choices[len(ch.Choices)-1])
 			})
@@ -103,7 +105,7 @@ func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
 				return false
 			}
 			seen |= 2
-			if s.null() {
+			if s.Null() {
 				return true
 			}
 			ch.Usage = new(wireUsage)
@@ -111,90 +113,13 @@ func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
 		}
 		return s.other(key, 0)
 	})
-	s.ws()
-	return ok && s.i == len(s.b)
+	return ok && s.End()
 }
 
-// chunkScan reads one JSON text from b at i.
+// chunkScan reads a chunk's parts from data.
 type chunkScan struct {
-	b []byte
-	i int
-}
-
-func (s *chunkScan) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-// peek returns the next byte after white space, or 0 at the end.
-func (s *chunkScan) peek() byte {
-	s.ws()
-	if s.i < len(s.b) {
-		return s.b[s.i]
-	}
-	return 0
-}
-
-// lit consumes the literal l (after white space) if it comes next.
-func (s *chunkScan) lit(l string) bool {
-	s.ws()
-	if len(s.b)-s.i >= len(l) && string(s.b[s.i:s.i+len(l)]) == l {
-		s.i += len(l)
-		return true
-	}
-	return false
-}
-
-func (s *chunkScan) null() bool { return s.lit("null") }
-
-// object reads an object, calling member with each key once the scan is
-// at its value; member consumes the value.
-func (s *chunkScan) object(member func(key []byte) bool) bool {
-	if !s.lit("{") {
-		return false
-	}
-	if s.lit("}") {
-		return true
-	}
-	for {
-		key, esc, ok := s.rawString()
-		if !ok || esc || !s.lit(":") || !member(key) {
-			return false
-		}
-		if s.lit("}") {
-			return true
-		}
-		if !s.lit(",") {
-			return false
-		}
-	}
-}
-
-// array reads an array, calling elem at each element; elem consumes it.
-func (s *chunkScan) array(elem func() bool) bool {
-	if !s.lit("[") {
-		return false
-	}
-	if s.lit("]") {
-		return true
-	}
-	for {
-		if !elem() {
-			return false
-		}
-		if s.lit("]") {
-			return true
-		}
-		if !s.lit(",") {
-			return false
-		}
-	}
+	jsonscan.Scanner
+	data []byte
 }
 
 // choice reads one element of "choices" into c.
@@ -207,12 +132,14 @@ func (s *chunkScan) choice(c *chunkChoice) bool {
 		seen |= bit
 		return true
 	}
-	return s.object(func(key []byte) bool {
+	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "index":
-			return once(1) && s.int(&c.Index)
+			n, ok := s.Int32()
+			c.Index = int(n)
+			return once(1) && ok
 		case "delta":
-			return once(2) && (s.null() || s.delta(&c.Delta))
+			return once(2) && (s.Null() || s.delta(&c.Delta))
 		case "text":
 			return once(4) && s.optString(&c.Text)
 		case "finish_reason":
@@ -225,7 +152,7 @@ func (s *chunkScan) choice(c *chunkChoice) bool {
 // delta reads a choice's delta into d.
 func (s *chunkScan) delta(d *chunkDelta) bool {
 	var seen uint8
-	return s.object(func(key []byte) bool {
+	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "content":
 			if seen&1 != 0 {
@@ -240,7 +167,7 @@ func (s *chunkScan) delta(d *chunkDelta) bool {
 			seen |= 2
 			return s.optString(&d.Refusal)
 		case "tool_calls":
-			return s.null() // tool calls go to json.Unmarshal
+			return s.Null() // tool calls go to json.Unmarshal
 		}
 		return s.other(key, 2)
 	})
@@ -255,14 +182,11 @@ func (s *chunkScan) usage(u *wireUsage) bool {
 			return false
 		}
 		seen |= bit
-		var n int
-		if !s.int(&n) {
-			return false
-		}
+		n, ok := s.Int32()
 		*p = int64(n)
-		return true
+		return ok
 	}
-	return s.object(func(key []byte) bool {
+	return s.Object(func(key []byte) bool {
 		switch string(key) {
 		case "prompt_tokens":
 			return count(1, &u.PromptTokens)
@@ -288,7 +212,7 @@ func (s *chunkScan) other(key []byte, level int) bool {
 			return false
 		}
 	}
-	return s.skip(0)
+	return s.Skip(maxChunkDepth)
 }
 
 // chunkFields are the JSON names of the fields of streamChunk, chunkChoice,
@@ -318,148 +242,31 @@ func asciiEqualFold(b []byte, s string) bool {
 
 // optString reads a string or null into *p.
 func (s *chunkScan) optString(p **string) bool {
-	if s.null() {
+	if s.Null() {
 		*p = nil
 		return true
 	}
-	v, ok := s.string()
-	if ok {
-		*p = &v
-	}
-	return ok
-}
-
-// string reads a string value.
-func (s *chunkScan) string() (string, bool) {
-	start := s.i
-	raw, esc, ok := s.rawString()
+	raw, esc, ok := s.RawString()
 	if !ok {
-		return "", false
+		return false
 	}
 	if !esc && utf8.Valid(raw) {
-		return string(raw), true
+		v := string(raw)
+		*p = &v
+		return true
 	}
-	// Escapes, or bytes that are not UTF-8 (json.Unmarshal replaces them):
-	// json.Unmarshal decodes the one string.
+	// Escapes of one character ("\n" is in most answers) are decoded here;
+	// \u escapes and bytes that are not UTF-8 (which json.Unmarshal
+	// replaces) go to json.Unmarshal, the one string.
 	var v string
-	if json.Unmarshal(s.b[start:s.i], &v) != nil {
-		return "", false
-	}
-	return v, true
-}
-
-// rawString reads a string (after white space) and returns its bytes
-// between the quotes, and whether they hold an escape.
-func (s *chunkScan) rawString() (raw []byte, esc, ok bool) {
-	if !s.lit(`"`) {
-		return nil, false, false
-	}
-	start := s.i
-	for s.i < len(s.b) {
-		switch c := s.b[s.i]; {
-		case c == '"':
-			s.i++
-			return s.b[start : s.i-1], esc, true
-		case c == '\\':
-			esc = true
-			s.i += 2
-		case c < 0x20:
-			return nil, false, false
-		default:
-			s.i++
-		}
-	}
-	return nil, false, false
-}
-
-// int reads a JSON integer that fits an int32 (no fraction, no exponent).
-func (s *chunkScan) int(p *int) bool {
-	s.ws()
-	neg := s.i < len(s.b) && s.b[s.i] == '-'
-	if neg {
-		s.i++
-	}
-	start, n := s.i, 0
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' && s.i-start < 9 {
-		n = n*10 + int(s.b[s.i]-'0')
-		s.i++
-	}
-	digits := s.i - start
-	if digits == 0 || (digits > 1 && s.b[start] == '0') {
-		return false
-	}
-	if s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '.', 'e', 'E', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+	if b, ok := jsonscan.AppendUnescaped(make([]byte, 0, len(raw)), raw); ok && utf8.Valid(b) {
+		v = string(b)
+	} else {
+		off := s.Offset(raw)
+		if json.Unmarshal(s.data[off-1:off+len(raw)+1], &v) != nil {
 			return false
 		}
 	}
-	if neg {
-		n = -n
-	}
-	*p = n
-	return true
-}
-
-// skip skips one value of any kind, checking it is well formed.
-func (s *chunkScan) skip(depth int) bool {
-	if depth > maxChunkDepth {
-		return false
-	}
-	switch s.peek() {
-	case '{':
-		return s.object(func([]byte) bool { return s.skip(depth + 1) })
-	case '[':
-		return s.array(func() bool { return s.skip(depth + 1) })
-	case '"':
-		raw, esc, ok := s.rawString()
-		// Escapes are checked by json.Valid on the string (the quotes and
-		// raw, just read).
-		return ok && (!esc || json.Valid(s.b[s.i-len(raw)-2:s.i]))
-	case 't':
-		return s.lit("true")
-	case 'f':
-		return s.lit("false")
-	case 'n':
-		return s.null()
-	}
-	return s.number()
-}
-
-// number reads a JSON number.
-func (s *chunkScan) number() bool {
-	b, i := s.b, s.i
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	digits := func() int {
-		j := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		return i - j
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case digits() == 0:
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if digits() == 0 {
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return false
-		}
-	}
-	s.i = i
+	*p = &v
 	return true
 }

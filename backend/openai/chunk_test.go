@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -111,6 +112,18 @@ func BenchmarkDecodeChunk(b *testing.B) {
 		for b.Loop() {
 			if err := r.decode(data, &ch); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	// A chunk with an escape, as most answers have some ("\n").
+	escaped := []byte(strings.Replace(chunkSeeds[0], `"Hello"`, `"\n\nHello"`, 1))
+	b.Run("fast-escaped", func(b *testing.B) {
+		b.ReportAllocs()
+		var r chunkReader
+		var ch streamChunk
+		for b.Loop() {
+			if err := r.decode(escaped, &ch); err != nil || *ch.Choices[0].Delta.Content != "\n\nHello" {
+				b.Fatal(ch, err)
 			}
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"unicode/utf8"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/internal/jsonscan"
 )
 
 // fastParse reads the common shape of a request line without protojson's
@@ -14,10 +15,10 @@ import (
 // then asks protojson, which reads or rejects it. For every line fastParse
 // accepts, protojson reads the same request (FuzzFastParse checks it).
 func fastParse(line []byte) (_ *batcherv1.Request, ok bool) {
-	s := scanner{b: line, src: string(line)}
+	s := scanner{jsonscan.New(line), string(line)}
 	req := new(batcherv1.Request)
 	var seen uint32
-	ok = s.object(func(key string) bool {
+	ok = s.Object(func(key []byte) bool {
 		bit, field := requestField(key)
 		if bit == 0 || seen&bit != 0 {
 			return false // unknown here, or a duplicate
@@ -31,8 +32,7 @@ func fastParse(line []byte) (_ *batcherv1.Request, ok bool) {
 	if n := seen & (bitChat | bitCompletion | bitEmbedding); n&(n-1) != 0 {
 		return nil, false // two inputs of the oneof
 	}
-	s.ws()
-	return req, s.i == len(s.b)
+	return req, s.End()
 }
 
 // The Request fields fastParse reads, as bits of a seen mask.
@@ -53,8 +53,8 @@ const (
 type fieldParser func(*scanner, *batcherv1.Request) bool
 
 // requestField maps a key (JSON or proto name) to its bit and parser.
-func requestField(key string) (uint32, fieldParser) {
-	switch key {
+func requestField(key []byte) (uint32, fieldParser) {
+	switch string(key) {
 	case "id":
 		return bitID, func(s *scanner, r *batcherv1.Request) bool { return s.str(&r.Id) }
 	case "model":
@@ -109,12 +109,12 @@ func parseChat(s *scanner, r *batcherv1.Request) bool {
 	in := new(batcherv1.ChatInput)
 	r.Input = &batcherv1.Request_Chat{Chat: in}
 	seen := false
-	return s.object(func(key string) bool {
-		if key != "messages" || seen {
+	return s.Object(func(key []byte) bool {
+		if string(key) != "messages" || seen {
 			return false
 		}
 		seen = true
-		return s.array(func() bool {
+		return s.Array(func() bool {
 			m := new(batcherv1.ChatMessage)
 			in.Messages = append(in.Messages, m)
 			return s.onlyStrings(messageKeys, &m.Role, &m.Content)
@@ -126,20 +126,20 @@ func parseParams(s *scanner, r *batcherv1.Request) bool {
 	p := new(batcherv1.GenerationParams)
 	r.Params = p
 	var sawMax, sawStop bool
-	return s.object(func(key string) bool {
+	return s.Object(func(key []byte) bool {
 		switch {
-		case (key == "maxTokens" || key == "max_tokens") && !sawMax:
+		case (string(key) == "maxTokens" || string(key) == "max_tokens") && !sawMax:
 			sawMax = true
-			var n int32
-			if !s.int32(&n) {
+			n, ok := s.Int32()
+			if !ok {
 				return false
 			}
 			p.MaxTokens = &n
 			return true
-		case key == "stop" && !sawStop:
+		case string(key) == "stop" && !sawStop:
 			sawStop = true
 			p.Stop = []string{}
-			return s.array(func() bool {
+			return s.Array(func() bool {
 				var v string
 				p.Stop = append(p.Stop, "")
 				ok := s.str(&v)
@@ -154,8 +154,9 @@ func parseParams(s *scanner, r *batcherv1.Request) bool {
 func parseMetadata(s *scanner, r *batcherv1.Request) bool {
 	md := make(map[string]string)
 	r.Metadata = md
-	return s.object(func(key string) bool {
-		if _, dup := md[key]; dup {
+	return s.Object(func(rawKey []byte) bool {
+		key := s.text(rawKey)
+		if _, dup := md[key]; dup || !utf8.ValidString(key) {
 			return false
 		}
 		var v string
@@ -167,85 +168,29 @@ func parseMetadata(s *scanner, r *batcherv1.Request) bool {
 	})
 }
 
-// scanner reads JSON from b at i. Each method skips the whitespace before
-// what it reads and returns false when that is not there or not simple.
+// scanner reads a request line.
 //
-// src is b as one string: strings without escapes are slices of it, so
-// that a line costs one allocation for all its strings (they keep the
+// src is the line as one string: strings without escapes are slices of it,
+// so that a line costs one allocation for all its strings (they keep the
 // line's memory alive as long as the request lives, which is the same).
 type scanner struct {
-	b   []byte
+	jsonscan.Scanner
 	src string
-	i   int
 }
 
-func (s *scanner) ws() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
-
-func (s *scanner) next(c byte) bool {
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == c {
-		s.i++
-		return true
-	}
-	return false
-}
-
-// object reads {"key": value, ...}, calling member for each key with the
-// scanner before the value, which member reads.
-func (s *scanner) object(member func(key string) bool) bool {
-	if !s.next('{') {
-		return false
-	}
-	if s.next('}') {
-		return true
-	}
-	for {
-		var key string
-		if !s.str(&key) || !s.next(':') || !member(key) {
-			return false
-		}
-		if s.next(',') {
-			continue
-		}
-		return s.next('}')
-	}
-}
-
-// array reads [elem, ...], calling elem for each element.
-func (s *scanner) array(elem func() bool) bool {
-	if !s.next('[') {
-		return false
-	}
-	if s.next(']') {
-		return true
-	}
-	for {
-		if !elem() {
-			return false
-		}
-		if s.next(',') {
-			continue
-		}
-		return s.next(']')
-	}
+// text returns raw, a slice of the line, as a slice of src.
+func (s *scanner) text(raw []byte) string {
+	off := s.Offset(raw)
+	return s.src[off : off+len(raw)]
 }
 
 // onlyStrings reads an object whose members are all among keys, each at
 // most once, each a string, into the dst of the same index.
 func (s *scanner) onlyStrings(keys []string, dst ...*string) bool {
 	var seen uint8
-	return s.object(func(key string) bool {
+	return s.Object(func(key []byte) bool {
 		for i, k := range keys {
-			if k == key {
+			if k == string(key) {
 				if seen&(1<<i) != 0 {
 					return false
 				}
@@ -266,97 +211,22 @@ var (
 
 // str reads a string: valid UTF-8, escapes other than \u allowed.
 func (s *scanner) str(dst *string) bool {
-	if !s.next('"') {
+	raw, esc, ok := s.RawString()
+	if !ok {
 		return false
 	}
-	start := s.i
-	var buf []byte // only when there are escapes
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			end := s.i
-			s.i++
-			if buf == nil {
-				v := s.src[start:end]
-				if !utf8.ValidString(v) {
-					return false
-				}
-				*dst = v
-				return true
-			}
-			raw := append(buf, s.b[start:end]...)
-			if !utf8.Valid(raw) {
-				return false
-			}
-			*dst = string(raw)
-			return true
-		case c < 0x20:
-			return false
-		case c == '\\':
-			if s.i+1 >= len(s.b) {
-				return false
-			}
-			var r byte
-			switch s.b[s.i+1] {
-			case '"', '\\', '/':
-				r = s.b[s.i+1]
-			case 'n':
-				r = '\n'
-			case 't':
-				r = '\t'
-			case 'r':
-				r = '\r'
-			case 'b':
-				r = '\b'
-			case 'f':
-				r = '\f'
-			default:
-				return false // \u and bad escapes: protojson's
-			}
-			buf = append(append(buf, s.b[start:s.i]...), r)
-			s.i += 2
-			start = s.i
-		default:
-			s.i++
-		}
-	}
-	return false
-}
-
-// int32 reads an integer literal (no fraction, exponent or quotes) that
-// fits an int32.
-func (s *scanner) int32(dst *int32) bool {
-	s.ws()
-	neg := s.i < len(s.b) && s.b[s.i] == '-'
-	if neg {
-		s.i++
-	}
-	start := s.i
-	var v int64
-	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
-		v = v*10 + int64(s.b[s.i]-'0')
-		if v > 1<<31 {
+	if !esc {
+		v := s.text(raw)
+		if !utf8.ValidString(v) {
 			return false
 		}
-		s.i++
+		*dst = v
+		return true
 	}
-	n := s.i - start
-	if n == 0 || (n > 1 && s.b[start] == '0') {
-		return false
+	b, ok := jsonscan.AppendUnescaped(make([]byte, 0, len(raw)), raw)
+	if !ok || !utf8.Valid(b) {
+		return false // \u and bad escapes: protojson's
 	}
-	if s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '.', 'e', 'E':
-			return false
-		}
-	}
-	if neg {
-		v = -v
-	}
-	if v > 1<<31-1 || v < -1<<31 {
-		return false
-	}
-	*dst = int32(v)
+	*dst = string(b)
 	return true
 }
