@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -59,8 +60,8 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 			return l.CustomID, nil, err
 		}
 	} else {
-		if json.Unmarshal(l.Body, &b) != nil {
-			return l.CustomID, nil, errors.New("body: must be a JSON object")
+		if err := json.Unmarshal(l.Body, &b); err != nil {
+			return l.CustomID, nil, bodyError(err)
 		}
 		if err := unreadFields(l.Body); err != nil {
 			return l.CustomID, nil, err
@@ -103,6 +104,12 @@ func readOpenAILine(line []byte) (openAILine, error) {
 	}
 	if l.CustomID == "" {
 		return openAILine{}, errors.New("custom_id: must be set")
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(line, &top) == nil {
+		if k := firstUnread(top, lineFields); k != "" {
+			return l, fmt.Errorf("%s: not a field of a batch line, which holds custom_id, method, url and body", cut(k))
+		}
 	}
 	if len(l.CustomID) > 512 {
 		return openAILine{}, errors.New("custom_id: at most 512 bytes")
@@ -175,6 +182,33 @@ func legacyRequest(url string, b *openAIBody, req *ItemRequest) error {
 		}
 	}
 	return nil
+}
+
+// lineFields are a batch input line's fields: OpenAI's envelope. Another
+// (a priority, say) is refused by name, not dropped.
+var lineFields = map[string]bool{"custom_id": true, "method": true, "url": true, "body": true}
+
+// bodyError names what is wrong with a completions or embeddings line's
+// body that does not decode: the field of the wrong type, or the body.
+func bodyError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" && te.Type != nil {
+		t := te.Type
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		want := "a " + t.Kind().String()
+		switch t.Kind() {
+		case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Int:
+			want = "an integer in range"
+		case reflect.Float32, reflect.Float64:
+			want = "a number in range"
+		case reflect.String:
+			want = "a string"
+		}
+		return fmt.Errorf("body.%s: must be %s, got %s", te.Field, want, te.Value)
+	}
+	return errors.New("body: must be a JSON object")
 }
 
 // readBodyFields are what a completions or embeddings batch line's body
