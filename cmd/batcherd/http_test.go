@@ -82,10 +82,15 @@ func TestRunHTTP(t *testing.T) {
 
 // TestRunHTTPShutdown: once a signal has closed admission, the front door
 // answers 503 while the core drains what it holds.
+//
+// The held request takes 3 s: the drain, and so the listener, lasts that
+// long from its dispatch, and the test must see a 503 within it. With
+// 500 ms, a loaded machine slow from the signal to the first answered GET
+// would find the listener already closed.
 func TestRunHTTPShutdown(t *testing.T) {
 	cfg := writeConfig(t, `
 backends:
-  - {name: slow, type: sim, sim: {base_latency: 500ms}}
+  - {name: slow, type: sim, sim: {base_latency: 3s}}
 routes:
   - {name: slow-chat, operation: chat, backend: slow}
 `)
