@@ -28,6 +28,18 @@ import (
 // "closed" (the connection ended while the headers were being written),
 // or "headers" when the server answered the call.
 func headerAttack(addr string, size int) (string, error) {
+	// The header block first: encoding 8 MB under the race detector, 40
+	// at once, takes seconds, which must not count against the
+	// connection's deadline (a client that timed itself out would read as
+	// the server closing the connection).
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":path", "/batcher.v1.BatcherService/Submit"}, {":authority", addr},
+		{"content-type", "application/grpc"}, {"te", "trailers"}, {"authorization", "Bearer " + strings.Repeat("a", size)},
+	} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return "", err
@@ -41,14 +53,6 @@ func headerAttack(addr string, size int) (string, error) {
 	fr := http2.NewFramer(bw, conn)
 	if err := fr.WriteSettings(); err != nil {
 		return "", err
-	}
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":path", "/batcher.v1.BatcherService/Submit"}, {":authority", addr},
-		{"content-type", "application/grpc"}, {"te", "trailers"}, {"authorization", "Bearer " + strings.Repeat("a", size)},
-	} {
-		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	answered := make(chan string, 1)
 	go func() { // read while writing: the server may answer mid-way
