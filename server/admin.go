@@ -30,6 +30,7 @@ func (s *Server) StreamStats() telemetry.Streams {
 		st.mu.Lock()
 		out.Buffered += len(st.out)
 		st.mu.Unlock()
+		out.Buffered += int(st.nEnded.Load()) // Completions not yet taken
 	}
 	return out
 }
