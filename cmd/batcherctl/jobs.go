@@ -299,9 +299,18 @@ func stateName(s batcherv1.JobState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
 }
 
+// countsText sums a job's items up; the cancelled and expired ones are
+// named when there are any, so that "done" always adds up.
 func countsText(c *batcherv1.JobCounts) string {
 	ended := c.GetSucceeded() + c.GetFailed() + c.GetCancelled() + c.GetExpired()
-	return fmt.Sprintf("%d/%d done, %d succeeded, %d failed", ended, c.GetTotal(), c.GetSucceeded(), c.GetFailed())
+	s := fmt.Sprintf("%d/%d done, %d succeeded, %d failed", ended, c.GetTotal(), c.GetSucceeded(), c.GetFailed())
+	if n := c.GetCancelled(); n > 0 {
+		s += fmt.Sprintf(", %d cancelled", n)
+	}
+	if n := c.GetExpired(); n > 0 {
+		s += fmt.Sprintf(", %d expired", n)
+	}
+	return s
 }
 
 func newJobsWatchCmd(a *app) *cobra.Command {
