@@ -19,6 +19,9 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 	if st := toCore(in.GetRequest(), req); st != nil {
 		return nil, st.Err()
 	}
+	if req.Stream {
+		return nil, invalidArgument("request.stream", "Submit answers whole: read a streamed request's deltas with SubmitStreamed or SubmitStream").Err()
+	}
 	if err := s.accessOf(ctx).Admit(req); err != nil {
 		return nil, toStatus(err).Err()
 	}
