@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -136,6 +137,11 @@ func (st setup) build(tb testing.TB) built {
 // TestBatcherdSetupRecordsMetrics checks that setupBatcherd measures what
 // batcherd's metrics cost: after one Submit, otelgrpc's call duration and
 // the core's completed requests are in its MeterProvider's registry.
+//
+// grpc-go hands the server's stats handler the call's end after it has
+// written the status, so the client may return from Submit before the
+// duration is recorded: the registry is read until both series show,
+// within a bound, rather than once.
 func TestBatcherdSetupRecordsMetrics(t *testing.T) {
 	bd := setupBatcherd.build(t)
 	bt := serveBatcherOn(t, bd.gs, bd.cleanup, bd.core, bd.server...)
@@ -143,15 +149,29 @@ func TestBatcherdSetupRecordsMetrics(t *testing.T) {
 	if _, err := bt.client.Submit(t.Context(), &batcherv1.SubmitRequest{Request: newRequest("r-1")}); err != nil {
 		t.Fatal(err)
 	}
-	families, err := bd.metrics.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[string]bool{"rpc_server_call_duration_seconds": false, "batcher_requests_completed_total": false}
-	for _, f := range families {
-		if _, ok := want[f.GetName()]; ok && len(f.GetMetric()) > 0 {
-			want[f.GetName()] = true
+	all := func() bool {
+		families, err := bd.metrics.Gather()
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, f := range families {
+			if _, ok := want[f.GetName()]; ok && len(f.GetMetric()) > 0 {
+				want[f.GetName()] = true
+			}
+		}
+		for _, found := range want {
+			if !found {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !all() && time.Now().Before(deadline) {
+		<-tick.C // polling: a series recorded has no event to wait on
 	}
 	for name, found := range want {
 		if !found {
