@@ -13,9 +13,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -248,6 +250,8 @@ type batchRequest struct {
 	Metadata         map[string]string `json:"metadata"`
 }
 
+var knownBatchFields = sync.OnceValue(func() map[string]bool { return jsonFields(reflect.TypeFor[batchRequest]()) })
+
 // check returns the request's completion window, or the error naming the
 // field at fault.
 func (req *batchRequest) check() (time.Duration, *Error) {
@@ -274,7 +278,7 @@ func (req *batchRequest) check() (time.Duration, *Error) {
 
 func (a *batchAPI) create(w http.ResponseWriter, r *http.Request) {
 	var req batchRequest
-	if e := DecodeJSON(w, r, &req, batchMaxBody, batchMaxDepth); e != nil {
+	if e := decodeKnown(w, r, &req, knownBatchFields(), batchMaxBody, batchMaxDepth, "/v1/batches"); e != nil {
 		WriteError(w, e)
 		return
 	}

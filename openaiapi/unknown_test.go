@@ -90,3 +90,23 @@ func TestIntegerBeyondInt32(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchesCreateUnknownField: POST /v1/batches refuses a field it does
+// not read (output_expires_after, a typo) by name, before any job begins.
+func TestBatchesCreateUnknownField(t *testing.T) {
+	e := newBatchesEnv(t)
+	id := e.upload(t, "batch", `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`+"\n")
+	for _, field := range []string{"output_expires_after", "completion_windw"} {
+		code, _, body := e.do(t, http.MethodPost, "/v1/batches", createBody(id, `,"`+field+`":{"seconds":3600}`))
+		ae := decodeError(t, body)
+		if code != http.StatusBadRequest || strOrNull(ae.Error.Param) != field || !strings.Contains(ae.Error.Message, "input_file_id") {
+			t.Errorf("%s: %d %s, want 400 naming it and listing the fields read", field, code, body)
+		}
+	}
+	if len(e.jobs.windows) != 0 {
+		t.Errorf("%d jobs begun, want none", len(e.jobs.windows))
+	}
+	if code, _, body := e.do(t, http.MethodPost, "/v1/batches", createBody(id, `,"metadata":null`)); code != http.StatusOK {
+		t.Errorf("null metadata: %d %s", code, body)
+	}
+}
