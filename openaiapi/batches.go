@@ -363,16 +363,24 @@ func feed(ctx context.Context, c BatchCreator, f io.Reader, endpoint string) *Er
 			return nil
 		}
 		if err != nil {
-			return &Error{Status: http.StatusInternalServerError, Type: TypeServer, Message: "reading the input file: " + err.Error()}
+			// The file system's text names a path on the server: not the
+			// caller's business.
+			return &Error{Status: http.StatusInternalServerError, Type: TypeServer, Message: "reading the input file failed"}
 		}
 	}
 }
 
 // jobError maps a BatchJobs error: a tenant's quota is a 429 naming it
 // (with Retry-After for the jobs quota, which frees as jobs end), bad
-// input a 400 naming param, a closing store a 503, anything else a 500.
+// input a 400 naming param, a closing store a 503, each with the
+// BatchError's message; anything else is a 500 that shows nothing of the
+// store's own text.
 func jobError(err error, param string) *Error {
 	msg := err.Error()
+	var be *BatchError
+	if errors.As(err, &be) {
+		msg = be.Message
+	}
 	switch {
 	case errors.Is(err, ErrBatchForbidden):
 		// The message names the line, its custom_id and the route or
@@ -381,15 +389,13 @@ func jobError(err error, param string) *Error {
 	case errors.Is(err, ErrBatchItemsQuota):
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "items_per_job_quota", Param: param, Message: msg}
 	case errors.Is(err, ErrBatchQuota):
-		var be *BatchError
-		_ = errors.As(err, &be)
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "jobs_quota", Message: msg, RetryAfter: be.RetryAfter}
 	case errors.Is(err, ErrBatchInvalid):
 		return badRequest(param, "%s", msg)
 	case errors.Is(err, ErrBatchClosed):
 		return &Error{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Code: "shutting_down", Message: msg}
 	default:
-		return &Error{Status: http.StatusInternalServerError, Type: TypeServer, Message: msg}
+		return ErrorFrom(err, "")
 	}
 }
 
@@ -414,7 +420,7 @@ func (a *batchAPI) answer(w http.ResponseWriter, id string) func(*BatchJob, erro
 			return
 		}
 		if err != nil {
-			WriteError(w, err)
+			WriteError(w, jobError(err, "batch_id"))
 			return
 		}
 		writeBatchJSON(w, a.object(j))
@@ -438,7 +444,7 @@ func (a *batchAPI) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		WriteError(w, err)
+		WriteError(w, jobError(err, ""))
 		return
 	}
 	out := batchList{Object: "list", Data: []*batchObject{}}

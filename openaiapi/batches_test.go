@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,7 @@ type fakeJobs struct {
 	seq  int
 
 	beginErr, lineErr, finishErr error // returned by Begin, AddLine, Finish
-	listErr                      error
+	listErr, getErr              error
 	lines                        []string // every AddLine, in order
 	invalid                      []string // every AddInvalid, "custom_id: msg"
 	windows                      []time.Duration
@@ -44,6 +45,9 @@ func (f *fakeJobs) Begin(_ context.Context, meta map[string]string, window time.
 }
 
 func (f *fakeJobs) Get(_ context.Context, id string) (*openaiapi.BatchJob, error) {
+	if f.getErr != nil {
+		return nil, f.getErr
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, j := range f.jobs {
@@ -186,13 +190,43 @@ type batchAPIError struct {
 	} `json:"error"`
 }
 
+// decodeError decodes an error body and checks it is OpenAI's shape:
+// {"error":{"message","type","param","code"}}, those four keys and no
+// others, a message and a type, and a message that names the cause
+// without an internal package's prefix.
 func decodeError(t *testing.T, body string) batchAPIError {
 	t.Helper()
+	checkErrorShape(t, body)
 	var e batchAPIError
 	if err := json.Unmarshal([]byte(body), &e); err != nil {
 		t.Fatalf("error body %q: %v", body, err)
 	}
 	return e
+}
+
+// internalPrefixes start the text of Go packages' errors (Batcher's and
+// the standard library's); none may start a message a caller reads.
+var internalPrefixes = regexp.MustCompile(`^(jobs|openaiapi|batcher|multipart|json|file store|http|open|read|write|NextPart): `)
+
+func checkErrorShape(t *testing.T, body string) {
+	t.Helper()
+	var top map[string]map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &top); err != nil || len(top) != 1 || top["error"] == nil {
+		t.Fatalf("error body %s: want {\"error\":{...}} (%v)", body, err)
+	}
+	fields := top["error"]
+	var msg, typ string
+	var param, code *string
+	if len(fields) != 4 || json.Unmarshal(fields["message"], &msg) != nil || json.Unmarshal(fields["type"], &typ) != nil ||
+		json.Unmarshal(fields["param"], &param) != nil || json.Unmarshal(fields["code"], &code) != nil {
+		t.Fatalf("error body %s: want exactly message, type (strings), param and code (string or null)", body)
+	}
+	if msg == "" || typ == "" {
+		t.Errorf("error body %s: empty message or type", body)
+	}
+	if internalPrefixes.MatchString(msg) || strings.Contains(msg, "jobs: ") {
+		t.Errorf("error message %q carries an internal package's prefix", msg)
+	}
 }
 
 func strOrNull(p *string) string {
@@ -305,17 +339,20 @@ func TestBatchesJobErrors(t *testing.T) {
 		code                  int
 		typ, errCode, param   string
 		retryAfter, wantAbort string
+		msg                   string
 	}{
 		{"forbidden", "line", &openaiapi.BatchError{Kind: openaiapi.ErrBatchForbidden, Message: "line 1: route m forbidden"},
-			403, openaiapi.TypePermission, "forbidden", "input_file_id", "", "abort"},
-		{"items quota", "line", &openaiapi.BatchError{Kind: openaiapi.ErrBatchItemsQuota, Message: "too many items: quota"},
-			429, openaiapi.TypeRateLimit, "items_per_job_quota", "input_file_id", "", "abort"},
-		{"jobs quota", "begin", quota, 429, openaiapi.TypeRateLimit, "jobs_quota", "<null>", "30", ""},
-		{"invalid", "finish", fmt.Errorf("wrapped: %w", &openaiapi.BatchError{Kind: openaiapi.ErrBatchInvalid, Message: "jobs: the job has no items"}),
-			400, openaiapi.TypeInvalidRequest, "<null>", "input_file_id", "", ""},
-		{"closed", "begin", &openaiapi.BatchError{Kind: openaiapi.ErrBatchClosed, Message: "jobs: closed"},
-			503, openaiapi.TypeUnavailable, "shutting_down", "<null>", "", ""},
-		{"other", "line", errors.New("disk on fire"), 500, openaiapi.TypeServer, "<null>", "<null>", "", "abort"},
+			403, openaiapi.TypePermission, "forbidden", "input_file_id", "", "abort", "line 1: route m forbidden"},
+		{"items quota", "line", &openaiapi.BatchError{Kind: openaiapi.ErrBatchItemsQuota, Message: "the input file has more than 1 items"},
+			429, openaiapi.TypeRateLimit, "items_per_job_quota", "input_file_id", "", "abort", "the input file has more than 1 items"},
+		{"jobs quota", "begin", quota, 429, openaiapi.TypeRateLimit, "jobs_quota", "<null>", "30", "", "quota exceeded: 2 jobs"},
+		// A BatchError wrapped by the store still answers with its own message.
+		{"invalid", "finish", fmt.Errorf("jobs: wrapped: %w", &openaiapi.BatchError{Kind: openaiapi.ErrBatchInvalid, Message: "the input file holds no requests"}),
+			400, openaiapi.TypeInvalidRequest, "<null>", "input_file_id", "", "", "the input file holds no requests"},
+		{"closed", "begin", &openaiapi.BatchError{Kind: openaiapi.ErrBatchClosed, Message: "server shutting down"},
+			503, openaiapi.TypeUnavailable, "shutting_down", "<null>", "", "", "server shutting down"},
+		// The store's own text (a path, a driver's error) stays off the wire.
+		{"other", "line", errors.New("jobs: disk on fire at /var/lib/x"), 500, openaiapi.TypeServer, "<null>", "<null>", "", "abort", "internal error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -331,7 +368,7 @@ func TestBatchesJobErrors(t *testing.T) {
 			id := e.upload(t, "batch", fmt.Sprintf(chatLine, "a", "/v1/chat/completions")+"\n")
 			code, h, body := e.do(t, http.MethodPost, "/v1/batches", createBody(id, ""))
 			ae := decodeError(t, body)
-			msg := tt.err.Error() // a BatchError's Message, as wrapped
+			msg := tt.msg
 			if code != tt.code || ae.Error.Type != tt.typ || strOrNull(ae.Error.Code) != tt.errCode || strOrNull(ae.Error.Param) != tt.param || ae.Error.Message != msg {
 				t.Errorf("%d %s, want %d type %s code %s param %s message %q", code, body, tt.code, tt.typ, tt.errCode, tt.param, msg)
 			}
@@ -452,5 +489,35 @@ func TestBatchesOutputFiles(t *testing.T) {
 	o = read("bad")
 	if o.FailedAt == nil || o.OutputFileID != nil || o.Errors == nil || len(o.Errors.Data) != 1 || o.Errors.Data[0].Message != "the input was lost" || o.Errors.Data[0].Code != "failed" {
 		t.Errorf("failed batch = %+v", o)
+	}
+}
+
+// TestBatchesReadErrors: a store failing a get, a cancel or a list
+// answers in OpenAI's shape, by the error's kind; its own text stays off
+// the wire.
+func TestBatchesReadErrors(t *testing.T) {
+	closed := &openaiapi.BatchError{Kind: openaiapi.ErrBatchClosed, Message: "server shutting down"}
+	other := errors.New("jobs: sql: connection refused")
+	for _, tt := range []struct {
+		name, method, path string
+		get, list          error
+		code               int
+		typ, msg           string
+	}{
+		{"get closed", http.MethodGet, "/v1/batches/b1", closed, nil, 503, openaiapi.TypeUnavailable, "server shutting down"},
+		{"get other", http.MethodGet, "/v1/batches/b1", other, nil, 500, openaiapi.TypeServer, "internal error"},
+		{"cancel closed", http.MethodPost, "/v1/batches/b1/cancel", closed, nil, 503, openaiapi.TypeUnavailable, "server shutting down"},
+		{"cancel other", http.MethodPost, "/v1/batches/b1/cancel", other, nil, 500, openaiapi.TypeServer, "internal error"},
+		{"list closed", http.MethodGet, "/v1/batches", nil, closed, 503, openaiapi.TypeUnavailable, "server shutting down"},
+		{"list other", http.MethodGet, "/v1/batches", nil, other, 500, openaiapi.TypeServer, "internal error"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newBatchesEnv(t)
+			e.jobs.getErr, e.jobs.listErr = tt.get, tt.list
+			code, _, body := e.do(t, tt.method, tt.path, "")
+			if ae := decodeError(t, body); code != tt.code || ae.Error.Type != tt.typ || ae.Error.Message != tt.msg {
+				t.Errorf("%d %s, want %d %s %q", code, body, tt.code, tt.typ, tt.msg)
+			}
+		})
 	}
 }

@@ -35,7 +35,7 @@ func (h *Handler) uploadFile(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.maxFile+64<<10) // room for the form's framing
 	mr, err := r.MultipartReader()
 	if err != nil {
-		WriteError(w, badRequest("", "malformed multipart body: %v", err))
+		WriteError(w, badRequest("", "malformed multipart body: %s", multipartCause(err)))
 		return
 	}
 	var (
@@ -116,6 +116,16 @@ func (h *Handler) uploadFile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, stored)
 }
 
+// multipartCause is a multipart reader's error without the Go package's
+// prefixes ("multipart: NextPart: "), which name code, not the cause.
+func multipartCause(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"multipart: ", "NextPart: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
+}
+
 // bodyError answers a failure to read or store an upload.
 func bodyError(err error, limit int64) *Error {
 	var mbe *http.MaxBytesError
@@ -123,8 +133,11 @@ func bodyError(err error, limit int64) *Error {
 		return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest, Code: "file_too_large", Param: "file",
 			Message: "file larger than " + strconv.FormatInt(limit, 10) + " bytes"}
 	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return badRequest("", "malformed multipart body: it ends before the form's closing boundary")
+	}
 	if strings.Contains(err.Error(), "multipart") {
-		return badRequest("", "malformed multipart body: %v", err)
+		return badRequest("", "malformed multipart body: %s", multipartCause(err))
 	}
 	return &Error{Status: http.StatusInternalServerError, Type: TypeServer, Message: "storing the file failed"}
 }

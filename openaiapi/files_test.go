@@ -94,6 +94,18 @@ func TestFilesErrors(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(body, "multipart/form-data") {
 		t.Errorf("JSON upload: %d %s", code, body)
 	}
+	checkErrorShape(t, body)
+	// A form cut short: the cause, without the multipart package's prefix.
+	code, _, body = e.post(t, "/files", "--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch", "Content-Type", "multipart/form-data; boundary=b")
+	if code != http.StatusBadRequest || !strings.Contains(body, "malformed multipart body") {
+		t.Errorf("cut multipart upload: %d %s", code, body)
+	}
+	checkErrorShape(t, body)
+	code, _, body = e.post(t, "/files", "x", "Content-Type", "multipart/form-data")
+	if code != http.StatusBadRequest || !strings.Contains(body, "malformed multipart body") {
+		t.Errorf("multipart upload without a boundary: %d %s", code, body)
+	}
+	checkErrorShape(t, body)
 }
 
 func TestFilesNotConfigured(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -110,10 +111,11 @@ func (c *batchCreator) Finish(ctx context.Context) (*openaiapi.BatchJob, error) 
 
 func (c *batchCreator) Abort() { c.c.Abort() }
 
-// batchErr is a job manager's error as the Batch API's kind. A refusal
-// for the tenant's access or quota reads as jobs.Message has it, a bad
-// input or a closing manager as the error reads whole, as the front door
-// has always answered. Any other error is returned as it is.
+// batchErr is a job manager's error as the Batch API's kind, with a
+// message that names the cause as the caller sees it: without the jobs
+// package's "jobs: " and without the kind's own words ("invalid: ",
+// "too many items: "), which the error's status and code already say.
+// Any other error is returned as it is (the handler answers 500).
 func batchErr(err error) error {
 	if err == nil {
 		return nil
@@ -126,14 +128,35 @@ func batchErr(err error) error {
 		be.Kind = openaiapi.ErrBatchForbidden
 	case errors.Is(err, jobs.ErrQuota) && errors.Is(err, jobs.ErrTooManyItems):
 		be.Kind = openaiapi.ErrBatchItemsQuota
+		be.Message = "the input file has " + trimWords(err, "too many items: ", "quota exceeded: ")
 	case errors.Is(err, jobs.ErrQuota):
 		be.Kind, be.RetryAfter = openaiapi.ErrBatchQuota, jobs.QuotaRetryAfter
-	case errors.Is(err, jobs.ErrInvalid), errors.Is(err, jobs.ErrEmpty), errors.Is(err, jobs.ErrTooManyItems):
-		be.Kind, be.Message = openaiapi.ErrBatchInvalid, err.Error()
+		be.Message = "quota exceeded: " + trimWords(err, "quota exceeded: ")
+	case errors.Is(err, jobs.ErrEmpty):
+		be.Kind, be.Message = openaiapi.ErrBatchInvalid, "the input file holds no requests"
+	case errors.Is(err, jobs.ErrTooManyItems):
+		be.Kind, be.Message = openaiapi.ErrBatchInvalid, "the input file has "+trimWords(err, "too many items: ")
+	case errors.Is(err, jobs.ErrInvalid):
+		be.Kind, be.Message = openaiapi.ErrBatchInvalid, trimWords(err, "invalid: ")
 	case errors.Is(err, jobs.ErrClosed):
-		be.Kind, be.Message = openaiapi.ErrBatchClosed, err.Error()
+		be.Kind, be.Message = openaiapi.ErrBatchClosed, "server shutting down: retry against another instance"
 	default:
 		return err
 	}
 	return be
+}
+
+// trimWords is err's text without the leading words the jobs package
+// starts it with: its "jobs: " and the kinds' words given.
+func trimWords(err error, words ...string) string {
+	msg := err.Error()
+	for more := true; more; {
+		more = false
+		for _, w := range append(words, "jobs: ") {
+			if strings.HasPrefix(msg, w) {
+				msg, more = msg[len(w):], true
+			}
+		}
+	}
+	return msg
 }

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/jobs"
+	"github.com/batcherhq/batcher/openaiapi"
+)
+
+// TestBatchErrMessages: each refusal of the job manager reaches the Batch
+// API as its kind, with a message naming the cause and nothing of the
+// jobs package's text ("jobs: ", the kind's own words).
+func TestBatchErrMessages(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		kind error
+		msg  string
+	}{
+		{"not found", jobs.ErrNotFound, openaiapi.ErrBatchNotFound, "job not found"},
+		{"forbidden", fmt.Errorf("line 2 (custom_id %q): %w", "a", &batcher.AccessError{Tenant: "t", Route: "m"}), openaiapi.ErrBatchForbidden, `line 2 (custom_id "a")`},
+		{"items quota", fmt.Errorf("%w: %w: more than %d items (tenant %q's items_per_job quota)", jobs.ErrTooManyItems, jobs.ErrQuota, 10, "t"),
+			openaiapi.ErrBatchItemsQuota, `the input file has more than 10 items (tenant "t"'s items_per_job quota)`},
+		{"jobs quota", fmt.Errorf("%w: jobs: tenant %q has %d jobs not ended, its quota", jobs.ErrQuota, "t", 2),
+			openaiapi.ErrBatchQuota, `quota exceeded: tenant "t" has 2 jobs not ended, its quota`},
+		{"empty", fmt.Errorf("%w: send at least one item after the spec", jobs.ErrEmpty), openaiapi.ErrBatchInvalid, "the input file holds no requests"},
+		{"too many", fmt.Errorf("%w: more than %d items (the server's limit)", jobs.ErrTooManyItems, 5), openaiapi.ErrBatchInvalid,
+			"the input file has more than 5 items (the server's limit)"},
+		{"invalid", fmt.Errorf("%w: line %d: %s", jobs.ErrInvalid, 3, "body.messages: must be set"), openaiapi.ErrBatchInvalid, "line 3: body.messages: must be set"},
+		{"closed", jobs.ErrClosed, openaiapi.ErrBatchClosed, "server shutting down: retry against another instance"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := batchErr(tt.err)
+			var be *openaiapi.BatchError
+			if !errors.As(err, &be) || !errors.Is(err, tt.kind) {
+				t.Fatalf("batchErr(%v) = %v, want a BatchError of kind %v", tt.err, err, tt.kind)
+			}
+			if !strings.HasPrefix(be.Message, tt.msg) || strings.Contains(be.Message, "jobs: ") || strings.HasPrefix(be.Message, "invalid: ") {
+				t.Errorf("message %q, want %q without the jobs package's words", be.Message, tt.msg)
+			}
+			if !errors.Is(err, tt.err) {
+				t.Errorf("batchErr(%v) no longer wraps the manager's error", tt.err)
+			}
+		})
+	}
+	if other := errors.New("disk"); batchErr(other) != other {
+		t.Error("an error of no kind is not returned as it is")
+	}
+}
