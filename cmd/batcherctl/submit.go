@@ -213,19 +213,38 @@ func printCompletion(w io.Writer, c *batcherv1.Completion) error {
 func submitStreamed(ctx context.Context, w io.Writer, c *client.Client, req *batcherv1.Request, out outputFormat) error {
 	wrote := false
 	var werr error
-	comp, err := c.SubmitStreamed(ctx, req, func(d *batcherv1.Delta) {
-		if out == outputJSON || werr != nil {
+	last := byte('\n') // the last byte written
+	open := false      // a tool call's "(" is written, its ")" not yet
+	emit := func(s string) {
+		if s == "" || werr != nil {
 			return
 		}
-		text := d.GetText() + d.GetRefusal()
-		for _, t := range d.GetToolCalls() {
-			text += t.GetArguments()
+		_, werr = io.WriteString(w, s)
+		wrote, last = true, s[len(s)-1]
+	}
+	comp, err := c.SubmitStreamed(ctx, req, func(d *batcherv1.Delta) {
+		if out == outputJSON {
+			return
 		}
-		if text != "" {
-			_, werr = io.WriteString(w, text)
-			wrote = true
+		emit(d.GetText() + d.GetRefusal())
+		// A tool call prints as printCompletion prints it, its arguments
+		// as they come: tool call ID NAME(ARGUMENTS).
+		for _, t := range d.GetToolCalls() {
+			if t.GetId() != "" || t.GetName() != "" {
+				if open {
+					emit(")\n")
+				} else if last != '\n' {
+					emit("\n")
+				}
+				emit("tool call " + t.GetId() + " " + t.GetName() + "(")
+				open = true
+			}
+			emit(t.GetArguments())
 		}
 	})
+	if open {
+		emit(")")
+	}
 	if werr != nil {
 		return werr
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -136,6 +137,11 @@ func TestSubmitToolsAndSchema(t *testing.T) {
 	r := ctl(t, addr, "", "submit", "-m", "sim-chat", "--tools", tools, "Weather in Paris? Use get_weather.")
 	if r.code != 0 || !strings.Contains(r.stdout, `get_weather({"city":"Paris"})`) {
 		t.Errorf("--tools: %+v; want the call printed", r)
+	}
+	// Streamed, the call prints the same way (its arguments as they come).
+	r = ctl(t, addr, "", "submit", "-m", "sim-chat", "--tools", tools, "--stream", "Weather in Paris? Use get_weather.")
+	if r.code != 0 || !regexp.MustCompile(`^tool call \S+ get_weather\(\{"city":"Paris"\}\)\n$`).MatchString(r.stdout) {
+		t.Errorf("--tools --stream: %+v; want the call printed as unstreamed", r)
 	}
 	r = ctl(t, addr, "", "submit", "-m", "sim-chat", "--json-schema", schema, "a number")
 	if r.code != 0 || strings.TrimSpace(r.stdout) != `{"n":3}` {
