@@ -134,7 +134,9 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 		return st.Err()
 	}
 	defer c.Cancel() // a no-op once it ended; else the caller left: close upstream
-	var ds []batcher.Delta
+	// A take is one delta, or a few joined: they fit on the stack.
+	var buf [4]batcher.Delta
+	ds := buf[:0]
 	for more := true; more; {
 		select {
 		case <-c.DeltasReady():

@@ -391,6 +391,39 @@ func TestRequestHeaders(t *testing.T) {
 	}
 }
 
+// TestStreamRequestHeaders: a streamed call sends the same headers as the
+// others, and Accept: text/event-stream, on every call (each sends its own
+// copy of them).
+func TestStreamRequestHeaders(t *testing.T) {
+	t.Setenv("OPENAI_TEST_KEY", "sk-stream")
+	got := make(chan http.Header, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	be := newBackend(t, openai.Config{BaseURL: srv.URL, APIKeyEnv: "OPENAI_TEST_KEY", Organization: "org-1", Project: "proj-1",
+		Headers: map[string]string{"X-Title": "batcher"}})
+	for i := range 2 {
+		r := chat("r", "x")
+		if _, err := be.Stream(context.Background(), &batcher.Batch{ID: "b", Model: "m", Op: batcher.OpChat, Requests: []*batcher.Request{r}, MaxTokens: 8}, discardDeltas{}); err != nil {
+			t.Fatal(err)
+		}
+		h := <-got
+		for k, want := range map[string]string{"Authorization": "Bearer sk-stream", "OpenAI-Organization": "org-1", "OpenAI-Project": "proj-1",
+			"X-Title": "batcher", "Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": "batcher"} {
+			if v := h.Values(k); len(v) != 1 || v[0] != want {
+				t.Fatalf("call %d: %s %q, want %q (headers %v)", i, k, v, want, h)
+			}
+		}
+	}
+}
+
+type discardDeltas struct{}
+
+func (discardDeltas) WriteDelta(*batcher.Delta) error { return nil }
+
 func TestRequestBodies(t *testing.T) {
 	got := make(chan map[string]any, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,9 @@ type Backend struct {
 	ps      packState
 	schemas schema.Cache     // strict schemas, to check answers (richchat.go)
 	now     func() time.Time // time.Now; tests change it before use
+	// streamHdr is a streamed call's headers, built once by New; each
+	// call sends a clone (nil: built per call).
+	streamHdr http.Header
 }
 
 var _ batcher.Backend = (*Backend)(nil)
@@ -54,6 +57,8 @@ func New(cfg Config) (*Backend, error) {
 		rt = b.owned
 	}
 	b.client = upstream.NewClient(rt, "openai", rc.Propagator, rc.TracerProvider)
+	b.streamHdr = make(http.Header)
+	b.setStreamHeaders(b.streamHdr)
 	return b, nil
 }
 

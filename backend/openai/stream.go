@@ -109,8 +109,11 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 		headers.Stop()
 		return batcher.Response{}, nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be built", Err: err}
 	}
-	b.setHeaders(req.Header)
-	req.Header.Set("Accept", "text/event-stream")
+	if b.streamHdr != nil {
+		req.Header = b.streamHdr.Clone() // two allocations, not one a header
+	} else {
+		b.setStreamHeaders(req.Header)
+	}
 	res, err := b.client.Do(req)
 	headers.Stop()
 	if err != nil {
@@ -160,6 +163,13 @@ func streamCtx(ctx, cctx context.Context) context.Context {
 		return cctx
 	}
 	return ctx
+}
+
+// setStreamHeaders sets a streamed call's headers: content type, agent,
+// the configured headers, organization, project, key, and Accept.
+func (b *Backend) setStreamHeaders(h http.Header) {
+	b.setHeaders(h)
+	h.Set("Accept", "text/event-stream")
 }
 
 // setHeaders sets a call's headers: content type, agent, the configured
