@@ -128,9 +128,15 @@ func TestGroupDelay(t *testing.T) {
 // takes items 0-3 (tasks are claimed item by item, slow then fast: seq
 // 2*item and 2*item+1) and the pacer holds slow runs 1-3; the fast runs
 // of items 4 and 5 start long before the slow group's fourth, not with it.
+//
+// The delay is a second: between the first runs' answers and the claim
+// of items 4 and 5 lie a commit and a claim in SQLite, and under load
+// (the race detector, another package's tests beside this one) that took
+// past three delays of 300 ms, so the fast runs went with the slow
+// group's fourth and the test failed with nothing held back.
 func TestDelayedGroupDoesNotHoldBackClaims(t *testing.T) {
 	e, s := newStampsEnv(t)
-	const delay = 300 * time.Millisecond
+	const delay = time.Second
 	j := e.create(t, jobs.Spec{Model: "rec", ConcurrentRequests: 8, Groups: []jobs.Group{
 		{Name: "slow", Delay: delay},
 		{Name: "fast"},
