@@ -1,23 +1,27 @@
 package server
 
 import (
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // budgetWaiter is one stream's receiver waiting in budget.acquire.
 type budgetWaiter struct {
 	held atomic.Int64
-	wake chan struct{}
+	turn budgetTurn
 	done chan struct{}
 	got  chan bool
 }
 
 func startWaiter(b *budget, held int64) *budgetWaiter {
-	w := &budgetWaiter{wake: make(chan struct{}, 1), done: make(chan struct{}), got: make(chan bool, 1)}
+	w := &budgetWaiter{done: make(chan struct{}), got: make(chan bool, 1)}
+	w.turn.wake = make(chan struct{}, 1)
 	w.held.Store(held)
-	go func() { w.got <- b.acquire(&w.held, w.wake, w.done, nil) }()
+	go func() { w.got <- b.acquire(&w.held, &w.turn, w.done, nil) }()
 	return w
 }
 
@@ -98,7 +102,7 @@ func TestBudgetFloorWakeAndCancel(t *testing.T) {
 		synctest.Wait()
 		// The reader's sender delivered an answer: below the floor.
 		reader.held.Add(-1)
-		reader.wake <- struct{}{}
+		reader.turn.wake <- struct{}{}
 		synctest.Wait()
 		if acquired([]*budgetWaiter{reader}) != 1 {
 			t.Fatal("a stream below the floor was not let read")
@@ -118,4 +122,37 @@ func TestBudgetFloorWakeAndCancel(t *testing.T) {
 			t.Fatalf("used = %d, want 2 (one token and one floor token)", u)
 		}
 	})
+}
+
+// Streams taking and giving back tokens of a small budget at once: no
+// wake-up is lost (release skips the lock when it reads nobody queued,
+// and a woken waiter reads whether release chose it without the lock), so
+// every acquire returns and every token comes back.
+func TestBudgetConcurrentSafe(t *testing.T) {
+	const streams, rounds = 16, 300
+	b := newBudget(3)
+	// A lost wake-up leaves a waiter stuck: the watchdog ends the wait.
+	stuck := make(chan struct{})
+	watchdog := time.AfterFunc(30*time.Second, func() { close(stuck) })
+	defer watchdog.Stop()
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Go(func() {
+			turn := budgetTurn{wake: make(chan struct{}, 1)}
+			var held atomic.Int64
+			held.Store(streamFloor) // at the floor: every token is the budget's to give
+			for range rounds {
+				if !b.acquire(&held, &turn, stuck, nil) {
+					t.Error("a waiter was still waiting after 30 s: a wake-up was lost")
+					return
+				}
+				runtime.Gosched()
+				b.release(1)
+			}
+		})
+	}
+	wg.Wait()
+	if u, q := b.used.Load(), b.queued.Load(); u != 0 || q != 0 {
+		t.Fatalf("after every stream gave its tokens back: used %d, queued %d, want 0 and 0", u, q)
+	}
 }

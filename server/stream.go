@@ -47,11 +47,11 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 		nudge:      make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
-		budgetWake: make(chan struct{}, 1),
 		items:      make(map[string]*item),
 		// The first message may change it.
 		interval: s.cfg.interval,
 	}
+	st.turn.wake = make(chan struct{}, 1)
 	st.allEvents.Store(true)
 	defer s.trackStream(st)()
 	return st.run()
@@ -104,8 +104,8 @@ type stream struct {
 	interval  time.Duration
 	allEvents atomic.Bool // progress events wanted (read by OnEvent)
 
-	held       atomic.Int64  // server-wide budget tokens held, one per window token (limits.go)
-	budgetWake chan struct{} // capacity 1: the receiver's turn for a budget token (limits.go)
+	held atomic.Int64 // server-wide budget tokens held, one per window token (limits.go)
+	turn budgetTurn   // the receiver's turn for a budget token (limits.go)
 	// gone mirrors closed for the receiver's budget check, which runs per
 	// message and so takes no lock: set by close before it drops the budget.
 	gone atomic.Bool
