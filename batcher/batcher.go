@@ -16,8 +16,10 @@ type Batcher struct {
 	cfg *config
 	// routes is replaced whole by SetRoutes (copy on write, under
 	// routesMu); a Call keeps the routeConfig it was admitted with.
-	routes   atomic.Pointer[map[string]*routeConfig]
-	routesMu sync.Mutex
+	routes atomic.Pointer[map[string]*routeConfig]
+	// routeHint spares most lookups in routes the map's hash (route).
+	routeHint atomic.Pointer[routeHint]
+	routesMu  sync.Mutex
 	// backends is replaced whole by Reconfigure (under routesMu), like
 	// routes; a routeConfig points at the backendStates it was resolved
 	// against.

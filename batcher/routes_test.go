@@ -143,3 +143,46 @@ func TestDedupKeepsTenantsApart(t *testing.T) {
 	default:
 	}
 }
+
+// TestRouteHintFollowsSetRoutes: the route a lookup found last (route's
+// hint) is never served from an old table: a route changed by SetRoutes
+// serves its next request on its new settings, and a removed one is
+// unknown at once.
+func TestRouteHintFollowsSetRoutes(t *testing.T) {
+	echo := BackendFunc(func(_ context.Context, bt *Batch, out []Response) error {
+		for i := range out {
+			out[i].Text = bt.Model
+		}
+		return nil
+	})
+	one := BatchConfig{MaxBatchSize: 1}
+	b, err := New(
+		WithBackend(BackendConfig{Name: "be", Backend: echo}),
+		WithRoute(Route{Name: "m", Op: OpCompletion, Backend: "be", Model: "first", Batch: one}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Shutdown(context.Background()) }()
+	do := func() (string, error) {
+		res, err := b.Do(t.Context(), &Request{Route: "m", Input: Input{Op: OpCompletion, Prompt: "x"}})
+		return res.Text, err
+	}
+	for range 2 { // the second is served from the hint
+		if got, err := do(); err != nil || got != "first" {
+			t.Fatalf("before SetRoutes: %q, %v; want first", got, err)
+		}
+	}
+	if err := b.SetRoutes(Route{Name: "m", Op: OpCompletion, Backend: "be", Model: "second", Batch: one}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := do(); err != nil || got != "second" {
+		t.Fatalf("after SetRoutes: %q, %v; want second", got, err)
+	}
+	if err := b.SetRoutes(Route{Name: "other", Op: OpCompletion, Backend: "be", Batch: one}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := do(); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a removed route: %v, want ErrInvalid", err)
+	}
+}
