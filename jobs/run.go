@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -1102,9 +1103,23 @@ func (r *run) finish(final State) bool {
 		if err := writeSummary(r.out.root, j); err != nil {
 			r.logErr("writing the summary", err)
 		}
+		logEnded(r.m.cfg.Logger, j)
 	}
 	r.m.notify(r.id)
 	return true
+}
+
+// logEnded logs a job's end with the figures summary.json holds, so that
+// an operator reading the log sees what each job did and cost.
+func logEnded(log *slog.Logger, j *Job) {
+	c := j.Counts
+	var secs float64
+	if !j.StartedAt.IsZero() && !j.EndedAt.IsZero() {
+		secs = j.EndedAt.Sub(j.StartedAt).Seconds()
+	}
+	log.Info("jobs: job ended", "job", j.ID, "name", j.Spec.Name, "tenant", j.Tenant, "state", j.State.String(),
+		"total", c.Total, "succeeded", c.Succeeded, "failed", c.Failed, "cancelled", c.Cancelled, "expired", c.Expired,
+		"tokens_in", j.TokensIn, "tokens_out", j.TokensOut, "cost_usd", j.Cost, "saving_usd", j.Saving(), "seconds", secs)
 }
 
 // fail ends the job FAILED with err (a full disk, an unwritable directory):
