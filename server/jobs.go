@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -58,7 +59,8 @@ func (s *JobService) jobsStatus(err error) error {
 	case errors.Is(err, jobs.ErrNotFound):
 		return status.Error(codes.NotFound, msg)
 	case errors.Is(err, jobs.ErrInvalid), errors.Is(err, jobs.ErrEmpty):
-		return status.Error(codes.InvalidArgument, msg)
+		// The code says invalid: the message starts with the field at fault.
+		return status.Error(codes.InvalidArgument, strings.TrimPrefix(msg, "invalid: "))
 	case errors.Is(err, batcher.ErrForbidden):
 		// The message names the field or line, and the route or priority
 		// the tenant may not use (batcher.AccessError).
