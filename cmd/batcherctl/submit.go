@@ -27,6 +27,7 @@ type submitFlags struct {
 	priority    string
 	maxTokens   int32
 	temperature float32
+	setTemp     bool // --temperature was given: sent as it is, the service checks it
 	id          string
 	metadata    map[string]string
 	stream      bool
@@ -67,7 +68,7 @@ is printed as the model generates it, token by token (chat and completion).`,
 	fl.StringVar(&f.system, "system", "", "a system message before the prompt (chat only)")
 	fl.StringVarP(&f.priority, "priority", "p", "", "urgent, high, normal, low or deferrable (default: normal)")
 	fl.Int32Var(&f.maxTokens, "max-tokens", 0, "cap on generated tokens (default: the route's)")
-	fl.Float32Var(&f.temperature, "temperature", -1, "sampling temperature, 0 to 2 (default: the provider's)")
+	fl.Float32Var(&f.temperature, "temperature", 0, "sampling temperature, 0 to 2 (default: the provider's)")
 	fl.StringVar(&f.id, "id", "", "the request's id (default: the service assigns one)")
 	fl.StringToStringVar(&f.metadata, "metadata", nil, "metadata key=value pairs, echoed on the completion")
 	fl.StringVar(&f.tools, "tools", "", "a JSON file of tools the model may call: an array of OpenAI tools or of {name, description, parameters} (chat only)")
@@ -79,6 +80,7 @@ is printed as the model generates it, token by token (chat and completion).`,
 }
 
 func runSubmit(cmd *cobra.Command, a *app, f *submitFlags, args []string) error {
+	f.setTemp = cmd.Flags().Changed("temperature")
 	if f.model == "" {
 		return usageError("--model: required: the route (model) to call")
 	}
@@ -140,7 +142,7 @@ func (f *submitFlags) request(prompt string) (*batcherv1.Request, error) {
 	if f.maxTokens != 0 {
 		opts = append(opts, client.WithMaxTokens(f.maxTokens))
 	}
-	if f.temperature >= 0 {
+	if f.setTemp {
 		opts = append(opts, client.WithTemperature(f.temperature))
 	}
 	for k, v := range f.metadata {

@@ -152,3 +152,29 @@ func TestSubmitToolsAndSchema(t *testing.T) {
 		t.Errorf("--tool-choice alone: %+v", r)
 	}
 }
+
+// TestSubmitTemperatureGivenIsSent: a --temperature given is sent as it
+// is, a negative one too (for the service to refuse naming it), not
+// dropped as if unset; one not given is not sent.
+func TestSubmitTemperatureGivenIsSent(t *testing.T) {
+	for _, tc := range []struct {
+		f    submitFlags
+		want *float32
+	}{
+		{submitFlags{model: "m", op: opChat}, nil},
+		{submitFlags{model: "m", op: opChat, temperature: 0, setTemp: true}, new(float32)},
+		{submitFlags{model: "m", op: opChat, temperature: -0.5, setTemp: true}, func() *float32 { v := float32(-0.5); return &v }()},
+	} {
+		r, err := tc.f.request("hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *float32
+		if p := r.GetParams(); p != nil {
+			got = p.Temperature
+		}
+		if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+			t.Errorf("flags %+v: temperature %v, want %v", tc.f, got, tc.want)
+		}
+	}
+}
