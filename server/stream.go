@@ -289,13 +289,7 @@ func (st *stream) take(shutting bool, buf []*batcherv1.SubmitStreamResponse) (ms
 // endedLocked does the books of the ended stack's items (newest first)
 // and appends their Completions to msgs, oldest first.
 func (st *stream) endedLocked(ended *item, msgs []*batcherv1.SubmitStreamResponse) []*batcherv1.SubmitStreamResponse {
-	n := 0
-	for it := ended; it != nil; it = it.next {
-		n++
-	}
-	msgs = slices.Grow(msgs, n)
-	msgs = msgs[:len(msgs)+n]
-	i := len(msgs)
+	start := len(msgs)
 	for it := ended; it != nil; {
 		next := it.next
 		it.next = nil
@@ -307,10 +301,10 @@ func (st *stream) endedLocked(ended *item, msgs []*batcherv1.SubmitStreamRespons
 		} else {
 			st.failed++
 		}
-		i--
-		msgs[i] = &it.done.r
+		msgs = append(msgs, &it.done.r)
 		it = next
 	}
+	slices.Reverse(msgs[start:])
 	return msgs
 }
 
