@@ -194,7 +194,7 @@ func (c *Creator) unique(id string) error {
 func (c *Creator) next() error {
 	if c.items >= c.maxItems {
 		if c.tenantMax {
-			return fmt.Errorf("%w: %w: more than %d items (tenant %q's items_per_job quota)", ErrTooManyItems, ErrQuota, c.maxItems, c.job.Tenant)
+			return quotaError(c.job.Tenant, QuotaItemsPerJob, c.maxItems)
 		}
 		return fmt.Errorf("%w: more than %d items (the server's limit)", ErrTooManyItems, c.maxItems)
 	}

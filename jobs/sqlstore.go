@@ -196,7 +196,7 @@ func (s *sqlStore) CreateJob(ctx context.Context, j *Job, maxActive int) error {
 				return err
 			}
 			if n >= maxActive {
-				return fmt.Errorf("%w: jobs: tenant %q has %d jobs not ended, its quota", ErrQuota, j.Tenant, n)
+				return quotaError(j.Tenant, QuotaJobs, int64(maxActive))
 			}
 		}
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO jobs (id, tenant, spec, state, created_at) VALUES (?, ?, ?, ?, ?)`),

@@ -92,12 +92,22 @@ func TestTenantQuotas(t *testing.T) {
 	if want := "items_per_job"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("%q does not name %s", err, want)
 	}
+	if qe := (*jobs.QuotaError)(nil); !errors.As(err, &qe) || qe.Quota != jobs.QuotaItemsPerJob || qe.Limit != 2 || qe.RetryAfter != 0 {
+		t.Errorf("the items_per_job quota's error = %#v", qe)
+	}
 	if _, err := c.Finish(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.m.Begin(ctx, jobs.Spec{Model: "chat"})
 	if !errors.Is(err, jobs.ErrQuota) || !strings.Contains(err.Error(), "jobs not ended") {
 		t.Fatalf("a second job under a jobs quota of 1 = %v", err)
+	}
+	// Both refusals are typed: the tenant, the quota and its limit, and
+	// the core's kind of quota error, which every door maps alike.
+	var qe *jobs.QuotaError
+	if !errors.As(err, &qe) || qe.Tenant != "q" || qe.Quota != jobs.QuotaJobs || qe.Limit != 1 || qe.RetryAfter != jobs.QuotaRetryAfter ||
+		!errors.Is(err, batcher.ErrQuotaExceeded) || errors.Is(err, jobs.ErrTooManyItems) {
+		t.Errorf("the jobs quota's error = %#v", qe)
 	}
 }
 

@@ -121,17 +121,18 @@ func batchErr(err error) error {
 		return nil
 	}
 	be := &openaiapi.BatchError{Message: jobs.Message(err), Err: err}
+	var qe *jobs.QuotaError
 	switch {
 	case errors.Is(err, jobs.ErrNotFound):
 		be.Kind = openaiapi.ErrBatchNotFound
 	case errors.Is(err, batcher.ErrForbidden):
 		be.Kind = openaiapi.ErrBatchForbidden
-	case errors.Is(err, jobs.ErrQuota) && errors.Is(err, jobs.ErrTooManyItems):
-		be.Kind = openaiapi.ErrBatchItemsQuota
-		be.Message = "the input file has " + trimWords(err, "too many items: ", "quota exceeded: ")
-	case errors.Is(err, jobs.ErrQuota):
-		be.Kind, be.RetryAfter = openaiapi.ErrBatchQuota, jobs.QuotaRetryAfter
-		be.Message = "quota exceeded: " + trimWords(err, "quota exceeded: ")
+	case errors.As(err, &qe):
+		// The tenant's own quota, named as the tenants file spells it.
+		be.Kind, be.Message, be.RetryAfter = openaiapi.ErrBatchQuota, qe.Error(), qe.RetryAfter
+		if qe.Quota == jobs.QuotaItemsPerJob {
+			be.Kind = openaiapi.ErrBatchItemsQuota
+		}
 	case errors.Is(err, jobs.ErrEmpty):
 		be.Kind, be.Message = openaiapi.ErrBatchInvalid, "the input file holds no requests"
 	case errors.Is(err, jobs.ErrTooManyItems):
