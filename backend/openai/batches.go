@@ -140,27 +140,7 @@ func (u *Batches) open(ctx context.Context, method, path string, query url.Value
 	if err != nil {
 		return nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be built", Err: err}
 	}
-	h := req.Header
-	if ctype != "" {
-		h.Set("Content-Type", ctype)
-	}
-	h.Set("User-Agent", "batcher")
-	for k, v := range b.cfg.Headers {
-		h.Set(k, v)
-	}
-	if b.cfg.Organization != "" {
-		h.Set("OpenAI-Organization", b.cfg.Organization)
-	}
-	if b.cfg.Project != "" {
-		h.Set("OpenAI-Project", b.cfg.Project)
-	}
-	if b.cfg.apiKey != "" {
-		if http.CanonicalHeaderKey(b.cfg.APIKeyHeader) == "Authorization" {
-			h.Set("Authorization", "Bearer "+b.cfg.apiKey)
-		} else {
-			h.Set(b.cfg.APIKeyHeader, b.cfg.apiKey)
-		}
-	}
+	b.setHeaders(req.Header, ctype)
 	res, err := b.client.Do(req)
 	if err != nil {
 		return nil, transportError(ctx, ep, err)

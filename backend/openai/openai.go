@@ -250,26 +250,8 @@ func (b *Backend) do(ctx context.Context, path string, body, resp any) (*batcher
 	if err != nil {
 		return nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be built", Err: err}
 	}
-	h := req.Header
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json")
-	h.Set("User-Agent", "batcher")
-	for k, v := range b.cfg.Headers {
-		h.Set(k, v)
-	}
-	if b.cfg.Organization != "" {
-		h.Set("OpenAI-Organization", b.cfg.Organization)
-	}
-	if b.cfg.Project != "" {
-		h.Set("OpenAI-Project", b.cfg.Project)
-	}
-	if b.cfg.apiKey != "" {
-		if http.CanonicalHeaderKey(b.cfg.APIKeyHeader) == "Authorization" {
-			h.Set("Authorization", "Bearer "+b.cfg.apiKey)
-		} else {
-			h.Set(b.cfg.APIKeyHeader, b.cfg.apiKey)
-		}
-	}
+	b.setHeaders(req.Header, "application/json")
+	req.Header.Set("Accept", "application/json")
 	res, err := b.client.Do(req)
 	if err != nil {
 		return nil, transportError(ctx, ep, err)

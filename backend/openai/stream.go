@@ -168,14 +168,18 @@ func streamCtx(ctx, cctx context.Context) context.Context {
 // setStreamHeaders sets a streamed call's headers: content type, agent,
 // the configured headers, organization, project, key, and Accept.
 func (b *Backend) setStreamHeaders(h http.Header) {
-	b.setHeaders(h)
+	b.setHeaders(h, "application/json")
 	h.Set("Accept", "text/event-stream")
 }
 
-// setHeaders sets a call's headers: content type, agent, the configured
-// headers, organization, project and key.
-func (b *Backend) setHeaders(h http.Header) {
-	h.Set("Content-Type", "application/json")
+// setHeaders sets a call's headers: content type (none when ctype is
+// empty), agent, the configured headers, organization, project and key.
+// Every call to the upstream, streamed, unary or of the batch API, sets
+// them here.
+func (b *Backend) setHeaders(h http.Header, ctype string) {
+	if ctype != "" {
+		h.Set("Content-Type", ctype)
+	}
 	h.Set("User-Agent", "batcher")
 	for k, v := range b.cfg.Headers {
 		h.Set(k, v)
