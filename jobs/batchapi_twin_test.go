@@ -92,8 +92,16 @@ func TestBatchAPICreateInFlight(t *testing.T) {
 			h := &heldCreate{held: make(chan struct{}), release: make(chan struct{}), landed: make(chan struct{}), late: late}
 			h.armed.Store(true)
 			// Batches run long enough that the twin is still running
-			// when the restarted manager records chunk 0's batch.
-			e := newBatchEnvWrapped(t, openSQLite, llmsim.Config{BatchTime: time.Second, Seed: 9}, h.wrap)
+			// when the restarted manager records chunk 0's batch and looks
+			// for twins: a twin that has ended is not cancelled (it is
+			// only left unread). For twin, 5 s: under load the look can
+			// come more than 1 s after the twin landed, when it has ended
+			// (seen: 4 batches created, 0 cancelled).
+			batchTime := time.Second
+			if late {
+				batchTime = 5 * time.Second
+			}
+			e := newBatchEnvWrapped(t, openSQLite, llmsim.Config{BatchTime: batchTime, Seed: 9}, h.wrap)
 			t.Cleanup(h.free)
 			e.route = func(br *jobs.BatchRoute) { br.CreateTimeout = time.Minute } // the held call stays in flight
 			m, stop := e.manager(t, nil)
