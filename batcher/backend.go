@@ -50,17 +50,15 @@ type Response struct {
 	Embedding    []float32
 	FinishReason FinishReason
 	Usage        Usage
-	// Chat only (see Result).
-	ToolCalls []ToolCall
-	Refusal   string
-	Logprobs  *Logprobs
-	Choices   []Choice
-	Err       error
+	// Chat holds a chat answer's parts beyond text (see Result); nil for
+	// a plain text answer.
+	Chat *ChatOutput
+	Err  error
 }
 
 // empty reports whether r holds no answer.
 func (r *Response) empty() bool {
-	return r.Text == "" && r.Embedding == nil && r.ToolCalls == nil && r.Refusal == "" && r.Choices == nil
+	return r.Text == "" && r.Embedding == nil && (r.Chat == nil || r.Chat.ToolCalls == nil && r.Chat.Refusal == "" && r.Chat.Choices == nil)
 }
 
 // Backend sends batches to a provider.

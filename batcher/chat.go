@@ -10,7 +10,8 @@ import (
 // response formats, and the parameters and fields that only some backends
 // honour. A plain text request sets none of it and costs nothing for it:
 // Request.Rich is false, its lane and dedup keys are what they were, and
-// its Result's ToolCalls, Refusal, Logprobs and Choices stay nil.
+// its Request.Chat and Result.Chat stay nil, so that the core's types, which
+// every request copies, carry one pointer each for the chat surface.
 
 // PartKind is the kind of a content part.
 type PartKind uint8
@@ -88,7 +89,127 @@ type ResponseFormat struct {
 	Strict      bool
 }
 
-// FinishToolCalls: the model called tools (see Result.ToolCalls).
+// ChatOptions are a chat request's options beyond text (Request.Chat). The
+// zero ChatOptions and a nil Request.Chat mean the same: none.
+type ChatOptions struct {
+	// Tools are the functions the model may call; ToolChoice whether and
+	// which it must; ParallelToolCalls whether it may call several at once
+	// (nil: the upstream's default).
+	Tools             []Tool
+	ToolChoice        ToolChoice
+	ParallelToolCalls *bool
+	// ResponseFormat is the answer's shape.
+	ResponseFormat ResponseFormat
+	// User names the end user, forwarded to the upstream.
+	User string
+	// Extra holds provider-specific body fields as one JSON object,
+	// forwarded verbatim by backends that declare FeatureExtraBody.
+	Extra []byte
+}
+
+// ChatOptions returns a copy of r's chat options: the zero options when
+// r.Chat is nil.
+func (r *Request) ChatOptions() ChatOptions {
+	if r.Chat == nil {
+		return ChatOptions{}
+	}
+	return *r.Chat
+}
+
+// noChat is the chat options of a request whose Chat is nil (chat); never
+// written.
+var noChat ChatOptions
+
+// chat returns r's chat options, never nil: read only.
+func (r *Request) chat() *ChatOptions {
+	if r.Chat != nil {
+		return r.Chat
+	}
+	return &noChat
+}
+
+// set reports whether c sets any option. It is written to be cheap, like
+// richFields.
+func (c *ChatOptions) set() bool {
+	return len(c.Tools)|len(c.Extra)|len(c.User)|len(c.ToolChoice.Function) != 0 ||
+		c.ToolChoice.Mode != ToolChoiceDefault || c.ResponseFormat.Type != FormatDefault || c.ParallelToolCalls != nil
+}
+
+// IsZero reports whether c sets nothing, so that a translator can leave a
+// plain request's Chat nil.
+func (c *ChatOptions) IsZero() bool {
+	rf := &c.ResponseFormat
+	return c.Tools == nil && c.ToolChoice == (ToolChoice{}) && c.ParallelToolCalls == nil && c.User == "" && c.Extra == nil &&
+		rf.Type == FormatDefault && rf.Name == "" && rf.Description == "" && rf.Schema == nil && !rf.Strict
+}
+
+// MutableChat returns r.Chat, first setting it to new zero options when it
+// is nil: for a caller that builds a request's chat options one by one.
+func (r *Request) MutableChat() *ChatOptions {
+	if r.Chat == nil {
+		r.Chat = new(ChatOptions)
+	}
+	return r.Chat
+}
+
+// ChatOutput is a chat answer's parts beyond its text (Result.Chat,
+// Response.Chat): its tool calls, refusal and log probabilities, and with
+// Params.N > 1 every choice, Choices[0] being the answer itself. The zero
+// ChatOutput and a nil pointer mean the same: none.
+type ChatOutput struct {
+	ToolCalls []ToolCall
+	Refusal   string
+	Logprobs  *Logprobs
+	Choices   []Choice
+}
+
+// NewChatOutput returns the chat output holding calls, refusal, lp and
+// choices, or nil when it would hold nothing: what a backend sets as
+// Response.Chat, so that a plain text answer allocates none.
+func NewChatOutput(calls []ToolCall, refusal string, lp *Logprobs, choices []Choice) *ChatOutput {
+	if calls == nil && refusal == "" && lp == nil && choices == nil {
+		return nil
+	}
+	return &ChatOutput{ToolCalls: calls, Refusal: refusal, Logprobs: lp, Choices: choices}
+}
+
+// ChatOutput returns a copy of r's chat output: the zero output when
+// r.Chat is nil.
+func (r *Result) ChatOutput() ChatOutput {
+	if r.Chat == nil {
+		return ChatOutput{}
+	}
+	return *r.Chat
+}
+
+// MutableChat returns r.Chat, first setting it to a new zero output when
+// it is nil.
+func (r *Result) MutableChat() *ChatOutput {
+	if r.Chat == nil {
+		r.Chat = new(ChatOutput)
+	}
+	return r.Chat
+}
+
+// ChatOutput returns a copy of r's chat output: the zero output when
+// r.Chat is nil.
+func (r *Response) ChatOutput() ChatOutput {
+	if r.Chat == nil {
+		return ChatOutput{}
+	}
+	return *r.Chat
+}
+
+// MutableChat returns r.Chat, first setting it to a new zero output when
+// it is nil.
+func (r *Response) MutableChat() *ChatOutput {
+	if r.Chat == nil {
+		r.Chat = new(ChatOutput)
+	}
+	return r.Chat
+}
+
+// FinishToolCalls: the model called tools (see ChatOutput.ToolCalls).
 const FinishToolCalls FinishReason = FinishContentFilter + 1
 
 // Logprobs are the log probabilities of an answer's tokens.
@@ -169,16 +290,26 @@ func (m *Message) Text() string {
 
 // richFields reports whether r sets any request-level field or parameter
 // beyond plain text (Rich without looking at the messages).
-//
-// It is on every request's admission path, where a plain request reads
-// every field it names, so it is written to be cheap and inlined: the
-// lengths ORed together, and no comparison with ToolChoice{} (which would
-// call memequal for its string).
 func (r *Request) richFields() bool {
-	p := &r.Params
-	return len(r.Tools)|len(r.Extra)|len(r.User)|len(r.ToolChoice.Function)|len(p.LogitBias)|len(p.ReasoningEffort) != 0 ||
-		r.ToolChoice.Mode != ToolChoiceDefault || r.ResponseFormat.Type != FormatDefault || p.Logprobs || p.N > 1 ||
-		r.ParallelToolCalls != nil || p.PresencePenalty != nil || p.FrequencyPenalty != nil || p.TopLogprobs != nil
+	return r.Chat != nil && r.Chat.set() || r.Params.rich()
+}
+
+// mayBeRich is richFields' first look, for the admission path: false for
+// a plain request, true for a rich one, and true for one whose Chat points
+// to zero options too, for which the caller's next step (richKey,
+// validateRich, the whole lane key) finds that it is plain after all.
+//
+// Every request's admission calls it, where a plain request reads every
+// field it names, so it is written to be cheap and inlined: the lengths
+// ORed together, and no comparison with a struct that holds a string
+// (which would call memequal).
+func (r *Request) mayBeRich() bool { return r.Chat != nil || r.Params.rich() }
+
+// rich reports whether p sets a parameter beyond the five every backend
+// takes.
+func (p *Params) rich() bool {
+	return len(p.LogitBias)|len(p.ReasoningEffort) != 0 || p.Logprobs || p.N > 1 ||
+		p.PresencePenalty != nil || p.FrequencyPenalty != nil || p.TopLogprobs != nil
 }
 
 // richKey encodes everything of r beyond plain text that shapes its answer,
@@ -195,26 +326,26 @@ func richKey(r *Request) string {
 // appendRich appends the encoding of r's fields beyond plain text, except
 // its messages, each length-prefixed or behind a presence byte.
 func appendRich(b []byte, r *Request) []byte {
-	p := &r.Params
-	b = appendLen(b, len(r.Tools))
-	for i := range r.Tools {
-		t := &r.Tools[i]
+	p, c := &r.Params, r.chat()
+	b = appendLen(b, len(c.Tools))
+	for i := range c.Tools {
+		t := &c.Tools[i]
 		b = appendStr(b, t.Name)
 		b = appendStr(b, t.Description)
 		b = appendBytes(b, t.Parameters)
 		b = appendBool(b, t.Strict)
 	}
-	b = append(b, byte(r.ToolChoice.Mode))
-	b = appendStr(b, r.ToolChoice.Function)
-	b = appendOpt(b, r.ParallelToolCalls != nil, r.ParallelToolCalls != nil && *r.ParallelToolCalls)
-	rf := &r.ResponseFormat
+	b = append(b, byte(c.ToolChoice.Mode))
+	b = appendStr(b, c.ToolChoice.Function)
+	b = appendOpt(b, c.ParallelToolCalls != nil, c.ParallelToolCalls != nil && *c.ParallelToolCalls)
+	rf := &c.ResponseFormat
 	b = append(b, byte(rf.Type))
 	b = appendStr(b, rf.Name)
 	b = appendStr(b, rf.Description)
 	b = appendBytes(b, rf.Schema)
 	b = appendBool(b, rf.Strict)
-	b = appendStr(b, r.User)
-	b = appendBytes(b, r.Extra)
+	b = appendStr(b, c.User)
+	b = appendBytes(b, c.Extra)
 	b = appendF32(b, p.PresencePenalty)
 	b = appendF32(b, p.FrequencyPenalty)
 	b = strconv.AppendInt(b, int64(p.N), 10)
@@ -273,12 +404,12 @@ const (
 // counts, and which a data URL would make far too many): the result may be
 // negative, to take those bytes back.
 func (r *Request) richTokens() int {
-	n := 0
-	for i := range r.Tools {
-		t := &r.Tools[i]
+	n, c := 0, r.chat()
+	for i := range c.Tools {
+		t := &c.Tools[i]
 		n += (len(t.Name)+len(t.Description)+len(t.Parameters))/4 + 8
 	}
-	n += len(r.ResponseFormat.Schema) / 4
+	n += len(c.ResponseFormat.Schema) / 4
 	for i := range r.Input.Messages {
 		for _, p := range r.Input.Messages[i].Parts {
 			if p.Kind != PartImage {

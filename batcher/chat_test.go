@@ -33,12 +33,12 @@ func TestRichValidation(t *testing.T) {
 		field string
 		why   string
 	}{
-		{"tools unsupported", 0, func(r *Request) { r.Tools = []Tool{weatherTool} }, "tools", "not supported"},
-		{"tool_choice unsupported", 0, func(r *Request) { r.ToolChoice.Mode = ToolChoiceNone }, "tool_choice", "not supported"},
-		{"parallel unsupported", 0, func(r *Request) { r.ParallelToolCalls = ptr(true) }, "parallel_tool_calls", "not supported"},
-		{"json_object unsupported", FeatureTools, func(r *Request) { r.ResponseFormat.Type = FormatJSONObject }, "response_format", "not supported"},
+		{"tools unsupported", 0, func(r *Request) { r.MutableChat().Tools = []Tool{weatherTool} }, "tools", "not supported"},
+		{"tool_choice unsupported", 0, func(r *Request) { r.MutableChat().ToolChoice.Mode = ToolChoiceNone }, "tool_choice", "not supported"},
+		{"parallel unsupported", 0, func(r *Request) { r.MutableChat().ParallelToolCalls = ptr(true) }, "parallel_tool_calls", "not supported"},
+		{"json_object unsupported", FeatureTools, func(r *Request) { r.MutableChat().ResponseFormat.Type = FormatJSONObject }, "response_format", "not supported"},
 		{"json_schema unsupported", FeatureJSONObject, func(r *Request) {
-			r.ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s", Schema: []byte(`{}`)}
+			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s", Schema: []byte(`{}`)}
 		}, "response_format", "not supported"},
 		{"image unsupported", AllFeatures &^ FeatureImages, func(r *Request) {
 			r.Input.Messages[0] = Message{Role: "user", Parts: []ContentPart{{Kind: PartText, Text: "what is it?"}, {Kind: PartImage, ImageURL: "https://x/cat.png"}}}
@@ -48,27 +48,27 @@ func TestRichValidation(t *testing.T) {
 		{"penalty unsupported", 0, func(r *Request) { r.Params.PresencePenalty = ptr[float32](1) }, "params.presence_penalty", "not supported"},
 		{"logit_bias unsupported", 0, func(r *Request) { r.Params.LogitBias = map[string]float32{"50256": -100} }, "params.logit_bias", "not supported"},
 		{"reasoning unsupported", 0, func(r *Request) { r.Params.ReasoningEffort = "low" }, "params.reasoning_effort", "not supported"},
-		{"user unsupported", 0, func(r *Request) { r.User = "u1" }, "user", "not supported"},
-		{"extra unsupported", 0, func(r *Request) { r.Extra = []byte(`{"top_k":5}`) }, "extra_body.top_k", "not supported"},
+		{"user unsupported", 0, func(r *Request) { r.MutableChat().User = "u1" }, "user", "not supported"},
+		{"extra unsupported", 0, func(r *Request) { r.MutableChat().Extra = []byte(`{"top_k":5}`) }, "extra_body.top_k", "not supported"},
 		{"name unsupported", 0, func(r *Request) { r.Input.Messages[0].Name = "ann" }, "input.chat.messages[0].name", "not supported"},
 		{"tool message unsupported", 0, func(r *Request) {
 			r.Input.Messages = append(r.Input.Messages, Message{Role: "tool", ToolCallID: "call_1", Content: "sunny"})
 		}, "input.chat.messages[1].tool_call_id", "not supported"},
 
-		{"tool name", AllFeatures, func(r *Request) { r.Tools = []Tool{{Name: "get weather"}} }, "tools[0].name", "a-z"},
-		{"tool name twice", AllFeatures, func(r *Request) { r.Tools = []Tool{weatherTool, weatherTool} }, "tools[1].name", "tools[0] too"},
-		{"tool parameters", AllFeatures, func(r *Request) { r.Tools = []Tool{{Name: "f", Parameters: []byte(`[1]`)}} }, "tools[0].parameters", "JSON object"},
+		{"tool name", AllFeatures, func(r *Request) { r.MutableChat().Tools = []Tool{{Name: "get weather"}} }, "tools[0].name", "a-z"},
+		{"tool name twice", AllFeatures, func(r *Request) { r.MutableChat().Tools = []Tool{weatherTool, weatherTool} }, "tools[1].name", "tools[0] too"},
+		{"tool parameters", AllFeatures, func(r *Request) { r.MutableChat().Tools = []Tool{{Name: "f", Parameters: []byte(`[1]`)}} }, "tools[0].parameters", "JSON object"},
 		{"tool_choice names no tool", AllFeatures, func(r *Request) {
-			r.Tools = []Tool{weatherTool}
-			r.ToolChoice = ToolChoice{Mode: ToolChoiceFunction, Function: "nope"}
+			r.MutableChat().Tools = []Tool{weatherTool}
+			r.MutableChat().ToolChoice = ToolChoice{Mode: ToolChoiceFunction, Function: "nope"}
 		}, "tool_choice.function", "not the name"},
-		{"required without tools", AllFeatures, func(r *Request) { r.ToolChoice.Mode = ToolChoiceRequired }, "tool_choice", "needs tools"},
-		{"schema missing", AllFeatures, func(r *Request) { r.ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s"} }, "response_format.schema", "must be set"},
+		{"required without tools", AllFeatures, func(r *Request) { r.MutableChat().ToolChoice.Mode = ToolChoiceRequired }, "tool_choice", "needs tools"},
+		{"schema missing", AllFeatures, func(r *Request) { r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s"} }, "response_format.schema", "must be set"},
 		{"schema name", AllFeatures, func(r *Request) {
-			r.ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Schema: []byte(`{}`)}
+			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Schema: []byte(`{}`)}
 		}, "response_format.name", "1 to 64"},
 		{"schema on json_object", AllFeatures, func(r *Request) {
-			r.ResponseFormat = ResponseFormat{Type: FormatJSONObject, Schema: []byte(`{}`)}
+			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONObject, Schema: []byte(`{}`)}
 		}, "response_format", "json_schema only"},
 		{"parts and content", AllFeatures, func(r *Request) { r.Input.Messages[0].Parts = []ContentPart{{Kind: PartText, Text: "x"}} }, "input.chat.messages[0].content", "empty when parts"},
 		{"image url scheme", AllFeatures, func(r *Request) {
@@ -82,10 +82,10 @@ func TestRichValidation(t *testing.T) {
 		{"top_logprobs alone", AllFeatures, func(r *Request) { r.Params.TopLogprobs = ptr[int32](2) }, "params.top_logprobs", "needs params.logprobs"},
 		{"logit_bias key", AllFeatures, func(r *Request) { r.Params.LogitBias = map[string]float32{"hello": 1} }, "params.logit_bias", "token ids"},
 		{"reasoning value", AllFeatures, func(r *Request) { r.Params.ReasoningEffort = "max" }, "params.reasoning_effort", "must be"},
-		{"extra reserved", AllFeatures, func(r *Request) { r.Extra = []byte(`{"model":"x"}`) }, "extra_body.model", "sets itself"},
-		{"extra not an object", AllFeatures, func(r *Request) { r.Extra = []byte(`[1]`) }, "extra_body", "JSON object"},
+		{"extra reserved", AllFeatures, func(r *Request) { r.MutableChat().Extra = []byte(`{"model":"x"}`) }, "extra_body.model", "sets itself"},
+		{"extra not an object", AllFeatures, func(r *Request) { r.MutableChat().Extra = []byte(`[1]`) }, "extra_body", "JSON object"},
 		{"extra too big", AllFeatures, func(r *Request) {
-			r.Extra = []byte(`{"x":"` + strings.Repeat("a", MaxExtraBodyBytes) + `"}`)
+			r.MutableChat().Extra = []byte(`{"x":"` + strings.Repeat("a", MaxExtraBodyBytes) + `"}`)
 		}, "extra_body", "at most 16384 bytes"},
 	}
 	for _, tt := range tests {
@@ -110,7 +110,7 @@ func TestRichValidation(t *testing.T) {
 	rcc, _ := resolveRoute(Route{Name: "m", Op: OpCompletion, Backend: "be"})
 	rcc.features = AllFeatures
 	r = req("x", PriorityNormal)
-	r.Tools = []Tool{weatherTool}
+	r.MutableChat().Tools = []Tool{weatherTool}
 	if ve := validate(r, &rcc); ve == nil || ve.Field != "tools" || !strings.Contains(ve.Reason, "only chat routes") {
 		t.Fatalf("tools on a completion route: %v", ve)
 	}
@@ -125,13 +125,13 @@ func richReq(id string) *Request {
 		{Role: "assistant", ToolCalls: []ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
 		{Role: "tool", ToolCallID: "call_1", Content: `{"temp":21}`},
 	}
-	r.Tools = []Tool{weatherTool}
-	r.ToolChoice = ToolChoice{Mode: ToolChoiceFunction, Function: "get_weather"}
-	r.ParallelToolCalls = ptr(false)
+	r.MutableChat().Tools = []Tool{weatherTool}
+	r.MutableChat().ToolChoice = ToolChoice{Mode: ToolChoiceFunction, Function: "get_weather"}
+	r.MutableChat().ParallelToolCalls = ptr(false)
 	r.Params = Params{PresencePenalty: ptr[float32](0.5), FrequencyPenalty: ptr[float32](-0.5), N: 2,
 		LogitBias: map[string]float32{"42": 5}, Logprobs: true, TopLogprobs: ptr[int32](3), ReasoningEffort: "low"}
-	r.User = "u1"
-	r.Extra = []byte(`{"top_k":5}`)
+	r.MutableChat().User = "u1"
+	r.MutableChat().Extra = []byte(`{"top_k":5}`)
 	return r
 }
 
@@ -151,7 +151,7 @@ func TestFeaturesOfEveryTarget(t *testing.T) {
 	}
 	defer b.Shutdown(context.Background())
 	r := toolReq("a")
-	r.Tools = []Tool{weatherTool}
+	r.MutableChat().Tools = []Tool{weatherTool}
 	c, err := b.Submit(context.Background(), r)
 	if err != nil {
 		t.Fatalf("tools on a backend that takes them: %v", err)
@@ -159,7 +159,7 @@ func TestFeaturesOfEveryTarget(t *testing.T) {
 	<-c.Done()
 	r = toolReq("b")
 	r.Route = "fb"
-	r.Tools = []Tool{weatherTool}
+	r.MutableChat().Tools = []Tool{weatherTool}
 	_, err = b.Submit(context.Background(), r)
 	var ve *ValidationError
 	if !errors.As(err, &ve) || ve.Field != "tools" {
@@ -180,20 +180,18 @@ func TestRichAnswerReachesResult(t *testing.T) {
 	fb := &fakeBackend{}
 	fb.fail = func(b *Batch, out []Response) error {
 		for i := range out {
-			out[i] = Response{ToolCalls: []ToolCall{{ID: "call_" + b.Requests[i].ID, Name: "get_weather", Arguments: `{"city":"Paris"}`}},
-				FinishReason: FinishToolCalls, Logprobs: &Logprobs{Content: []TokenLogprob{{Token: "x", Logprob: -0.1}}},
-				Choices: []Choice{{FinishReason: FinishToolCalls}, {Text: "hi", FinishReason: FinishStop}}}
+			out[i] = Response{Chat: &ChatOutput{ToolCalls: []ToolCall{{ID: "call_" + b.Requests[i].ID, Name: "get_weather", Arguments: `{"city":"Paris"}`}}, Logprobs: &Logprobs{Content: []TokenLogprob{{Token: "x", Logprob: -0.1}}}, Choices: []Choice{{FinishReason: FinishToolCalls}, {Text: "hi", FinishReason: FinishStop}}}, FinishReason: FinishToolCalls}
 		}
 		return nil
 	}
 	b := newTest(t, featured{fb, AllFeatures}, 1, BatchConfig{}, WithRoute(Route{Name: "c", Op: OpChat, Backend: "be"}))
 	r := toolReq("a")
-	r.Tools = []Tool{weatherTool}
+	r.MutableChat().Tools = []Tool{weatherTool}
 	c := submit(t, b, r)
 	<-c.Done()
 	res := c.Result()
-	if res.Err != nil || len(res.ToolCalls) != 1 || res.ToolCalls[0].ID != "call_a" || res.FinishReason != FinishToolCalls ||
-		res.Logprobs == nil || len(res.Choices) != 2 || res.Choices[1].Text != "hi" {
+	if res.Err != nil || len(res.ChatOutput().ToolCalls) != 1 || res.ChatOutput().ToolCalls[0].ID != "call_a" || res.FinishReason != FinishToolCalls ||
+		res.ChatOutput().Logprobs == nil || len(res.ChatOutput().Choices) != 2 || res.ChatOutput().Choices[1].Text != "hi" {
 		t.Fatalf("result = %+v", res)
 	}
 }
@@ -209,25 +207,27 @@ func TestRichKeys(t *testing.T) {
 	rc.targets = []target{{be: &backendState{}, shared: AllParams}}
 	base := richReq("x")
 	edits := map[string]func(r *Request){
-		"tool params": func(r *Request) { r.Tools = []Tool{{Name: "get_weather", Parameters: []byte(`{"type":"object"}`)}} },
-		"tool strict": func(r *Request) { r.Tools = []Tool{weatherTool}; r.Tools[0].Strict = true },
-		"tool choice": func(r *Request) { r.ToolChoice = ToolChoice{Mode: ToolChoiceAuto} },
-		"parallel":    func(r *Request) { r.ParallelToolCalls = ptr(true) },
-		"no parallel": func(r *Request) { r.ParallelToolCalls = nil },
-		"format":      func(r *Request) { r.ResponseFormat = ResponseFormat{Type: FormatJSONObject} },
+		"tool params": func(r *Request) {
+			r.MutableChat().Tools = []Tool{{Name: "get_weather", Parameters: []byte(`{"type":"object"}`)}}
+		},
+		"tool strict": func(r *Request) { r.MutableChat().Tools = []Tool{weatherTool}; r.ChatOptions().Tools[0].Strict = true },
+		"tool choice": func(r *Request) { r.MutableChat().ToolChoice = ToolChoice{Mode: ToolChoiceAuto} },
+		"parallel":    func(r *Request) { r.MutableChat().ParallelToolCalls = ptr(true) },
+		"no parallel": func(r *Request) { r.MutableChat().ParallelToolCalls = nil },
+		"format":      func(r *Request) { r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONObject} },
 		"schema": func(r *Request) {
-			r.ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s", Schema: []byte(`{"type":"object"}`)}
+			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s", Schema: []byte(`{"type":"object"}`)}
 		},
 		"schema strict": func(r *Request) {
-			r.ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s", Schema: []byte(`{}`), Strict: true}
+			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s", Schema: []byte(`{}`), Strict: true}
 		},
 		"penalty":        func(r *Request) { r.Params.PresencePenalty = ptr[float32](0.6) },
 		"n":              func(r *Request) { r.Params.N = 3 },
 		"logit bias":     func(r *Request) { r.Params.LogitBias = map[string]float32{"42": 6} },
 		"top logprobs":   func(r *Request) { r.Params.TopLogprobs = nil },
 		"reasoning":      func(r *Request) { r.Params.ReasoningEffort = "high" },
-		"user":           func(r *Request) { r.User = "u2" },
-		"extra":          func(r *Request) { r.Extra = []byte(`{"top_k":6}`) },
+		"user":           func(r *Request) { r.MutableChat().User = "u2" },
+		"extra":          func(r *Request) { r.MutableChat().Extra = []byte(`{"top_k":6}`) },
 		"image":          func(r *Request) { r.Input.Messages[1].Parts[1].ImageURL = "data:image/png;base64,BBBB" },
 		"image detail":   func(r *Request) { r.Input.Messages[1].Parts[1].Detail = "high" },
 		"name":           func(r *Request) { r.Input.Messages[0].Name = "other" },
@@ -252,8 +252,8 @@ func TestRichKeys(t *testing.T) {
 	// A fan-out target does not share ParamRich: one lane for all.
 	rc.targets[0].shared = 0
 	r := richReq("y")
-	r.Tools = nil
-	r.ToolChoice = ToolChoice{}
+	r.MutableChat().Tools = nil
+	r.MutableChat().ToolChoice = ToolChoice{}
 	if keyOf(r, &rc, 0) != keyOf(base, &rc, 0) {
 		t.Fatal("a fan-out target split lanes on rich fields")
 	}
@@ -272,8 +272,8 @@ func TestDedupKeepsRichApart(t *testing.T) {
 		WithRoute(Route{Name: "c", Op: OpChat, Backend: "be", Batch: BatchConfig{MaxBatchSize: 1}}))
 	a, c := toolReq("a"), toolReq("b")
 	a.Dedup, c.Dedup = DedupOn, DedupOn
-	a.Tools = []Tool{weatherTool}
-	c.Tools = []Tool{{Name: "get_time"}}
+	a.MutableChat().Tools = []Tool{weatherTool}
+	c.MutableChat().Tools = []Tool{{Name: "get_time"}}
 	ca, cc := submit(t, b, a), submit(t, b, c)
 	close(fb.hold)
 	<-ca.Done()
@@ -290,7 +290,7 @@ func TestEstimateCountsRich(t *testing.T) {
 	rc, _ := resolveRoute(Route{Name: "c", Op: OpChat, Backend: "be"})
 	plain := toolReq("p")
 	withTools := toolReq("t")
-	withTools.Tools = []Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{` + strings.Repeat(`"a":{},`, 200) + `"b":{}}}`)}}
+	withTools.MutableChat().Tools = []Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{` + strings.Repeat(`"a":{},`, 200) + `"b":{}}}`)}}
 	if d := estimateTokens(withTools, &rc) - estimateTokens(plain, &rc); d < 300 {
 		t.Fatalf("tools add %d tokens, want their schema's ~350", d)
 	}

@@ -364,7 +364,7 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 			res.Err = e
 		} else {
 			res.Text, res.Embedding, res.FinishReason, res.Usage = resp.Text, resp.Embedding, resp.FinishReason, resp.Usage
-			res.ToolCalls, res.Refusal, res.Logprobs, res.Choices = resp.ToolCalls, resp.Refusal, resp.Logprobs, resp.Choices
+			res.Chat = resp.Chat
 		}
 		c.finishAs(&res, end, true)
 	}

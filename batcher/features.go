@@ -73,7 +73,7 @@ const (
 	MaxTools          = 128
 	MaxToolCalls      = 128
 	MaxSchemaBytes    = 64 << 10 // one tool's parameters, or the response format's schema
-	MaxExtraBodyBytes = 16 << 10 // Request.Extra
+	MaxExtraBodyBytes = 16 << 10 // Request.Chat.Extra
 	MaxUserBytes      = 256
 	MaxChoices        = 8
 	MaxLogitBias      = 300
@@ -123,34 +123,34 @@ func ValidateRich(r *Request, ri RouteInfo) error {
 // operation op honouring have. A plain request passes every check: validate
 // calls it only when r is not plain (richFields, or a negative N).
 func validateRich(r *Request, op Operation, have Features) *ValidationError {
-	p := &r.Params
+	p, c := &r.Params, r.chat()
 	if ve := validateRichParams(p, have); ve != nil {
 		return ve
 	}
-	if r.User != "" {
-		if len(r.User) > MaxUserBytes {
-			return invalid("user", "must be at most %d bytes, got %d", MaxUserBytes, len(r.User))
+	if c.User != "" {
+		if len(c.User) > MaxUserBytes {
+			return invalid("user", "must be at most %d bytes, got %d", MaxUserBytes, len(c.User))
 		}
 		if !have.Has(FeatureUser) {
 			return unsupported("user")
 		}
 	}
-	if len(r.Extra) > 0 {
-		if ve := validateExtra(r.Extra, have); ve != nil {
+	if len(c.Extra) > 0 {
+		if ve := validateExtra(c.Extra, have); ve != nil {
 			return ve
 		}
 	}
-	chatOnly := len(r.Tools) > 0 || r.ToolChoice != (ToolChoice{}) || r.ParallelToolCalls != nil || r.ResponseFormat.Type != FormatDefault
+	chatOnly := len(c.Tools) > 0 || c.ToolChoice != (ToolChoice{}) || c.ParallelToolCalls != nil || c.ResponseFormat.Type != FormatDefault
 	if !chatOnly {
 		return nil
 	}
 	if op != OpChat {
 		switch {
-		case len(r.Tools) > 0:
+		case len(c.Tools) > 0:
 			return invalid("tools", "only chat routes take tools, this one takes %s input", op)
-		case r.ToolChoice != (ToolChoice{}):
+		case c.ToolChoice != (ToolChoice{}):
 			return invalid("tool_choice", "only chat routes take tool_choice, this one takes %s input", op)
-		case r.ParallelToolCalls != nil:
+		case c.ParallelToolCalls != nil:
 			return invalid("parallel_tool_calls", "only chat routes take parallel_tool_calls, this one takes %s input", op)
 		}
 		return invalid("response_format", "only chat routes take response_format, this one takes %s input", op)
@@ -158,7 +158,7 @@ func validateRich(r *Request, op Operation, have Features) *ValidationError {
 	if ve := validateTools(r, have); ve != nil {
 		return ve
 	}
-	return validateFormat(&r.ResponseFormat, have)
+	return validateFormat(&c.ResponseFormat, have)
 }
 
 func validateRichParams(p *Params, have Features) *ValidationError {
@@ -248,17 +248,18 @@ func validateExtra(extra []byte, have Features) *ValidationError {
 }
 
 func validateTools(r *Request, have Features) *ValidationError {
-	if len(r.Tools) > MaxTools {
-		return invalid("tools", "must hold at most %d tools, got %d", MaxTools, len(r.Tools))
+	c := r.chat()
+	if len(c.Tools) > MaxTools {
+		return invalid("tools", "must hold at most %d tools, got %d", MaxTools, len(c.Tools))
 	}
-	for i := range r.Tools {
-		t := &r.Tools[i]
+	for i := range c.Tools {
+		t := &c.Tools[i]
 		f := "tools[" + strconv.Itoa(i) + "]"
 		if ve := checkName(f+".name", t.Name); ve != nil {
 			return ve
 		}
 		for j := range i {
-			if r.Tools[j].Name == t.Name {
+			if c.Tools[j].Name == t.Name {
 				return invalid(f+".name", "%q is the name of tools[%d] too", t.Name, j)
 			}
 		}
@@ -271,20 +272,20 @@ func validateTools(r *Request, have Features) *ValidationError {
 			return invalid(f+".description", "must be at most %d bytes, got %d", MaxSchemaBytes, len(t.Description))
 		}
 	}
-	tc := &r.ToolChoice
+	tc := &c.ToolChoice
 	switch tc.Mode {
 	case ToolChoiceDefault, ToolChoiceAuto, ToolChoiceNone:
 		if tc.Function != "" {
 			return invalid("tool_choice", "names a function without the function mode")
 		}
 	case ToolChoiceRequired:
-		if len(r.Tools) == 0 {
+		if len(c.Tools) == 0 {
 			return invalid("tool_choice", "required needs tools")
 		}
 	case ToolChoiceFunction:
 		found := false
-		for i := range r.Tools {
-			found = found || r.Tools[i].Name == tc.Function
+		for i := range c.Tools {
+			found = found || c.Tools[i].Name == tc.Function
 		}
 		if !found {
 			return invalid("tool_choice.function", "%q is not the name of a tool of the request", clip.String(tc.Function))
@@ -294,11 +295,11 @@ func validateTools(r *Request, have Features) *ValidationError {
 	}
 	if !have.Has(FeatureTools) {
 		switch {
-		case len(r.Tools) > 0:
+		case len(c.Tools) > 0:
 			return unsupported("tools")
-		case r.ToolChoice != (ToolChoice{}):
+		case c.ToolChoice != (ToolChoice{}):
 			return unsupported("tool_choice")
-		case r.ParallelToolCalls != nil:
+		case c.ParallelToolCalls != nil:
 			return unsupported("parallel_tool_calls")
 		}
 	}

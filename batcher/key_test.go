@@ -54,6 +54,17 @@ func TestIdentityCoversEveryField(t *testing.T) {
 			case f.Type.Kind() == reflect.Struct:
 				walk(name, field, f.Type)
 				continue
+			case f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct:
+				// Nil and a pointer to the zero value mean the same
+				// (Request.Chat): each field of the pointee must change it.
+				walk(name, func(r *Request) reflect.Value {
+					p := field(r)
+					if p.IsNil() {
+						p.Set(reflect.New(f.Type.Elem()))
+					}
+					return p.Elem()
+				}, f.Type.Elem())
+				continue
 			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
 				// One more element changes it; so does each field of the
 				// base request's first element (which must have one).
@@ -196,7 +207,7 @@ func TestKeyIsAgreesWithSame(t *testing.T) {
 		func(r *Request) { r.Params.TopP = ptr(float32(0.9)) },
 		func(r *Request) { r.Params.Seed = ptr(int64(0)) },
 		func(r *Request) { r.Stream = true },
-		func(r *Request) { r.User = "u" },
+		func(r *Request) { r.MutableChat().User = "u" },
 		func(r *Request) { r.Params.N = 2 },
 		func(r *Request) { r.Params.Stop = []string{"x"} },
 		func(r *Request) { r.Params.Stop = []string{"x", "y"}; r.Params.Temperature = ptr(float32(0.3)) },

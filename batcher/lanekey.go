@@ -74,7 +74,7 @@ func keyWith(r *Request, rc *routeConfig, target uint8, shared ParamSet) laneKey
 	if len(p.Stop) > 0 && shared.Has(ParamStop) {
 		k.stop = strings.Join(p.Stop, "\x00")
 	}
-	if shared.Has(ParamRich) && r.richFields() { // richFields inlined: a plain request makes no call
+	if shared.Has(ParamRich) && r.mayBeRich() { // inlined: a plain request makes no call
 		k.rich = richKey(r)
 	}
 	return k
@@ -92,7 +92,7 @@ func (k *laneKey) is(r *Request, rc *routeConfig, target uint8) bool {
 	}
 	shared := rc.targets[target].shared
 	p := &r.Params
-	if rc.Op == OpEmbedding || r.Stream || len(p.Stop) > 0 || r.richFields() {
+	if rc.Op == OpEmbedding || r.Stream || len(p.Stop) > 0 || r.mayBeRich() {
 		o := keyWith(r, rc, target, shared)
 		return k.same(&o)
 	}

@@ -194,18 +194,10 @@ type Request struct {
 	// (Call.Deltas; stream.go). A streamed request goes upstream alone.
 	Stream bool
 
-	// Chat only: the functions the model may call, whether and which it
-	// must, whether it may call several at once (nil: the upstream's
-	// default), and the answer's shape (chat.go).
-	Tools             []Tool
-	ToolChoice        ToolChoice
-	ParallelToolCalls *bool
-	ResponseFormat    ResponseFormat
-	// User names the end user, forwarded to the upstream.
-	User string
-	// Extra holds provider-specific body fields as one JSON object,
-	// forwarded verbatim by backends that declare FeatureExtraBody.
-	Extra []byte
+	// Chat holds a chat request's options beyond text: tools, tool choice,
+	// response format, user and extra body fields (chat.go). Nil for a
+	// plain request, which so copies one pointer for them, not the options.
+	Chat *ChatOptions
 }
 
 // PolicyMaxRetries in RetryOverride.MaxRetries keeps the backend policy's
@@ -284,12 +276,9 @@ type Result struct {
 	Embedding    []float32
 	FinishReason FinishReason
 	Usage        Usage
-	// A chat answer's tool calls, refusal and log probabilities; with
-	// Params.N > 1 every choice, Choices[0] being the one above.
-	ToolCalls []ToolCall
-	Refusal   string
-	Logprobs  *Logprobs
-	Choices   []Choice
+	// Chat holds a chat answer's tool calls, refusal, log probabilities and
+	// choices (chat.go); nil for a plain text answer.
+	Chat *ChatOutput
 
 	// BatchID and BatchSize are the caller's view of the batch that
 	// carried it: with a Tenant, that tenant's own name for the batch and

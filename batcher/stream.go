@@ -312,18 +312,12 @@ func (s *streamState) end(r *Result) {
 		if s.started {
 			r.Partial = true
 			r.Text = s.text.String()
-			r.Refusal = s.refusal.String()
-			r.ToolCalls = s.toolCalls()
+			r.Chat = s.chatOutput(r.Chat, true)
 		}
 	} else {
 		if s.started || r.Text == "" {
 			r.Text = s.text.String()
-			if r.Refusal == "" {
-				r.Refusal = s.refusal.String()
-			}
-			if r.ToolCalls == nil {
-				r.ToolCalls = s.toolCalls()
-			}
+			r.Chat = s.chatOutput(r.Chat, false)
 		} else if r.Text != "" {
 			// A backend that wrote no delta but answered: one delta with all.
 			s.pending = append(s.pending, Delta{Text: r.Text})
@@ -584,6 +578,27 @@ func (s *streamState) addToolLocked(t *ToolCallDelta) {
 }
 
 // toolCalls returns the answer's tool calls, in the order they began.
+// chatOutput returns have (a result's chat output, nil or shared, so never
+// written) with the refusal and tool calls the deltas made: in place of
+// have's when replace, else only where have has none. Nil when it holds
+// nothing.
+func (s *streamState) chatOutput(have *ChatOutput, replace bool) *ChatOutput {
+	var o ChatOutput
+	if have != nil {
+		o = *have
+	}
+	if replace || o.Refusal == "" {
+		o.Refusal = s.refusal.String()
+	}
+	if replace || o.ToolCalls == nil {
+		o.ToolCalls = s.toolCalls()
+	}
+	if o.Refusal == "" && o.ToolCalls == nil && o.Logprobs == nil && o.Choices == nil {
+		return nil
+	}
+	return &o
+}
+
 func (s *streamState) toolCalls() []ToolCall {
 	if len(s.tools) == 0 {
 		return nil

@@ -326,8 +326,8 @@ func TestStreamAssemblesToolCalls(t *testing.T) {
 		c := submit(t, b, streamReq("s"))
 		ds := readAll(t, c)
 		r := c.Result()
-		if len(ds) != 4 || len(r.ToolCalls) != 1 || r.ToolCalls[0] != (ToolCall{ID: "call_1", Name: "get", Arguments: `{"a":1}`}) {
-			t.Fatalf("%d deltas, result tool calls %+v", len(ds), r.ToolCalls)
+		if len(ds) != 4 || len(r.ChatOutput().ToolCalls) != 1 || r.ChatOutput().ToolCalls[0] != (ToolCall{ID: "call_1", Name: "get", Arguments: `{"a":1}`}) {
+			t.Fatalf("%d deltas, result tool calls %+v", len(ds), r.ChatOutput().ToolCalls)
 		}
 	})
 }

@@ -351,7 +351,7 @@ func (r *Request) EstimatedTokens(defaultMaxTokens int32) int {
 	n := r.Input.Size()/4 + 1
 	// richTokens counts tools, a schema and images, so it is 0 without
 	// them: a plain completion or embedding does not ask Rich.
-	if (len(r.Tools) > 0 || len(r.ResponseFormat.Schema) > 0 || len(r.Input.Messages) > 0) && r.Rich() {
+	if (r.Chat != nil || len(r.Input.Messages) > 0) && r.Rich() {
 		n += r.richTokens()
 	}
 	if r.Input.Op != OpEmbedding {

@@ -38,7 +38,7 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 	if ve := validateParams(&r.Params, rc); ve != nil {
 		return ve
 	}
-	if r.Params.N < 0 || r.richFields() { // inlined: a plain request makes no call
+	if r.Params.N < 0 || r.mayBeRich() { // inlined: a plain request makes no call
 		if ve := validateRich(r, r.Input.Op, rc.features); ve != nil {
 			return ve
 		}

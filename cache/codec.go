@@ -12,7 +12,7 @@ import (
 
 // codecVersion starts every value and is part of every key, so that a
 // replica never decodes what another version wrote.
-const codecVersion = 1
+const codecVersion = 2 // 2: a chat answer's parts moved under Result.Chat
 
 // encode writes r, and when it expires, as a Redis value: the version, the
 // expiry in Unix milliseconds, and r in gob. Gob carries every exported

@@ -45,8 +45,14 @@ func (r *ItemRequest) coreRequest(route string) *batcher.Request {
 
 // setRich sets req's chat fields beyond text from r.
 func (r *ItemRequest) setRich(req *batcher.Request) {
-	req.Tools, req.ToolChoice, req.ParallelToolCalls = r.Tools, r.ToolChoice, r.ParallelToolCalls
-	req.ResponseFormat, req.User, req.Extra = r.ResponseFormat, r.User, r.Extra
+	o := batcher.ChatOptions{Tools: r.Tools, ToolChoice: r.ToolChoice, ParallelToolCalls: r.ParallelToolCalls,
+		ResponseFormat: r.ResponseFormat, User: r.User, Extra: r.Extra}
+	req.Chat = nil
+	if !o.IsZero() {
+		// A copy, so that only a request with chat options allocates them.
+		set := o
+		req.Chat = &set
+	}
 }
 
 // Record is a finished task's result as the store keeps it.
@@ -83,9 +89,12 @@ type Record struct {
 // Result returns the answer rec holds as a core result, to render (a
 // door's own shape: an output line, a JobResult).
 func (rec *Record) Result() *batcher.Result {
-	return &batcher.Result{Text: rec.Text, Embedding: rec.Embedding, FinishReason: rec.FinishReason,
-		Usage:     batcher.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens},
-		ToolCalls: rec.ToolCalls, Refusal: rec.Refusal, Logprobs: rec.Logprobs, Choices: rec.Choices}
+	res := &batcher.Result{Text: rec.Text, Embedding: rec.Embedding, FinishReason: rec.FinishReason,
+		Usage: batcher.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens}}
+	if rec.ToolCalls != nil || rec.Refusal != "" || rec.Logprobs != nil || rec.Choices != nil {
+		res.Chat = &batcher.ChatOutput{ToolCalls: rec.ToolCalls, Refusal: rec.Refusal, Logprobs: rec.Logprobs, Choices: rec.Choices}
+	}
+	return res
 }
 
 // The error codes of Record.ErrCode.

@@ -77,8 +77,9 @@ func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error)
 	req = &ItemRequest{Model: b.Model, URL: l.URL, ServiceTier: b.ServiceTier}
 	if l.URL == URLChat {
 		req.Input, req.Params, req.Metadata = chat.Input, chat.Params, chat.Metadata
-		req.Tools, req.ToolChoice, req.ParallelToolCalls = chat.Tools, chat.ToolChoice, chat.ParallelToolCalls
-		req.ResponseFormat, req.User, req.Extra = chat.ResponseFormat, chat.User, chat.Extra
+		o := chat.ChatOptions()
+		req.Tools, req.ToolChoice, req.ParallelToolCalls = o.Tools, o.ToolChoice, o.ParallelToolCalls
+		req.ResponseFormat, req.User, req.Extra = o.ResponseFormat, o.User, o.Extra
 		return l.CustomID, req, nil
 	}
 	if err := legacyRequest(l.URL, &b, req); err != nil {

@@ -842,10 +842,10 @@ func (r *run) commitSize() int { return min(r.m.cfg.CommitSize, max(r.limit()/2,
 // no error it reads no state of the loop: the batch API's collector calls
 // it too.
 func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
-	t := &f.task
+	t, ro := &f.task, res.ChatOutput()
 	rec := Record{URL: f.url, ServiceTier: f.tier, JudgePrompt: f.judge, Text: res.Text, Embedding: res.Embedding, FinishReason: res.FinishReason,
 		PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Attempts: res.Attempts,
-		BatchID: res.BatchID, Backend: res.Backend, ToolCalls: res.ToolCalls, Refusal: res.Refusal, Logprobs: res.Logprobs, Choices: res.Choices}
+		BatchID: res.BatchID, Backend: res.Backend, ToolCalls: ro.ToolCalls, Refusal: ro.Refusal, Logprobs: ro.Logprobs, Choices: ro.Choices}
 	o := Outcome{Seq: t.Seq, Group: t.Group, Item: t.Item, Run: t.Run, CustomID: t.CustomID, State: ItemSucceeded, Model: f.model,
 		TokensIn: int64(res.Usage.PromptTokens), TokensOut: int64(res.Usage.CompletionTokens),
 		JudgeSeq: r.lay.judgeSeq(t.Item), RunsFrom: t.Item * r.lay.k}

@@ -371,8 +371,7 @@ func (u *upstream) collect(ctx context.Context, c *Chunk, b *batchapi.Batch, hel
 		f := &inflight{task: held[i], model: u.route}
 		rp := &res.Resp
 		o := u.r.outcome(f, batcher.Result{Text: rp.Text, Embedding: rp.Embedding, FinishReason: rp.FinishReason,
-			ToolCalls: rp.ToolCalls, Refusal: rp.Refusal, Logprobs: rp.Logprobs, Choices: rp.Choices,
-			Usage: rp.Usage, Attempts: 1, BatchID: b.ID, Backend: backendBatchAPI})
+			Chat: rp.Chat, Usage: rp.Usage, Attempts: 1, BatchID: b.ID, Backend: backendBatchAPI})
 		outs = append(outs, o)
 		if len(outs) >= 1024 {
 			return flush()

@@ -13,7 +13,7 @@ import (
 // /v1/chat/completions reads it, into a core request: the model as Route,
 // the messages with their parts, names, tool calls and tool answers, the
 // parameters, tools, tool choice, response format and user, and unknown
-// top-level fields as extra body fields (Request.Extra), which the core
+// top-level fields as extra body fields (Request.Chat.Extra), which the core
 // refuses by name where the backend cannot forward them. It sets no ID,
 // priority, timeout or cache mode: the caller's door does. A streamed body
 // is refused: a batch line is answered whole. The error names the field at
@@ -33,8 +33,12 @@ func ChatBody(body []byte) (*batcher.Request, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	if req.Extra, e = extraFields(body); e != nil {
+	extra, e := extraFields(body)
+	if e != nil {
 		return nil, e
+	}
+	if extra != nil {
+		req.MutableChat().Extra = extra
 	}
 	return req, nil
 }

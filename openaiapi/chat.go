@@ -22,7 +22,10 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	req, o, e := h.chatRequest(r, &body)
 	if e == nil {
-		req.Extra, e = extraFields(raw)
+		var extra []byte
+		if extra, e = extraFields(raw); extra != nil {
+			req.MutableChat().Extra = extra
+		}
 	}
 	if e != nil {
 		WriteError(w, e)

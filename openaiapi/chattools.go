@@ -15,7 +15,7 @@ import (
 // The chat surface beyond text: tools, tool calls, response formats,
 // image parts and the parameters only some backends honour. Unknown
 // top-level fields are not ignored: they are forwarded as extra body
-// fields (batcher.Request.Extra), which a backend that cannot forward
+// fields (batcher.Request.Chat.Extra), which a backend that cannot forward
 // them refuses by name (400 naming the field). So a caller's field is
 // always carried or refused, never dropped.
 
@@ -251,8 +251,9 @@ func messageToCore(m *chatMessage, i int, dst *batcher.Message) *Error {
 
 // extrasToCore translates the request-level fields beyond text.
 func (x *chatExtras) toCore(dst *batcher.Request) *Error {
+	var o batcher.ChatOptions
 	if len(x.Tools) > 0 {
-		dst.Tools = make([]batcher.Tool, len(x.Tools))
+		o.Tools = make([]batcher.Tool, len(x.Tools))
 		for i, t := range x.Tools {
 			if t.Type != "function" {
 				return badRequest("tools["+strconv.Itoa(i)+"].type", "only function tools are served, got %q", truncate(t.Type))
@@ -261,31 +262,31 @@ func (x *chatExtras) toCore(dst *batcher.Request) *Error {
 			if e != nil {
 				return e
 			}
-			dst.Tools[i] = batcher.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: params,
+			o.Tools[i] = batcher.Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: params,
 				Strict: t.Function.Strict != nil && *t.Function.Strict}
 		}
 	}
 	if c := x.ToolChoice; c != nil {
 		switch c.mode {
 		case "auto":
-			dst.ToolChoice.Mode = batcher.ToolChoiceAuto
+			o.ToolChoice.Mode = batcher.ToolChoiceAuto
 		case "none":
-			dst.ToolChoice.Mode = batcher.ToolChoiceNone
+			o.ToolChoice.Mode = batcher.ToolChoiceNone
 		case "required":
-			dst.ToolChoice.Mode = batcher.ToolChoiceRequired
+			o.ToolChoice.Mode = batcher.ToolChoiceRequired
 		case "function":
-			dst.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: c.function}
+			o.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: c.function}
 		default:
 			return badRequest("tool_choice", "must be none, auto, required or a function, got %q", truncate(strings.TrimPrefix(c.mode, "object:")))
 		}
 	}
-	dst.ParallelToolCalls = x.ParallelToolCalls
+	o.ParallelToolCalls = x.ParallelToolCalls
 	if rf := x.ResponseFormat; rf != nil {
 		switch rf.Type {
 		case "text":
-			dst.ResponseFormat.Type = batcher.FormatText
+			o.ResponseFormat.Type = batcher.FormatText
 		case "json_object":
-			dst.ResponseFormat.Type = batcher.FormatJSONObject
+			o.ResponseFormat.Type = batcher.FormatJSONObject
 		case "json_schema":
 			if rf.JSONSchema == nil {
 				return badRequest("response_format.json_schema", "must be set for type json_schema")
@@ -294,7 +295,7 @@ func (x *chatExtras) toCore(dst *batcher.Request) *Error {
 			if e != nil {
 				return e
 			}
-			dst.ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: rf.JSONSchema.Name,
+			o.ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: rf.JSONSchema.Name,
 				Description: rf.JSONSchema.Description, Schema: schema, Strict: rf.JSONSchema.Strict != nil && *rf.JSONSchema.Strict}
 		default:
 			return badRequest("response_format.type", "must be text, json_object or json_schema, got %q", truncate(rf.Type))
@@ -326,7 +327,12 @@ func (x *chatExtras) toCore(dst *batcher.Request) *Error {
 		}
 	}
 	p.ReasoningEffort = x.ReasoningEffort
-	dst.User = x.User
+	o.User = x.User
+	if !o.IsZero() {
+		// A copy, so that only a request with chat options allocates them.
+		set := o
+		dst.Chat = &set
+	}
 	return nil
 }
 
@@ -367,12 +373,13 @@ type wireTopLogprob struct {
 
 // chatChoices renders a chat result's choices as OpenAI does.
 func chatChoices(out *batcher.Result) []chatChoice {
-	if len(out.Choices) == 0 {
-		return []chatChoice{outputChoice(0, out.Text, out.Refusal, out.ToolCalls, out.Logprobs, out.FinishReason)}
+	o := out.ChatOutput()
+	if len(o.Choices) == 0 {
+		return []chatChoice{outputChoice(0, out.Text, o.Refusal, o.ToolCalls, o.Logprobs, out.FinishReason)}
 	}
-	cs := make([]chatChoice, len(out.Choices))
-	for i := range out.Choices {
-		c := &out.Choices[i]
+	cs := make([]chatChoice, len(o.Choices))
+	for i := range o.Choices {
+		c := &o.Choices[i]
 		cs[i] = outputChoice(i, c.Text, c.Refusal, c.ToolCalls, c.Logprobs, c.FinishReason)
 	}
 	return cs

@@ -32,7 +32,7 @@
 //     logprobs, top_logprobs, the penalties, logit_bias, user and
 //     reasoning_effort, and answers with tool_calls, refusal and logprobs
 //     in OpenAI's shape. An unknown top-level chat field is forwarded as
-//     an extra body field (batcher.Request.Extra) to backends that forward
+//     an extra body field (batcher.Request.Chat.Extra) to backends that forward
 //     them (OpenAI-compatible upstreams), and is a 400 naming it elsewhere:
 //     forwarding keeps new provider fields usable without a Batcher
 //     release, refusing where they cannot go keeps them from vanishing.

@@ -183,7 +183,7 @@ func FuzzChatSurface(f *testing.F) {
 		}
 		req, _, e := h.chatRequest(r, &b)
 		if e == nil {
-			req.Extra, e = extraFields(body)
+			req.MutableChat().Extra, e = extraFields(body)
 		}
 		if e != nil {
 			if e.Status != http.StatusBadRequest {
@@ -191,13 +191,13 @@ func FuzzChatSurface(f *testing.F) {
 			}
 			return
 		}
-		if req.Extra != nil {
+		if req.ChatOptions().Extra != nil {
 			var m map[string]json.RawMessage
-			if json.Unmarshal(req.Extra, &m) != nil || len(m) == 0 {
-				t.Fatalf("extra %q is not a JSON object", req.Extra)
+			if json.Unmarshal(req.ChatOptions().Extra, &m) != nil || len(m) == 0 {
+				t.Fatalf("extra %q is not a JSON object", req.ChatOptions().Extra)
 			}
 		}
-		for _, tl := range req.Tools {
+		for _, tl := range req.ChatOptions().Tools {
 			if tl.Parameters != nil && !json.Valid(tl.Parameters) {
 				t.Fatalf("tool parameters %q", tl.Parameters)
 			}

@@ -163,7 +163,7 @@ func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batche
 		return
 	}
 	fr := finishReason(res.FinishReason)
-	if len(res.ToolCalls) > 0 && res.FinishReason == batcher.FinishStop {
+	if len(res.ChatOutput().ToolCalls) > 0 && res.FinishReason == batcher.FinishStop {
 		s := "tool_calls"
 		fr = &s
 	}

@@ -60,33 +60,33 @@ func richParamsToCore(p *batcherv1.GenerationParams, dst *batcher.Params) *statu
 // chatOptionsToCore translates the request-level chat fields: tools, tool
 // choice, response format, user and extra body fields.
 func chatOptionsToCore(pr *batcherv1.Request, dst *batcher.Request) *status.Status {
-	dst.Tools, dst.ToolChoice, dst.ParallelToolCalls = nil, batcher.ToolChoice{}, pr.ParallelToolCalls
-	dst.ResponseFormat, dst.User, dst.Extra = batcher.ResponseFormat{}, pr.GetUser(), nil
+	dst.Chat = nil
+	c := batcher.ChatOptions{ParallelToolCalls: pr.ParallelToolCalls, User: pr.GetUser()}
 	if tools := pr.GetTools(); len(tools) > 0 {
-		dst.Tools = make([]batcher.Tool, len(tools))
+		c.Tools = make([]batcher.Tool, len(tools))
 		for i, t := range tools {
 			params, st := structJSON("request.tools["+strconv.Itoa(i)+"].parameters", t.GetParameters())
 			if st != nil {
 				return st
 			}
-			dst.Tools[i] = batcher.Tool{Name: t.GetName(), Description: t.GetDescription(), Parameters: params, Strict: t.GetStrict()}
+			c.Tools[i] = batcher.Tool{Name: t.GetName(), Description: t.GetDescription(), Parameters: params, Strict: t.GetStrict()}
 		}
 	}
 	if tc := pr.GetToolChoice(); tc != nil {
-		switch c := tc.GetChoice().(type) {
+		switch tcc := tc.GetChoice().(type) {
 		case *batcherv1.ToolChoice_Function:
-			dst.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: c.Function}
+			c.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: tcc.Function}
 		case *batcherv1.ToolChoice_Mode:
-			switch c.Mode {
+			switch tcc.Mode {
 			case batcherv1.ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED:
 			case batcherv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO:
-				dst.ToolChoice.Mode = batcher.ToolChoiceAuto
+				c.ToolChoice.Mode = batcher.ToolChoiceAuto
 			case batcherv1.ToolChoiceMode_TOOL_CHOICE_MODE_NONE:
-				dst.ToolChoice.Mode = batcher.ToolChoiceNone
+				c.ToolChoice.Mode = batcher.ToolChoiceNone
 			case batcherv1.ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED:
-				dst.ToolChoice.Mode = batcher.ToolChoiceRequired
+				c.ToolChoice.Mode = batcher.ToolChoiceRequired
 			default:
-				return invalidArgument("request.tool_choice.mode", "unknown value "+strconv.Itoa(int(c.Mode)))
+				return invalidArgument("request.tool_choice.mode", "unknown value "+strconv.Itoa(int(tcc.Mode)))
 			}
 		}
 	}
@@ -94,11 +94,11 @@ func chatOptionsToCore(pr *batcherv1.Request, dst *batcher.Request) *status.Stat
 		switch t := rf.GetType(); t {
 		case batcherv1.ResponseFormatType_RESPONSE_FORMAT_TYPE_UNSPECIFIED:
 		case batcherv1.ResponseFormatType_RESPONSE_FORMAT_TYPE_TEXT:
-			dst.ResponseFormat.Type = batcher.FormatText
+			c.ResponseFormat.Type = batcher.FormatText
 		case batcherv1.ResponseFormatType_RESPONSE_FORMAT_TYPE_JSON_OBJECT:
-			dst.ResponseFormat.Type = batcher.FormatJSONObject
+			c.ResponseFormat.Type = batcher.FormatJSONObject
 		case batcherv1.ResponseFormatType_RESPONSE_FORMAT_TYPE_JSON_SCHEMA:
-			dst.ResponseFormat.Type = batcher.FormatJSONSchema
+			c.ResponseFormat.Type = batcher.FormatJSONSchema
 		default:
 			return invalidArgument("request.response_format.type", "unknown value "+strconv.Itoa(int(t)))
 		}
@@ -106,15 +106,20 @@ func chatOptionsToCore(pr *batcherv1.Request, dst *batcher.Request) *status.Stat
 		if st != nil {
 			return st
 		}
-		dst.ResponseFormat.Name, dst.ResponseFormat.Description = rf.GetName(), rf.GetDescription()
-		dst.ResponseFormat.Schema, dst.ResponseFormat.Strict = schema, rf.GetStrict()
+		c.ResponseFormat.Name, c.ResponseFormat.Description = rf.GetName(), rf.GetDescription()
+		c.ResponseFormat.Schema, c.ResponseFormat.Strict = schema, rf.GetStrict()
 	}
 	if eb := pr.GetExtraBody(); eb != nil {
 		extra, st := structJSON("request.extra_body", eb)
 		if st != nil {
 			return st
 		}
-		dst.Extra = extra
+		c.Extra = extra
+	}
+	if !c.IsZero() {
+		// A copy, so that only a request with chat options allocates them.
+		set := c
+		dst.Chat = &set
 	}
 	return nil
 }
@@ -135,14 +140,15 @@ func structJSON(field string, s *structpb.Struct) ([]byte, *status.Status) {
 // outputMessages sets c's message (and choices, with n > 1) from a chat
 // result that holds more than text.
 func outputMessages(c *batcherv1.Completion, r *batcher.Result) {
-	c.Message = outputMessage(r.Text, r.Refusal, r.ToolCalls, r.Logprobs, r.FinishReason)
+	o := r.ChatOutput()
+	c.Message = outputMessage(r.Text, o.Refusal, o.ToolCalls, o.Logprobs, r.FinishReason)
 	if int(r.FinishReason) < len(finishReasons) {
 		c.Message.FinishReason = finishReasons[r.FinishReason]
 	}
-	if len(r.Choices) > 0 {
-		c.Choices = make([]*batcherv1.OutputMessage, len(r.Choices))
-		for i := range r.Choices {
-			ch := &r.Choices[i]
+	if len(o.Choices) > 0 {
+		c.Choices = make([]*batcherv1.OutputMessage, len(o.Choices))
+		for i := range o.Choices {
+			ch := &o.Choices[i]
 			c.Choices[i] = outputMessage(ch.Text, ch.Refusal, ch.ToolCalls, ch.Logprobs, ch.FinishReason)
 		}
 	}

@@ -51,16 +51,16 @@ func TestToCoreChatSurface(t *testing.T) {
 		t.Fatalf("message 1 = %+v", m[1])
 	case m[2].ToolCallID != "call_1" || m[2].Content != `{"temp":21}`:
 		t.Fatalf("message 2 = %+v", m[2])
-	case len(got.Tools) != 1 || got.Tools[0].Name != "get_weather" || !got.Tools[0].Strict ||
-		string(got.Tools[0].Parameters) != `{"properties":{"city":{"type":"string"}},"type":"object"}`:
-		t.Fatalf("tools = %+v (%s)", got.Tools, got.Tools[0].Parameters)
-	case got.ToolChoice != (batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}) || got.ParallelToolCalls == nil || *got.ParallelToolCalls:
-		t.Fatalf("tool choice %+v, parallel %v", got.ToolChoice, got.ParallelToolCalls)
-	case got.ResponseFormat.Type != batcher.FormatJSONSchema || got.ResponseFormat.Name != "out" || !got.ResponseFormat.Strict ||
-		string(got.ResponseFormat.Schema) != `{"required":["answer"],"type":"object"}`:
-		t.Fatalf("response format = %+v", got.ResponseFormat)
-	case string(got.Extra) != `{"safe_mode":true,"top_k":5}` || got.User != "u1":
-		t.Fatalf("extra %s, user %q", got.Extra, got.User)
+	case len(got.ChatOptions().Tools) != 1 || got.ChatOptions().Tools[0].Name != "get_weather" || !got.ChatOptions().Tools[0].Strict ||
+		string(got.ChatOptions().Tools[0].Parameters) != `{"properties":{"city":{"type":"string"}},"type":"object"}`:
+		t.Fatalf("tools = %+v (%s)", got.ChatOptions().Tools, got.ChatOptions().Tools[0].Parameters)
+	case got.ChatOptions().ToolChoice != (batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}) || got.ChatOptions().ParallelToolCalls == nil || *got.ChatOptions().ParallelToolCalls:
+		t.Fatalf("tool choice %+v, parallel %v", got.ChatOptions().ToolChoice, got.ChatOptions().ParallelToolCalls)
+	case got.ChatOptions().ResponseFormat.Type != batcher.FormatJSONSchema || got.ChatOptions().ResponseFormat.Name != "out" || !got.ChatOptions().ResponseFormat.Strict ||
+		string(got.ChatOptions().ResponseFormat.Schema) != `{"required":["answer"],"type":"object"}`:
+		t.Fatalf("response format = %+v", got.ChatOptions().ResponseFormat)
+	case string(got.ChatOptions().Extra) != `{"safe_mode":true,"top_k":5}` || got.ChatOptions().User != "u1":
+		t.Fatalf("extra %s, user %q", got.ChatOptions().Extra, got.ChatOptions().User)
 	}
 	p := got.Params
 	if *p.PresencePenalty != 0.5 || *p.FrequencyPenalty != -1 || p.N != 2 || p.LogitBias["42"] != -100 || !p.Logprobs || *p.TopLogprobs != 3 || p.ReasoningEffort != "low" {
@@ -132,12 +132,14 @@ func TestCompletionCarriesTheMessage(t *testing.T) {
 		t.Fatalf("plain completion = %v", plain)
 	}
 	res := &batcher.Result{
-		ToolCalls:    []batcher.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		Chat: &batcher.ChatOutput{
+			ToolCalls: []batcher.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+			Logprobs:  &batcher.Logprobs{Content: []batcher.TokenLogprob{{Token: "a", Logprob: -0.5, Bytes: []byte("a"), Top: []batcher.TopLogprob{{Token: "b", Logprob: -1}}}}},
+			Choices:   []batcher.Choice{{FinishReason: batcher.FinishToolCalls}, {Text: "second", FinishReason: batcher.FinishStop, Refusal: ""}},
+		},
 		FinishReason: batcher.FinishToolCalls,
-		Logprobs:     &batcher.Logprobs{Content: []batcher.TokenLogprob{{Token: "a", Logprob: -0.5, Bytes: []byte("a"), Top: []batcher.TopLogprob{{Token: "b", Logprob: -1}}}}},
-		Choices:      []batcher.Choice{{FinishReason: batcher.FinishToolCalls}, {Text: "second", FinishReason: batcher.FinishStop, Refusal: ""}},
 	}
-	res.Choices[0].ToolCalls = res.ToolCalls
+	res.ChatOutput().Choices[0].ToolCalls = res.ChatOutput().ToolCalls
 	c := completion(req, res)
 	m := c.GetMessage()
 	if c.FinishReason != batcherv1.FinishReason_FINISH_REASON_TOOL_CALLS || m.GetFinishReason() != batcherv1.FinishReason_FINISH_REASON_TOOL_CALLS ||
@@ -146,7 +148,7 @@ func TestCompletionCarriesTheMessage(t *testing.T) {
 		len(c.GetChoices()) != 2 || c.GetChoices()[1].GetContent() != "second" {
 		t.Fatalf("completion = %v", c)
 	}
-	refused := completion(req, &batcher.Result{Refusal: "no", FinishReason: batcher.FinishContentFilter})
+	refused := completion(req, &batcher.Result{Chat: &batcher.ChatOutput{Refusal: "no"}, FinishReason: batcher.FinishContentFilter})
 	if refused.GetMessage().GetRefusal() != "no" {
 		t.Fatalf("refusal = %v", refused)
 	}

@@ -170,9 +170,10 @@ func (s *JobService) addRequest(ctx context.Context, c *jobs.Creator, pr *batche
 	if field, why := jobItemOnly(pr); field != "" {
 		return c.AddInvalid(ctx, pr.GetId(), field+": "+why)
 	}
+	o := r.ChatOptions()
 	return c.Add(ctx, r.ID, &jobs.ItemRequest{Model: r.Route, Input: r.Input, Params: r.Params, Metadata: r.Metadata,
-		Tools: r.Tools, ToolChoice: r.ToolChoice, ParallelToolCalls: r.ParallelToolCalls, ResponseFormat: r.ResponseFormat,
-		User: r.User, Extra: r.Extra})
+		Tools: o.Tools, ToolChoice: o.ToolChoice, ParallelToolCalls: o.ParallelToolCalls, ResponseFormat: o.ResponseFormat,
+		User: o.User, Extra: o.Extra})
 }
 
 // jobItemOnly names a field of a job's item that a job does not take from

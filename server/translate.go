@@ -218,7 +218,7 @@ func (m *completionMsg) fill(req *batcher.Request, r *batcher.Result) *batcherv1
 		m.text.Text = r.Text
 		c.Output = &m.text
 	}
-	if r.ToolCalls != nil || r.Refusal != "" || r.Logprobs != nil || r.Choices != nil {
+	if o := r.Chat; o != nil && (o.ToolCalls != nil || o.Refusal != "" || o.Logprobs != nil || o.Choices != nil) {
 		outputMessages(c, r)
 	}
 	return c

@@ -206,7 +206,10 @@ func (b *Backend) answer(resp *messagesResponse, r *batcher.Request) (batcher.Re
 		return batcher.Response{}, fmt.Errorf("a reply of type %q, not message", clip(resp.Type, 32))
 	}
 	out := batcher.Response{FinishReason: finishReason(resp.StopReason), Usage: usageOf(resp.Usage)}
-	var text bytes.Buffer
+	var (
+		text  bytes.Buffer
+		calls []batcher.ToolCall
+	)
 	for _, c := range resp.Content {
 		switch c.Type {
 		case "text":
@@ -219,14 +222,14 @@ func (b *Backend) answer(resp *messagesResponse, r *batcher.Request) (batcher.Re
 			if err := b.checkCall(r, c.Name, args); err != nil {
 				return batcher.Response{}, err
 			}
-			out.ToolCalls = append(out.ToolCalls, batcher.ToolCall{ID: c.ID, Name: c.Name, Arguments: args})
+			calls = append(calls, batcher.ToolCall{ID: c.ID, Name: c.Name, Arguments: args})
 		}
 	}
-	out.Text = text.String()
+	out.Text, out.Chat = text.String(), batcher.NewChatOutput(calls, "", nil, nil)
 	if resp.StopReason == "" {
 		return batcher.Response{}, errors.New("no stop_reason")
 	}
-	if out.Text == "" && len(out.ToolCalls) == 0 && out.FinishReason == batcher.FinishUnspecified {
+	if out.Text == "" && len(calls) == 0 && out.FinishReason == batcher.FinishUnspecified {
 		return batcher.Response{}, fmt.Errorf("no content and an unknown stop_reason %q", clip(resp.StopReason, 32))
 	}
 	return out, nil
@@ -246,9 +249,10 @@ func (b *Backend) checkCall(r *batcher.Request, name, args string) error {
 		return nil
 	}
 	var t *batcher.Tool
-	for i := range r.Tools {
-		if r.Tools[i].Name == name {
-			t = &r.Tools[i]
+	tools := r.ChatOptions().Tools
+	for i := range tools {
+		if tools[i].Name == name {
+			t = &tools[i]
 		}
 	}
 	if t == nil {

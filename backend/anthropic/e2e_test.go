@@ -53,7 +53,9 @@ func TestCoreRefusesWhatAnthropicLacks(t *testing.T) {
 	}{
 		{"params.logprobs", func(r *batcher.Request) { r.Params.Logprobs = true }},
 		{"params.n", func(r *batcher.Request) { r.Params.N = 2 }},
-		{"response_format", func(r *batcher.Request) { r.ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONObject} }},
+		{"response_format", func(r *batcher.Request) {
+			r.MutableChat().ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONObject}
+		}},
 		{"params.presence_penalty", func(r *batcher.Request) { v := float32(1); r.Params.PresencePenalty = &v }},
 		{"params.reasoning_effort", func(r *batcher.Request) { r.Params.ReasoningEffort = "high" }},
 		{"params.seed", func(r *batcher.Request) { v := int64(7); r.Params.Seed = &v }},

@@ -38,7 +38,7 @@ func FuzzAnswer(f *testing.F) {
 	f.Add(`{"content":[{"type":"tool_use","id":"t","name":"f","input":{"a":1}}],"stop_reason":"tool_use"}`)
 	f.Add(`{"content":[{"type":"tool_use","name":"f","input":[1]}],"stop_reason":"tool_use","usage":{"input_tokens":-5}}`)
 	b := &Backend{}
-	r := &batcher.Request{Tools: []batcher.Tool{{Name: "f", Strict: true, Parameters: []byte(`{"type":"object","properties":{"a":{"type":"integer"}}}`)}}}
+	r := &batcher.Request{Chat: &batcher.ChatOptions{Tools: []batcher.Tool{{Name: "f", Strict: true, Parameters: []byte(`{"type":"object","properties":{"a":{"type":"integer"}}}`)}}}}
 	f.Fuzz(func(t *testing.T, body string) {
 		var resp messagesResponse
 		if json.Unmarshal([]byte(body), &resp) != nil {
@@ -48,7 +48,7 @@ func FuzzAnswer(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, c := range out.ToolCalls {
+		for _, c := range out.ChatOutput().ToolCalls {
 			var obj map[string]any
 			if c.Name != "f" || json.Unmarshal([]byte(c.Arguments), &obj) != nil || obj == nil {
 				t.Errorf("accepted tool call %+v", c)

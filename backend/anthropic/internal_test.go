@@ -31,14 +31,16 @@ func TestBuildRequestMapsTheChatSurface(t *testing.T) {
 			{Role: "user", Content: "Thanks!"},
 		}},
 		Params: batcher.Params{Temperature: ptr(float32(0.5)), TopP: ptr(float32(0.9)), Stop: []string{"END"}},
-		Tools: []batcher.Tool{
-			{Name: "get_weather", Description: "Weather", Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string"}}}`)},
-			{Name: "get_time"},
+		Chat: &batcher.ChatOptions{
+			Tools: []batcher.Tool{
+				{Name: "get_weather", Description: "Weather", Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string"}}}`)},
+				{Name: "get_time"},
+			},
+			ToolChoice:        batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"},
+			ParallelToolCalls: ptr(false),
+			User:              "user-42",
+			Extra:             []byte(`{"top_k":5}`),
 		},
-		ToolChoice:        batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"},
-		ParallelToolCalls: ptr(false),
-		User:              "user-42",
-		Extra:             []byte(`{"top_k":5}`),
 	}
 	req, err := buildRequest("claude-x", r, 300)
 	if err != nil {
@@ -78,7 +80,7 @@ func TestBuildRequestToolChoices(t *testing.T) {
 		{batcher.ToolChoiceNone, `{"type":"none"}`},
 	} {
 		r := &batcher.Request{Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "hi"}}},
-			Tools: []batcher.Tool{{Name: "f"}}, ToolChoice: batcher.ToolChoice{Mode: tc.mode}}
+			Chat: &batcher.ChatOptions{Tools: []batcher.Tool{{Name: "f"}}, ToolChoice: batcher.ToolChoice{Mode: tc.mode}}}
 		req, err := buildRequest("m", r, 10)
 		if err != nil {
 			t.Fatal(err)
@@ -105,7 +107,7 @@ func TestBuildRequestRefusesWhatAnthropicCannotCarry(t *testing.T) {
 		{"arguments", batcher.Request{Input: batcher.Input{Messages: []batcher.Message{user[0],
 			{Role: "assistant", ToolCalls: []batcher.ToolCall{{ID: "1", Name: "f", Arguments: "[1]"}}}}}}, "messages[1].tool_calls[0].arguments"},
 		{"tool without id", batcher.Request{Input: batcher.Input{Messages: []batcher.Message{user[0], {Role: "tool", Content: "x"}}}}, "messages[1].tool_call_id"},
-		{"extra sets system", batcher.Request{Input: batcher.Input{Messages: user}, Extra: []byte(`{"system":"x"}`)}, "extra_body.system"},
+		{"extra sets system", batcher.Request{Input: batcher.Input{Messages: user}, Chat: &batcher.ChatOptions{Extra: []byte(`{"system":"x"}`)}}, "extra_body.system"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := buildRequest("m", &tc.r, 10)

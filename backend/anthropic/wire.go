@@ -123,12 +123,13 @@ func buildRequest(model string, r *batcher.Request, maxTokens int32) (*messagesR
 		return nil, err
 	}
 	req.setTools(r)
-	if r.User != "" {
-		req.Metadata = &metadata{UserID: r.User}
+	o := r.ChatOptions()
+	if o.User != "" {
+		req.Metadata = &metadata{UserID: o.User}
 	}
-	if len(r.Extra) > 0 {
+	if len(o.Extra) > 0 {
 		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(r.Extra, &fields); err != nil {
+		if err := json.Unmarshal(o.Extra, &fields); err != nil {
 			return nil, fmt.Errorf("extra_body: must be a JSON object")
 		}
 		for _, f := range setFields {
@@ -136,7 +137,7 @@ func buildRequest(model string, r *batcher.Request, maxTokens int32) (*messagesR
 				return nil, fmt.Errorf("extra_body.%s: set by Batcher from the request's own fields", f)
 			}
 		}
-		req.extra = r.Extra
+		req.extra = o.Extra
 	}
 	return req, nil
 }
@@ -210,9 +211,10 @@ func assistantBlocks(m *batcher.Message, at string) ([]wireBlock, error) {
 
 // setTools sets the tools and the tool choice from r's.
 func (req *messagesRequest) setTools(r *batcher.Request) {
-	if len(r.Tools) > 0 {
-		req.Tools = make([]wireTool, len(r.Tools))
-		for i, t := range r.Tools {
+	o := r.ChatOptions()
+	if len(o.Tools) > 0 {
+		req.Tools = make([]wireTool, len(o.Tools))
+		for i, t := range o.Tools {
 			schema := json.RawMessage(t.Parameters)
 			if len(schema) == 0 {
 				schema = emptySchema
@@ -220,7 +222,7 @@ func (req *messagesRequest) setTools(r *batcher.Request) {
 			req.Tools[i] = wireTool{Name: t.Name, Description: t.Description, InputSchema: schema}
 		}
 	}
-	switch tc := r.ToolChoice; tc.Mode {
+	switch tc := o.ToolChoice; tc.Mode {
 	case batcher.ToolChoiceAuto:
 		req.ToolChoice = &toolChoice{Type: "auto"}
 	case batcher.ToolChoiceNone:
@@ -230,7 +232,7 @@ func (req *messagesRequest) setTools(r *batcher.Request) {
 	case batcher.ToolChoiceFunction:
 		req.ToolChoice = &toolChoice{Type: "tool", Name: tc.Function}
 	}
-	if ptc := r.ParallelToolCalls; ptc != nil && !*ptc {
+	if ptc := o.ParallelToolCalls; ptc != nil && !*ptc {
 		if req.ToolChoice == nil {
 			req.ToolChoice = &toolChoice{Type: "auto"}
 		}

@@ -253,17 +253,17 @@ var weather = batcher.Tool{Name: "get_weather", Description: "The weather in a c
 func testToolRoundTrip(t *testing.T, target Target) {
 	_, be := start(t, target, llmsim.Config{})
 	r := chat("What is the weather in Paris?")
-	r.Tools = []batcher.Tool{weather}
-	r.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
+	r.MutableChat().Tools = []batcher.Tool{weather}
+	r.MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
 	out, _, err := dispatch(context.Background(), be, 64, r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := out[0]
-	if a.FinishReason != batcher.FinishToolCalls || len(a.ToolCalls) != 1 {
-		t.Fatalf("finish %v, %d tool calls; want tool calls, 1", a.FinishReason, len(a.ToolCalls))
+	if a.FinishReason != batcher.FinishToolCalls || len(a.ChatOutput().ToolCalls) != 1 {
+		t.Fatalf("finish %v, %d tool calls; want tool calls, 1", a.FinishReason, len(a.ChatOutput().ToolCalls))
 	}
-	call := a.ToolCalls[0]
+	call := a.ChatOutput().ToolCalls[0]
 	var args struct {
 		City *string `json:"city"`
 	}
@@ -273,8 +273,8 @@ func testToolRoundTrip(t *testing.T, target Target) {
 
 	// The call and its result go back; the model answers in text.
 	r2 := chat("What is the weather in Paris?")
-	r2.Tools = []batcher.Tool{weather}
-	r2.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceAuto}
+	r2.MutableChat().Tools = []batcher.Tool{weather}
+	r2.MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceAuto}
 	r2.Input.Messages = append(r2.Input.Messages,
 		batcher.Message{Role: "assistant", ToolCalls: []batcher.ToolCall{call}},
 		batcher.Message{Role: "tool", ToolCallID: call.ID, Content: `{"temperature_c":21,"sky":"clear"}`})
@@ -282,7 +282,7 @@ func testToolRoundTrip(t *testing.T, target Target) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := out[0]; a.Err != nil || a.FinishReason != batcher.FinishStop || a.Text == "" || len(a.ToolCalls) != 0 {
+	if a := out[0]; a.Err != nil || a.FinishReason != batcher.FinishStop || a.Text == "" || len(a.ChatOutput().ToolCalls) != 0 {
 		t.Fatalf("after the tool result: %+v; want a text answer", a)
 	}
 }
@@ -293,7 +293,7 @@ func testJSON(t *testing.T, target Target) {
 	}
 	_, be := start(t, target, llmsim.Config{})
 	r := chat("Give me JSON.")
-	r.ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONObject}
+	r.MutableChat().ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONObject}
 	out, _, err := dispatch(context.Background(), be, 64, r)
 	if err != nil {
 		t.Fatal(err)
@@ -372,8 +372,8 @@ func testStreamToolCall(t *testing.T, target Target) {
 	}
 	_, be := start(t, target, llmsim.Config{})
 	r := chat("What is the weather in Paris?")
-	r.Tools = []batcher.Tool{weather}
-	r.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
+	r.MutableChat().Tools = []batcher.Tool{weather}
+	r.MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
 	out, _, err := dispatch(context.Background(), be, 64, r)
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +395,7 @@ func testStreamToolCall(t *testing.T, target Target) {
 			args += c.Arguments
 		}
 	}
-	want := out[0].ToolCalls[0]
+	want := out[0].ChatOutput().ToolCalls[0]
 	if id != want.ID || name != want.Name || args != want.Arguments {
 		t.Errorf("streamed call %s %s %s, unstreamed %+v", id, name, args, want)
 	}

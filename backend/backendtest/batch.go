@@ -103,8 +103,8 @@ func testBatchRoundTrip(t *testing.T, target BatchTarget) {
 		ids[i] = fmt.Sprintf("item-%d", i)
 		reqs[i] = chat(fmt.Sprintf("Batched question %d?", i), "Be brief.")
 	}
-	reqs[n-1].Tools = []batcher.Tool{weather}
-	reqs[n-1].ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
+	reqs[n-1].MutableChat().Tools = []batcher.Tool{weather}
+	reqs[n-1].MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
 	b, got := submit(ctx, t, u, ids, reqs)
 	if b.Status != batchapi.StatusCompleted || b.Counts.Completed != n {
 		t.Errorf("batch ended %s with counts %+v; want completed, %d", b.Status, b.Counts, n)
@@ -116,7 +116,7 @@ func testBatchRoundTrip(t *testing.T, target BatchTarget) {
 			continue
 		}
 		if i == n-1 {
-			if len(r.Resp.ToolCalls) != 1 || r.Resp.ToolCalls[0].Name != "get_weather" || r.Resp.FinishReason != batcher.FinishToolCalls {
+			if len(r.Resp.ChatOutput().ToolCalls) != 1 || r.Resp.ChatOutput().ToolCalls[0].Name != "get_weather" || r.Resp.FinishReason != batcher.FinishToolCalls {
 				t.Errorf("%s: %+v, want a get_weather call", id, r.Resp)
 			}
 			continue

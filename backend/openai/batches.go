@@ -584,9 +584,9 @@ func batchChatAnswer(cr *chatResponse) (batcher.Response, error) {
 		choices[i] = ch
 	}
 	c := &choices[0]
-	out := batcher.Response{Text: c.Text, ToolCalls: c.ToolCalls, Refusal: c.Refusal, Logprobs: c.Logprobs, FinishReason: c.FinishReason}
+	var all []batcher.Choice
 	if n > 1 {
-		out.Choices = choices
+		all = choices
 	}
-	return out, nil
+	return batcher.Response{Text: c.Text, Chat: batcher.NewChatOutput(c.ToolCalls, c.Refusal, c.Logprobs, all), FinishReason: c.FinishReason}, nil
 }

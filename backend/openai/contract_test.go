@@ -41,7 +41,7 @@ func TestParseBatchLineToolCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Outcome != batchapi.Succeeded || len(r.Resp.ToolCalls) != 1 || r.Resp.ToolCalls[0].Arguments != `{"x":1}` ||
+	if r.Outcome != batchapi.Succeeded || len(r.Resp.ChatOutput().ToolCalls) != 1 || r.Resp.ChatOutput().ToolCalls[0].Arguments != `{"x":1}` ||
 		r.Resp.FinishReason != batcher.FinishToolCalls || r.Resp.Usage.CompletionTokens != 3 {
 		t.Errorf("got %+v", r)
 	}
@@ -59,13 +59,13 @@ func TestParseBatchLineRich(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Outcome != batchapi.Succeeded || r.Resp.Text != "Hi" || len(r.Resp.Choices) != 2 || r.Resp.Usage.CompletionTokens != 4 {
+	if r.Outcome != batchapi.Succeeded || r.Resp.Text != "Hi" || len(r.Resp.ChatOutput().Choices) != 2 || r.Resp.Usage.CompletionTokens != 4 {
 		t.Fatalf("got %+v", r.Resp)
 	}
-	if lp := r.Resp.Logprobs; lp == nil || len(lp.Content) != 1 || lp.Content[0].Token != "Hi" || lp.Content[0].Logprob != -0.25 {
-		t.Errorf("logprobs %+v", r.Resp.Logprobs)
+	if lp := r.Resp.ChatOutput().Logprobs; lp == nil || len(lp.Content) != 1 || lp.Content[0].Token != "Hi" || lp.Content[0].Logprob != -0.25 {
+		t.Errorf("logprobs %+v", r.Resp.ChatOutput().Logprobs)
 	}
-	if c := r.Resp.Choices[1]; c.Refusal != "I cannot help with that." || c.FinishReason != batcher.FinishContentFilter {
+	if c := r.Resp.ChatOutput().Choices[1]; c.Refusal != "I cannot help with that." || c.FinishReason != batcher.FinishContentFilter {
 		t.Errorf("choice 1 %+v, want the refusal", c)
 	}
 }

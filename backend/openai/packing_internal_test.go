@@ -62,13 +62,13 @@ func TestRichRequestsNeverPack(t *testing.T) {
 		t.Fatal("a plain request does not pack")
 	}
 	for name, edit := range map[string]func(r *batcher.Request){
-		"tools":  func(r *batcher.Request) { r.Tools = []batcher.Tool{{Name: "f"}} },
-		"format": func(r *batcher.Request) { r.ResponseFormat.Type = batcher.FormatJSONObject },
+		"tools":  func(r *batcher.Request) { r.MutableChat().Tools = []batcher.Tool{{Name: "f"}} },
+		"format": func(r *batcher.Request) { r.MutableChat().ResponseFormat.Type = batcher.FormatJSONObject },
 		"image": func(r *batcher.Request) {
 			r.Input.Messages[0] = batcher.Message{Role: "user", Parts: []batcher.ContentPart{{Kind: batcher.PartImage, ImageURL: "https://x"}}}
 		},
 		"logprobs": func(r *batcher.Request) { r.Params.Logprobs = true },
-		"extra":    func(r *batcher.Request) { r.Extra = []byte(`{"a":1}`) },
+		"extra":    func(r *batcher.Request) { r.MutableChat().Extra = []byte(`{"a":1}`) },
 	} {
 		r := plain()
 		edit(r)

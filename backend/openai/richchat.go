@@ -72,14 +72,15 @@ func wireMessages(in []batcher.Message) []wireMessage {
 
 // setRich sets req's fields beyond text from r.
 func setRich(req *chatRequest, r *batcher.Request) {
-	if len(r.Tools) > 0 {
-		req.Tools = make([]wireTool, len(r.Tools))
-		for i, t := range r.Tools {
+	o := r.ChatOptions()
+	if len(o.Tools) > 0 {
+		req.Tools = make([]wireTool, len(o.Tools))
+		for i, t := range o.Tools {
 			req.Tools[i] = wireTool{Type: "function", Function: wireFunction{Name: t.Name, Description: t.Description,
 				Parameters: t.Parameters, Strict: t.Strict}}
 		}
 	}
-	switch tc := r.ToolChoice; tc.Mode {
+	switch tc := o.ToolChoice; tc.Mode {
 	case batcher.ToolChoiceAuto:
 		req.ToolChoice = "auto"
 	case batcher.ToolChoiceNone:
@@ -89,8 +90,8 @@ func setRich(req *chatRequest, r *batcher.Request) {
 	case batcher.ToolChoiceFunction:
 		req.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": tc.Function}}
 	}
-	req.ParallelToolCalls = r.ParallelToolCalls
-	switch rf := &r.ResponseFormat; rf.Type {
+	req.ParallelToolCalls = o.ParallelToolCalls
+	switch rf := o.ResponseFormat; rf.Type {
 	case batcher.FormatText:
 		req.ResponseFormat = json.RawMessage(`{"type":"text"}`)
 	case batcher.FormatJSONObject:
@@ -108,8 +109,8 @@ func setRich(req *chatRequest, r *batcher.Request) {
 		req.N = p.N
 	}
 	req.LogitBias, req.Logprobs, req.TopLogprobs = p.LogitBias, p.Logprobs, p.TopLogprobs
-	req.User, req.ReasoningEffort = r.User, p.ReasoningEffort
-	req.extra = r.Extra
+	req.User, req.ReasoningEffort = o.User, p.ReasoningEffort
+	req.extra = o.Extra
 }
 
 // withExtra splices body's extra fields (an extraBody method; a JSON
@@ -157,12 +158,12 @@ func (b *Backend) richAnswer(resp *chatResponse, r *batcher.Request, ep string) 
 		}
 	}
 	c := &choices[0]
-	out := batcher.Response{Text: c.Text, ToolCalls: c.ToolCalls, Refusal: c.Refusal, Logprobs: c.Logprobs,
-		FinishReason: c.FinishReason, Usage: clampUsage(usageOf(resp.Usage))}
+	var all []batcher.Choice
 	if n > 1 {
-		out.Choices = choices
+		all = choices
 	}
-	return out
+	return batcher.Response{Text: c.Text, Chat: batcher.NewChatOutput(c.ToolCalls, c.Refusal, c.Logprobs, all),
+		FinishReason: c.FinishReason, Usage: clampUsage(usageOf(resp.Usage))}
 }
 
 // richChoice reads one choice and checks it against what r asked for.
@@ -216,7 +217,7 @@ func (b *Backend) checkAnswer(ch *batcher.Choice, r *batcher.Request) error {
 		}
 	}
 	if len(ch.ToolCalls) == 0 && ch.Refusal == "" && ch.FinishReason != batcher.FinishLength {
-		switch rf := &r.ResponseFormat; rf.Type {
+		switch rf := r.ChatOptions().ResponseFormat; rf.Type {
 		case batcher.FormatJSONObject:
 			if !json.Valid([]byte(ch.Text)) {
 				return errors.New("response_format json_object: the answer is not JSON")
@@ -236,9 +237,10 @@ func (b *Backend) checkAnswer(ch *batcher.Choice, r *batcher.Request) error {
 }
 
 func toolNamed(r *batcher.Request, name string) *batcher.Tool {
-	for i := range r.Tools {
-		if r.Tools[i].Name == name {
-			return &r.Tools[i]
+	tools := r.ChatOptions().Tools
+	for i := range tools {
+		if tools[i].Name == name {
+			return &tools[i]
 		}
 	}
 	return nil

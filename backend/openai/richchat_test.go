@@ -45,16 +45,16 @@ func richRequest() *batcher.Request {
 		{Role: "assistant", ToolCalls: []batcher.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
 		{Role: "tool", ToolCallID: "call_1", Content: "sunny"},
 	}
-	r.Tools = []batcher.Tool{{Name: "get_weather", Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}`), Strict: true}}
-	r.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
+	r.MutableChat().Tools = []batcher.Tool{{Name: "get_weather", Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}`), Strict: true}}
+	r.MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}
 	f := false
-	r.ParallelToolCalls = &f
-	r.ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "out", Schema: []byte(`{"type":"object","required":["a"]}`), Strict: true}
+	r.MutableChat().ParallelToolCalls = &f
+	r.MutableChat().ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "out", Schema: []byte(`{"type":"object","required":["a"]}`), Strict: true}
 	pp := float32(0.5)
 	tl := int32(2)
 	r.Params = batcher.Params{PresencePenalty: &pp, N: 2, LogitBias: map[string]float32{"42": -100}, Logprobs: true, TopLogprobs: &tl, ReasoningEffort: "low"}
-	r.User = "u1"
-	r.Extra = []byte(`{"top_k":5,"safe_mode":true}`)
+	r.MutableChat().User = "u1"
+	r.MutableChat().Extra = []byte(`{"top_k":5,"safe_mode":true}`)
 	return r
 }
 
@@ -87,9 +87,9 @@ func TestRichRequestMapsBothWays(t *testing.T) {
 		}
 	}
 	r := out[0]
-	if r.FinishReason != batcher.FinishToolCalls || len(r.ToolCalls) != 1 || r.ToolCalls[0].Arguments != `{"city":"Rome"}` ||
-		r.Logprobs == nil || r.Logprobs.Content[0].Top[0].Token != "y" || string(r.Logprobs.Content[0].Bytes) != "x" ||
-		len(r.Choices) != 2 || r.Choices[1].Text != `{"a":1}` || r.Usage.PromptTokens != 10 {
+	if r.FinishReason != batcher.FinishToolCalls || len(r.ChatOutput().ToolCalls) != 1 || r.ChatOutput().ToolCalls[0].Arguments != `{"city":"Rome"}` ||
+		r.ChatOutput().Logprobs == nil || r.ChatOutput().Logprobs.Content[0].Top[0].Token != "y" || string(r.ChatOutput().Logprobs.Content[0].Bytes) != "x" ||
+		len(r.ChatOutput().Choices) != 2 || r.ChatOutput().Choices[1].Text != `{"a":1}` || r.Usage.PromptTokens != 10 {
 		t.Fatalf("answer %+v", r)
 	}
 }

@@ -74,7 +74,8 @@ func (b *Backend) Stream(ctx context.Context, batch *batcher.Batch, w batcher.De
 	check := batch.Op == batcher.OpChat && r.Rich()
 	resp, rl, err := b.stream(ctx, path, body, w, check)
 	if err == nil && check {
-		ch := batcher.Choice{Text: resp.Text, Refusal: resp.Refusal, ToolCalls: resp.ToolCalls, FinishReason: resp.FinishReason}
+		o := resp.ChatOutput()
+		ch := batcher.Choice{Text: resp.Text, Refusal: o.Refusal, ToolCalls: o.ToolCalls, FinishReason: resp.FinishReason}
 		if cerr := b.checkAnswer(&ch, r); cerr != nil {
 			err = invalidResponse(http.StatusOK, b.cfg.endpointPath(path), cerr.Error(), nil)
 		}
@@ -255,10 +256,11 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 			continue
 		}
 		if string(data) == "[DONE]" {
-			out.ToolCalls = calls.done()
+			var refused string
 			if keep {
-				out.Text, out.Refusal = text.String(), refusal.String()
+				out.Text, refused = text.String(), refusal.String()
 			}
+			out.Chat = batcher.NewChatOutput(calls.done(), refused, nil, nil)
 			return out, nil
 		}
 		if err := cr.decode(data, &ch); err != nil {

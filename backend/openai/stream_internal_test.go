@@ -48,8 +48,8 @@ func TestReadStreamToolCalls(t *testing.T) {
 	if args.String() != `{"a":1}` || out.FinishReason != batcher.FinishToolCalls || out.Usage.CompletionTokens != 7 {
 		t.Fatalf("arguments %q, end %+v", args.String(), out)
 	}
-	if want := []batcher.ToolCall{{ID: "call_1", Name: "get", Arguments: `{"a":1}`}}; !slices.Equal(out.ToolCalls, want) {
-		t.Fatalf("assembled calls %+v, want %+v", out.ToolCalls, want)
+	if want := []batcher.ToolCall{{ID: "call_1", Name: "get", Arguments: `{"a":1}`}}; !slices.Equal(out.ChatOutput().ToolCalls, want) {
+		t.Fatalf("assembled calls %+v, want %+v", out.ChatOutput().ToolCalls, want)
 	}
 	if _, err := readStream(strings.NewReader(`data: {"choices":[]}`+"\n\n"), &c, false, failAs); err == nil {
 		t.Fatal("a stream without [DONE] read as whole")
@@ -68,8 +68,8 @@ func TestReadStreamParallelToolCalls(t *testing.T) {
 	var c collect
 	out, err := readStream(strings.NewReader(body), &c, false, failAs)
 	want := []batcher.ToolCall{{ID: "c0", Name: "a", Arguments: `{"x":1}`}, {ID: "c1", Name: "b", Arguments: `{"y":2}`}}
-	if err != nil || !slices.Equal(out.ToolCalls, want) || out.FinishReason != batcher.FinishToolCalls {
-		t.Fatalf("calls %+v (%v), err %v; want %+v", out.ToolCalls, out.FinishReason, err, want)
+	if err != nil || !slices.Equal(out.ChatOutput().ToolCalls, want) || out.FinishReason != batcher.FinishToolCalls {
+		t.Fatalf("calls %+v (%v), err %v; want %+v", out.ChatOutput().ToolCalls, out.FinishReason, err, want)
 	}
 	_, err = readStream(strings.NewReader(piece(0, "c0", "a", "")+piece(2, "c2", "b", "")+"data: [DONE]\n\n"), &c, false, failAs)
 	if !errors.Is(err, errMalformed) {
@@ -113,8 +113,8 @@ func FuzzReadStream(f *testing.F) {
 		if err == nil && !strings.Contains(body, "[DONE]") {
 			t.Fatalf("answer %+v without [DONE]", out)
 		}
-		if len(out.ToolCalls) > batcher.MaxToolCalls {
-			t.Fatalf("%d tool calls", len(out.ToolCalls))
+		if len(out.ChatOutput().ToolCalls) > batcher.MaxToolCalls {
+			t.Fatalf("%d tool calls", len(out.ChatOutput().ToolCalls))
 		}
 		if err == nil {
 			var text strings.Builder

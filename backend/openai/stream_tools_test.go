@@ -22,8 +22,8 @@ import (
 const lookupSchema = `{"type":"object","properties":{"name":{"type":"string"},"year":{"type":"integer"}},"required":["name","year"],"additionalProperties":false}`
 
 func lookupRequest(r *batcher.Request) *batcher.Request {
-	r.Tools = []batcher.Tool{{Name: "lookup", Strict: true, Parameters: []byte(lookupSchema)}}
-	r.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "lookup"}
+	r.MutableChat().Tools = []batcher.Tool{{Name: "lookup", Strict: true, Parameters: []byte(lookupSchema)}}
+	r.MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "lookup"}
 	return r
 }
 
@@ -35,10 +35,10 @@ func TestStreamToolCallFromLLMSim(t *testing.T) {
 	_, url := startSim(t, llmsim.Config{})
 	be := newBackend(t, openai.Config{BaseURL: url})
 	whole, _, err := dispatch(t.Context(), be, "r", "sim-chat", 64, lookupRequest(chat("r", "Look up Ada Lovelace")))
-	if err != nil || whole[0].Err != nil || len(whole[0].ToolCalls) != 1 {
+	if err != nil || whole[0].Err != nil || len(whole[0].ChatOutput().ToolCalls) != 1 {
 		t.Fatalf("unstreamed: %+v, %v", whole, err)
 	}
-	want := whole[0].ToolCalls[0]
+	want := whole[0].ChatOutput().ToolCalls[0]
 	l := newDeltaLog()
 	resp, err := be.Stream(t.Context(), streamBatch(lookupRequest(chat("r", "Look up Ada Lovelace"))), l)
 	if err != nil {
@@ -57,7 +57,7 @@ func TestStreamToolCallFromLLMSim(t *testing.T) {
 	if args.String() != want.Arguments || l.text() != "" {
 		t.Fatalf("fragments make %q (text %q), want %q", args.String(), l.text(), want.Arguments)
 	}
-	if len(resp.ToolCalls) != 1 || resp.ToolCalls[0] != want || resp.FinishReason != batcher.FinishToolCalls {
+	if len(resp.ChatOutput().ToolCalls) != 1 || resp.ChatOutput().ToolCalls[0] != want || resp.FinishReason != batcher.FinishToolCalls {
 		t.Fatalf("response %+v, want the call %+v and finish tool_calls", resp, want)
 	}
 }
@@ -81,7 +81,7 @@ func TestStreamToolCallChecked(t *testing.T) {
 		}, "break the strict schema"},
 		"json_schema answer breaks the schema": {llmsim.Config{SchemaViolationRate: 1}, func() *batcher.Request {
 			r := chat("r", "Describe Ada Lovelace")
-			r.ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "person", Strict: true, Schema: []byte(lookupSchema)}
+			r.MutableChat().ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "person", Strict: true, Schema: []byte(lookupSchema)}
 			return r
 		}, "breaks the strict schema"},
 	} {

@@ -56,9 +56,9 @@ func TestToolRequestsFanOutNeverPack(t *testing.T) {
 	reqs := make([]*batcher.Request, 2*n)
 	for i := range n {
 		r := chat("gpt", fmt.Sprintf("Look up record %d.", i), "Answer in one line.")
-		r.Tools = []batcher.Tool{{Name: fmt.Sprintf("lookup_%d", i), Strict: true, Parameters: []byte(fmt.Sprintf(
+		r.MutableChat().Tools = []batcher.Tool{{Name: fmt.Sprintf("lookup_%d", i), Strict: true, Parameters: []byte(fmt.Sprintf(
 			`{"type":"object","properties":{"record":{"type":"string","const":"r%d"},"n":{"type":"integer","const":%d}},"required":["record","n"],"additionalProperties":false}`, i, i))}}
-		r.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: r.Tools[0].Name}
+		r.MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: r.ChatOptions().Tools[0].Name}
 		reqs[2*i] = r
 		reqs[2*i+1] = chat("gpt", fmt.Sprintf("Short question %d?", i), "Answer in one line.")
 	}
@@ -67,11 +67,11 @@ func TestToolRequestsFanOutNeverPack(t *testing.T) {
 	for i := range n {
 		res := results[2*i]
 		want := fmt.Sprintf(`{"n":%d,"record":"r%d"}`, i, i)
-		if res.Err != nil || len(res.ToolCalls) != 1 || res.ToolCalls[0].Name != fmt.Sprintf("lookup_%d", i) ||
-			res.ToolCalls[0].Arguments != want || res.FinishReason != batcher.FinishToolCalls {
+		if res.Err != nil || len(res.ChatOutput().ToolCalls) != 1 || res.ChatOutput().ToolCalls[0].Name != fmt.Sprintf("lookup_%d", i) ||
+			res.ChatOutput().ToolCalls[0].Arguments != want || res.FinishReason != batcher.FinishToolCalls {
 			wrong++
 			if wrong < 5 {
-				t.Errorf("request %d: %+v, %v; want a call of lookup_%d with %s", i, res.ToolCalls, res.Err, i, want)
+				t.Errorf("request %d: %+v, %v; want a call of lookup_%d with %s", i, res.ChatOutput().ToolCalls, res.Err, i, want)
 			}
 		}
 		if p := results[2*i+1]; p.Err != nil || p.Text == "" {
@@ -101,8 +101,8 @@ func TestLLMSimToolFaultsAreInvalidResponses(t *testing.T) {
 		_, url := startSim(t, cfg)
 		be := newBackend(t, openai.Config{BaseURL: url})
 		r := chat("gpt", "call lookup please")
-		r.Tools = []batcher.Tool{{Name: "lookup", Strict: true, Parameters: []byte(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"],"additionalProperties":false}`)}}
-		r.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceRequired}
+		r.MutableChat().Tools = []batcher.Tool{{Name: "lookup", Strict: true, Parameters: []byte(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"],"additionalProperties":false}`)}}
+		r.MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceRequired}
 		out, _, err := dispatch(t.Context(), be, "gpt", "sim-chat", 64, r)
 		if err == nil {
 			err = out[0].Err

@@ -51,10 +51,12 @@ func (p *Provider) answerChat(model string, r *batcher.Request, c completion, ma
 		choices[k] = ch
 	}
 	ch := &choices[0]
-	resp.Text, resp.ToolCalls, resp.FinishReason, resp.Logprobs = ch.Text, ch.ToolCalls, ch.FinishReason, ch.Logprobs
+	var all []batcher.Choice
 	if n > 1 {
-		resp.Choices = choices
+		all = choices
 	}
+	resp.Text, resp.FinishReason = ch.Text, ch.FinishReason
+	resp.Chat = batcher.NewChatOutput(ch.ToolCalls, "", ch.Logprobs, all)
 	return resp, nil
 }
 
@@ -70,7 +72,7 @@ func (p *Provider) choice(r *batcher.Request, c completion, k uint64) (batcher.C
 		ch.Text, ch.FinishReason = "", batcher.FinishToolCalls
 		ch.ToolCalls = []batcher.ToolCall{{ID: "call_" + strconv.FormatUint(seed>>16, 36), Name: t.Name, Arguments: string(args)}}
 	} else {
-		switch rf := &r.ResponseFormat; rf.Type {
+		switch rf := r.ChatOptions().ResponseFormat; rf.Type {
 		case batcher.FormatJSONObject:
 			b, _ := json.Marshal(map[string]string{"answer": c.text})
 			ch.Text, ch.FinishReason = string(b), batcher.FinishStop
@@ -94,14 +96,15 @@ func (p *Provider) choice(r *batcher.Request, c completion, k uint64) (batcher.C
 // user message names, if any. A conversation whose last message is a tool
 // result gets a text answer unless tool_choice names a function.
 func toolToCall(r *batcher.Request) *batcher.Tool {
-	tc := &r.ToolChoice
-	if len(r.Tools) == 0 || tc.Mode == batcher.ToolChoiceNone {
+	o := r.ChatOptions()
+	tc := &o.ToolChoice
+	if len(o.Tools) == 0 || tc.Mode == batcher.ToolChoiceNone {
 		return nil
 	}
 	if tc.Mode == batcher.ToolChoiceFunction {
-		for i := range r.Tools {
-			if r.Tools[i].Name == tc.Function {
-				return &r.Tools[i]
+		for i := range o.Tools {
+			if o.Tools[i].Name == tc.Function {
+				return &o.Tools[i]
 			}
 		}
 		return nil
@@ -112,13 +115,13 @@ func toolToCall(r *batcher.Request) *batcher.Tool {
 		return nil
 	}
 	text := last.Text()
-	for i := range r.Tools {
-		if strings.Contains(text, r.Tools[i].Name) {
-			return &r.Tools[i]
+	for i := range o.Tools {
+		if strings.Contains(text, o.Tools[i].Name) {
+			return &o.Tools[i]
 		}
 	}
 	if tc.Mode == batcher.ToolChoiceRequired {
-		return &r.Tools[0]
+		return &o.Tools[0]
 	}
 	return nil
 }

@@ -47,16 +47,16 @@ func do(t *testing.T, b *batcher.Batcher, r *batcher.Request) batcher.Result {
 func TestToolCallRoundTrip(t *testing.T) {
 	b := newChat(t)
 	msgs := []batcher.Message{{Role: "user", Content: "use get_weather for Paris"}}
-	res := do(t, b, &batcher.Request{Route: "c", Input: batcher.Input{Op: batcher.OpChat, Messages: msgs}, Tools: []batcher.Tool{weather}})
-	if res.FinishReason != batcher.FinishToolCalls || len(res.ToolCalls) != 1 || res.ToolCalls[0].Name != "get_weather" || res.Text != "" {
+	res := do(t, b, &batcher.Request{Route: "c", Input: batcher.Input{Op: batcher.OpChat, Messages: msgs}, Chat: &batcher.ChatOptions{Tools: []batcher.Tool{weather}}})
+	if res.FinishReason != batcher.FinishToolCalls || len(res.ChatOutput().ToolCalls) != 1 || res.ChatOutput().ToolCalls[0].Name != "get_weather" || res.Text != "" {
 		t.Fatalf("first turn = %+v", res)
 	}
-	call := res.ToolCalls[0]
+	call := res.ChatOutput().ToolCalls[0]
 	validates(t, weather.Parameters, call.Arguments)
-	msgs = append(msgs, batcher.Message{Role: "assistant", ToolCalls: res.ToolCalls},
+	msgs = append(msgs, batcher.Message{Role: "assistant", ToolCalls: res.ChatOutput().ToolCalls},
 		batcher.Message{Role: "tool", ToolCallID: call.ID, Content: `{"temp":21}`})
-	res = do(t, b, &batcher.Request{Route: "c", Input: batcher.Input{Op: batcher.OpChat, Messages: msgs}, Tools: []batcher.Tool{weather}})
-	if res.FinishReason != batcher.FinishStop || res.ToolCalls != nil || res.Text == "" {
+	res = do(t, b, &batcher.Request{Route: "c", Input: batcher.Input{Op: batcher.OpChat, Messages: msgs}, Chat: &batcher.ChatOptions{Tools: []batcher.Tool{weather}}})
+	if res.FinishReason != batcher.FinishStop || res.ChatOutput().ToolCalls != nil || res.Text == "" {
 		t.Fatalf("second turn = %+v", res)
 	}
 
@@ -64,13 +64,13 @@ func TestToolCallRoundTrip(t *testing.T) {
 	// none never calls.
 	other := batcher.Tool{Name: "get_time"}
 	r := &batcher.Request{Route: "c", Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "hello"}}},
-		Tools: []batcher.Tool{weather, other}, ToolChoice: batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_time"}}
-	if res = do(t, b, r); len(res.ToolCalls) != 1 || res.ToolCalls[0].Name != "get_time" || res.ToolCalls[0].Arguments != "{}" {
+		Chat: &batcher.ChatOptions{Tools: []batcher.Tool{weather, other}, ToolChoice: batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_time"}}}
+	if res = do(t, b, r); len(res.ChatOutput().ToolCalls) != 1 || res.ChatOutput().ToolCalls[0].Name != "get_time" || res.ChatOutput().ToolCalls[0].Arguments != "{}" {
 		t.Fatalf("tool_choice get_time = %+v", res)
 	}
-	r.ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceNone}
+	r.MutableChat().ToolChoice = batcher.ToolChoice{Mode: batcher.ToolChoiceNone}
 	r.Input.Messages[0].Content = "use get_weather"
-	if res = do(t, b, r); res.ToolCalls != nil || res.Text == "" {
+	if res = do(t, b, r); res.ChatOutput().ToolCalls != nil || res.Text == "" {
 		t.Fatalf("tool_choice none = %+v", res)
 	}
 }
@@ -101,7 +101,7 @@ func validates(t *testing.T, schema []byte, instance string) {
 func TestStructuredOutputs(t *testing.T) {
 	b := newChat(t)
 	in := batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "describe a cat"}}}
-	res := do(t, b, &batcher.Request{Route: "c", Input: in, ResponseFormat: batcher.ResponseFormat{Type: batcher.FormatJSONObject}})
+	res := do(t, b, &batcher.Request{Route: "c", Input: in, Chat: &batcher.ChatOptions{ResponseFormat: batcher.ResponseFormat{Type: batcher.FormatJSONObject}}})
 	var obj map[string]any
 	if err := json.Unmarshal([]byte(res.Text), &obj); err != nil {
 		t.Fatalf("json_object answer %q: %v", res.Text, err)
@@ -110,12 +110,12 @@ func TestStructuredOutputs(t *testing.T) {
 		`"tags":{"type":"array","items":{"type":"string"},"minItems":2},"indoor":{"type":"boolean"},"owner":{"type":["string","null"]}},` +
 		`"required":["name","legs","tags","indoor","owner"],"additionalProperties":false}`)
 	res = do(t, b, &batcher.Request{Route: "c", Input: in,
-		ResponseFormat: batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "cat", Schema: schema, Strict: true}})
+		Chat: &batcher.ChatOptions{ResponseFormat: batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "cat", Schema: schema, Strict: true}}})
 	validates(t, schema, res.Text)
 
 	// A schema that is not one is the upstream's 400, not a crash.
 	_, err := b.Do(context.Background(), &batcher.Request{Route: "c", Input: in,
-		ResponseFormat: batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "bad", Schema: []byte(`{"type":5}`)}})
+		Chat: &batcher.ChatOptions{ResponseFormat: batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "bad", Schema: []byte(`{"type":5}`)}}})
 	if batcher.ClassOf(err) != batcher.ClassInvalidRequest || !strings.Contains(err.Error(), "response_format.schema") {
 		t.Fatalf("bad schema: %v", err)
 	}
@@ -126,14 +126,14 @@ func TestChoicesLogprobsAndImages(t *testing.T) {
 	in := batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Parts: []batcher.ContentPart{
 		{Kind: batcher.PartText, Text: "what is in this picture"}, {Kind: batcher.PartImage, ImageURL: "data:image/png;base64,iVBORw0KGgo="}}}}}
 	res := do(t, b, &batcher.Request{Route: "c", Input: in, Params: batcher.Params{N: 3, Logprobs: true, TopLogprobs: ptr[int32](2)}})
-	if len(res.Choices) != 3 || res.Choices[0].Text != res.Text || res.Choices[1].Text == res.Choices[2].Text && res.Choices[1].Text == res.Text {
-		t.Fatalf("choices = %+v", res.Choices)
+	if len(res.ChatOutput().Choices) != 3 || res.ChatOutput().Choices[0].Text != res.Text || res.ChatOutput().Choices[1].Text == res.ChatOutput().Choices[2].Text && res.ChatOutput().Choices[1].Text == res.Text {
+		t.Fatalf("choices = %+v", res.ChatOutput().Choices)
 	}
 	if !strings.HasPrefix(res.Text, "what is in") {
 		t.Fatalf("text = %q: the sim echoes the text parts", res.Text)
 	}
-	if res.Logprobs == nil || len(res.Logprobs.Content) != len(strings.Fields(res.Text)) || len(res.Logprobs.Content[0].Top) != 2 {
-		t.Fatalf("logprobs = %+v", res.Logprobs)
+	if res.ChatOutput().Logprobs == nil || len(res.ChatOutput().Logprobs.Content) != len(strings.Fields(res.Text)) || len(res.ChatOutput().Logprobs.Content[0].Top) != 2 {
+		t.Fatalf("logprobs = %+v", res.ChatOutput().Logprobs)
 	}
 	other := in
 	other.Messages = []batcher.Message{{Role: "user", Parts: []batcher.ContentPart{in.Messages[0].Parts[0], {Kind: batcher.PartImage, ImageURL: "https://example.com/dog.png"}}}}
@@ -150,9 +150,9 @@ func TestSimRefusesWhatItCannotHonour(t *testing.T) {
 	for field, r := range map[string]*batcher.Request{
 		"params.presence_penalty": {Route: "c", Input: chatIn, Params: batcher.Params{PresencePenalty: ptr[float32](1)}},
 		"params.reasoning_effort": {Route: "c", Input: chatIn, Params: batcher.Params{ReasoningEffort: "low"}},
-		"extra_body.top_k":        {Route: "c", Input: chatIn, Extra: []byte(`{"top_k":3}`)},
+		"extra_body.top_k":        {Route: "c", Input: chatIn, Chat: &batcher.ChatOptions{Extra: []byte(`{"top_k":3}`)}},
 		"params.n":                {Route: "p", Input: prompt("hi"), Params: batcher.Params{N: 2}},
-		"tools":                   {Route: "p", Input: prompt("hi"), Tools: []batcher.Tool{weather}},
+		"tools":                   {Route: "p", Input: prompt("hi"), Chat: &batcher.ChatOptions{Tools: []batcher.Tool{weather}}},
 	} {
 		_, err := b.Do(context.Background(), r)
 		var ve *batcher.ValidationError

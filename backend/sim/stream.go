@@ -68,7 +68,7 @@ func (p *Provider) stream(ctx context.Context, w batcher.DeltaWriter, resp *batc
 			return err // nobody awaits the answer any more
 		}
 	}
-	for i, c := range resp.ToolCalls {
+	for i, c := range resp.ChatOutput().ToolCalls {
 		for _, d := range []batcher.ToolCallDelta{{Index: int32(i), ID: c.ID, Name: c.Name}, {Index: int32(i), Arguments: c.Arguments}} {
 			if err := w.WriteDelta(&batcher.Delta{ToolCalls: []batcher.ToolCallDelta{d}}); err != nil {
 				if e := ctx.Err(); e != nil {

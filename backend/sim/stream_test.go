@@ -95,13 +95,13 @@ func TestStreamToolCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &batcher.Request{Input: batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "use get_weather"}}},
-		Tools: []batcher.Tool{weather}, ToolChoice: batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}}
+		Chat: &batcher.ChatOptions{Tools: []batcher.Tool{weather}, ToolChoice: batcher.ToolChoice{Mode: batcher.ToolChoiceFunction, Function: "get_weather"}}}
 	b := &batcher.Batch{Model: "m", Op: batcher.OpChat, MaxTokens: 64, Requests: []*batcher.Request{r}}
 	out := make([]batcher.Response, 1)
 	if err := p.Dispatch(context.Background(), b, out); err != nil {
 		t.Fatal(err)
 	}
-	if len(out[0].ToolCalls) != 1 {
+	if len(out[0].ChatOutput().ToolCalls) != 1 {
 		t.Fatalf("Dispatch gave %+v, want one tool call", out[0])
 	}
 	var got []batcher.ToolCall
@@ -121,8 +121,8 @@ func TestStreamToolCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0] != out[0].ToolCalls[0] || len(resp.ToolCalls) != 1 || resp.ToolCalls[0] != got[0] {
-		t.Fatalf("streamed calls %+v (answer's %+v), want %+v", got, resp.ToolCalls, out[0].ToolCalls)
+	if len(got) != 1 || got[0] != out[0].ChatOutput().ToolCalls[0] || len(resp.ChatOutput().ToolCalls) != 1 || resp.ChatOutput().ToolCalls[0] != got[0] {
+		t.Fatalf("streamed calls %+v (answer's %+v), want %+v", got, resp.ChatOutput().ToolCalls, out[0].ChatOutput().ToolCalls)
 	}
 }
 
