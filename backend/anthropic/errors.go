@@ -5,23 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/upstream"
 )
 
 // maxMessageBytes bounds the upstream's own words in an error message.
-const maxMessageBytes = 200
+const maxMessageBytes = upstream.MaxMessageBytes
 
 // maxLogBodyBytes bounds the body kept in an error's cause, for logs.
 const maxLogBodyBytes = 512
@@ -110,68 +106,13 @@ func (b *Backend) redact(s string) string {
 	return keyLike.ReplaceAllString(s, "[redacted]")
 }
 
-// clean makes upstream text fit for a message: one line, printable, at
-// most maxMessageBytes.
-func clean(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || !unicode.IsPrint(r) {
-			return ' '
-		}
-		return r
-	}, s)
-	return clip(strings.Join(strings.Fields(s), " "), maxMessageBytes)
-}
-
-// clip cuts s to n bytes at a rune boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
-// transportError classifies a failure to get an answer from the endpoint
-// ep (empty when no call was made): the caller's cancellation passes
-// through as is; deadlines are timeouts; the rest network errors.
-func transportError(ctx context.Context, ep string, err error) error {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return ctx.Err()
-	}
-	at := ""
-	if ep != "" {
-		at = " (" + ep + ")"
-	}
-	ue := &batcher.UpstreamError{Class: batcher.ClassNetwork, Err: err}
-	var dnsErr *net.DNSError
-	var netErr net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
-		ue.Class, ue.Message = batcher.ClassTimeout, "no answer in time"+at
-	case errors.As(err, &dnsErr):
-		ue.Message = "DNS lookup of the upstream's host failed" + at
-	case errors.Is(err, syscall.ECONNREFUSED):
-		ue.Message = "connection refused" + at
-	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
-		ue.Message = "connection reset" + at
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		ue.Message = "connection closed before the answer" + at
-	case errors.As(err, &netErr) && netErr.Timeout():
-		ue.Class, ue.Message = batcher.ClassTimeout, "no answer in time"+at
-	default:
-		ue.Message = "call failed" + at
-	}
-	return ue
-}
-
-// invalidResponse is an answer from the endpoint ep that Batcher cannot
-// use; msg says what is wrong with it.
-func invalidResponse(code int, ep, msg string, cause error) *batcher.UpstreamError {
-	return &batcher.UpstreamError{Class: batcher.ClassInvalidResponse, StatusCode: code,
-		Message: fmt.Sprintf("%s (HTTP %d from %s)", msg, code, ep), Err: cause}
-}
+// The upstream error helpers every HTTP backend shares.
+var (
+	clean           = upstream.Clean
+	clip            = upstream.Clip
+	transportError  = upstream.TransportError
+	invalidResponse = upstream.InvalidResponse
+)
 
 // failureLog is the message of every logged upstream failure.
 const failureLog = "anthropic: upstream call failed"
