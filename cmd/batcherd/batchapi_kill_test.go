@@ -56,9 +56,11 @@ func killRun(t *testing.T, bin, call string, nth, head int64, n, per, pad int) {
 	sim := newBatchSim(t, llmsim.Config{ReplyTokens: 8, BatchTime: 300 * time.Millisecond, Seed: 31})
 	// A create the freeze caught never reaches llmsim (it answers 503 once
 	// batcherd is dead), yet the restart cannot know that: it waits out
-	// the create's bound before it makes the chunk's batch. 5 s, not the
-	// default 10 minutes, keeps that wait inside the test's timeout.
-	cfg := batchConfig(t, sim.URL, per, 20*time.Millisecond, 100*time.Millisecond, 5*time.Second)
+	// the create's bound before it makes the chunk's batch. 20 s, not the
+	// default 10 minutes, keeps that wait inside the test's timeout; not
+	// 5 s, which a create on a loaded machine can outlast (its retry then
+	// makes a second batch, rightly counted as a twin).
+	cfg := batchConfig(t, sim.URL, per, 20*time.Millisecond, 100*time.Millisecond, 20*time.Second)
 	dataDir := t.TempDir()
 	args := []string{"--config", cfg, "--data-dir", dataDir}
 	d := startDaemon(t, bin, args...)
