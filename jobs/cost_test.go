@@ -22,7 +22,8 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(math.Abs(a), mat
 // TestJobCost: a job through the batch API costs half what the same
 // tokens cost online (batch_discount 0.5), an online job the full price;
 // each result line, summary.json, the job's progress and
-// batcher_cost_total carry it.
+// batcher_cost_total carry it. batcher_upstream_batch_api_* count the
+// batch-API job's upstream batches and requests, not the online job's.
 func TestJobCost(t *testing.T) {
 	price := jobs.Price{InputPerMTok: 2.5, OutputPerMTok: 10, BatchDiscount: 0.5}
 	for _, st := range batchStores {
@@ -97,6 +98,25 @@ func TestJobCost(t *testing.T) {
 				if !near(got[mode], want) {
 					t.Errorf("batcher.cost{dispatch=%s} = %v, want %v", mode, got[mode], want)
 				}
+			}
+			// The batch-API job's upstream batches and their requests are
+			// counted by backend; the online job's calls are not (the
+			// core counts those).
+			up := map[string]int64{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, mt := range sm.Metrics {
+					if !strings.HasPrefix(mt.Name, "batcher.upstream.batch_api.") {
+						continue
+					}
+					for _, dp := range mt.Data.(metricdata.Sum[int64]).DataPoints {
+						be, _ := dp.Attributes.Value("batcher.backend")
+						route, _ := dp.Attributes.Value("batcher.route")
+						up[mt.Name+"{"+be.AsString()+","+route.AsString()+"}"] += dp.Value
+					}
+				}
+			}
+			if b, r := up["batcher.upstream.batch_api.batches{llmsim,chat}"], up["batcher.upstream.batch_api.requests{llmsim,chat}"]; b < 2 || r != n || len(up) != 2 {
+				t.Errorf("batch-API counters %v: want at least 2 batches (of at most 100) carrying the %d requests on llmsim/chat", up, n)
 			}
 		})
 	}

@@ -100,7 +100,9 @@ type Config struct {
 	// Prices are the routes' price tables, by route name: a task's cost,
 	// its job's, and batcher_cost_total. A route without one costs nothing.
 	Prices map[string]Price
-	// MeterProvider is where batcher_cost_total is recorded; nil: nowhere.
+	// MeterProvider is where batcher_cost_total, batcher_upstream_twins_total
+	// and batcher_upstream_batch_api_{batches,requests}_total are recorded;
+	// nil: nowhere.
 	MeterProvider metric.MeterProvider
 	Logger        *slog.Logger
 }
@@ -184,6 +186,7 @@ type Manager struct {
 	wg       sync.WaitGroup // runs
 	cost     *costMetric
 	twins    *twinMetric                      // upstream batches created twice (twins.go)
+	batchAPI *batchAPIMetric                  // upstream batches created and their requests (batchapi_metric.go)
 	prices   atomic.Pointer[map[string]Price] // replaced whole by SetPrices
 	budgets  budgets                          // the routes' enqueued tokens upstream (budget.go)
 }
@@ -204,6 +207,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.cost = cost
 	if m.twins, err = newTwinMetric(cfg.MeterProvider); err != nil {
+		return nil, fmt.Errorf("jobs: metrics: %w", err)
+	}
+	if m.batchAPI, err = newBatchAPIMetric(cfg.MeterProvider); err != nil {
 		return nil, fmt.Errorf("jobs: metrics: %w", err)
 	}
 	prices := cfg.Prices

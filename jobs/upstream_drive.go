@@ -231,6 +231,8 @@ func (u *upstream) createNew(ctx context.Context, c *Chunk, held []Task) (*batch
 		u.dequeue(c)
 		return nil, err
 	}
+	ri, _ := u.r.m.routeInfo(u.route)
+	u.r.m.batchAPI.created(ri.Backend, u.route, len(c.Seqs))
 	if err := u.hook(c, "created"); err != nil {
 		return nil, err // the batch is upstream, its id not recorded
 	}
