@@ -155,11 +155,14 @@ func ToSnapshot(s *telemetry.Snapshot) *batcherv1.StatsSnapshot {
 			RpmLimit: b.RPMLimit, TpmLimit: b.TPMLimit, RpmMax: int64(b.RPMMax), TpmMax: int64(b.TPMMax),
 			RpmUsed: b.RPMUsed, TpmUsed: b.TPMUsed, Calls: b.Calls, Requests: b.Items,
 			RateLimited: b.RateLimited, Retries: b.Retries, Fallbacks: b.Fallbacks, DedupHits: b.DedupHits,
+			BatchApiBatches: b.BatchAPIBatches, BatchApiRequests: b.BatchAPIRequests,
 		})
 	}
 	for _, j := range s.Jobs {
-		js := &batcherv1.JobStats{Id: j.ID, Name: j.Name, State: j.State, Total: j.Total, Done: j.Done,
-			Failed: j.Failed, Tokens: j.Tokens, ItemsPerSecond: j.ItemsPerSec, TokensPerSecond: j.TokensPerSec}
+		js := &batcherv1.JobStats{Id: j.ID, Name: j.Name, State: j.State, Total: j.Total,
+			Done: j.Succeeded, Succeeded: j.Succeeded, // done: succeeded, as it always was (admin.proto)
+			Failed: j.Failed, Tokens: j.Tokens, ItemsPerSecond: j.ItemsPerSec, TokensPerSecond: j.TokensPerSec,
+			CostUsd: j.Cost, SavingUsd: j.Saving}
 		if j.ETA > 0 {
 			js.Eta = durationpb.New(j.ETA)
 		}

@@ -110,12 +110,26 @@ func TestWatchStatsSendsSnapshots(t *testing.T) {
 }
 
 func TestToSnapshotTranslatesJobs(t *testing.T) {
-	s := &telemetry.Snapshot{Jobs: []telemetry.Job{{ID: "j", State: "running", Total: 10, Done: 4, ETA: 3 * time.Second}, {ID: "k"}}}
+	s := &telemetry.Snapshot{Jobs: []telemetry.Job{{ID: "j", State: "running", Total: 10, Succeeded: 4, Failed: 2, ETA: 3 * time.Second,
+		Cost: 0.5, Saving: 0.25}, {ID: "k"}}}
 	out := ToSnapshot(s)
 	if j := out.GetJobs()[0]; j.GetId() != "j" || j.GetDone() != 4 || j.GetEta().AsDuration() != 3*time.Second {
 		t.Errorf("job %v", j)
 	}
+	// done stays the succeeded count (admin.proto); succeeded says so, and
+	// the cost and saving are carried.
+	if j := out.GetJobs()[0]; j.GetSucceeded() != 4 || j.GetFailed() != 2 || j.GetCostUsd() != 0.5 || j.GetSavingUsd() != 0.25 {
+		t.Errorf("job %v: want succeeded 4, failed 2, cost_usd 0.5, saving_usd 0.25", j)
+	}
 	if out.GetJobs()[1].GetEta() != nil {
 		t.Error("an unknown ETA was sent as zero")
+	}
+}
+
+func TestToSnapshotTranslatesBatchAPITraffic(t *testing.T) {
+	s := &telemetry.Snapshot{Backends: []telemetry.Backend{{Name: "be", Calls: 5, Items: 5, BatchAPIBatches: 3, BatchAPIRequests: 300}}}
+	be := ToSnapshot(s).GetBackends()[0]
+	if be.GetCalls() != 5 || be.GetRequests() != 5 || be.GetBatchApiBatches() != 3 || be.GetBatchApiRequests() != 300 {
+		t.Errorf("backend %v: want 5 online calls of 5 requests, 3 batch-API batches of 300", be)
 	}
 }

@@ -142,6 +142,12 @@ type Backend struct {
 	// upstream calls open); Streamed counts them all.
 	Streaming int   `json:"streaming"`
 	Streamed  int64 `json:"streamed"`
+	// BatchAPIBatches and BatchAPIRequests count the upstream batches jobs
+	// created through the backend's batch API and the requests they
+	// carried (cumulative, from the jobs' batcher_upstream_batch_api_*
+	// series): traffic that Calls and Items, the online calls, leave out.
+	BatchAPIBatches  int64 `json:"batch_api_batches"`
+	BatchAPIRequests int64 `json:"batch_api_requests"`
 }
 
 // Streams are the server's open SubmitStreams and the messages they hold
@@ -155,17 +161,29 @@ type Streams struct {
 // fill the rates and the ETA (batcherd gives the job manager's, which
 // GetJob reports); the sampler fills those a source left at zero from
 // successive snapshots.
+//
+// Its counts are named as batcherctl names them: succeeded and failed
+// items, and done every item that ended, the two together (the JSON's
+// done; the method Done).
 type Job struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 	// State is the job's state, as the jobs package names it (validating,
 	// queued, running, finalizing, completed, failed, cancelling,
 	// cancelled, expired).
-	State  string `json:"state"`
-	Total  int64  `json:"total"`
-	Done   int64  `json:"done"`
-	Failed int64  `json:"failed"`
-	Tokens int64  `json:"tokens"`
+	State string `json:"state"`
+	Total int64  `json:"total"`
+	// Succeeded items; Failed the items that ended otherwise: failed,
+	// cancelled or expired.
+	Succeeded int64 `json:"succeeded"`
+	Failed    int64 `json:"failed"`
+	Tokens    int64 `json:"tokens"`
+	// Cost is what the job cost so far in USD at its routes' prices, and
+	// Saving what it saved against online dispatch of the same tokens
+	// (the batch API's discount); 0 without prices (GetJob's cost_usd
+	// and saving_usd).
+	Cost   float64 `json:"cost_usd"`
+	Saving float64 `json:"saving_usd"`
 	// Rates over the last interval.
 	ItemsPerSec  float64 `json:"items_per_second"`
 	TokensPerSec float64 `json:"tokens_per_second"`
@@ -173,6 +191,10 @@ type Job struct {
 	// JSON: eta_seconds.
 	ETA time.Duration `json:"-"`
 }
+
+// Done returns the items that ended: succeeded or not (what batcherctl
+// calls done).
+func (j Job) Done() int64 { return j.Succeeded + j.Failed }
 
 // Requests are the service-wide request figures.
 type Requests struct {
@@ -196,12 +218,15 @@ type jsonJob Job
 
 type jobJSON struct {
 	jsonJob
-	ETA float64 `json:"eta_seconds"`
+	// Done is written and not read back: Succeeded + Failed.
+	Done int64   `json:"done"`
+	ETA  float64 `json:"eta_seconds"`
 }
 
-// MarshalJSON writes j with its ETA as eta_seconds.
+// MarshalJSON writes j with its ETA as eta_seconds and its ended items as
+// done.
 func (j Job) MarshalJSON() ([]byte, error) {
-	return json.Marshal(jobJSON{jsonJob(j), j.ETA.Seconds()})
+	return json.Marshal(jobJSON{jsonJob(j), j.Done(), j.ETA.Seconds()})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -441,7 +466,7 @@ func (s *Sampler) Sample(now time.Time) Snapshot {
 	raw := rawSample{t: now, budgetReqs: map[string]int64{}, budgetToks: map[string]int64{},
 		jobDone: map[string]int64{}, jobTokens: map[string]int64{}}
 	for _, j := range snap.Jobs {
-		raw.jobDone[j.ID], raw.jobTokens[j.ID] = j.Done+j.Failed, j.Tokens
+		raw.jobDone[j.ID], raw.jobTokens[j.ID] = j.Done(), j.Tokens
 	}
 	if s.src.Metrics != nil {
 		s.readMetrics(&snap, &raw)
@@ -519,6 +544,10 @@ func (s *Sampler) readMetrics(snap *Snapshot, raw *rawSample) {
 			for _, m := range f.GetMetric() {
 				raw.tokens += int64(m.GetHistogram().GetSampleSum())
 			}
+		case "batcher_upstream_batch_api_batches_total":
+			byBackend(snap, f, func(be *Backend, n int64) { be.BatchAPIBatches = n })
+		case "batcher_upstream_batch_api_requests_total":
+			byBackend(snap, f, func(be *Backend, n int64) { be.BatchAPIRequests = n })
 		case "batcher_budget_requests_used_total":
 			perBackend(f, raw.budgetReqs)
 		case "batcher_budget_tokens_used_total":
@@ -547,6 +576,16 @@ func sumCounter(f *dto.MetricFamily) int64 {
 func perBackend(f *dto.MetricFamily, into map[string]int64) {
 	for _, m := range f.GetMetric() {
 		into[label(m, "batcher_backend")] += int64(m.GetCounter().GetValue())
+	}
+}
+
+// byBackend sums counter f by backend and sets each of snap's backends'
+// sum with set.
+func byBackend(snap *Snapshot, f *dto.MetricFamily, set func(*Backend, int64)) {
+	by := map[string]int64{}
+	perBackend(f, by)
+	for i := range snap.Backends {
+		set(&snap.Backends[i], by[snap.Backends[i].Name])
 	}
 }
 
@@ -598,7 +637,7 @@ func (s *Sampler) derive(snap *Snapshot, raw *rawSample) {
 				j.ItemsPerSec = float64(raw.jobDone[j.ID]-oldDone) / el.Seconds()
 				j.TokensPerSec = float64(raw.jobTokens[j.ID]-old.jobTokens[j.ID]) / el.Seconds()
 			}
-			if left := j.Total - j.Done - j.Failed; left > 0 && j.ItemsPerSec > 0 {
+			if left := j.Total - j.Done(); left > 0 && j.ItemsPerSec > 0 {
 				j.ETA = time.Duration(float64(left) / j.ItemsPerSec * float64(time.Second))
 			}
 		}

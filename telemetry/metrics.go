@@ -41,7 +41,7 @@ func RegisterLive(mp metric.MeterProvider, src Sources) (metric.Registration, er
 			var n, tok int64
 			for _, j := range src.Jobs() {
 				by[j.State]++
-				n += j.Done + j.Failed
+				n += j.Done()
 				tok += j.Tokens
 			}
 			for _, s := range src.JobStates {

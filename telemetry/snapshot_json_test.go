@@ -17,7 +17,8 @@ func TestSnapshotJSON(t *testing.T) {
 		Lanes:    []Lane{{Name: "chat/sim", Route: "chat", Backend: "sim", Queued: map[string]int{"urgent": 1}, InFlight: 2}},
 		Backends: []Backend{{Name: "sim", Breaker: "closed", InFlight: 1, Limit: 4, MaxConcurrency: 8, RPMLimit: 60, RPMMax: 60, RPMUsed: 12, Calls: 3, Items: 9}},
 		Streams:  Streams{Open: 1, Buffered: 5},
-		Jobs:     []Job{{ID: "j1", Name: "n", State: "running", Total: 10, Done: 4, ItemsPerSec: 2, ETA: 3 * time.Second}},
+		Jobs: []Job{{ID: "j1", Name: "n", State: "running", Total: 10, Succeeded: 4, Failed: 2, ItemsPerSec: 2, ETA: 3 * time.Second,
+			Cost: 0.25, Saving: 0.125}},
 		Requests: Requests{Admitted: 7, PerSec: 1.5, P50: 250 * time.Millisecond, P95: time.Second, P99: 2 * time.Second},
 		Fleet: &Fleet{Self: "r1", Redis: true, Replicas: []Replica{{ID: "r1", Self: true, Info: map[string]string{"grpc": "x"}}},
 			Budgets: []FleetBudget{{Backend: "sim", Factor: 1, PausedUntil: at, RPMLeft: 3, RPMUsed: 4, Leases: map[string]int{"R-1": 2}}}},
@@ -58,8 +59,13 @@ func TestSnapshotJSON(t *testing.T) {
 			t.Errorf("requests.%s = %v, want %v", k, req[k], want)
 		}
 	}
-	if eta := tree["jobs"].([]any)[0].(map[string]any)["eta_seconds"]; eta != 3.0 {
-		t.Errorf("jobs[0].eta_seconds = %v, want 3", eta)
+	// A job's counts are named as batcherctl names them (done: every item
+	// that ended), and its cost and saving are there.
+	job := tree["jobs"].([]any)[0].(map[string]any)
+	for k, want := range map[string]float64{"eta_seconds": 3, "succeeded": 4, "failed": 2, "done": 6, "total": 10, "cost_usd": 0.25, "saving_usd": 0.125} {
+		if job[k] != want {
+			t.Errorf("jobs[0].%s = %v, want %v", k, job[k], want)
+		}
 	}
 	if tree["time"] != "2026-01-02T03:04:05Z" {
 		t.Errorf("time = %v, want RFC 3339", tree["time"])

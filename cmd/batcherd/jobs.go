@@ -112,8 +112,8 @@ func checkWritable(what, dir string) error {
 const jobsListLimit = 200
 
 // jobsSource is the telemetry's view of m's jobs: the newest jobsListLimit,
-// with their counts and states (among jobStateNames). A store error logs
-// and lists none.
+// with their counts, states (among jobStateNames), cost and saving. A store
+// error logs and lists none.
 func jobsSource(m *jobs.Manager, log *slog.Logger) func() []telemetry.Job {
 	return func() []telemetry.Job {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -129,8 +129,8 @@ func jobsSource(m *jobs.Manager, log *slog.Logger) func() []telemetry.Job {
 			p := m.ProgressOf(j) // the rates and ETA GetJob reports
 			out = append(out, telemetry.Job{
 				ID: j.ID, Name: j.Spec.Name, State: j.State.String(),
-				Total: c.Total, Done: c.Succeeded, Failed: c.Failed + c.Cancelled + c.Expired,
-				Tokens:      j.TokensIn + j.TokensOut,
+				Total: c.Total, Succeeded: c.Succeeded, Failed: c.Failed + c.Cancelled + c.Expired,
+				Tokens: j.TokensIn + j.TokensOut, Cost: p.Cost, Saving: p.Saving,
 				ItemsPerSec: p.ItemsPerH / 3600, TokensPerSec: p.TokensPerS, ETA: max(p.ETA, 0),
 			})
 		}

@@ -2,14 +2,21 @@ package main
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/telemetry"
+	"github.com/batcherhq/batcher/telemetry/admin"
 )
 
 // requireTool returns the path of an outside tool (a Debian package), or
@@ -58,27 +65,8 @@ func TestStatusPageInChromium(t *testing.T) {
 		o.shutdown(t)
 	}()
 
-	actx, acancel := chromedp.NewExecAllocator(t.Context(),
-		chromedp.ExecPath(browser),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 1100),
-	)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
-	ctx, cancel := context.WithTimeout(bctx, testTimeout)
-	defer cancel()
-
+	ctx, closeBrowser := chromium(t, browser)
+	defer closeBrowser()
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate("http://"+o.admin+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#backends .backend`)),
@@ -147,4 +135,81 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("status page screenshot: %s (%d bytes), completed %s -> %s", shot, len(png), first, second)
+}
+
+// TestStatusPageShowsJobCountsAndCost renders a job on the status page in
+// Chromium: its counts named as batcherctl names them (done is every item
+// that ended, succeeded or failed), and its cost and saving; and a
+// backend's batch-API traffic beside its online calls.
+func TestStatusPageShowsJobCountsAndCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	browser := requireTool(t, "chromium", "chromium")
+	reg := prometheus.NewRegistry()
+	for name, n := range map[string]float64{"batcher_upstream_batch_api_batches_total": 5, "batcher_upstream_batch_api_requests_total": 300} {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name}, []string{"batcher_backend", "batcher_route"})
+		reg.MustRegister(c)
+		c.WithLabelValues("sim", "chat").Add(n)
+	}
+	sampler := telemetry.NewSampler(telemetry.Sources{
+		Lanes:    func() []batcher.LaneStats { return nil },
+		Backends: func() []batcher.BackendStats { return []batcher.BackendStats{{Name: "sim", Calls: 5, Items: 5}} },
+		Jobs: func() []telemetry.Job {
+			return []telemetry.Job{{ID: "job-1", Name: "nightly", State: "running", Total: 300, Succeeded: 240, Failed: 12,
+				Cost: 1.5, Saving: 1.25}}
+		},
+		Metrics: reg,
+	}, time.Second, 0)
+	sampler.Sample(time.Now()) // not started: the page renders this one
+	page := admin.New(admin.Config{Sampler: sampler})
+	srv := httptest.NewServer(page)
+	defer srv.Close()
+	defer page.Close() // ends the page's event stream
+	ctx, closeBrowser := chromium(t, browser)
+	defer closeBrowser()
+
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-job="job-1"]`)),
+	); err != nil {
+		t.Fatalf("loading the page: %v", err)
+	}
+	for sel, want := range map[string]string{
+		`[data-job="job-1"] .job-counts`:  "252 / 300 done · 240 succeeded · 12 failed",
+		`[data-job="job-1"] .job-cost`:    "cost $1.50 · saved $1.25",
+		`[data-backend="sim"] .batch-api`: "batch API: batches 5 · requests 300 · per batch 60.0",
+	} {
+		got, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		if got != want {
+			t.Errorf("%s = %q, want %q", sel, got, want)
+		}
+	}
+}
+
+// chromium returns a context of a headless Chromium at browser, bounded by
+// testTimeout, and the func that closes it.
+func chromium(t *testing.T, browser string) (context.Context, func()) {
+	t.Helper()
+	actx, acancel := chromedp.NewExecAllocator(t.Context(),
+		chromedp.ExecPath(browser),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1100),
+	)
+	bctx, bcancel := chromedp.NewContext(actx)
+	ctx, cancel := context.WithTimeout(bctx, testTimeout)
+	return ctx, func() { cancel(); bcancel(); acancel() }
 }

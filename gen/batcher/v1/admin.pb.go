@@ -598,15 +598,21 @@ type BackendStats struct {
 	// Requests and tokens spent over the last minute.
 	RpmUsed float64 `protobuf:"fixed64,10,opt,name=rpm_used,json=rpmUsed,proto3" json:"rpm_used,omitempty"`
 	TpmUsed float64 `protobuf:"fixed64,11,opt,name=tpm_used,json=tpmUsed,proto3" json:"tpm_used,omitempty"`
-	// Cumulative counts.
-	Calls         int64 `protobuf:"varint,12,opt,name=calls,proto3" json:"calls,omitempty"`
-	Requests      int64 `protobuf:"varint,13,opt,name=requests,proto3" json:"requests,omitempty"`
-	RateLimited   int64 `protobuf:"varint,14,opt,name=rate_limited,json=rateLimited,proto3" json:"rate_limited,omitempty"`
-	Retries       int64 `protobuf:"varint,15,opt,name=retries,proto3" json:"retries,omitempty"`
-	Fallbacks     int64 `protobuf:"varint,16,opt,name=fallbacks,proto3" json:"fallbacks,omitempty"`
-	DedupHits     int64 `protobuf:"varint,17,opt,name=dedup_hits,json=dedupHits,proto3" json:"dedup_hits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Cumulative counts: online upstream calls (HTTP requests) and the
+	// requests they carried, 429s, retries, fallbacks, dedup hits.
+	Calls       int64 `protobuf:"varint,12,opt,name=calls,proto3" json:"calls,omitempty"`
+	Requests    int64 `protobuf:"varint,13,opt,name=requests,proto3" json:"requests,omitempty"`
+	RateLimited int64 `protobuf:"varint,14,opt,name=rate_limited,json=rateLimited,proto3" json:"rate_limited,omitempty"`
+	Retries     int64 `protobuf:"varint,15,opt,name=retries,proto3" json:"retries,omitempty"`
+	Fallbacks   int64 `protobuf:"varint,16,opt,name=fallbacks,proto3" json:"fallbacks,omitempty"`
+	DedupHits   int64 `protobuf:"varint,17,opt,name=dedup_hits,json=dedupHits,proto3" json:"dedup_hits,omitempty"`
+	// The upstream batches jobs created through the backend's batch API
+	// (JobSpec.dispatch) and the requests they carried, cumulative. calls and
+	// requests above count the online calls only.
+	BatchApiBatches  int64 `protobuf:"varint,18,opt,name=batch_api_batches,json=batchApiBatches,proto3" json:"batch_api_batches,omitempty"`
+	BatchApiRequests int64 `protobuf:"varint,19,opt,name=batch_api_requests,json=batchApiRequests,proto3" json:"batch_api_requests,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *BackendStats) Reset() {
@@ -758,6 +764,20 @@ func (x *BackendStats) GetDedupHits() int64 {
 	return 0
 }
 
+func (x *BackendStats) GetBatchApiBatches() int64 {
+	if x != nil {
+		return x.BatchApiBatches
+	}
+	return 0
+}
+
+func (x *BackendStats) GetBatchApiRequests() int64 {
+	if x != nil {
+		return x.BatchApiRequests
+	}
+	return 0
+}
+
 // StreamStats are the open SubmitStreams.
 type StreamStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -813,19 +833,34 @@ func (x *StreamStats) GetBuffered() int32 {
 }
 
 // JobStats is one job's progress.
+//
+// Its counts: succeeded items, failed ones (failed, cancelled or expired),
+// and done, which is the succeeded count again, not every item that ended:
+// it was named before succeeded existed and keeps its meaning for the
+// readers that add failed to it. What batcherctl and the status page call
+// done, every item that ended, is succeeded + failed.
 type JobStats struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	State           string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Total           int64                  `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
-	Done            int64                  `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
-	Failed          int64                  `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
-	Tokens          int64                  `protobuf:"varint,7,opt,name=tokens,proto3" json:"tokens,omitempty"`
-	ItemsPerSecond  float64                `protobuf:"fixed64,8,opt,name=items_per_second,json=itemsPerSecond,proto3" json:"items_per_second,omitempty"`
-	TokensPerSecond float64                `protobuf:"fixed64,9,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	State string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Total int64                  `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	// Succeeded items, as succeeded; prefer succeeded.
+	Done            int64   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	Failed          int64   `protobuf:"varint,6,opt,name=failed,proto3" json:"failed,omitempty"`
+	Tokens          int64   `protobuf:"varint,7,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	ItemsPerSecond  float64 `protobuf:"fixed64,8,opt,name=items_per_second,json=itemsPerSecond,proto3" json:"items_per_second,omitempty"`
+	TokensPerSecond float64 `protobuf:"fixed64,9,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
 	// Time left at the current rate; unset when unknown.
-	Eta           *durationpb.Duration `protobuf:"bytes,10,opt,name=eta,proto3" json:"eta,omitempty"`
+	Eta *durationpb.Duration `protobuf:"bytes,10,opt,name=eta,proto3" json:"eta,omitempty"`
+	// Succeeded items.
+	Succeeded int64 `protobuf:"varint,11,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// What the job cost so far in USD at its routes' prices, and what it
+	// saved against online dispatch of the same tokens (the batch API's
+	// discount), as GetJob's JobProgress.cost_usd and saving_usd; 0 without
+	// prices.
+	CostUsd       float64 `protobuf:"fixed64,12,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	SavingUsd     float64 `protobuf:"fixed64,13,opt,name=saving_usd,json=savingUsd,proto3" json:"saving_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -928,6 +963,27 @@ func (x *JobStats) GetEta() *durationpb.Duration {
 		return x.Eta
 	}
 	return nil
+}
+
+func (x *JobStats) GetSucceeded() int64 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *JobStats) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+func (x *JobStats) GetSavingUsd() float64 {
+	if x != nil {
+		return x.SavingUsd
+	}
+	return 0
 }
 
 // RequestStats are the service-wide request figures.
@@ -1097,7 +1153,7 @@ const file_batcher_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"queued_low\x18\a \x01(\x05R\tqueuedLow\x12+\n" +
 	"\x11queued_deferrable\x18\b \x01(\x05R\x10queuedDeferrable\x12\x1b\n" +
-	"\tin_flight\x18\t \x01(\x05R\binFlight\"\xfd\x03\n" +
+	"\tin_flight\x18\t \x01(\x05R\binFlight\"\xd7\x04\n" +
 	"\fBackendStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abreaker\x18\x02 \x01(\tR\abreaker\x12\x1b\n" +
@@ -1117,10 +1173,12 @@ const file_batcher_v1_admin_proto_rawDesc = "" +
 	"\aretries\x18\x0f \x01(\x03R\aretries\x12\x1c\n" +
 	"\tfallbacks\x18\x10 \x01(\x03R\tfallbacks\x12\x1d\n" +
 	"\n" +
-	"dedup_hits\x18\x11 \x01(\x03R\tdedupHits\"=\n" +
+	"dedup_hits\x18\x11 \x01(\x03R\tdedupHits\x12*\n" +
+	"\x11batch_api_batches\x18\x12 \x01(\x03R\x0fbatchApiBatches\x12,\n" +
+	"\x12batch_api_requests\x18\x13 \x01(\x03R\x10batchApiRequests\"=\n" +
 	"\vStreamStats\x12\x12\n" +
 	"\x04open\x18\x01 \x01(\x05R\x04open\x12\x1a\n" +
-	"\bbuffered\x18\x02 \x01(\x05R\bbuffered\"\xa1\x02\n" +
+	"\bbuffered\x18\x02 \x01(\x05R\bbuffered\"\xf9\x02\n" +
 	"\bJobStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1132,7 +1190,11 @@ const file_batcher_v1_admin_proto_rawDesc = "" +
 	"\x10items_per_second\x18\b \x01(\x01R\x0eitemsPerSecond\x12*\n" +
 	"\x11tokens_per_second\x18\t \x01(\x01R\x0ftokensPerSecond\x12+\n" +
 	"\x03eta\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x03eta\"\x8e\x03\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x03eta\x12\x1c\n" +
+	"\tsucceeded\x18\v \x01(\x03R\tsucceeded\x12\x19\n" +
+	"\bcost_usd\x18\f \x01(\x01R\acostUsd\x12\x1d\n" +
+	"\n" +
+	"saving_usd\x18\r \x01(\x01R\tsavingUsd\"\x8e\x03\n" +
 	"\fRequestStats\x12\x1a\n" +
 	"\badmitted\x18\x01 \x01(\x03R\badmitted\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x03R\brejected\x12\x1c\n" +

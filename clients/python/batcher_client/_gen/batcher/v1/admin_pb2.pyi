@@ -8,7 +8,9 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class BackendStats(_message.Message):
-    __slots__ = ["breaker", "calls", "concurrency_limit", "dedup_hits", "fallbacks", "in_flight", "max_concurrency", "name", "rate_limited", "requests", "retries", "rpm_limit", "rpm_max", "rpm_used", "tpm_limit", "tpm_max", "tpm_used"]
+    __slots__ = ["batch_api_batches", "batch_api_requests", "breaker", "calls", "concurrency_limit", "dedup_hits", "fallbacks", "in_flight", "max_concurrency", "name", "rate_limited", "requests", "retries", "rpm_limit", "rpm_max", "rpm_used", "tpm_limit", "tpm_max", "tpm_used"]
+    BATCH_API_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_API_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     BREAKER_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +28,8 @@ class BackendStats(_message.Message):
     TPM_LIMIT_FIELD_NUMBER: _ClassVar[int]
     TPM_MAX_FIELD_NUMBER: _ClassVar[int]
     TPM_USED_FIELD_NUMBER: _ClassVar[int]
+    batch_api_batches: int
+    batch_api_requests: int
     breaker: str
     calls: int
     concurrency_limit: int
@@ -43,7 +47,7 @@ class BackendStats(_message.Message):
     tpm_limit: float
     tpm_max: int
     tpm_used: float
-    def __init__(self, name: _Optional[str] = ..., breaker: _Optional[str] = ..., in_flight: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., rpm_limit: _Optional[float] = ..., tpm_limit: _Optional[float] = ..., rpm_max: _Optional[int] = ..., tpm_max: _Optional[int] = ..., rpm_used: _Optional[float] = ..., tpm_used: _Optional[float] = ..., calls: _Optional[int] = ..., requests: _Optional[int] = ..., rate_limited: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., dedup_hits: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., breaker: _Optional[str] = ..., in_flight: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., rpm_limit: _Optional[float] = ..., tpm_limit: _Optional[float] = ..., rpm_max: _Optional[int] = ..., tpm_max: _Optional[int] = ..., rpm_used: _Optional[float] = ..., tpm_used: _Optional[float] = ..., calls: _Optional[int] = ..., requests: _Optional[int] = ..., rate_limited: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., dedup_hits: _Optional[int] = ..., batch_api_batches: _Optional[int] = ..., batch_api_requests: _Optional[int] = ...) -> None: ...
 
 class FleetBudget(_message.Message):
     __slots__ = ["backend", "leases", "open_until", "paused_until", "rate_factor", "rpm_left", "rpm_used", "tpm_left", "tpm_used"]
@@ -104,28 +108,34 @@ class FleetStats(_message.Message):
     def __init__(self, self_: _Optional[str] = ..., redis_reachable: bool = ..., replicas: _Optional[_Iterable[_Union[FleetReplica, _Mapping]]] = ..., budgets: _Optional[_Iterable[_Union[FleetBudget, _Mapping]]] = ...) -> None: ...
 
 class JobStats(_message.Message):
-    __slots__ = ["done", "eta", "failed", "id", "items_per_second", "name", "state", "tokens", "tokens_per_second", "total"]
+    __slots__ = ["cost_usd", "done", "eta", "failed", "id", "items_per_second", "name", "saving_usd", "state", "succeeded", "tokens", "tokens_per_second", "total"]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ETA_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ITEMS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    SAVING_USD_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    cost_usd: float
     done: int
     eta: _duration_pb2.Duration
     failed: int
     id: str
     items_per_second: float
     name: str
+    saving_usd: float
     state: str
+    succeeded: int
     tokens: int
     tokens_per_second: float
     total: int
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., tokens: _Optional[int] = ..., items_per_second: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., eta: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., tokens: _Optional[int] = ..., items_per_second: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., eta: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., succeeded: _Optional[int] = ..., cost_usd: _Optional[float] = ..., saving_usd: _Optional[float] = ...) -> None: ...
 
 class LaneStats(_message.Message):
     __slots__ = ["backend", "in_flight", "name", "queued_deferrable", "queued_high", "queued_low", "queued_normal", "queued_urgent", "route"]

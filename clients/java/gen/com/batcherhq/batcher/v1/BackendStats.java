@@ -252,7 +252,8 @@ private static final long serialVersionUID = 0L;
   private long calls_ = 0L;
   /**
    * <pre>
-   * Cumulative counts.
+   * Cumulative counts: online upstream calls (HTTP requests) and the
+   * requests they carried, 429s, retries, fallbacks, dedup hits.
    * </pre>
    *
    * <code>int64 calls = 12 [json_name = "calls"];</code>
@@ -316,6 +317,34 @@ private static final long serialVersionUID = 0L;
   @java.lang.Override
   public long getDedupHits() {
     return dedupHits_;
+  }
+
+  public static final int BATCH_API_BATCHES_FIELD_NUMBER = 18;
+  private long batchApiBatches_ = 0L;
+  /**
+   * <pre>
+   * The upstream batches jobs created through the backend's batch API
+   * (JobSpec.dispatch) and the requests they carried, cumulative. calls and
+   * requests above count the online calls only.
+   * </pre>
+   *
+   * <code>int64 batch_api_batches = 18 [json_name = "batchApiBatches"];</code>
+   * @return The batchApiBatches.
+   */
+  @java.lang.Override
+  public long getBatchApiBatches() {
+    return batchApiBatches_;
+  }
+
+  public static final int BATCH_API_REQUESTS_FIELD_NUMBER = 19;
+  private long batchApiRequests_ = 0L;
+  /**
+   * <code>int64 batch_api_requests = 19 [json_name = "batchApiRequests"];</code>
+   * @return The batchApiRequests.
+   */
+  @java.lang.Override
+  public long getBatchApiRequests() {
+    return batchApiRequests_;
   }
 
   private byte memoizedIsInitialized = -1;
@@ -382,6 +411,12 @@ private static final long serialVersionUID = 0L;
     }
     if (dedupHits_ != 0L) {
       output.writeInt64(17, dedupHits_);
+    }
+    if (batchApiBatches_ != 0L) {
+      output.writeInt64(18, batchApiBatches_);
+    }
+    if (batchApiRequests_ != 0L) {
+      output.writeInt64(19, batchApiRequests_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -458,6 +493,14 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeInt64Size(17, dedupHits_);
     }
+    if (batchApiBatches_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(18, batchApiBatches_);
+    }
+    if (batchApiRequests_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(19, batchApiRequests_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -511,6 +554,10 @@ private static final long serialVersionUID = 0L;
         != other.getFallbacks()) return false;
     if (getDedupHits()
         != other.getDedupHits()) return false;
+    if (getBatchApiBatches()
+        != other.getBatchApiBatches()) return false;
+    if (getBatchApiRequests()
+        != other.getBatchApiRequests()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -568,6 +615,12 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + DEDUP_HITS_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         getDedupHits());
+    hash = (37 * hash) + BATCH_API_BATCHES_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getBatchApiBatches());
+    hash = (37 * hash) + BATCH_API_REQUESTS_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getBatchApiRequests());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -718,6 +771,8 @@ private static final long serialVersionUID = 0L;
       retries_ = 0L;
       fallbacks_ = 0L;
       dedupHits_ = 0L;
+      batchApiBatches_ = 0L;
+      batchApiRequests_ = 0L;
       return this;
     }
 
@@ -801,6 +856,12 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00010000) != 0)) {
         result.dedupHits_ = dedupHits_;
+      }
+      if (((from_bitField0_ & 0x00020000) != 0)) {
+        result.batchApiBatches_ = batchApiBatches_;
+      }
+      if (((from_bitField0_ & 0x00040000) != 0)) {
+        result.batchApiRequests_ = batchApiRequests_;
       }
     }
 
@@ -902,6 +963,12 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getDedupHits() != 0L) {
         setDedupHits(other.getDedupHits());
+      }
+      if (other.getBatchApiBatches() != 0L) {
+        setBatchApiBatches(other.getBatchApiBatches());
+      }
+      if (other.getBatchApiRequests() != 0L) {
+        setBatchApiRequests(other.getBatchApiRequests());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1014,6 +1081,16 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00010000;
               break;
             } // case 136
+            case 144: {
+              batchApiBatches_ = input.readInt64();
+              bitField0_ |= 0x00020000;
+              break;
+            } // case 144
+            case 152: {
+              batchApiRequests_ = input.readInt64();
+              bitField0_ |= 0x00040000;
+              break;
+            } // case 152
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1528,7 +1605,8 @@ private static final long serialVersionUID = 0L;
     private long calls_ ;
     /**
      * <pre>
-     * Cumulative counts.
+     * Cumulative counts: online upstream calls (HTTP requests) and the
+     * requests they carried, 429s, retries, fallbacks, dedup hits.
      * </pre>
      *
      * <code>int64 calls = 12 [json_name = "calls"];</code>
@@ -1540,7 +1618,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Cumulative counts.
+     * Cumulative counts: online upstream calls (HTTP requests) and the
+     * requests they carried, 429s, retries, fallbacks, dedup hits.
      * </pre>
      *
      * <code>int64 calls = 12 [json_name = "calls"];</code>
@@ -1556,7 +1635,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Cumulative counts.
+     * Cumulative counts: online upstream calls (HTTP requests) and the
+     * requests they carried, 429s, retries, fallbacks, dedup hits.
      * </pre>
      *
      * <code>int64 calls = 12 [json_name = "calls"];</code>
@@ -1725,6 +1805,88 @@ private static final long serialVersionUID = 0L;
     public Builder clearDedupHits() {
       bitField0_ = (bitField0_ & ~0x00010000);
       dedupHits_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private long batchApiBatches_ ;
+    /**
+     * <pre>
+     * The upstream batches jobs created through the backend's batch API
+     * (JobSpec.dispatch) and the requests they carried, cumulative. calls and
+     * requests above count the online calls only.
+     * </pre>
+     *
+     * <code>int64 batch_api_batches = 18 [json_name = "batchApiBatches"];</code>
+     * @return The batchApiBatches.
+     */
+    @java.lang.Override
+    public long getBatchApiBatches() {
+      return batchApiBatches_;
+    }
+    /**
+     * <pre>
+     * The upstream batches jobs created through the backend's batch API
+     * (JobSpec.dispatch) and the requests they carried, cumulative. calls and
+     * requests above count the online calls only.
+     * </pre>
+     *
+     * <code>int64 batch_api_batches = 18 [json_name = "batchApiBatches"];</code>
+     * @param value The batchApiBatches to set.
+     * @return This builder for chaining.
+     */
+    public Builder setBatchApiBatches(long value) {
+      
+      batchApiBatches_ = value;
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The upstream batches jobs created through the backend's batch API
+     * (JobSpec.dispatch) and the requests they carried, cumulative. calls and
+     * requests above count the online calls only.
+     * </pre>
+     *
+     * <code>int64 batch_api_batches = 18 [json_name = "batchApiBatches"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearBatchApiBatches() {
+      bitField0_ = (bitField0_ & ~0x00020000);
+      batchApiBatches_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private long batchApiRequests_ ;
+    /**
+     * <code>int64 batch_api_requests = 19 [json_name = "batchApiRequests"];</code>
+     * @return The batchApiRequests.
+     */
+    @java.lang.Override
+    public long getBatchApiRequests() {
+      return batchApiRequests_;
+    }
+    /**
+     * <code>int64 batch_api_requests = 19 [json_name = "batchApiRequests"];</code>
+     * @param value The batchApiRequests to set.
+     * @return This builder for chaining.
+     */
+    public Builder setBatchApiRequests(long value) {
+      
+      batchApiRequests_ = value;
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>int64 batch_api_requests = 19 [json_name = "batchApiRequests"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearBatchApiRequests() {
+      bitField0_ = (bitField0_ & ~0x00040000);
+      batchApiRequests_ = 0L;
       onChanged();
       return this;
     }

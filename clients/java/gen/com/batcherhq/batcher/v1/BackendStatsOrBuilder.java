@@ -109,7 +109,8 @@ public interface BackendStatsOrBuilder extends
 
   /**
    * <pre>
-   * Cumulative counts.
+   * Cumulative counts: online upstream calls (HTTP requests) and the
+   * requests they carried, 429s, retries, fallbacks, dedup hits.
    * </pre>
    *
    * <code>int64 calls = 12 [json_name = "calls"];</code>
@@ -146,4 +147,22 @@ public interface BackendStatsOrBuilder extends
    * @return The dedupHits.
    */
   long getDedupHits();
+
+  /**
+   * <pre>
+   * The upstream batches jobs created through the backend's batch API
+   * (JobSpec.dispatch) and the requests they carried, cumulative. calls and
+   * requests above count the online calls only.
+   * </pre>
+   *
+   * <code>int64 batch_api_batches = 18 [json_name = "batchApiBatches"];</code>
+   * @return The batchApiBatches.
+   */
+  long getBatchApiBatches();
+
+  /**
+   * <code>int64 batch_api_requests = 19 [json_name = "batchApiRequests"];</code>
+   * @return The batchApiRequests.
+   */
+  long getBatchApiRequests();
 }

@@ -6,6 +6,11 @@ package com.batcherhq.batcher.v1;
 /**
  * <pre>
  * JobStats is one job's progress.
+ * Its counts: succeeded items, failed ones (failed, cancelled or expired),
+ * and done, which is the succeeded count again, not every item that ended:
+ * it was named before succeeded existed and keeps its meaning for the
+ * readers that add failed to it. What batcherctl and the status page call
+ * done, every item that ended, is succeeded + failed.
  * </pre>
  *
  * Protobuf type {@code batcher.v1.JobStats}
@@ -181,6 +186,10 @@ private static final long serialVersionUID = 0L;
   public static final int DONE_FIELD_NUMBER = 5;
   private long done_ = 0L;
   /**
+   * <pre>
+   * Succeeded items, as succeeded; prefer succeeded.
+   * </pre>
+   *
    * <code>int64 done = 5 [json_name = "done"];</code>
    * @return The done.
    */
@@ -271,6 +280,50 @@ private static final long serialVersionUID = 0L;
     return eta_ == null ? com.google.protobuf.Duration.getDefaultInstance() : eta_;
   }
 
+  public static final int SUCCEEDED_FIELD_NUMBER = 11;
+  private long succeeded_ = 0L;
+  /**
+   * <pre>
+   * Succeeded items.
+   * </pre>
+   *
+   * <code>int64 succeeded = 11 [json_name = "succeeded"];</code>
+   * @return The succeeded.
+   */
+  @java.lang.Override
+  public long getSucceeded() {
+    return succeeded_;
+  }
+
+  public static final int COST_USD_FIELD_NUMBER = 12;
+  private double costUsd_ = 0D;
+  /**
+   * <pre>
+   * What the job cost so far in USD at its routes' prices, and what it
+   * saved against online dispatch of the same tokens (the batch API's
+   * discount), as GetJob's JobProgress.cost_usd and saving_usd; 0 without
+   * prices.
+   * </pre>
+   *
+   * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+   * @return The costUsd.
+   */
+  @java.lang.Override
+  public double getCostUsd() {
+    return costUsd_;
+  }
+
+  public static final int SAVING_USD_FIELD_NUMBER = 13;
+  private double savingUsd_ = 0D;
+  /**
+   * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+   * @return The savingUsd.
+   */
+  @java.lang.Override
+  public double getSavingUsd() {
+    return savingUsd_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -314,6 +367,15 @@ private static final long serialVersionUID = 0L;
     }
     if (eta_ != null) {
       output.writeMessage(10, getEta());
+    }
+    if (succeeded_ != 0L) {
+      output.writeInt64(11, succeeded_);
+    }
+    if (java.lang.Double.doubleToRawLongBits(costUsd_) != 0) {
+      output.writeDouble(12, costUsd_);
+    }
+    if (java.lang.Double.doubleToRawLongBits(savingUsd_) != 0) {
+      output.writeDouble(13, savingUsd_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -361,6 +423,18 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(10, getEta());
     }
+    if (succeeded_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(11, succeeded_);
+    }
+    if (java.lang.Double.doubleToRawLongBits(costUsd_) != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeDoubleSize(12, costUsd_);
+    }
+    if (java.lang.Double.doubleToRawLongBits(savingUsd_) != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeDoubleSize(13, savingUsd_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -401,6 +475,14 @@ private static final long serialVersionUID = 0L;
       if (!getEta()
           .equals(other.getEta())) return false;
     }
+    if (getSucceeded()
+        != other.getSucceeded()) return false;
+    if (java.lang.Double.doubleToLongBits(getCostUsd())
+        != java.lang.Double.doubleToLongBits(
+            other.getCostUsd())) return false;
+    if (java.lang.Double.doubleToLongBits(getSavingUsd())
+        != java.lang.Double.doubleToLongBits(
+            other.getSavingUsd())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -440,6 +522,15 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + ETA_FIELD_NUMBER;
       hash = (53 * hash) + getEta().hashCode();
     }
+    hash = (37 * hash) + SUCCEEDED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getSucceeded());
+    hash = (37 * hash) + COST_USD_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        java.lang.Double.doubleToLongBits(getCostUsd()));
+    hash = (37 * hash) + SAVING_USD_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        java.lang.Double.doubleToLongBits(getSavingUsd()));
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -538,6 +629,11 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * JobStats is one job's progress.
+   * Its counts: succeeded items, failed ones (failed, cancelled or expired),
+   * and done, which is the succeeded count again, not every item that ended:
+   * it was named before succeeded existed and keeps its meaning for the
+   * readers that add failed to it. What batcherctl and the status page call
+   * done, every item that ended, is succeeded + failed.
    * </pre>
    *
    * Protobuf type {@code batcher.v1.JobStats}
@@ -587,6 +683,9 @@ private static final long serialVersionUID = 0L;
         etaBuilder_.dispose();
         etaBuilder_ = null;
       }
+      succeeded_ = 0L;
+      costUsd_ = 0D;
+      savingUsd_ = 0D;
       return this;
     }
 
@@ -651,6 +750,15 @@ private static final long serialVersionUID = 0L;
         result.eta_ = etaBuilder_ == null
             ? eta_
             : etaBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000400) != 0)) {
+        result.succeeded_ = succeeded_;
+      }
+      if (((from_bitField0_ & 0x00000800) != 0)) {
+        result.costUsd_ = costUsd_;
+      }
+      if (((from_bitField0_ & 0x00001000) != 0)) {
+        result.savingUsd_ = savingUsd_;
       }
     }
 
@@ -734,6 +842,15 @@ private static final long serialVersionUID = 0L;
       if (other.hasEta()) {
         mergeEta(other.getEta());
       }
+      if (other.getSucceeded() != 0L) {
+        setSucceeded(other.getSucceeded());
+      }
+      if (other.getCostUsd() != 0D) {
+        setCostUsd(other.getCostUsd());
+      }
+      if (other.getSavingUsd() != 0D) {
+        setSavingUsd(other.getSavingUsd());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -812,6 +929,21 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000200;
               break;
             } // case 82
+            case 88: {
+              succeeded_ = input.readInt64();
+              bitField0_ |= 0x00000400;
+              break;
+            } // case 88
+            case 97: {
+              costUsd_ = input.readDouble();
+              bitField0_ |= 0x00000800;
+              break;
+            } // case 97
+            case 105: {
+              savingUsd_ = input.readDouble();
+              bitField0_ |= 0x00001000;
+              break;
+            } // case 105
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1079,6 +1211,10 @@ private static final long serialVersionUID = 0L;
 
     private long done_ ;
     /**
+     * <pre>
+     * Succeeded items, as succeeded; prefer succeeded.
+     * </pre>
+     *
      * <code>int64 done = 5 [json_name = "done"];</code>
      * @return The done.
      */
@@ -1087,6 +1223,10 @@ private static final long serialVersionUID = 0L;
       return done_;
     }
     /**
+     * <pre>
+     * Succeeded items, as succeeded; prefer succeeded.
+     * </pre>
+     *
      * <code>int64 done = 5 [json_name = "done"];</code>
      * @param value The done to set.
      * @return This builder for chaining.
@@ -1099,6 +1239,10 @@ private static final long serialVersionUID = 0L;
       return this;
     }
     /**
+     * <pre>
+     * Succeeded items, as succeeded; prefer succeeded.
+     * </pre>
+     *
      * <code>int64 done = 5 [json_name = "done"];</code>
      * @return This builder for chaining.
      */
@@ -1390,6 +1534,135 @@ private static final long serialVersionUID = 0L;
         eta_ = null;
       }
       return etaBuilder_;
+    }
+
+    private long succeeded_ ;
+    /**
+     * <pre>
+     * Succeeded items.
+     * </pre>
+     *
+     * <code>int64 succeeded = 11 [json_name = "succeeded"];</code>
+     * @return The succeeded.
+     */
+    @java.lang.Override
+    public long getSucceeded() {
+      return succeeded_;
+    }
+    /**
+     * <pre>
+     * Succeeded items.
+     * </pre>
+     *
+     * <code>int64 succeeded = 11 [json_name = "succeeded"];</code>
+     * @param value The succeeded to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSucceeded(long value) {
+      
+      succeeded_ = value;
+      bitField0_ |= 0x00000400;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Succeeded items.
+     * </pre>
+     *
+     * <code>int64 succeeded = 11 [json_name = "succeeded"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSucceeded() {
+      bitField0_ = (bitField0_ & ~0x00000400);
+      succeeded_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private double costUsd_ ;
+    /**
+     * <pre>
+     * What the job cost so far in USD at its routes' prices, and what it
+     * saved against online dispatch of the same tokens (the batch API's
+     * discount), as GetJob's JobProgress.cost_usd and saving_usd; 0 without
+     * prices.
+     * </pre>
+     *
+     * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+     * @return The costUsd.
+     */
+    @java.lang.Override
+    public double getCostUsd() {
+      return costUsd_;
+    }
+    /**
+     * <pre>
+     * What the job cost so far in USD at its routes' prices, and what it
+     * saved against online dispatch of the same tokens (the batch API's
+     * discount), as GetJob's JobProgress.cost_usd and saving_usd; 0 without
+     * prices.
+     * </pre>
+     *
+     * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+     * @param value The costUsd to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCostUsd(double value) {
+      
+      costUsd_ = value;
+      bitField0_ |= 0x00000800;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * What the job cost so far in USD at its routes' prices, and what it
+     * saved against online dispatch of the same tokens (the batch API's
+     * discount), as GetJob's JobProgress.cost_usd and saving_usd; 0 without
+     * prices.
+     * </pre>
+     *
+     * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearCostUsd() {
+      bitField0_ = (bitField0_ & ~0x00000800);
+      costUsd_ = 0D;
+      onChanged();
+      return this;
+    }
+
+    private double savingUsd_ ;
+    /**
+     * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+     * @return The savingUsd.
+     */
+    @java.lang.Override
+    public double getSavingUsd() {
+      return savingUsd_;
+    }
+    /**
+     * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+     * @param value The savingUsd to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSavingUsd(double value) {
+      
+      savingUsd_ = value;
+      bitField0_ |= 0x00001000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSavingUsd() {
+      bitField0_ = (bitField0_ & ~0x00001000);
+      savingUsd_ = 0D;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

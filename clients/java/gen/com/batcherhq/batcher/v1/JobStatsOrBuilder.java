@@ -50,6 +50,10 @@ public interface JobStatsOrBuilder extends
   long getTotal();
 
   /**
+   * <pre>
+   * Succeeded items, as succeeded; prefer succeeded.
+   * </pre>
+   *
    * <code>int64 done = 5 [json_name = "done"];</code>
    * @return The done.
    */
@@ -105,4 +109,33 @@ public interface JobStatsOrBuilder extends
    * <code>.google.protobuf.Duration eta = 10 [json_name = "eta"];</code>
    */
   com.google.protobuf.DurationOrBuilder getEtaOrBuilder();
+
+  /**
+   * <pre>
+   * Succeeded items.
+   * </pre>
+   *
+   * <code>int64 succeeded = 11 [json_name = "succeeded"];</code>
+   * @return The succeeded.
+   */
+  long getSucceeded();
+
+  /**
+   * <pre>
+   * What the job cost so far in USD at its routes' prices, and what it
+   * saved against online dispatch of the same tokens (the batch API's
+   * discount), as GetJob's JobProgress.cost_usd and saving_usd; 0 without
+   * prices.
+   * </pre>
+   *
+   * <code>double cost_usd = 12 [json_name = "costUsd"];</code>
+   * @return The costUsd.
+   */
+  double getCostUsd();
+
+  /**
+   * <code>double saving_usd = 13 [json_name = "savingUsd"];</code>
+   * @return The savingUsd.
+   */
+  double getSavingUsd();
 }
