@@ -87,15 +87,26 @@ func writeStats(b *strings.Builder, s *batcherv1.StatsSnapshot) {
 	}
 	fmt.Fprintf(b, "BACKENDS\n")
 	for _, be := range s.GetBackends() {
-		fmt.Fprintf(b, "  %s\tbreaker=%s in_flight=%d/%d rpm=%.0f/%.0f tpm=%.0f/%.0f calls=%d requests=%d rate_limited=%d retries=%d\n",
+		fmt.Fprintf(b, "  %s\tbreaker=%s in_flight=%d/%d rpm=%.0f/%.0f tpm=%.0f/%.0f calls=%d requests=%d rate_limited=%d retries=%d",
 			be.GetName(), be.GetBreaker(), be.GetInFlight(), be.GetConcurrencyLimit(), be.GetRpmUsed(), be.GetRpmLimit(),
 			be.GetTpmUsed(), be.GetTpmLimit(), be.GetCalls(), be.GetRequests(), be.GetRateLimited(), be.GetRetries())
+		if n := be.GetBatchApiBatches(); n > 0 { // the batch API's traffic, apart from the online calls
+			fmt.Fprintf(b, " batch_api_batches=%d batch_api_requests=%d", n, be.GetBatchApiRequests())
+		}
+		b.WriteByte('\n')
 	}
 	if js := s.GetJobs(); len(js) > 0 {
 		fmt.Fprintf(b, "JOBS\n")
 		for _, j := range js {
-			fmt.Fprintf(b, "  %s\t%s %s %d/%d done, %d failed, %.1f items/s, eta %s\n", j.GetId(), j.GetName(), j.GetState(),
-				j.GetDone()+j.GetFailed(), j.GetTotal(), j.GetFailed(), j.GetItemsPerSecond(), j.GetEta().AsDuration().Round(time.Second))
+			// JobStats.done is the succeeded count (admin.proto), from
+			// servers old and new; done here is every item that ended, as
+			// in batcherctl jobs.
+			fmt.Fprintf(b, "  %s\t%s %s %d/%d done, %d succeeded, %d failed, %.1f items/s, eta %s", j.GetId(), j.GetName(), j.GetState(),
+				j.GetDone()+j.GetFailed(), j.GetTotal(), j.GetDone(), j.GetFailed(), j.GetItemsPerSecond(), j.GetEta().AsDuration().Round(time.Second))
+			if j.GetCostUsd() != 0 || j.GetSavingUsd() != 0 {
+				fmt.Fprintf(b, ", cost $%.4f, saved $%.4f", j.GetCostUsd(), j.GetSavingUsd())
+			}
+			b.WriteByte('\n')
 		}
 	}
 }

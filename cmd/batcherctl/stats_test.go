@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+)
+
+// stats shows a job's counts as batcherctl jobs names them, its cost and
+// saving, and a backend's batch-API traffic apart from its online calls.
+func TestWriteStatsShowsCostAndBatchAPI(t *testing.T) {
+	s := &batcherv1.StatsSnapshot{
+		Backends: []*batcherv1.BackendStats{{Name: "sim", Calls: 5, Requests: 5, BatchApiBatches: 3, BatchApiRequests: 300}, {Name: "spare"}},
+		Jobs: []*batcherv1.JobStats{{Id: "j1", Name: "nightly", State: "running", Total: 300, Done: 240, Succeeded: 240, Failed: 12,
+			CostUsd: 1.5, SavingUsd: 1.25}},
+	}
+	var b strings.Builder
+	writeStats(&b, s)
+	out := b.String()
+	for _, want := range []string{
+		"calls=5 requests=5 rate_limited=0 retries=0 batch_api_batches=3 batch_api_requests=300\n",
+		"spare\tbreaker= in_flight=0/0 rpm=0/0 tpm=0/0 calls=0 requests=0 rate_limited=0 retries=0\n",
+		"j1\tnightly running 252/300 done, 240 succeeded, 12 failed, 0.0 items/s, eta 0s, cost $1.5000, saved $1.2500\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stats lack %q:\n%s", want, out)
+		}
+	}
+}
