@@ -6,7 +6,9 @@
 // Events ending in [DONE]; until the core streams tokens, the whole answer
 // comes in one content chunk), POST /v1/completions, POST /v1/embeddings,
 // GET /v1/models (the configured routes), POST /v1/files (JSONL, purpose
-// batch) with GET and DELETE /v1/files/{id} and GET /v1/files/{id}/content. The batch
+// batch), GET /v1/files (the caller's files, paged as OpenAI pages them:
+// purpose, limit, order, after) with GET and DELETE /v1/files/{id} and GET
+// /v1/files/{id}/content. The batch
 // API (/v1/batches) is NewBatches over a store of durable jobs (BatchJobs;
 // batcherd adapts jobs.Manager), mounted with WithBatches.
 //

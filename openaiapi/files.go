@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -162,6 +163,35 @@ func (s *FileStore) Open(id string) (File, *os.File, error) {
 		return f, nil, fmt.Errorf("file store: %w", err)
 	}
 	return f, c, nil
+}
+
+// List returns the description of every file tenant may see (VisibleTo;
+// "" sees every file) whose purpose is purpose ("": any), in no particular
+// order. A file deleted while List runs is left out. It reads every
+// description in the directory.
+func (s *FileStore) List(tenant, purpose string) ([]File, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("file store: %w", err)
+	}
+	var out []File
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !fileIDPattern.MatchString(id) {
+			continue // content, or a write under way
+		}
+		f, err := s.Stat(id)
+		if errors.Is(err, ErrFileNotFound) {
+			continue // deleted since ReadDir
+		}
+		if err != nil {
+			return nil, err
+		}
+		if f.VisibleTo(tenant) && (purpose == "" || f.Purpose == purpose) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 // Delete removes the file, or returns ErrFileNotFound.

@@ -1,10 +1,14 @@
 package openaiapi
 
 import (
+	"cmp"
 	"errors"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -215,4 +219,134 @@ func (h *Handler) fileError(err error, id string) *Error {
 	}
 	h.cfg.logger.Error("openai: reading a file", "id", truncate(id), "err", err)
 	return &Error{Status: http.StatusInternalServerError, Type: TypeServer, Message: "reading the file failed"}
+}
+
+// MaxFileListLimit is the most files one page of GET /v1/files holds, and
+// the page's size when limit is not given: OpenAI's 10,000.
+const MaxFileListLimit = 10000
+
+// filePurposes are the purposes OpenAI documents for files, which GET
+// /v1/files takes as a filter. Batcher stores batch (uploads) and
+// batch_output (a batch's output and error files); the others list none.
+var filePurposes = []string{"assistants", "assistants_output", "batch", "batch_output", "fine-tune", "fine-tune-results", "vision", "user_data"}
+
+// fileListQuery is what GET /v1/files was asked.
+type fileListQuery struct {
+	purpose string // "": any
+	limit   int
+	asc     bool // order=asc: oldest first
+	after   string
+}
+
+// parseFileListQuery reads GET /v1/files's query: purpose, limit, order
+// and after, each at most once; anything else is refused by name.
+func parseFileListQuery(raw string) (fileListQuery, *Error) {
+	q := fileListQuery{limit: MaxFileListLimit}
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return q, badRequest("", "malformed query string: %v", err)
+	}
+	names := slices.Sorted(maps.Keys(vals))
+	for _, name := range names {
+		vs := vals[name]
+		if !slices.Contains([]string{"purpose", "limit", "order", "after"}, name) {
+			return q, badRequest(truncate(name), "unknown query parameter %q: GET /v1/files takes purpose, limit, order and after", truncate(name))
+		}
+		if len(vs) > 1 {
+			return q, badRequest(name, "%s must be given once, got %d values", name, len(vs))
+		}
+	}
+	if v := vals.Get("purpose"); v != "" {
+		if !slices.Contains(filePurposes, v) {
+			return q, badRequest("purpose", "purpose must be one of %s, got %q", strings.Join(filePurposes, ", "), truncate(v))
+		}
+		q.purpose = v
+	}
+	if v, ok := vals["limit"]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v[0]))
+		if err != nil || n < 1 || n > MaxFileListLimit {
+			return q, badRequest("limit", "limit must be a whole number from 1 to %d, got %q", MaxFileListLimit, truncate(v[0]))
+		}
+		q.limit = n
+	}
+	switch v := vals.Get("order"); v {
+	case "", "desc":
+	case "asc":
+		q.asc = true
+	default:
+		return q, badRequest("order", "order must be asc or desc, got %q", truncate(v))
+	}
+	q.after = vals.Get("after")
+	return q, nil
+}
+
+type fileList struct {
+	Object  string  `json:"object"` // always "list"
+	Data    []File  `json:"data"`
+	FirstID *string `json:"first_id"`
+	LastID  *string `json:"last_id"`
+	HasMore bool    `json:"has_more"`
+}
+
+// listFiles serves GET /v1/files: the caller's files (its tenant's, as
+// for the other file routes), by created_at newest first (order=asc:
+// oldest first; ties by id), at most limit of them, starting after the
+// file named by after (the last id of the previous page, as the SDKs'
+// pagers send it). An after that names no file of the caller's is a 400
+// naming after.
+func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
+	store := h.cfg.files
+	if store == nil {
+		WriteError(w, errNoFileStore)
+		return
+	}
+	q, e := parseFileListQuery(r.URL.RawQuery)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	files, err := store.List(TenantOf(r.Context()), q.purpose)
+	if err != nil {
+		h.cfg.logger.Error("openai: listing files", "err", err)
+		WriteError(w, &Error{Status: http.StatusInternalServerError, Type: TypeServer, Message: "listing the files failed"})
+		return
+	}
+	order := func(a, b *File) int {
+		c := cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
+		if !q.asc {
+			return -c
+		}
+		return c
+	}
+	slices.SortFunc(files, func(a, b File) int { return order(&a, &b) })
+	if q.after != "" {
+		// The cursor's place in the order, from its own description: it
+		// need not have the purpose asked for.
+		cursor, err := h.stat(r, q.after)
+		if errors.Is(err, ErrFileNotFound) {
+			WriteError(w, badRequest("after", "after %q names no file: pass the id of the last file of the previous page", truncate(q.after)))
+			return
+		}
+		if err != nil {
+			WriteError(w, h.fileError(err, q.after))
+			return
+		}
+		i, _ := slices.BinarySearchFunc(files, &cursor, func(f File, c *File) int { return order(&f, c) })
+		for i < len(files) && order(&files[i], &cursor) <= 0 {
+			i++
+		}
+		files = files[i:]
+	}
+	out := fileList{Object: "list", Data: files}
+	if len(files) > q.limit {
+		out.Data, out.HasMore = files[:q.limit], true
+	}
+	if out.Data == nil {
+		out.Data = []File{}
+	}
+	if n := len(out.Data); n > 0 {
+		first, last := out.Data[0].ID, out.Data[n-1].ID
+		out.FirstID, out.LastID = &first, &last
+	}
+	writeJSON(w, &out)
 }

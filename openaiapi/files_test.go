@@ -2,15 +2,22 @@ package openaiapi_test
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/pagination"
 
+	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/openaiapi"
 )
 
@@ -177,5 +184,178 @@ func TestFileStoreAdopt(t *testing.T) {
 	}
 	if _, err := s.Adopt("", "file-aaaaaaaaaaaaaaaaaaaaaaaa", "batch_output", "x", dir+"/missing"); err == nil {
 		t.Error("adopting a missing file succeeded")
+	}
+}
+
+// TestFilesList: GET /v1/files lists the caller's tenant's files only,
+// newest first (order=asc: oldest first), filtered by purpose, paged by
+// limit and after as OpenAI pages them, through the SDK's pager too; bad
+// query parameters are a 400 naming the parameter and its limit.
+func TestFilesList(t *testing.T) {
+	store, err := openaiapi.OpenFileStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, newFake(), func(c *envConfig) { c.noFiles = true }, withHandler(openaiapi.WithFileStore(store)),
+		withTenants(batcher.Access{MaxPriority: batcher.PriorityUrgent}))
+	url := e.tenantURL(t)
+	create := func(tenant, purpose, name string) openaiapi.File {
+		f, err := store.Create(tenant, purpose, name, strings.NewReader("{}\n"), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	var mine []openaiapi.File
+	for i := range 3 {
+		mine = append(mine, create("a", "batch", fmt.Sprintf("in%d.jsonl", i)))
+	}
+	output := create("a", "batch_output", "out.jsonl")
+	mine = append(mine, output)
+	theirs := create("b", "batch", "theirs.jsonl")
+	// Newest first; files of one second by id, as the handler orders them.
+	slices.SortFunc(mine, func(x, y openaiapi.File) int {
+		return -cmp.Or(cmp.Compare(x.CreatedAt, y.CreatedAt), strings.Compare(x.ID, y.ID))
+	})
+	ids := func(fs []openaiapi.File) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.ID)
+		}
+		return out
+	}
+	var batchIDs []string
+	for _, f := range mine {
+		if f.Purpose == "batch" {
+			batchIDs = append(batchIDs, f.ID)
+		}
+	}
+	client := openai.NewClient(option.WithBaseURL(url+"/"), option.WithAPIKey(testToken), option.WithMaxRetries(0),
+		option.WithHeader(tenantHeader, "a"))
+	sdkIDs := func(page *pagination.CursorPage[openai.FileObject]) []string {
+		var out []string
+		if page == nil {
+			return nil
+		}
+		for _, f := range page.Data {
+			out = append(out, f.ID)
+		}
+		return out
+	}
+
+	page, err := client.Files.List(testCtx(t), openai.FileListParams{})
+	if err != nil || !slices.Equal(sdkIDs(page), ids(mine)) || page.HasMore {
+		t.Fatalf("list: %v, has_more %v, %v; want %v", sdkIDs(page), page != nil && page.HasMore, err, ids(mine))
+	}
+	if f := page.Data[0]; f.Object != "file" || f.Bytes != 3 || f.Status != "processed" || f.CreatedAt != mine[0].CreatedAt || f.Filename != mine[0].Filename {
+		t.Errorf("first file %+v, want %+v", f, mine[0])
+	}
+	// The SDK's pager, a file a page: every file once, in order.
+	var paged []string
+	iter := client.Files.ListAutoPaging(testCtx(t), openai.FileListParams{Limit: openai.Int(1)})
+	for iter.Next() {
+		paged = append(paged, iter.Current().ID)
+	}
+	if iter.Err() != nil || !slices.Equal(paged, ids(mine)) {
+		t.Errorf("paged a file at a time: %v, %v; want %v", paged, iter.Err(), ids(mine))
+	}
+	oldest := ids(mine)
+	slices.Reverse(oldest)
+	page, err = client.Files.List(testCtx(t), openai.FileListParams{Order: openai.FileListParamsOrderAsc})
+	if err != nil || !slices.Equal(sdkIDs(page), oldest) {
+		t.Errorf("order asc: %v, %v; want %v", sdkIDs(page), err, oldest)
+	}
+	page, err = client.Files.List(testCtx(t), openai.FileListParams{Purpose: openai.String("batch"), Limit: openai.Int(2)})
+	if err != nil || !slices.Equal(sdkIDs(page), batchIDs[:2]) || !page.HasMore {
+		t.Errorf("purpose batch, limit 2: %v, has_more %v, %v; want %v and more", sdkIDs(page), page != nil && page.HasMore, err, batchIDs[:2])
+	}
+	page, err = client.Files.List(testCtx(t), openai.FileListParams{Purpose: openai.String("batch"), After: openai.String(batchIDs[1])})
+	if err != nil || !slices.Equal(sdkIDs(page), batchIDs[2:]) || page.HasMore {
+		t.Errorf("purpose batch after the second: %v, %v; want %v", sdkIDs(page), err, batchIDs[2:])
+	}
+	// A cursor of another purpose still marks a place in the order.
+	page, err = client.Files.List(testCtx(t), openai.FileListParams{Purpose: openai.String("batch_output")})
+	if err != nil || !slices.Equal(sdkIDs(page), []string{output.ID}) {
+		t.Errorf("purpose batch_output: %v, %v; want %s", sdkIDs(page), err, output.ID)
+	}
+
+	// The wire shape, and an empty page's.
+	code, _, body := send(t, http.MethodGet, url+"/files?limit=1", "", tenantHeader, "a")
+	var list struct {
+		Object  string            `json:"object"`
+		Data    []json.RawMessage `json:"data"`
+		FirstID *string           `json:"first_id"`
+		LastID  *string           `json:"last_id"`
+		HasMore *bool             `json:"has_more"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &list) != nil || list.Object != "list" || len(list.Data) != 1 ||
+		list.FirstID == nil || *list.FirstID != mine[0].ID || list.LastID == nil || *list.LastID != mine[0].ID || list.HasMore == nil || !*list.HasMore {
+		t.Errorf("limit=1: %d %s", code, body)
+	}
+	code, _, body = send(t, http.MethodGet, url+"/files?purpose=vision", "", tenantHeader, "a")
+	if code != 200 || !strings.Contains(body, `"data":[]`) || !strings.Contains(body, `"first_id":null`) || !strings.Contains(body, `"has_more":false`) {
+		t.Errorf("no file of that purpose: %d %s", code, body)
+	}
+	// Each tenant its own; no tenant (batcherd without tenants) every file.
+	for _, tc := range []struct {
+		tenant string
+		want   []string
+	}{{"b", []string{theirs.ID}}, {"c", nil}, {"", append(ids(mine), theirs.ID)}} {
+		code, _, body := send(t, http.MethodGet, url+"/files", "", tenantHeader, tc.tenant)
+		var got struct{ Data []struct{ ID string } }
+		if code != 200 || json.Unmarshal([]byte(body), &got) != nil {
+			t.Fatalf("tenant %q: %d %s", tc.tenant, code, body)
+		}
+		var gotIDs []string
+		for _, f := range got.Data {
+			gotIDs = append(gotIDs, f.ID)
+		}
+		slices.Sort(gotIDs)
+		slices.Sort(tc.want)
+		if !slices.Equal(gotIDs, tc.want) {
+			t.Errorf("tenant %q lists %v, want %v", tc.tenant, gotIDs, tc.want)
+		}
+	}
+
+	for _, tc := range []struct{ query, param, msg string }{
+		{"limit=0", "limit", "from 1 to 10000"},
+		{"limit=10001", "limit", "from 1 to 10000"},
+		{"limit=ten", "limit", "from 1 to 10000"},
+		{"order=newest", "order", "asc or desc"},
+		{"purpose=fine_tune", "purpose", "batch_output"},
+		{"after=file-000000000000000000000000", "after", "names no file"},
+		{"after=" + theirs.ID, "after", "names no file"}, // another tenant's: as if none
+		{"before=x", "before", "takes purpose, limit, order and after"},
+		{"limit=1&limit=2", "limit", "once"},
+	} {
+		code, _, body := send(t, http.MethodGet, url+"/files?"+tc.query, "", tenantHeader, "a")
+		if code != http.StatusBadRequest || !strings.Contains(body, `"param":"`+tc.param+`"`) || !strings.Contains(body, tc.msg) {
+			t.Errorf("?%s: %d %s; want 400 with param %s and %q", tc.query, code, body, tc.param, tc.msg)
+		}
+		checkErrorShape(t, body)
+	}
+	_, err = client.Files.List(testCtx(t), openai.FileListParams{Limit: openai.Int(20000)})
+	if ae := apiError(t, err); ae.StatusCode != http.StatusBadRequest || ae.Param != "limit" {
+		t.Errorf("SDK limit 20000: %d param %q", ae.StatusCode, ae.Param)
+	}
+	code, h, body := send(t, http.MethodPut, url+"/files", "", tenantHeader, "a")
+	if code != http.StatusMethodNotAllowed || h.Get("Allow") != "GET, POST" {
+		t.Errorf("PUT /files: %d Allow %q %s", code, h.Get("Allow"), body)
+	}
+	code, h, _ = send(t, http.MethodPost, url+"/files/"+output.ID, "{}", tenantHeader, "a")
+	if code != http.StatusMethodNotAllowed || h.Get("Allow") != "GET, DELETE" {
+		t.Errorf("POST /files/{id}: %d Allow %q", code, h.Get("Allow"))
+	}
+
+	// A deleted file leaves the list; another tenant cannot delete one.
+	if _, err := client.Files.Delete(testCtx(t), theirs.ID); apiError(t, err).StatusCode != http.StatusNotFound {
+		t.Errorf("deleting another tenant's file: %v, want 404", err)
+	}
+	if del, err := client.Files.Delete(testCtx(t), output.ID); err != nil || !del.Deleted || del.ID != output.ID || del.Object != "file" {
+		t.Fatalf("delete: %+v, %v", del, err)
+	}
+	page, err = client.Files.List(testCtx(t), openai.FileListParams{})
+	if err != nil || slices.Contains(sdkIDs(page), output.ID) || len(page.Data) != 3 {
+		t.Errorf("after delete: %v, %v", sdkIDs(page), err)
 	}
 }

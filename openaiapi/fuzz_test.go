@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -216,6 +217,27 @@ func FuzzCacheControl(f *testing.F) {
 		h.Add("Cache-Control", v)
 		if m := cacheMode(h); m > batcher.CacheBypass {
 			t.Fatalf("%q: mode %v", v, m)
+		}
+	})
+}
+
+// FuzzFileListQuery: GET /v1/files's query parser never panics, refuses
+// with a 400, and what it accepts is within OpenAI's limits.
+func FuzzFileListQuery(f *testing.F) {
+	for _, s := range []string{"", "limit=10", "limit=0", "limit=10001&order=asc", "order=desc&purpose=batch&after=file-x",
+		"purpose=&limit=", "limit=1&limit=2", "a=b", "%zz", "limit=%2B5", "order=ASC", ";", "limit=9999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, e := parseFileListQuery(raw)
+		if e != nil {
+			if e.Status != http.StatusBadRequest || e.Message == "" {
+				t.Fatalf("%q: %+v, want a 400 with a message", raw, e)
+			}
+			return
+		}
+		if q.limit < 1 || q.limit > MaxFileListLimit || (q.purpose != "" && !slices.Contains(filePurposes, q.purpose)) {
+			t.Fatalf("%q accepted as %+v", raw, q)
 		}
 	})
 }

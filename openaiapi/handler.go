@@ -122,18 +122,16 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(p, "/v1/models/"):
 		h.method(w, r, http.MethodGet, h.getModel)
 	case p == "/v1/files":
-		h.method(w, r, http.MethodPost, h.uploadFile)
+		h.methods(w, r, endpoint{http.MethodGet, h.listFiles}, endpoint{http.MethodPost, h.uploadFile})
 	case strings.HasPrefix(p, "/v1/files/"):
 		rest := strings.TrimPrefix(p, "/v1/files/")
 		if id, ok := strings.CutSuffix(rest, "/content"); ok {
 			h.method(w, r, http.MethodGet, func(w http.ResponseWriter, r *http.Request) { h.fileContent(w, r, id) })
 			return
 		}
-		if r.Method == http.MethodDelete {
-			h.deleteFile(w, r, rest)
-			return
-		}
-		h.method(w, r, http.MethodGet, func(w http.ResponseWriter, r *http.Request) { h.getFile(w, r, rest) })
+		h.methods(w, r,
+			endpoint{http.MethodGet, func(w http.ResponseWriter, r *http.Request) { h.getFile(w, r, rest) }},
+			endpoint{http.MethodDelete, func(w http.ResponseWriter, r *http.Request) { h.deleteFile(w, r, rest) }})
 	case (p == "/v1/batches" || strings.HasPrefix(p, "/v1/batches/")) && h.cfg.batches != nil:
 		h.cfg.batches.ServeHTTP(w, r)
 	default:
@@ -142,13 +140,31 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) method(w http.ResponseWriter, r *http.Request, want string, serve http.HandlerFunc) {
-	if r.Method != want {
-		w.Header().Set("Allow", want)
-		WriteError(w, &Error{Status: http.StatusMethodNotAllowed, Type: TypeInvalidRequest, Code: "method_not_allowed",
-			Message: "Invalid method for URL (" + r.Method + " " + truncate(r.URL.Path) + "): want " + want})
-		return
+	h.methods(w, r, endpoint{want, serve})
+}
+
+// endpoint is a path's handler for one method.
+type endpoint struct {
+	method string
+	serve  http.HandlerFunc
+}
+
+// methods serves r with the endpoint of its method, or answers 405 with
+// every method the path takes in Allow and in the message.
+func (h *Handler) methods(w http.ResponseWriter, r *http.Request, eps ...endpoint) {
+	for _, ep := range eps {
+		if r.Method == ep.method {
+			ep.serve(w, r)
+			return
+		}
 	}
-	serve(w, r)
+	names := make([]string, len(eps))
+	for i, ep := range eps {
+		names[i] = ep.method
+	}
+	w.Header().Set("Allow", strings.Join(names, ", "))
+	WriteError(w, &Error{Status: http.StatusMethodNotAllowed, Type: TypeInvalidRequest, Code: "method_not_allowed",
+		Message: "Invalid method for URL (" + r.Method + " " + truncate(r.URL.Path) + "): want " + strings.Join(names, " or ")})
 }
 
 // pathTemplate names a path for span names without its ids.
