@@ -162,8 +162,8 @@ func TestFeaturesOfEveryTarget(t *testing.T) {
 	r.MutableChat().Tools = []Tool{weatherTool}
 	_, err = b.Submit(context.Background(), r)
 	var ve *ValidationError
-	if !errors.As(err, &ve) || ve.Field != "tools" {
-		t.Fatalf("tools on a route with a plain fallback: %v, want a refusal naming tools", err)
+	if !errors.As(err, &ve) || ve.Field != "tools" || ve.Reason != `not supported by this model's fallback backend "plain"` {
+		t.Fatalf("tools on a route with a plain fallback: %v, want a refusal naming tools and the fallback", err)
 	}
 	r = toolReq("c")
 	r.Route = "fb"
@@ -171,6 +171,52 @@ func TestFeaturesOfEveryTarget(t *testing.T) {
 		t.Fatalf("plain text on that route: %v", err)
 	}
 	<-c.Done()
+}
+
+// TestUnsupportedNamesTheFallback: a field the route's own backend takes
+// but a fallback cannot is refused naming that fallback, by Submit and by
+// ValidateRich (a batch job's door) alike; one the route's own backend
+// cannot take keeps the plain refusal.
+func TestUnsupportedNamesTheFallback(t *testing.T) {
+	b, err := New(
+		WithBackend(BackendConfig{Name: "full", Backend: featured{&fakeBackend{}, AllFeatures}, MaxConcurrency: 1}),
+		WithBackend(BackendConfig{Name: "tools-only", Backend: featured{&fakeBackend{}, FeatureTools | FeatureSeed}, MaxConcurrency: 1}),
+		WithBackend(BackendConfig{Name: "no-extra", Backend: featured{&fakeBackend{}, AllFeatures &^ FeatureExtraBody}, MaxConcurrency: 1}),
+		WithRoute(Route{Name: "two", Op: OpChat, Backend: "full", Fallbacks: []Target{{Backend: "no-extra"}}}),
+		WithRoute(Route{Name: "own", Op: OpChat, Backend: "tools-only", Fallbacks: []Target{{Backend: "no-extra"}}}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown(context.Background())
+	routes := map[string]RouteInfo{}
+	for _, ri := range b.Routes() {
+		routes[ri.Name] = ri
+	}
+	for _, tc := range []struct {
+		name, route, field, reason string
+		set                        func(*Request)
+	}{
+		{"extra body, fallback", "two", "extra_body.top_k", `not supported by this model's fallback backend "no-extra"`,
+			func(r *Request) { r.MutableChat().Extra = []byte(`{"top_k":5}`) }},
+		{"extra body, own backend", "own", "extra_body.top_k", "not supported by this model's backend",
+			func(r *Request) { r.MutableChat().Extra = []byte(`{"top_k":5}`) }},
+		{"user, own backend", "own", "user", "not supported by this model's backend",
+			func(r *Request) { r.MutableChat().User = "u1" }},
+	} {
+		r := toolReq("x")
+		r.Route = tc.route
+		tc.set(r)
+		_, err := b.Submit(context.Background(), r)
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Field != tc.field || ve.Reason != tc.reason {
+			t.Errorf("%s: Submit: %v; want %s: %s", tc.name, err, tc.field, tc.reason)
+		}
+		err = ValidateRich(r, routes[tc.route])
+		if !errors.As(err, &ve) || ve.Field != tc.field || ve.Reason != tc.reason {
+			t.Errorf("%s: ValidateRich: %v; want %s: %s", tc.name, err, tc.field, tc.reason)
+		}
+	}
 }
 
 // TestRichAnswerReachesResult: a backend's tool calls, refusal, logprobs

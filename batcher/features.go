@@ -101,22 +101,60 @@ var reasoningEfforts = map[string]bool{"none": true, "minimal": true, "low": tru
 // (a batch job's items) calls it to refuse such a request when it arrives,
 // by the same rule Submit applies when it runs.
 func ValidateRich(r *Request, ri RouteInfo) error {
-	if r.Params.Seed != nil && !ri.Features.Has(FeatureSeed) {
+	check := func(have Features) *ValidationError { return validateRoute(r, ri.Op, have) }
+	if ve := check(ri.Features); ve != nil {
+		return blameFallback(ve, ri.Features, ri.Targets, check)
+	}
+	return nil
+}
+
+// validateRoute is ValidateRich's check for a route of operation op
+// honouring have.
+func validateRoute(r *Request, op Operation, have Features) *ValidationError {
+	if r.Params.Seed != nil && !have.Has(FeatureSeed) {
 		return unsupported("params.seed")
 	}
-	if r.Input.Op == OpChat && ri.Op == OpChat {
+	if r.Input.Op == OpChat && op == OpChat {
 		for i := range r.Input.Messages {
 			if m := &r.Input.Messages[i]; m.rich() {
-				if ve := validateMessage(m, i, ri.Features); ve != nil {
+				if ve := validateMessage(m, i, have); ve != nil {
 					return ve
 				}
 			}
 		}
 	}
-	if ve := validateRich(r, ri.Op, ri.Features); ve != nil {
+	return validateRich(r, op, have)
+}
+
+// blameFallback returns ve, the refusal of a field by the validation
+// check run with the route's features have, naming the fallback that
+// cannot take the field when the route's own backend can: the feature
+// the field needs is the one that, added to have, gets check past it,
+// and the first of targets (the route's backend, then its fallbacks)
+// without it is at fault. Any other ve is returned as it is. It runs only
+// on a refusal.
+func blameFallback(ve *ValidationError, have Features, targets []TargetInfo, check func(Features) *ValidationError) *ValidationError {
+	if len(targets) < 2 || ve.Reason != unsupportedReason {
 		return ve
 	}
-	return nil
+	for f := Features(1); AllFeatures.Has(f); f <<= 1 {
+		if have.Has(f) {
+			continue
+		}
+		if again := check(have | f); again != nil && again.Field == ve.Field && again.Reason == ve.Reason {
+			continue // not what the field needs
+		}
+		for i, t := range targets {
+			if !t.Features.Has(f) {
+				if i == 0 {
+					return ve // the route's own backend
+				}
+				return invalid(ve.Field, "not supported by this model's fallback backend %s", strconv.Quote(t.Backend))
+			}
+		}
+		return ve
+	}
+	return ve
 }
 
 // validateRich checks r's fields beyond plain text, for a route of
@@ -460,7 +498,11 @@ func checkImageURL(field, u string) *ValidationError {
 	return nil
 }
 
+// unsupportedReason is the Reason of a field the route's backends cannot
+// honour; blameFallback names the fallback at fault when it is one.
+const unsupportedReason = "not supported by this model's backend"
+
 // unsupported is the error of a field the route's backends cannot honour.
 func unsupported(field string) *ValidationError {
-	return invalid(field, "not supported by this model's backend")
+	return &ValidationError{Field: field, Reason: unsupportedReason}
 }

@@ -88,7 +88,7 @@ func (set *backendSet) resolveTargets(rc *routeConfig) error {
 		} else {
 			rc.features &= f
 		}
-		rc.targets = append(rc.targets, target{be: be, model: model, shared: shared})
+		rc.targets = append(rc.targets, target{be: be, model: model, shared: shared, features: f})
 	}
 	rc.hot = make([]atomic.Pointer[lane], len(rc.targets))
 	return nil
@@ -104,6 +104,16 @@ type RouteInfo struct {
 	// Features are what every target of the route honours beyond plain
 	// text (FeatureDeclarer), which ValidateRich checks a request against.
 	Features Features
+	// Targets are the route's backend and then its fallbacks, each with
+	// what it honours: ValidateRich's refusal of a field the route's own
+	// backend takes names the fallback that cannot.
+	Targets []TargetInfo
+}
+
+// TargetInfo is one target of a route: its backend and what it honours.
+type TargetInfo struct {
+	Backend  string
+	Features Features
 }
 
 // Routes lists the configured routes.
@@ -111,7 +121,17 @@ func (b *Batcher) Routes() []RouteInfo {
 	routes := *b.routes.Load()
 	out := make([]RouteInfo, 0, len(routes))
 	for _, rc := range routes {
-		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend, DefaultMaxTokens: rc.DefaultMaxTokens, Features: rc.features})
+		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend, DefaultMaxTokens: rc.DefaultMaxTokens,
+			Features: rc.features, Targets: rc.targetInfo()})
+	}
+	return out
+}
+
+// targetInfo describes rc's targets, in order.
+func (rc *routeConfig) targetInfo() []TargetInfo {
+	out := make([]TargetInfo, len(rc.targets))
+	for i, t := range rc.targets {
+		out[i] = TargetInfo{Backend: t.be.name, Features: t.features}
 	}
 	return out
 }

@@ -265,6 +265,9 @@ type target struct {
 	// target, from its backend (ParamSharer): the lane key holds only
 	// these.
 	shared ParamSet
+	// features is what this target honours (FeatureDeclarer); the
+	// route's features are every target's together.
+	features Features
 }
 
 func newConfig(opts []Option) (*config, error) {

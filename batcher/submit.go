@@ -85,8 +85,8 @@ func (b *Batcher) routeFor(ctx context.Context, req *Request) (*routeConfig, err
 		}
 		return nil, invalid("model", "unknown model %q", clip.String(req.Route))
 	}
-	if err := validate(req, rc); err != nil {
-		return nil, err
+	if ve := validate(req, rc); ve != nil {
+		return nil, rc.blame(req, ve)
 	}
 	if err := ctxErr(ctx); err != nil {
 		return nil, err

@@ -46,6 +46,19 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 	return validateHandling(r, rc)
 }
 
+// blame is ve, validate's refusal of r, naming the fallback that cannot
+// take the field when it is a fallback that cannot (blameFallback).
+func (rc *routeConfig) blame(r *Request, ve *ValidationError) *ValidationError {
+	if len(rc.targets) < 2 || ve.Reason != unsupportedReason {
+		return ve
+	}
+	return blameFallback(ve, rc.features, rc.targetInfo(), func(have Features) *ValidationError {
+		again := *rc
+		again.features = have
+		return validate(r, &again)
+	})
+}
+
 // validateInput checks the input against its route: its operation, its
 // content and its size.
 func validateInput(in *Input, rc *routeConfig) *ValidationError {
