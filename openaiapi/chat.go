@@ -35,7 +35,7 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 		h.streamChat(w, r, req, &body, o) // stream.go
 		return
 	}
-	res, err := h.run(r.Context(), []*batcher.Request{req}, false)
+	res, err := h.run(r.Context(), []*batcher.Request{req}, false, priorityParam(r, body.ServiceTier))
 	if err != nil {
 		WriteError(w, chatError(err, &body))
 		return

@@ -29,7 +29,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 		h.streamCompletion(w, r, reqs[0], &body, id)
 		return
 	}
-	res, err := h.run(r.Context(), reqs, body.Prompt.array)
+	res, err := h.run(r.Context(), reqs, body.Prompt.array, priorityParam(r, body.ServiceTier))
 	if err != nil {
 		WriteError(w, ErrorFrom(err, "prompt"))
 		return

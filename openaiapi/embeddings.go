@@ -25,7 +25,7 @@ func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
-	res, err := h.run(r.Context(), reqs, body.Input.array)
+	res, err := h.run(r.Context(), reqs, body.Input.array, priorityParam(r, body.ServiceTier))
 	if err != nil {
 		WriteError(w, ErrorFrom(err, "input"))
 		return

@@ -277,13 +277,14 @@ func parseTimeout(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// run submits reqs and waits for every result, returned in order. When one
+// run admits (priorityParam names what set their priority: see admit),
+// submits reqs and waits for every result, returned in order. When one
 // fails, the rest are cancelled and the error names its index (for arrays,
 // several is true). When ctx ends first (the caller went away), every call
 // is cancelled.
-func (h *Handler) run(ctx context.Context, reqs []*batcher.Request, several bool) ([]batcher.Result, error) {
+func (h *Handler) run(ctx context.Context, reqs []*batcher.Request, several bool, priorityParam string) ([]batcher.Result, error) {
 	for _, req := range reqs {
-		if err := admit(ctx, req); err != nil {
+		if err := admit(ctx, req, priorityParam); err != nil {
 			return nil, err // the same for every item: no index
 		}
 	}

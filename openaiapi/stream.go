@@ -64,10 +64,11 @@ type streamErrorEvent struct {
 
 // startStream admits and submits req streamed and waits for its first
 // delta or its end. When it fails before any delta it writes the error
-// and returns nil.
-func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, req *batcher.Request, errorOf func(error) *Error) *batcher.Call {
+// and returns nil. tier is the call's service_tier, for the param of a
+// priority refused (priorityParam).
+func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, req *batcher.Request, tier string, errorOf func(error) *Error) *batcher.Call {
 	ctx := r.Context()
-	if err := admit(ctx, req); err != nil {
+	if err := admit(ctx, req, priorityParam(r, tier)); err != nil {
 		WriteError(w, errorOf(err))
 		return nil
 	}
@@ -122,7 +123,7 @@ func pumpDeltas(ctx context.Context, c *batcher.Call, each func(d *batcher.Delta
 
 // streamChat answers a chat call with stream: true.
 func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batcher.Request, body *chatRequest, o callOptions) {
-	c := h.startStream(w, r, req, func(err error) *Error { return chatError(err, body) })
+	c := h.startStream(w, r, req, body.ServiceTier, func(err error) *Error { return chatError(err, body) })
 	if c == nil {
 		return
 	}
@@ -180,7 +181,7 @@ func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batche
 // streamCompletion answers a completions call of one prompt with stream:
 // true.
 func (h *Handler) streamCompletion(w http.ResponseWriter, r *http.Request, req *batcher.Request, body *completionRequest, id string) {
-	c := h.startStream(w, r, req, func(err error) *Error { return ErrorFrom(err, "prompt") })
+	c := h.startStream(w, r, req, body.ServiceTier, func(err error) *Error { return ErrorFrom(err, "prompt") })
 	if c == nil {
 		return
 	}

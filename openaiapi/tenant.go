@@ -53,13 +53,39 @@ func accessOf(ctx context.Context) *batcher.Access {
 // tenant's name for the core's quotas. Without a tenant (no authentication
 // middleware, or the anonymous tenant) every request passes.
 //
+// A priority refused is a 403 whose param is priorityParam, what carried
+// it (see priorityParam).
+//
 // It also gives req its HTTP connection (connOf), for the lane cap's fair
 // share per connection within a tenant, as the gRPC doors give theirs.
-func admit(ctx context.Context, req *batcher.Request) error {
+func admit(ctx context.Context, req *batcher.Request, priorityParam string) error {
 	if req.Conn == nil {
 		req.Conn = connOf(ctx)
 	}
-	return accessOf(ctx).Admit(req)
+	if err := accessOf(ctx).Admit(req); err != nil {
+		return refusal(err, priorityParam)
+	}
+	return nil
+}
+
+// refusal is admit's error for err: a priority refused names priorityParam.
+func refusal(err error, priorityParam string) error {
+	var ae *batcher.AccessError
+	if errors.As(err, &ae) && ae.Route == "" {
+		return &Error{Status: http.StatusForbidden, Type: TypePermission, Code: "forbidden", Param: priorityParam, Message: err.Error()}
+	}
+	return err
+}
+
+// priorityParam names what set a call's priority, for the param of its
+// refusal: the priority header when given (it overrides service_tier),
+// else service_tier when given, else the header, which is how the caller
+// chooses one.
+func priorityParam(r *http.Request, tier string) string {
+	if tier != "" && r.Header.Get(PriorityHeader) == "" {
+		return "service_tier"
+	}
+	return PriorityHeader
 }
 
 // connKey is the context key of the caller's HTTP connection.

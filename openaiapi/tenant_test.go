@@ -71,3 +71,41 @@ func send(t *testing.T, method, url, body string, header ...string) (int, http.H
 	}
 	return resp.StatusCode, resp.Header, string(b)
 }
+
+// TestPriorityAboveCeilingNamesItsCarrier: a priority above the tenant's
+// ceiling (refuse mode) is a 403 whose param names what carried it: the
+// X-Batcher-Priority header when given (it overrides service_tier),
+// service_tier when that set it, and the header, the way to choose one,
+// when neither did; on every endpoint, streamed or not.
+func TestPriorityAboveCeilingNamesItsCarrier(t *testing.T) {
+	e := newEnv(t, newFake(), withTenants(batcher.Access{MaxPriority: batcher.PriorityLow, PriorityMode: batcher.PriorityRefuse}))
+	url := e.tenantURL(t)
+	chat := `{"model": "chat", "messages": [{"role": "user", "content": "hi"}]%s}`
+	for _, tc := range []struct {
+		name, path, body string
+		header           []string
+		param            string
+	}{
+		{"chat header", "/chat/completions", strings.Replace(chat, "%s", "", 1), []string{openaiapi.PriorityHeader, "urgent"}, openaiapi.PriorityHeader},
+		{"chat header over tier", "/chat/completions", strings.Replace(chat, "%s", `, "service_tier": "flex"`, 1), []string{openaiapi.PriorityHeader, "high"}, openaiapi.PriorityHeader},
+		{"chat tier", "/chat/completions", strings.Replace(chat, "%s", `, "service_tier": "priority"`, 1), nil, "service_tier"},
+		{"chat default", "/chat/completions", strings.Replace(chat, "%s", "", 1), nil, openaiapi.PriorityHeader},
+		{"chat streamed tier", "/chat/completions", strings.Replace(chat, "%s", `, "stream": true, "service_tier": "default"`, 1), nil, "service_tier"},
+		{"chat streamed header", "/chat/completions", strings.Replace(chat, "%s", `, "stream": true`, 1), []string{openaiapi.PriorityHeader, "normal"}, openaiapi.PriorityHeader},
+		{"completions tier", "/completions", `{"model": "comp", "prompt": ["a", "b"], "service_tier": "priority"}`, nil, "service_tier"},
+		{"completions streamed header", "/completions", `{"model": "comp", "prompt": "a", "stream": true}`, []string{openaiapi.PriorityHeader, "high"}, openaiapi.PriorityHeader},
+		{"embeddings header", "/embeddings", `{"model": "embed", "input": "a"}`, []string{openaiapi.PriorityHeader, "urgent"}, openaiapi.PriorityHeader},
+	} {
+		header := append([]string{tenantHeader, "t"}, tc.header...)
+		code, _, body := send(t, http.MethodPost, url+tc.path, tc.body, header...)
+		if code != http.StatusForbidden || !strings.Contains(body, `"param":"`+tc.param+`"`) || !strings.Contains(body, "ceiling") {
+			t.Errorf("%s: %d %s; want 403 with param %s", tc.name, code, body, tc.param)
+		}
+		checkErrorShape(t, body)
+	}
+	// At the ceiling the call is served.
+	code, _, body := send(t, http.MethodPost, url+"/chat/completions", strings.Replace(chat, "%s", `, "service_tier": "flex"`, 1), tenantHeader, "t")
+	if code != http.StatusOK {
+		t.Errorf("flex at a low ceiling: %d %s", code, body)
+	}
+}
