@@ -40,6 +40,36 @@ func main() {
 	}
 }
 
+// usage is what -h prints before the flags.
+const usage = `Usage: llmsim [flags]
+
+llmsim serves a simulated model on a port, so that Batcher (or any OpenAI or
+Anthropic client) can be run, tested and benchmarked without a provider. It
+speaks OpenAI's /v1/chat/completions, /v1/completions, /v1/embeddings,
+/v1/models and Batch API (/v1/files, /v1/batches), and Anthropic's
+/v1/messages and Message Batches (the key as x-api-key). Output is
+deterministic, usage realistic; a latency model, RPM and TPM limits (429
+with Retry-After) and injected faults (errors, hangs, resets, malformed
+bodies) make it behave like a busy upstream. It stops gracefully on SIGINT
+or SIGTERM.
+
+Examples:
+  # A model 20 ms away that takes 600 requests a minute
+  llmsim -addr 127.0.0.1:8080 -latency 20ms -rpm 600
+
+  # A flaky upstream: 5% of calls fail, 1% hang, 1% have their connection reset
+  llmsim -error-rate 0.05 -timeout-rate 0.01 -reset-rate 0.01
+
+  # Callers must send the key held in $SIM_KEY; batches take 30 s to end
+  SIM_KEY=sk-local llmsim -api-key-env SIM_KEY -batch-time 30s
+
+  # Try it
+  curl -s 127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model": "sim-chat", "messages": [{"role": "user", "content": "Hi"}]}'
+
+Flags:
+`
+
 type options struct {
 	addr            string
 	apiKeyEnv       string
@@ -53,6 +83,10 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	c := &o.cfg
 	fs := flag.NewFlagSet("llmsim", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		_, _ = fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 	models := fs.String("models", strings.Join(llmsim.DefaultModels, ","), "comma-separated model names to serve")
 	fs.StringVar(&o.apiKeyEnv, "api-key-env", "", "name of an environment variable holding the API key callers must send (default: no key)")

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"io"
 	"net/http"
 	"strings"
@@ -69,5 +71,16 @@ func TestAPIKeyFromEnv(t *testing.T) {
 	o, err := parseFlags([]string{"-api-key-env", "LLMSIM_TEST_KEY"}, io.Discard)
 	if err != nil || o.cfg.APIKey != "sk-local" {
 		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+// TestHelp: -h says what llmsim is for and gives examples, then the flags.
+func TestHelp(t *testing.T) {
+	var out strings.Builder
+	_, err := parseFlags([]string{"-h"}, &out)
+	help := out.String()
+	if !errors.Is(err, flag.ErrHelp) || !strings.HasPrefix(help, "Usage: llmsim [flags]\n\nllmsim serves a simulated model") ||
+		!strings.Contains(help, "Examples:\n  # ") || !strings.Contains(help, "-latency duration") {
+		t.Errorf("-h: %v\n%s", err, help)
 	}
 }

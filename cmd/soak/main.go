@@ -23,6 +23,40 @@ import (
 	"time"
 )
 
+// usage is what -h prints before the flags.
+const usage = `Usage: soak [flags]
+
+soak drives the real batcherd binary and reports whether it keeps its
+promises under load, faults and a shutdown. Mode soak starts llmsim with
+injected faults behind batcherd, sends mixed online traffic (unary calls and
+streams at every priority, some cancelled, with flushes) for about 3
+minutes, then sends SIGTERM in the midst of more load, and checks that every
+accepted request got a terminal result, none past its deadline. Mode
+unread opens streams that send and never read, and reports batcherd's
+memory above idle. Unless -batcherd and -llmsim name binaries it
+builds them with the go tool, so run it from the repository's root. It exits
+1 when a promise was broken, 2 when it could not run.
+
+Examples:
+  # The soak, as make soak runs it
+  soak -mode soak -batcherd bin/batcherd -llmsim bin/llmsim
+
+  # A shorter, lighter soak, building both binaries first
+  soak -mode soak -load 30s -rate 50
+
+  # Memory held by 1,000 streams that never read, and the baseline without stream limits
+  soak -mode unread -batcherd bin/batcherd
+  soak -mode unread -batcherd bin/batcherd -unlimited
+
+Flags:
+`
+
+// printUsage writes usage and the flags to the flag package's output.
+func printUsage() {
+	_, _ = fmt.Fprint(flag.CommandLine.Output(), usage)
+	flag.PrintDefaults()
+}
+
 func main() {
 	mode := flag.String("mode", "soak", "soak or unread")
 	batcherd := flag.String("batcherd", "", "batcherd binary (default: go build ./cmd/batcherd)")
@@ -32,6 +66,7 @@ func main() {
 	streams := flag.Int("streams", 1000, "unread: streams that never read")
 	perStream := flag.Int("per-stream", 300, "unread: requests each stream sends")
 	unlimited := flag.Bool("unlimited", false, "unread: lift the stream limits (the baseline)")
+	flag.Usage = printUsage
 	flag.Parse()
 
 	dir, err := os.MkdirTemp("", "soak")

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"flag"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -26,5 +28,17 @@ func TestIsTransport(t *testing.T) {
 		if got := isTransport(status.New(tc.code, tc.msg)); got != tc.want {
 			t.Errorf("isTransport(%v %q) = %v, want %v", tc.code, tc.msg, got, tc.want)
 		}
+	}
+}
+
+// TestHelp: -h says what soak is for and gives examples, then the flags.
+func TestHelp(t *testing.T) {
+	var out strings.Builder
+	flag.CommandLine.SetOutput(&out)
+	t.Cleanup(func() { flag.CommandLine.SetOutput(nil) })
+	printUsage()
+	help := out.String()
+	if !strings.HasPrefix(help, "Usage: soak [flags]\n\nsoak drives the real batcherd") || !strings.Contains(help, "Examples:\n  # ") {
+		t.Errorf("-h:\n%s", help)
 	}
 }
