@@ -263,6 +263,12 @@ func TestTenantIsolationHTTP(t *testing.T) {
 			t.Errorf("team-b %s %s: %d %s, want 404", p.method, p.path, code, body)
 		}
 	}
+	if code, body := e.do(t, "GET", api+"/files", e.tokB, "", nil); code != 200 || strings.Contains(body, file.ID) {
+		t.Errorf("team-b lists files: %d %s", code, body)
+	}
+	if code, body := e.do(t, "GET", api+"/files?purpose=batch", e.tokA, "", nil); code != 200 || !strings.Contains(body, file.ID) {
+		t.Errorf("team-a lists files: %d %s", code, body)
+	}
 	if code, body := e.do(t, "GET", api+"/batches", e.tokB, "", nil); code != 200 || strings.Contains(body, batch.ID) {
 		t.Errorf("team-b lists batches: %d %s", code, body)
 	}
