@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -79,36 +80,68 @@ func (m *Manager) price(o *Outcome, rec *Record) {
 	o.Dispatch = rec.Dispatch
 }
 
-// costMetric is batcher_cost_total: USD spent, by route and dispatch mode.
-type costMetric struct {
-	ctr metric.Float64Counter
+// jobMetrics are the counters of what the jobs' tasks did, counted when
+// the store records their outcomes (so a task redone after a kill counts
+// once): batcher_cost_total (USD at the routes' price tables, by route and
+// dispatch mode), batcher_job_tasks_total (ended tasks, by route and end
+// state) and batcher_job_task_tokens_total (their tokens, by route and
+// gen_ai.token.type). Unlike the gauges batcher_job_items and
+// batcher_job_tokens (over the jobs listed), they only grow, so rate()
+// reads them.
+type jobMetrics struct {
+	cost   metric.Float64Counter
+	tasks  metric.Int64Counter
+	tokens metric.Int64Counter
 }
 
-func newCostMetric(mp metric.MeterProvider) (*costMetric, error) {
+func newJobMetrics(mp metric.MeterProvider) (*jobMetrics, error) {
 	if mp == nil {
 		return nil, nil
 	}
-	ctr, err := mp.Meter(meterName).Float64Counter("batcher.cost", metric.WithUnit("{USD}"),
+	mt := mp.Meter(meterName)
+	cost, err1 := mt.Float64Counter("batcher.cost", metric.WithUnit("{USD}"),
 		metric.WithDescription("What the tasks of jobs cost at their routes' price tables, in USD, by route and dispatch mode (online, batch_api)."))
-	if err != nil {
+	tasks, err2 := mt.Int64Counter("batcher.job.tasks", metric.WithUnit("{task}"),
+		metric.WithDescription("Tasks of jobs ended, by route and state (succeeded, failed, cancelled, expired)."))
+	tokens, err3 := mt.Int64Counter("batcher.job.task.tokens", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens the ended tasks of jobs used, by route and gen_ai.token.type (input, output)."))
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, err
 	}
-	return &costMetric{ctr: ctr}, nil
+	return &jobMetrics{cost: cost, tasks: tasks, tokens: tokens}, nil
 }
+
+var (
+	keyRoute     = attribute.Key("batcher.route")
+	keyDispatch  = attribute.Key("batcher.dispatch")
+	keyTaskState = attribute.Key("batcher.job.task.state")
+	keyTokenType = attribute.Key("gen_ai.token.type")
+)
 
 // meterName is the instrumentation scope of the jobs' metrics.
 const meterName = "github.com/batcherhq/batcher/jobs"
 
-// recorded counts the cost of outs that Complete recorded (DoneSeq set).
-func (c *costMetric) recorded(outs []Outcome) {
+// recorded counts the outs that Complete recorded (DoneSeq set).
+func (c *jobMetrics) recorded(outs []Outcome) {
 	if c == nil {
 		return
 	}
+	ctx := context.Background()
 	for i := range outs {
 		o := &outs[i]
-		if o.DoneSeq == 0 || o.Dispatch == "" {
+		if o.DoneSeq == 0 {
 			continue
 		}
-		c.ctr.Add(context.Background(), o.Cost, metric.WithAttributes(attribute.String("route", o.Model), attribute.String("dispatch", o.Dispatch)))
+		route := keyRoute.String(o.Model)
+		c.tasks.Add(ctx, 1, metric.WithAttributes(route, keyTaskState.String(o.State.String())))
+		if o.TokensIn > 0 {
+			c.tokens.Add(ctx, o.TokensIn, metric.WithAttributes(route, keyTokenType.String("input")))
+		}
+		if o.TokensOut > 0 {
+			c.tokens.Add(ctx, o.TokensOut, metric.WithAttributes(route, keyTokenType.String("output")))
+		}
+		if o.Dispatch != "" {
+			c.cost.Add(ctx, o.Cost, metric.WithAttributes(route, keyDispatch.String(o.Dispatch)))
+		}
 	}
 }

@@ -22,8 +22,10 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(math.Abs(a), mat
 // TestJobCost: a job through the batch API costs half what the same
 // tokens cost online (batch_discount 0.5), an online job the full price;
 // each result line, summary.json, the job's progress and
-// batcher_cost_total carry it. batcher_upstream_batch_api_* count the
-// batch-API job's upstream batches and requests, not the online job's.
+// batcher_cost_total carry it; batcher_job_tasks_total and
+// batcher_job_task_tokens_total count the tasks and the progress's tokens.
+// batcher_upstream_batch_api_* count the batch-API job's upstream batches
+// and requests, not the online job's.
 func TestJobCost(t *testing.T) {
 	price := jobs.Price{InputPerMTok: 2.5, OutputPerMTok: 10, BatchDiscount: 0.5}
 	for _, st := range batchStores {
@@ -36,6 +38,7 @@ func TestJobCost(t *testing.T) {
 			m, _ := e.manager(t, nil)
 			const n = 150
 			byMode := map[string]float64{}
+			var tokIn, tokOut int64
 			for _, mode := range []string{jobs.DispatchBatchAPI, jobs.DispatchOnline} {
 				j := createChat(t, m, jobs.Spec{Model: "chat", Dispatch: mode}, n)
 				p := waitJob(t, m, j.ID)
@@ -52,6 +55,7 @@ func TestJobCost(t *testing.T) {
 						mode, p.Cost, p.Saving, p.TokensIn, p.TokensOut, want, saving, online)
 				}
 				byMode[mode] = p.Cost
+				tokIn, tokOut = tokIn+p.TokensIn, tokOut+p.TokensOut
 				var lines float64
 				for _, l := range readLines(t, filepath.Join(m.Dir(j), "results.jsonl")) {
 					if l.Dispatch != mode || l.Cost == nil {
@@ -79,20 +83,43 @@ func TestJobCost(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := map[string]float64{}
+			tasks, tokens := map[string]int64{}, map[string]int64{}
 			for _, sm := range rm.ScopeMetrics {
 				for _, mt := range sm.Metrics {
+					switch mt.Name {
+					case "batcher.job.tasks", "batcher.job.task.tokens":
+						for _, dp := range mt.Data.(metricdata.Sum[int64]).DataPoints {
+							route, _ := dp.Attributes.Value("batcher.route")
+							if route.AsString() != "chat" {
+								t.Errorf("%s for route %q", mt.Name, route.AsString())
+							}
+							if mt.Name == "batcher.job.tasks" {
+								state, _ := dp.Attributes.Value("batcher.job.task.state")
+								tasks[state.AsString()] += dp.Value
+							} else {
+								typ, _ := dp.Attributes.Value("gen_ai.token.type")
+								tokens[typ.AsString()] += dp.Value
+							}
+						}
+					}
 					if mt.Name != "batcher.cost" {
 						continue
 					}
 					for _, dp := range mt.Data.(metricdata.Sum[float64]).DataPoints {
-						route, _ := dp.Attributes.Value("route")
-						mode, _ := dp.Attributes.Value("dispatch")
+						route, _ := dp.Attributes.Value("batcher.route")
+						mode, _ := dp.Attributes.Value("batcher.dispatch")
 						if route.AsString() != "chat" {
 							t.Errorf("batcher.cost for route %q", route.AsString())
 						}
 						got[mode.AsString()] += dp.Value
 					}
 				}
+			}
+			if len(tasks) != 1 || tasks["succeeded"] != 2*n {
+				t.Errorf("batcher.job.tasks by state = %v, want succeeded %d", tasks, 2*n)
+			}
+			if tokens["input"] != tokIn || tokens["output"] != tokOut {
+				t.Errorf("batcher.job.task.tokens = %v, want input %d output %d (the jobs' progress)", tokens, tokIn, tokOut)
 			}
 			for mode, want := range byMode {
 				if !near(got[mode], want) {

@@ -184,7 +184,7 @@ type Manager struct {
 	killRuns context.CancelFunc
 	loopDone chan struct{}
 	wg       sync.WaitGroup // runs
-	cost     *costMetric
+	counts   *jobMetrics
 	twins    *twinMetric                      // upstream batches created twice (twins.go)
 	batchAPI *batchAPIMetric                  // upstream batches created and their requests (batchapi_metric.go)
 	prices   atomic.Pointer[map[string]Price] // replaced whole by SetPrices
@@ -201,11 +201,11 @@ func New(cfg Config) (*Manager, error) {
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), loopDone: make(chan struct{})}
 	m.stopping, m.stopWork = context.WithCancel(context.Background())
 	m.runsCtx, m.killRuns = context.WithCancel(context.Background())
-	cost, err := newCostMetric(cfg.MeterProvider)
+	counts, err := newJobMetrics(cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: metrics: %w", err)
 	}
-	m.cost = cost
+	m.counts = counts
 	if m.twins, err = newTwinMetric(cfg.MeterProvider); err != nil {
 		return nil, fmt.Errorf("jobs: metrics: %w", err)
 	}

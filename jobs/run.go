@@ -920,7 +920,7 @@ func (r *run) committed(res commitResult) bool {
 		r.pending = append(res.outs, r.pending...)
 		return false
 	}
-	r.m.cost.recorded(res.outs)
+	r.m.counts.recorded(res.outs)
 	for i := range res.outs {
 		r.recorded = max(r.recorded, res.outs[i].DoneSeq)
 	}

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/batcherhq/batcher/backend/batchapi"
@@ -192,5 +191,5 @@ func (t *twinMetric) add(route string) {
 	if t == nil {
 		return
 	}
-	t.ctr.Add(context.Background(), 1, metric.WithAttributes(attribute.String("route", route)))
+	t.ctr.Add(context.Background(), 1, metric.WithAttributes(keyRoute.String(route)))
 }

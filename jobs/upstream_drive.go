@@ -352,7 +352,7 @@ func (u *upstream) collect(ctx context.Context, c *Chunk, b *batchapi.Batch, hel
 		if _, err := u.r.m.cfg.Store.Complete(ctx, u.r.id, u.r.m.cfg.Owner, outs); err != nil {
 			return err
 		}
-		u.r.m.cost.recorded(outs)
+		u.r.m.counts.recorded(outs)
 		outs = outs[:0]
 		u.r.poke()
 		return nil

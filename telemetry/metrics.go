@@ -24,8 +24,8 @@ func RegisterLive(mp metric.MeterProvider, src Sources) (metric.Registration, er
 	open, err1 := mt.Int64ObservableGauge("batcher.streams.open", metric.WithUnit("{stream}"), metric.WithDescription("Open SubmitStreams."))
 	buffered, err2 := mt.Int64ObservableGauge("batcher.streams.buffered", metric.WithUnit("{message}"), metric.WithDescription("Messages the open streams hold for sending."))
 	jobs, err3 := mt.Int64ObservableGauge("batcher.jobs", metric.WithUnit("{job}"), metric.WithDescription("Jobs by state."))
-	items, err4 := mt.Int64ObservableGauge("batcher.job.items", metric.WithUnit("{item}"), metric.WithDescription("Items processed (done or failed) by the jobs listed; its rate is items/s."))
-	tokens, err5 := mt.Int64ObservableGauge("batcher.job.tokens", metric.WithUnit("{token}"), metric.WithDescription("Tokens used by the jobs listed; its rate is tokens/s."))
+	items, err4 := mt.Int64ObservableGauge("batcher.job.items", metric.WithUnit("{item}"), metric.WithDescription("Items ended (done or failed) by the jobs listed; falls when a job leaves the list: rate() batcher.job.tasks instead."))
+	tokens, err5 := mt.Int64ObservableGauge("batcher.job.tokens", metric.WithUnit("{token}"), metric.WithDescription("Tokens used by the jobs listed; falls when a job leaves the list: rate() batcher.job.task.tokens instead."))
 	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		return nil, err
 	}
