@@ -162,7 +162,7 @@ func TestFeaturesOfEveryTarget(t *testing.T) {
 	r.MutableChat().Tools = []Tool{weatherTool}
 	_, err = b.Submit(context.Background(), r)
 	var ve *ValidationError
-	if !errors.As(err, &ve) || ve.Field != "tools" || ve.Reason != `not supported by this model's fallback backend "plain"` {
+	if !errors.As(err, &ve) || ve.Field != "tools" || ve.Reason != "not supported by this model's fallback backend (its route's fallbacks[0])" {
 		t.Fatalf("tools on a route with a plain fallback: %v, want a refusal naming tools and the fallback", err)
 	}
 	r = toolReq("c")
@@ -197,7 +197,7 @@ func TestUnsupportedNamesTheFallback(t *testing.T) {
 		name, route, field, reason string
 		set                        func(*Request)
 	}{
-		{"extra body, fallback", "two", "extra_body.top_k", `not supported by this model's fallback backend "no-extra"`,
+		{"extra body, fallback", "two", "extra_body.top_k", "not supported by this model's fallback backend (its route's fallbacks[0])",
 			func(r *Request) { r.MutableChat().Extra = []byte(`{"top_k":5}`) }},
 		{"extra body, own backend", "own", "extra_body.top_k", "not supported by this model's backend",
 			func(r *Request) { r.MutableChat().Extra = []byte(`{"top_k":5}`) }},

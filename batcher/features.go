@@ -149,7 +149,9 @@ func blameFallback(ve *ValidationError, have Features, targets []TargetInfo, che
 				if i == 0 {
 					return ve // the route's own backend
 				}
-				return invalid(ve.Field, "not supported by this model's fallback backend %s", strconv.Quote(t.Backend))
+				// The route's position, not the backend's name: backend
+				// names are operator detail and stay off the wire.
+				return invalid(ve.Field, "not supported by this model's fallback backend (its route's fallbacks[%d])", i-1)
 			}
 		}
 		return ve
