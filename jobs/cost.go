@@ -83,8 +83,10 @@ func (m *Manager) price(o *Outcome, rec *Record) {
 // jobMetrics are the counters of what the jobs' tasks did, counted when
 // the store records their outcomes (so a task redone after a kill counts
 // once): batcher_cost_total (USD at the routes' price tables, by route and
-// dispatch mode), batcher_job_tasks_total (ended tasks, by route and end
-// state) and batcher_job_task_tokens_total (their tokens, by route and
+// dispatch mode), batcher_job_tasks_total (tasks that ended with an
+// outcome of their own, by route and end state: pending tasks that a
+// cancel or an expiry ends in bulk (Store.EndPending) carry no route and
+// are not counted) and batcher_job_task_tokens_total (their tokens, by route and
 // gen_ai.token.type). Unlike the gauges batcher_job_items and
 // batcher_job_tokens (over the jobs listed), they only grow, so rate()
 // reads them.
@@ -102,7 +104,7 @@ func newJobMetrics(mp metric.MeterProvider) (*jobMetrics, error) {
 	cost, err1 := mt.Float64Counter("batcher.cost", metric.WithUnit("{USD}"),
 		metric.WithDescription("What the tasks of jobs cost at their routes' price tables, in USD, by route and dispatch mode (online, batch_api)."))
 	tasks, err2 := mt.Int64Counter("batcher.job.tasks", metric.WithUnit("{task}"),
-		metric.WithDescription("Tasks of jobs ended, by route and state (succeeded, failed, cancelled, expired)."))
+		metric.WithDescription("Tasks of jobs that ended with an outcome of their own (succeeded, failed, or cancelled or expired while in flight), by route and state; pending tasks a cancel or expiry ends in bulk are not counted."))
 	tokens, err3 := mt.Int64Counter("batcher.job.task.tokens", metric.WithUnit("{token}"),
 		metric.WithDescription("Tokens the ended tasks of jobs used, by route and gen_ai.token.type (input, output)."))
 	if err := errors.Join(err1, err2, err3); err != nil {
