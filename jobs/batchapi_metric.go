@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -39,7 +38,7 @@ func (m *batchAPIMetric) created(backend, route string, n int) {
 	if m == nil {
 		return
 	}
-	attrs := metric.WithAttributes(attribute.String("batcher.backend", backend), attribute.String("batcher.route", route))
+	attrs := metric.WithAttributes(keyBackend.String(backend), keyRoute.String(route))
 	m.batches.Add(context.Background(), 1, attrs)
 	m.requests.Add(context.Background(), int64(n), attrs)
 }

@@ -115,6 +115,7 @@ func newJobMetrics(mp metric.MeterProvider) (*jobMetrics, error) {
 
 var (
 	keyRoute     = attribute.Key("batcher.route")
+	keyBackend   = attribute.Key("batcher.backend")
 	keyDispatch  = attribute.Key("batcher.dispatch")
 	keyTaskState = attribute.Key("batcher.job.task.state")
 	keyTokenType = attribute.Key("gen_ai.token.type")
