@@ -1,480 +1,14 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/batcherhq/batcher/backend/openai"
-	"github.com/batcherhq/batcher/batcher"
-	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
-	"github.com/batcherhq/batcher/llmsim"
-	"github.com/batcherhq/batcher/server"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 )
-
-// Issue 28's figures: token streaming through batcherd against straight to
-// llmsim, in the same run.
-//
-// llmsim runs in this process behind a tap (chunkTap) that timestamps each
-// chunk of an answer as llmsim flushes it, keyed by the chat's prompt. The
-// direct load reads llmsim's server-sent events itself; the load through
-// Batcher calls SubmitStreamed on batcherd's stack (setupBatcherd: security,
-// metrics, otelgrpc, the worker pool) whose core has an openai backend
-// pointed at llmsim. Each delta's delivery is the time from llmsim's flush
-// of a chunk to the client's receipt of the first delta that holds its
-// text (a delta may join several chunks when its sender is behind).
-
-const (
-	streamTTFT      = 100 * time.Millisecond // llmsim's time to first token
-	streamPerToken  = 10 * time.Millisecond  // and per token after
-	streamReply     = 40                     // tokens of a full answer
-	streamMaxTokens = 256
-)
-
-// chunkTap wraps llmsim and records, per prompt, when each chunk of a
-// streamed answer was flushed and the answer's text length by then. hold,
-// while set, stops every answer after its first content chunk until it is
-// closed (the memory figure holds streams mid-answer).
-type chunkTap struct {
-	next http.Handler
-	mu   sync.Mutex
-	by   map[string][]tapChunk
-	arr  map[string]time.Time // when each answer's request arrived
-	hold chan struct{}
-	held sync.WaitGroup // answers stopped at hold
-}
-
-type tapChunk struct {
-	at  time.Time
-	cum int // the answer's text bytes up to and with this chunk
-}
-
-func (t *chunkTap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	arrived := time.Now()
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	var req struct {
-		Messages []struct {
-			Content string `json:"content"`
-		} `json:"messages"`
-	}
-	_ = json.Unmarshal(body, &req)
-	key := ""
-	if n := len(req.Messages); n > 0 {
-		key = req.Messages[n-1].Content
-	}
-	t.mu.Lock()
-	t.arr[key] = arrived
-	hold := t.hold
-	t.mu.Unlock()
-	tw := &tapWriter{ResponseWriter: w, tap: t, key: key, hold: hold}
-	t.next.ServeHTTP(tw, r)
-}
-
-// tapWriter is one answer's writer: Write notes the chunk's text, Flush
-// stamps it.
-type tapWriter struct {
-	http.ResponseWriter
-	tap     *chunkTap
-	key     string
-	cum     int
-	pending bool
-	hold    chan struct{}
-	waited  bool
-}
-
-func (w *tapWriter) Write(p []byte) (int, error) {
-	if data, ok := bytes.CutPrefix(p, []byte("data: ")); ok {
-		if n := contentLen(data); n > 0 {
-			if w.hold != nil && !w.waited && w.cum > 0 {
-				w.waited = true
-				w.tap.held.Done()
-				<-w.hold
-			}
-			w.cum += n
-			w.pending = true
-		}
-	}
-	return w.ResponseWriter.Write(p)
-}
-
-// contentLen returns the length of a chunk's choices[0].delta.content.
-// The tap runs on both paths, so it reads the text without a JSON decode
-// where it can (llmsim writes `"delta":{"content":"…"}` and no other
-// "content"), to weigh on neither path's figures.
-func contentLen(data []byte) int {
-	const key = `"delta":{"content":"`
-	if i := bytes.Index(data, []byte(key)); i >= 0 {
-		rest := data[i+len(key):]
-		if j := bytes.IndexByte(rest, '"'); j >= 0 && bytes.IndexByte(rest[:j], '\\') < 0 {
-			return j
-		}
-	}
-	var ch struct {
-		Choices []struct {
-			Delta struct {
-				Content string `json:"content"`
-			} `json:"delta"`
-		} `json:"choices"`
-	}
-	if json.Unmarshal(bytes.TrimSpace(data), &ch) != nil || len(ch.Choices) == 0 {
-		return 0
-	}
-	return len(ch.Choices[0].Delta.Content)
-}
-
-func (w *tapWriter) Flush() {
-	w.ResponseWriter.(http.Flusher).Flush()
-	if w.pending {
-		w.pending = false
-		now := time.Now()
-		w.tap.mu.Lock()
-		w.tap.by[w.key] = append(w.tap.by[w.key], tapChunk{at: now, cum: w.cum})
-		w.tap.mu.Unlock()
-	}
-}
-
-func (w *tapWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// chunks returns the stamps of key's answer.
-func (t *chunkTap) chunks(key string) []tapChunk {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.by[key]
-}
-
-// recv is one delta as the client got it: when, and the answer's text
-// length with it.
-type recv struct {
-	at  time.Time
-	cum int
-}
-
-// chatResult is one streamed chat as its client saw it.
-type chatResult struct {
-	key   string
-	start time.Time
-	recvs []recv
-	text  string
-	err   error
-}
-
-// streamRig is llmsim behind its tap, and batcherd's stack in front of it.
-type streamRig struct {
-	tap    *chunkTap
-	url    string // llmsim's /v1
-	hc     *http.Client
-	conns  []*target // SubmitStreamed clients, one connection each
-	core   *batcher.Batcher
-	mu     sync.Mutex
-	disp   map[string]time.Time // when the core handed each chat to the backend
-	stopFn []func()
-}
-
-// newStreamRig starts llmsim and batcherd with room for n concurrent
-// streamed chats, and conns client connections to batcherd (a connection
-// carries at most security.DefaultMaxConcurrentStreams RPCs at once).
-func newStreamRig(tb testing.TB, n, conns int) *streamRig {
-	tb.Helper()
-	sim, err := llmsim.New(llmsim.Config{Latency: streamTTFT, PerToken: streamPerToken, ReplyTokens: streamReply})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tap := &chunkTap{next: sim, by: make(map[string][]tapChunk), arr: make(map[string]time.Time)}
-	ts := httptest.NewServer(tap)
-	// The direct client keeps as many idle connections as the backend does
-	// by default, so that both paths hold (and redial) alike: with more,
-	// BenchmarkStream2000's direct baseline found its connections already
-	// open and counted none of their buffers, which Batcher's side counts.
-	idle := min(n, openai.DefaultMaxIdleConns)
-	rig := &streamRig{tap: tap, url: ts.URL + "/v1", disp: make(map[string]time.Time),
-		hc: &http.Client{Transport: &http.Transport{MaxIdleConns: idle, MaxIdleConnsPerHost: idle}}}
-	rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
-	// The backend as batcherd builds it by default: no transport tuning
-	// beyond what production gets.
-	be, err := openai.New(openai.Config{BaseURL: rig.url})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rig.stopFn = append(rig.stopFn, func() { _ = be.Close() })
-	bd := setupBatcherd.build(tb)
-	core, err := batcher.New(append(bd.core,
-		batcher.WithBackend(batcher.BackendConfig{Name: "llmsim", Backend: stampedBackend{be, rig}, MaxConcurrency: n, ProtectedShare: -1}),
-		batcher.WithRoute(batcher.Route{Name: "chat", Op: batcher.OpChat, Backend: "llmsim", Model: "sim-chat"}),
-		batcher.WithQueueCapacity(2*n),
-	)...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rig.core = core
-	srv, err := server.New(core, bd.server...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv.Register(bd.gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = bd.gs.Serve(lis)
-	}()
-	for range conns {
-		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		rig.conns = append(rig.conns, &target{client: batcherv1.NewBatcherServiceClient(cc), stop: func() { _ = cc.Close() }})
-	}
-	rig.stopFn = append([]func(){func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			tb.Error(err)
-		}
-		bd.cleanup()
-		bd.gs.Stop()
-		<-served
-	}}, rig.stopFn...)
-	return rig
-}
-
-func (r *streamRig) stop() {
-	for i := len(r.conns) - 1; i >= 0; i-- {
-		r.conns[i].stop()
-	}
-	for _, f := range r.stopFn {
-		f()
-	}
-	r.hc.CloseIdleConnections()
-}
-
-// stampedBackend is the openai backend with the time the core dispatched
-// each streamed chat noted (a map insert: the benchmark's only addition to
-// the path).
-type stampedBackend struct {
-	*openai.Backend
-	rig *streamRig
-}
-
-func (s stampedBackend) Stream(ctx context.Context, b *batcher.Batch, w batcher.DeltaWriter) (batcher.Response, error) {
-	if len(b.Requests) == 1 {
-		if m := b.Requests[0].Input.Messages; len(m) > 0 {
-			now := time.Now()
-			s.rig.mu.Lock()
-			s.rig.disp[m[len(m)-1].Content] = now
-			s.rig.mu.Unlock()
-		}
-	}
-	return s.Backend.Stream(ctx, b, w)
-}
-
-// hops returns, for chats through batcherd (through) or direct, how long
-// after its start each chat was dispatched by the core (through only) and
-// reached llmsim.
-func (r *streamRig) hops(rs []chatResult, through bool) (dispatched, arrived []time.Duration) {
-	r.tap.mu.Lock()
-	defer r.tap.mu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range rs {
-		if through {
-			dispatched = append(dispatched, r.disp[c.key].Sub(c.start))
-		}
-		arrived = append(arrived, r.tap.arr[c.key].Sub(c.start))
-	}
-	return dispatched, arrived
-}
-
-// direct streams one chat straight from llmsim.
-func (r *streamRig) direct(ctx context.Context, prompt string, onDelta func()) chatResult {
-	res := chatResult{key: prompt}
-	body, _ := json.Marshal(map[string]any{"model": "sim-chat", "stream": true, "max_tokens": streamMaxTokens,
-		"messages": []map[string]string{{"role": "user", "content": prompt}}})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url+"/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		res.err = err
-		return res
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res.start = time.Now()
-	resp, err := r.hc.Do(req)
-	if err != nil {
-		res.err = err
-		return res
-	}
-	defer func() { _ = resp.Body.Close() }()
-	br := bufio.NewReader(resp.Body)
-	var text strings.Builder
-	for {
-		line, err := br.ReadBytes('\n')
-		if err != nil {
-			res.err = fmt.Errorf("stream ended before [DONE]: %w", err)
-			return res
-		}
-		data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: "))
-		if !ok {
-			continue
-		}
-		if string(data) == "[DONE]" {
-			// Read to the end, as the openai backend does, so that the
-			// connection goes back to the pool.
-			_, _ = io.Copy(io.Discard, br)
-			res.text = text.String()
-			return res
-		}
-		var ch struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal(data, &ch); err != nil {
-			res.err = err
-			return res
-		}
-		if len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
-			text.WriteString(ch.Choices[0].Delta.Content)
-			res.recvs = append(res.recvs, recv{at: time.Now(), cum: text.Len()})
-			if onDelta != nil && len(res.recvs) == 1 {
-				onDelta()
-			}
-		}
-	}
-}
-
-// through streams one chat through batcherd (SubmitStreamed) on conn.
-func (r *streamRig) through(ctx context.Context, conn *target, prompt string, onDelta func()) chatResult {
-	res := chatResult{key: prompt}
-	res.start = time.Now()
-	ss, err := conn.client.SubmitStreamed(ctx, &batcherv1.SubmitStreamedRequest{Request: &batcherv1.Request{
-		Model: "chat", Params: &batcherv1.GenerationParams{MaxTokens: proto.Int32(streamMaxTokens)},
-		Input: &batcherv1.Request_Chat{Chat: &batcherv1.ChatInput{Messages: []*batcherv1.ChatMessage{{Role: "user", Content: prompt}}}},
-	}})
-	if err != nil {
-		res.err = err
-		return res
-	}
-	cum := 0
-	for {
-		m, err := ss.Recv()
-		if err != nil {
-			if err == io.EOF {
-				err = fmt.Errorf("no completion")
-			}
-			res.err = err
-			return res
-		}
-		switch k := m.GetKind().(type) {
-		case *batcherv1.SubmitStreamedResponse_Delta:
-			if t := k.Delta.GetText(); t != "" {
-				cum += len(t)
-				res.recvs = append(res.recvs, recv{at: time.Now(), cum: cum})
-				if onDelta != nil && len(res.recvs) == 1 {
-					onDelta()
-				}
-			}
-		case *batcherv1.SubmitStreamedResponse_Completion:
-			res.text = k.Completion.GetText()
-			if k.Completion.GetError() != nil {
-				res.err = fmt.Errorf("completion error %v", k.Completion.GetError())
-			}
-			_, _ = ss.Recv() // the end of the RPC
-			return res
-		}
-	}
-}
-
-// run streams n chats at once, directly or through batcherd, prompts
-// tagged with tag.
-func (r *streamRig) run(ctx context.Context, n int, tag string, through bool, onDelta func()) []chatResult {
-	out := make([]chatResult, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			prompt := fmt.Sprintf("stream %s chat %d please", tag, i)
-			if through {
-				out[i] = r.through(ctx, r.conns[i%len(r.conns)], prompt, onDelta)
-			} else {
-				out[i] = r.direct(ctx, prompt, onDelta)
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// measure turns results into time to first token and per-delta delivery
-// samples (for each chunk llmsim flushed, the client's receipt of the
-// delta that brought its text, minus the flush), checking every answer
-// whole.
-func (r *streamRig) measure(tb testing.TB, rs []chatResult) (ttft, delivery []time.Duration) {
-	tb.Helper()
-	for _, c := range rs {
-		if c.err != nil {
-			tb.Fatalf("chat %q: %v", c.key, c.err)
-		}
-		want, _ := llmsim.Reply(c.key, streamMaxTokens, streamReply)
-		if c.text != want {
-			tb.Fatalf("chat %q: answer %q, want %q", c.key, c.text, want)
-		}
-		ttft = append(ttft, c.recvs[0].at.Sub(c.start))
-		// Each chunk's text is delivered by the first delta that holds
-		// it: a delta that joins several chunks (a sender behind its
-		// upstream) counts once for each, from that chunk's flush.
-		j := 0
-		for _, ck := range r.tap.chunks(c.key) {
-			for j < len(c.recvs) && c.recvs[j].cum < ck.cum {
-				j++
-			}
-			if j == len(c.recvs) {
-				tb.Fatalf("chat %q: a chunk of llmsim's never reached the client", c.key)
-			}
-			delivery = append(delivery, c.recvs[j].at.Sub(ck.at))
-		}
-	}
-	return ttft, delivery
-}
-
-// processCPU returns the process's CPU time so far, user and system.
-func processCPU(tb testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func pct(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // BenchmarkStreamTTFT is issue 28's first two figures: 100 concurrent
 // streamed chats straight to llmsim and through batcherd, alternated in
@@ -482,6 +16,13 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // delivery (p50, p99, in ms) and what Batcher adds (through minus direct,
 // percentile against percentile). Targets: added TTFT p50 <= 2, p99 <= 10;
 // added delivery p99 <= 1.
+//
+// The load is a burst, the worst case: all n chats start at the same
+// instant, and llmsim (one time to first token and one token interval for
+// every chat) then flushes every chat's chunk at the same instants, n
+// deltas in lockstep each token interval, so each delta queues behind the
+// other n-1 on this machine's cores. BenchmarkStreamSteady is the same
+// figures under the steadier load production sees.
 func BenchmarkStreamTTFT(b *testing.B) {
 	// chats=100 is the issue's load; chats=10 the same with less CPU
 	// asked of a shared machine.
@@ -529,17 +70,73 @@ func benchStreamTTFT(b *testing.B, n int) {
 	b.ReportMetric(ms(dCPU)/chats, "cpu-direct-ms/chat")
 	b.ReportMetric(ms(tCPU)/chats, "cpu-batcher-ms/chat")
 	b.ReportMetric(ms(tCPU-dCPU)/chats, "cpu-added-ms/chat")
+	reportStream(b, "", dT, tT, dD, tD)
+}
+
+// reportStream reports time to first token and per-delta delivery, direct
+// (dT, dD) and through batcherd (tT, tD), p50 and p99, and what Batcher
+// adds, under metric names that begin with prefix.
+func reportStream(b *testing.B, prefix string, dT, tT, dD, tD []time.Duration) {
 	for _, p := range []struct {
 		name string
 		q    float64
 	}{{"p50", 0.5}, {"p99", 0.99}} {
-		b.ReportMetric(ms(pct(dT, p.q)), "ttft-direct-"+p.name+"-ms")
-		b.ReportMetric(ms(pct(tT, p.q)), "ttft-batcher-"+p.name+"-ms")
-		b.ReportMetric(ms(pct(tT, p.q)-pct(dT, p.q)), "ttft-added-"+p.name+"-ms")
-		b.ReportMetric(ms(pct(dD, p.q)), "delta-direct-"+p.name+"-ms")
-		b.ReportMetric(ms(pct(tD, p.q)), "delta-batcher-"+p.name+"-ms")
-		b.ReportMetric(ms(pct(tD, p.q)-pct(dD, p.q)), "delta-added-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(dT, p.q)), prefix+"ttft-direct-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tT, p.q)), prefix+"ttft-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tT, p.q)-pct(dT, p.q)), prefix+"ttft-added-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(dD, p.q)), prefix+"delta-direct-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tD, p.q)), prefix+"delta-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tD, p.q)-pct(dD, p.q)), prefix+"delta-added-"+p.name+"-ms")
 	}
+}
+
+// BenchmarkStreamSteady is BenchmarkStreamTTFT's figures under a steady
+// load instead of a burst, with the same llmsim settings: n chats open at
+// all times in a closed loop (n clients, each starting a chat as its last
+// one ends), the clients' first chats started spread evenly over the first
+// token interval, so that the chats' deltas reach Batcher at n different
+// instants of each interval rather than in lockstep. Each client runs
+// steadyWaves chats and the middle wave's n are measured, as many chats as
+// a BenchmarkStreamTTFT iteration measures; the direct side and the side
+// through batcherd get exactly the same load, alternated in each
+// iteration. Metrics are BenchmarkStreamTTFT's, prefixed "steady-"; the
+// CPU per chat counts every wave.
+func BenchmarkStreamSteady(b *testing.B) {
+	const n = 100
+	b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) {
+		rig := newStreamRig(b, n, 1)
+		defer rig.stop()
+		ctx := context.Background()
+		rig.run(ctx, n, "warm-d", false, nil)
+		rig.run(ctx, n, "warm-t", true, nil)
+		var dT, tT, dD, tD []time.Duration
+		var cpu [2]time.Duration // the process's CPU time in each side's rounds: direct, through
+		i := 0
+		for b.Loop() {
+			i++
+			for side, through := range []bool{false, true} {
+				c0 := processCPU(b)
+				rs, all := rig.runSteady(ctx, n, fmt.Sprint("steady-", side, "-", i), through)
+				cpu[side] += processCPU(b) - c0
+				for _, c := range all {
+					if c.err != nil {
+						b.Fatalf("chat %q: %v", c.key, c.err)
+					}
+				}
+				a, d := rig.measure(b, rs)
+				if through {
+					tT, tD = append(tT, a...), append(tD, d...)
+				} else {
+					dT, dD = append(dT, a...), append(dD, d...)
+				}
+			}
+		}
+		chats := float64(i * n * steadyWaves)
+		b.ReportMetric(ms(cpu[0])/chats, "steady-cpu-direct-ms/chat")
+		b.ReportMetric(ms(cpu[1])/chats, "steady-cpu-batcher-ms/chat")
+		b.ReportMetric(ms(cpu[1]-cpu[0])/chats, "steady-cpu-added-ms/chat")
+		reportStream(b, "steady-", dT, tT, dD, tD)
+	})
 }
 
 // BenchmarkStream2000 is issue 28's last two figures: 2,000 concurrent

@@ -1,0 +1,511 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/batcherhq/batcher/backend/openai"
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/llmsim"
+	"github.com/batcherhq/batcher/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+)
+
+// Issue 28's figures: token streaming through batcherd against straight to
+// llmsim, in the same run.
+//
+// llmsim runs in this process behind a tap (chunkTap) that timestamps each
+// chunk of an answer as llmsim flushes it, keyed by the chat's prompt. The
+// direct load reads llmsim's server-sent events itself; the load through
+// Batcher calls SubmitStreamed on batcherd's stack (setupBatcherd: security,
+// metrics, otelgrpc, the worker pool) whose core has an openai backend
+// pointed at llmsim. Each delta's delivery is the time from llmsim's flush
+// of a chunk to the client's receipt of the first delta that holds its
+// text (a delta may join several chunks when its sender is behind).
+
+const (
+	streamTTFT      = 100 * time.Millisecond // llmsim's time to first token
+	streamPerToken  = 10 * time.Millisecond  // and per token after
+	streamReply     = 40                     // tokens of a full answer
+	streamMaxTokens = 256
+)
+
+// chunkTap wraps llmsim and records, per prompt, when each chunk of a
+// streamed answer was flushed and the answer's text length by then. hold,
+// while set, stops every answer after its first content chunk until it is
+// closed (the memory figure holds streams mid-answer).
+type chunkTap struct {
+	next http.Handler
+	mu   sync.Mutex
+	by   map[string][]tapChunk
+	arr  map[string]time.Time // when each answer's request arrived
+	hold chan struct{}
+	held sync.WaitGroup // answers stopped at hold
+}
+
+type tapChunk struct {
+	at  time.Time
+	cum int // the answer's text bytes up to and with this chunk
+}
+
+func (t *chunkTap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	key := ""
+	if n := len(req.Messages); n > 0 {
+		key = req.Messages[n-1].Content
+	}
+	t.mu.Lock()
+	t.arr[key] = arrived
+	hold := t.hold
+	t.mu.Unlock()
+	tw := &tapWriter{ResponseWriter: w, tap: t, key: key, hold: hold}
+	t.next.ServeHTTP(tw, r)
+}
+
+// tapWriter is one answer's writer: Write notes the chunk's text, Flush
+// stamps it.
+type tapWriter struct {
+	http.ResponseWriter
+	tap     *chunkTap
+	key     string
+	cum     int
+	pending bool
+	hold    chan struct{}
+	waited  bool
+}
+
+func (w *tapWriter) Write(p []byte) (int, error) {
+	if data, ok := bytes.CutPrefix(p, []byte("data: ")); ok {
+		if n := contentLen(data); n > 0 {
+			if w.hold != nil && !w.waited && w.cum > 0 {
+				w.waited = true
+				w.tap.held.Done()
+				<-w.hold
+			}
+			w.cum += n
+			w.pending = true
+		}
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// contentLen returns the length of a chunk's choices[0].delta.content.
+// The tap runs on both paths, so it reads the text without a JSON decode
+// where it can (llmsim writes `"delta":{"content":"…"}` and no other
+// "content"), to weigh on neither path's figures.
+func contentLen(data []byte) int {
+	const key = `"delta":{"content":"`
+	if i := bytes.Index(data, []byte(key)); i >= 0 {
+		rest := data[i+len(key):]
+		if j := bytes.IndexByte(rest, '"'); j >= 0 && bytes.IndexByte(rest[:j], '\\') < 0 {
+			return j
+		}
+	}
+	var ch struct {
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(data), &ch) != nil || len(ch.Choices) == 0 {
+		return 0
+	}
+	return len(ch.Choices[0].Delta.Content)
+}
+
+func (w *tapWriter) Flush() {
+	w.ResponseWriter.(http.Flusher).Flush()
+	if w.pending {
+		w.pending = false
+		now := time.Now()
+		w.tap.mu.Lock()
+		w.tap.by[w.key] = append(w.tap.by[w.key], tapChunk{at: now, cum: w.cum})
+		w.tap.mu.Unlock()
+	}
+}
+
+func (w *tapWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// chunks returns the stamps of key's answer.
+func (t *chunkTap) chunks(key string) []tapChunk {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.by[key]
+}
+
+// recv is one delta as the client got it: when, and the answer's text
+// length with it.
+type recv struct {
+	at  time.Time
+	cum int
+}
+
+// chatResult is one streamed chat as its client saw it.
+type chatResult struct {
+	key   string
+	start time.Time
+	recvs []recv
+	text  string
+	err   error
+}
+
+// streamRig is llmsim behind its tap, and batcherd's stack in front of it.
+type streamRig struct {
+	tap    *chunkTap
+	url    string // llmsim's /v1
+	hc     *http.Client
+	conns  []*target // SubmitStreamed clients, one connection each
+	core   *batcher.Batcher
+	mu     sync.Mutex
+	disp   map[string]time.Time // when the core handed each chat to the backend
+	stopFn []func()
+}
+
+// newStreamRig starts llmsim and batcherd with room for n concurrent
+// streamed chats, and conns client connections to batcherd (a connection
+// carries at most security.DefaultMaxConcurrentStreams RPCs at once).
+func newStreamRig(tb testing.TB, n, conns int) *streamRig {
+	tb.Helper()
+	sim, err := llmsim.New(llmsim.Config{Latency: streamTTFT, PerToken: streamPerToken, ReplyTokens: streamReply})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tap := &chunkTap{next: sim, by: make(map[string][]tapChunk), arr: make(map[string]time.Time)}
+	ts := httptest.NewServer(tap)
+	// The direct client keeps as many idle connections as the backend does
+	// by default, so that both paths hold (and redial) alike: with more,
+	// BenchmarkStream2000's direct baseline found its connections already
+	// open and counted none of their buffers, which Batcher's side counts.
+	idle := min(n, openai.DefaultMaxIdleConns)
+	rig := &streamRig{tap: tap, url: ts.URL + "/v1", disp: make(map[string]time.Time),
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConns: idle, MaxIdleConnsPerHost: idle}}}
+	rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
+	// The backend as batcherd builds it by default: no transport tuning
+	// beyond what production gets.
+	be, err := openai.New(openai.Config{BaseURL: rig.url})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rig.stopFn = append(rig.stopFn, func() { _ = be.Close() })
+	bd := setupBatcherd.build(tb)
+	core, err := batcher.New(append(bd.core,
+		batcher.WithBackend(batcher.BackendConfig{Name: "llmsim", Backend: stampedBackend{be, rig}, MaxConcurrency: n, ProtectedShare: -1}),
+		batcher.WithRoute(batcher.Route{Name: "chat", Op: batcher.OpChat, Backend: "llmsim", Model: "sim-chat"}),
+		batcher.WithQueueCapacity(2*n),
+	)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rig.core = core
+	srv, err := server.New(core, bd.server...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv.Register(bd.gs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = bd.gs.Serve(lis)
+	}()
+	for range conns {
+		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rig.conns = append(rig.conns, &target{client: batcherv1.NewBatcherServiceClient(cc), stop: func() { _ = cc.Close() }})
+	}
+	rig.stopFn = append([]func(){func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			tb.Error(err)
+		}
+		bd.cleanup()
+		bd.gs.Stop()
+		<-served
+	}}, rig.stopFn...)
+	return rig
+}
+
+func (r *streamRig) stop() {
+	for i := len(r.conns) - 1; i >= 0; i-- {
+		r.conns[i].stop()
+	}
+	for _, f := range r.stopFn {
+		f()
+	}
+	r.hc.CloseIdleConnections()
+}
+
+// stampedBackend is the openai backend with the time the core dispatched
+// each streamed chat noted (a map insert: the benchmark's only addition to
+// the path).
+type stampedBackend struct {
+	*openai.Backend
+	rig *streamRig
+}
+
+func (s stampedBackend) Stream(ctx context.Context, b *batcher.Batch, w batcher.DeltaWriter) (batcher.Response, error) {
+	if len(b.Requests) == 1 {
+		if m := b.Requests[0].Input.Messages; len(m) > 0 {
+			now := time.Now()
+			s.rig.mu.Lock()
+			s.rig.disp[m[len(m)-1].Content] = now
+			s.rig.mu.Unlock()
+		}
+	}
+	return s.Backend.Stream(ctx, b, w)
+}
+
+// hops returns, for chats through batcherd (through) or direct, how long
+// after its start each chat was dispatched by the core (through only) and
+// reached llmsim.
+func (r *streamRig) hops(rs []chatResult, through bool) (dispatched, arrived []time.Duration) {
+	r.tap.mu.Lock()
+	defer r.tap.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range rs {
+		if through {
+			dispatched = append(dispatched, r.disp[c.key].Sub(c.start))
+		}
+		arrived = append(arrived, r.tap.arr[c.key].Sub(c.start))
+	}
+	return dispatched, arrived
+}
+
+// direct streams one chat straight from llmsim.
+func (r *streamRig) direct(ctx context.Context, prompt string, onDelta func()) chatResult {
+	res := chatResult{key: prompt}
+	body, _ := json.Marshal(map[string]any{"model": "sim-chat", "stream": true, "max_tokens": streamMaxTokens,
+		"messages": []map[string]string{{"role": "user", "content": prompt}}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		res.err = err
+		return res
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res.start = time.Now()
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer func() { _ = resp.Body.Close() }()
+	br := bufio.NewReader(resp.Body)
+	var text strings.Builder
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			res.err = fmt.Errorf("stream ended before [DONE]: %w", err)
+			return res
+		}
+		data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: "))
+		if !ok {
+			continue
+		}
+		if string(data) == "[DONE]" {
+			// Read to the end, as the openai backend does, so that the
+			// connection goes back to the pool.
+			_, _ = io.Copy(io.Discard, br)
+			res.text = text.String()
+			return res
+		}
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(data, &ch); err != nil {
+			res.err = err
+			return res
+		}
+		if len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			text.WriteString(ch.Choices[0].Delta.Content)
+			res.recvs = append(res.recvs, recv{at: time.Now(), cum: text.Len()})
+			if onDelta != nil && len(res.recvs) == 1 {
+				onDelta()
+			}
+		}
+	}
+}
+
+// through streams one chat through batcherd (SubmitStreamed) on conn.
+func (r *streamRig) through(ctx context.Context, conn *target, prompt string, onDelta func()) chatResult {
+	res := chatResult{key: prompt}
+	res.start = time.Now()
+	ss, err := conn.client.SubmitStreamed(ctx, &batcherv1.SubmitStreamedRequest{Request: &batcherv1.Request{
+		Model: "chat", Params: &batcherv1.GenerationParams{MaxTokens: proto.Int32(streamMaxTokens)},
+		Input: &batcherv1.Request_Chat{Chat: &batcherv1.ChatInput{Messages: []*batcherv1.ChatMessage{{Role: "user", Content: prompt}}}},
+	}})
+	if err != nil {
+		res.err = err
+		return res
+	}
+	cum := 0
+	for {
+		m, err := ss.Recv()
+		if err != nil {
+			if err == io.EOF {
+				err = fmt.Errorf("no completion")
+			}
+			res.err = err
+			return res
+		}
+		switch k := m.GetKind().(type) {
+		case *batcherv1.SubmitStreamedResponse_Delta:
+			if t := k.Delta.GetText(); t != "" {
+				cum += len(t)
+				res.recvs = append(res.recvs, recv{at: time.Now(), cum: cum})
+				if onDelta != nil && len(res.recvs) == 1 {
+					onDelta()
+				}
+			}
+		case *batcherv1.SubmitStreamedResponse_Completion:
+			res.text = k.Completion.GetText()
+			if k.Completion.GetError() != nil {
+				res.err = fmt.Errorf("completion error %v", k.Completion.GetError())
+			}
+			_, _ = ss.Recv() // the end of the RPC
+			return res
+		}
+	}
+}
+
+// run streams n chats at once, directly or through batcherd, prompts
+// tagged with tag.
+func (r *streamRig) run(ctx context.Context, n int, tag string, through bool, onDelta func()) []chatResult {
+	out := make([]chatResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			prompt := fmt.Sprintf("stream %s chat %d please", tag, i)
+			if through {
+				out[i] = r.through(ctx, r.conns[i%len(r.conns)], prompt, onDelta)
+			} else {
+				out[i] = r.direct(ctx, prompt, onDelta)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// measure turns results into time to first token and per-delta delivery
+// samples (for each chunk llmsim flushed, the client's receipt of the
+// delta that brought its text, minus the flush), checking every answer
+// whole.
+func (r *streamRig) measure(tb testing.TB, rs []chatResult) (ttft, delivery []time.Duration) {
+	tb.Helper()
+	for _, c := range rs {
+		if c.err != nil {
+			tb.Fatalf("chat %q: %v", c.key, c.err)
+		}
+		want, _ := llmsim.Reply(c.key, streamMaxTokens, streamReply)
+		if c.text != want {
+			tb.Fatalf("chat %q: answer %q, want %q", c.key, c.text, want)
+		}
+		ttft = append(ttft, c.recvs[0].at.Sub(c.start))
+		// Each chunk's text is delivered by the first delta that holds
+		// it: a delta that joins several chunks (a sender behind its
+		// upstream) counts once for each, from that chunk's flush.
+		j := 0
+		for _, ck := range r.tap.chunks(c.key) {
+			for j < len(c.recvs) && c.recvs[j].cum < ck.cum {
+				j++
+			}
+			if j == len(c.recvs) {
+				tb.Fatalf("chat %q: a chunk of llmsim's never reached the client", c.key)
+			}
+			delivery = append(delivery, c.recvs[j].at.Sub(ck.at))
+		}
+	}
+	return ttft, delivery
+}
+
+// processCPU returns the process's CPU time so far, user and system.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// steadyWaves is how many chats each client of a steady load runs back to
+// back. The middle wave is measured: each of its chats lives its whole life
+// with n chats open around it, the waves before and after keeping the load
+// up while it starts and ends.
+const steadyWaves = 3
+
+// runSteady streams chats with n open at all times, directly or through
+// batcherd: a closed loop of n clients, each starting its next chat as its
+// last one ends, steadyWaves chats each. The clients' first chats start
+// spread evenly over the first token interval (client i at
+// i*streamPerToken/n), so that the chats' deltas reach Batcher at n
+// instants of each token interval, not all at one as in run. It returns
+// the n chats of the middle wave (as many as run returns) and every chat.
+func (r *streamRig) runSteady(ctx context.Context, n int, tag string, through bool) (measured, all []chatResult) {
+	all = make([]chatResult, steadyWaves*n)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			time.Sleep(time.Until(t0.Add(streamPerToken * time.Duration(i) / time.Duration(n))))
+			for w := range steadyWaves {
+				prompt := fmt.Sprintf("stream %s wave %d chat %d please", tag, w, i)
+				if through {
+					all[w*n+i] = r.through(ctx, r.conns[i%len(r.conns)], prompt, nil)
+				} else {
+					all[w*n+i] = r.direct(ctx, prompt, nil)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mid := steadyWaves / 2
+	return all[mid*n : (mid+1)*n], all
+}
