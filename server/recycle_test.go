@@ -1,0 +1,55 @@
+package server
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc/codes"
+)
+
+// TestStreamCompletionsReused checks that a stream's Completions, which
+// the sender recycles once sent (completions), carry only their own
+// request's fields: failed and succeeded requests alternate on one stream,
+// one at a time, so that each answer is built in a Completion that carried
+// another kind of answer before.
+func TestStreamCompletionsReused(t *testing.T) {
+	be := newFake()
+	be.fail = func(r *batcher.Request) error {
+		if r.Metadata["fail"] == "yes" {
+			return &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, StatusCode: 400, Message: "too long"}
+		}
+		return nil
+	}
+	e := newEnv(t, be)
+	s := e.openStream(t, testCtx(t))
+	for i := range 40 {
+		id := "r" + strconv.Itoa(i)
+		fail := i%2 == 0
+		r := chatReq(id, id)
+		if fail {
+			r.Metadata = map[string]string{"fail": "yes"}
+		}
+		s.send(reqMsg(r))
+		c := s.until(func(m *batcherv1.SubmitStreamResponse) bool { return m.GetCompletion() != nil }).GetCompletion()
+		if c.GetId() != id {
+			t.Fatalf("completion for %q, want %q", c.GetId(), id)
+		}
+		if fail {
+			if c.GetOutput() != nil || c.GetUsage() != nil || c.GetFinishReason() != 0 ||
+				c.GetError().GetCode() != int32(codes.InvalidArgument) || c.GetMetadata()["fail"] != "yes" {
+				t.Fatalf("failed request %s: %v", id, c)
+			}
+			continue
+		}
+		if c.GetError() != nil || c.GetText() != "echo: "+id || c.GetUsage().GetCompletionTokens() != 3 ||
+			c.GetFinishReason() != batcherv1.FinishReason_FINISH_REASON_STOP || len(c.GetMetadata()) != 0 {
+			t.Fatalf("request %s: %v", id, c)
+		}
+	}
+	_ = s.CloseSend()
+	if _, err := s.drain(); err != nil {
+		t.Fatal(err)
+	}
+}
