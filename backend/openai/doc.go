@@ -50,8 +50,9 @@
 //     (and a request by its id, never by its place in a batch) and, when the upstream said anything about its limits, a
 //     RateLimitInfo; their Message never holds the API key nor more than a
 //     short, redacted part of the upstream's body;
-//   - outgoing calls carry W3C traceparent (otelhttp), so upstream spans
-//     are children of the batch's span, over pooled keep-alive connections
+//   - outgoing calls within a trace carry W3C traceparent (otelhttp), so
+//     upstream spans are children of the batch's span (a call with no
+//     trace to continue and no metrics to record skips otelhttp), over pooled keep-alive connections
 //     (HTTP/2 where offered), and response bodies are read up to
 //     MaxResponseBytes.
 package openai
