@@ -1,0 +1,93 @@
+package server
+
+import (
+	"bytes"
+	"testing"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestMarshalDelta holds marshalDelta to proto.Marshal's bytes for the
+// deltas it writes, and checks that every other message goes to grpc's
+// codec.
+func TestMarshalDelta(t *testing.T) {
+	ok := []*batcherv1.Delta{
+		{Id: "r1", Text: "Hello"},
+		{Id: "r1", Text: " wörld ✓\n"},
+		{Text: "no id"},
+		{Id: "r2", Refusal: "I can't"},
+		{Id: "r3", Text: "a", Refusal: "b"},
+		{Id: "r4", Index: 2, Text: "second choice"},
+		{Id: "r5", Index: -1, Text: "negative index"},
+		{Id: "r6"},
+		{},
+		{Id: "r7", Text: string(bytes.Repeat([]byte("x"), 300))}, // a two-byte length
+	}
+	fallback := []*batcherv1.Delta{
+		{Id: "t", ToolCalls: []*batcherv1.ToolCallDelta{{Index: 0, Id: "c", Name: "f", Arguments: "{"}}},
+		{Id: "f", FinishReason: batcherv1.FinishReason_FINISH_REASON_STOP},
+		{Id: "u", Usage: &batcherv1.Usage{PromptTokens: 1, CompletionTokens: 2, TotalTokens: 3}},
+		{Id: "bad", Text: "\xff\xfe"},
+	}
+	codec := newDecodeCodec()
+	check := func(m proto.Message, fast bool) {
+		t.Helper()
+		want, werr := proto.Marshal(m)
+		got, ok := marshalDelta(m)
+		if ok != fast {
+			t.Fatalf("%v: marshalDelta took it %v, want %v", m, ok, fast)
+		}
+		if ok && !bytes.Equal(got, want) {
+			t.Fatalf("%v: marshalDelta wrote %x, proto.Marshal %x", m, got, want)
+		}
+		// The codec gives the same bytes (or the same failure) either way.
+		bs, err := codec.Marshal(m)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("%v: codec error %v, proto.Marshal %v", m, err, werr)
+		}
+		if err == nil && !bytes.Equal(bs.Materialize(), want) {
+			t.Fatalf("%v: codec wrote %x, want %x", m, bs.Materialize(), want)
+		}
+	}
+	for _, d := range ok {
+		check(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Delta{Delta: d}}, true)
+		check(&batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Delta{Delta: d}}, true)
+	}
+	for _, d := range fallback {
+		check(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Delta{Delta: d}}, false)
+		check(&batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Delta{Delta: d}}, false)
+	}
+	// Unknown fields, and the other kinds and messages, go to grpc's codec.
+	unknown := &batcherv1.Delta{Id: "x", Text: "y"}
+	unknown.ProtoReflect().SetUnknown([]byte{0x78, 0x01}) // field 15, varint 1
+	check(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Delta{Delta: unknown}}, false)
+	check(&batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Completion{Completion: &batcherv1.Completion{Id: "c"}}}, false)
+	check(&batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Completion{Completion: &batcherv1.Completion{Id: "c"}}}, false)
+	check(&batcherv1.SubmitStreamedResponse{}, false)
+	check(&batcherv1.SubmitResponse{}, false)
+	var _ encoding.CodecV2 = codec
+}
+
+// BenchmarkMarshalDelta compares the server's codec on a typical text
+// delta with grpc's proto codec.
+func BenchmarkMarshalDelta(b *testing.B) {
+	m := &batcherv1.SubmitStreamedResponse{Kind: &batcherv1.SubmitStreamedResponse_Delta{
+		Delta: &batcherv1.Delta{Id: "0d3c9f6e-6a4b-4f41-9a6c-2b7f3c1d9e8a", Text: " token"}}}
+	for _, c := range []struct {
+		name  string
+		codec encoding.CodecV2
+	}{{"server", newDecodeCodec()}, {"grpc", encoding.GetCodecV2("proto")}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bs, err := c.codec.Marshal(m)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bs.Free()
+			}
+		})
+	}
+}
