@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
@@ -75,7 +76,23 @@ type built struct {
 	// metrics gathers what the setup's MeterProvider recorded; nil without
 	// metrics.
 	metrics prometheus.Gatherer
+	// meter is the setup's MeterProvider; nil without metrics.
+	meter   metric.MeterProvider
 	cleanup func() // to run once gs has stopped
+}
+
+// asBatcherd runs f with the global MeterProvider that batcherd sets
+// before it builds its backends (cmd/batcherd/telemetry.go), so that a
+// backend built in f records its upstream calls as batcherd's do (and
+// pays for them: internal/upstream skips otelhttp under a no-op one).
+func (bd built) asBatcherd(f func()) {
+	if bd.meter == nil {
+		f()
+		return
+	}
+	otel.SetMeterProvider(bd.meter)
+	defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
+	f()
 }
 
 // build builds st's grpc.Server and the options it adds to a core and a
@@ -122,6 +139,7 @@ func (st setup) build(tb testing.TB) built {
 		cleanups = append(cleanups, func() { _ = tel.Shutdown(context.Background()) })
 		bd.core = append(bd.core, batcher.WithMeterProvider(tel.MeterProvider))
 		bd.metrics = tel.Gatherer
+		bd.meter = tel.MeterProvider
 		otel.SetMeterProvider(tel.MeterProvider)
 		defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
 	}
@@ -178,4 +196,26 @@ func TestBatcherdSetupRecordsMetrics(t *testing.T) {
 			t.Errorf("no %s after a Submit on setupBatcherd", name)
 		}
 	}
+}
+
+// TestStreamRigRecordsUpstreamMetrics checks that the stream benchmarks'
+// backend is built as batcherd builds it, under batcherd's MeterProvider:
+// after one streamed chat its upstream call's http.client duration is in
+// the registry. Built under the no-op provider instead, the backend would
+// skip otelhttp (internal/upstream), a saving batcherd never has.
+func TestStreamRigRecordsUpstreamMetrics(t *testing.T) {
+	rig := newStreamRig(t, 1, 1)
+	defer rig.stop()
+	rs := rig.run(t.Context(), 1, "metrics", true, nil)
+	rig.measure(t, rs)
+	families, err := rig.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "http_client_request_duration_seconds" && len(f.GetMetric()) > 0 {
+			return
+		}
+	}
+	t.Error("no http_client_request_duration_seconds after a streamed chat through the stream rig")
 }

@@ -22,6 +22,7 @@ import (
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/llmsim"
 	"github.com/batcherhq/batcher/server"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -180,14 +181,17 @@ type chatResult struct {
 
 // streamRig is llmsim behind its tap, and batcherd's stack in front of it.
 type streamRig struct {
-	tap    *chunkTap
-	url    string // llmsim's /v1
-	hc     *http.Client
-	conns  []*target // SubmitStreamed clients, one connection each
-	core   *batcher.Batcher
-	mu     sync.Mutex
-	disp   map[string]time.Time // when the core handed each chat to the backend
-	stopFn []func()
+	tap   *chunkTap
+	url   string // llmsim's /v1
+	hc    *http.Client
+	conns []*target // SubmitStreamed clients, one connection each
+	core  *batcher.Batcher
+	mu    sync.Mutex
+	disp  map[string]time.Time // when the core handed each chat to the backend
+	// metrics gathers batcherd's MeterProvider: the core's, otelgrpc's
+	// and the backend's upstream calls'.
+	metrics prometheus.Gatherer
+	stopFn  []func()
 }
 
 // newStreamRig starts llmsim and batcherd with room for n concurrent
@@ -210,13 +214,15 @@ func newStreamRig(tb testing.TB, n, conns int) *streamRig {
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConns: idle, MaxIdleConnsPerHost: idle}}}
 	rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
 	// The backend as batcherd builds it by default: no transport tuning
-	// beyond what production gets.
-	be, err := openai.New(openai.Config{BaseURL: rig.url})
+	// beyond what production gets, and batcherd's MeterProvider.
+	bd := setupBatcherd.build(tb)
+	rig.metrics = bd.metrics
+	var be *openai.Backend
+	bd.asBatcherd(func() { be, err = openai.New(openai.Config{BaseURL: rig.url}) })
 	if err != nil {
 		tb.Fatal(err)
 	}
 	rig.stopFn = append(rig.stopFn, func() { _ = be.Close() })
-	bd := setupBatcherd.build(tb)
 	core, err := batcher.New(append(bd.core,
 		batcher.WithBackend(batcher.BackendConfig{Name: "llmsim", Backend: stampedBackend{be, rig}, MaxConcurrency: n, ProtectedShare: -1}),
 		batcher.WithRoute(batcher.Route{Name: "chat", Op: batcher.OpChat, Backend: "llmsim", Model: "sim-chat"}),

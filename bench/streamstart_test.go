@@ -52,12 +52,7 @@ func benchStreamStart(b *testing.B, through bool) {
 	url := ts.URL + "/v1"
 	chat := func(ctx context.Context, i int) error { return nil }
 	if through {
-		be, err := openai.New(openai.Config{BaseURL: url})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = be.Close() }()
-		tg := serveStreamCore(b, be)
+		tg := serveStreamCore(b, url)
 		defer tg.stop()
 		chat = func(ctx context.Context, i int) error { return startThrough(ctx, tg.client, i) }
 	} else {
@@ -84,10 +79,17 @@ func benchStreamStart(b *testing.B, through bool) {
 }
 
 // serveStreamCore serves batcherd's stack (setupBatcherd) with a core
-// whose one chat route goes to be, and dials it.
-func serveStreamCore(tb testing.TB, be batcher.Backend) *target {
+// whose one chat route goes to the openai backend at url, built as
+// batcherd builds it, and dials it.
+func serveStreamCore(tb testing.TB, url string) *target {
 	tb.Helper()
 	bd := setupBatcherd.build(tb)
+	var be *openai.Backend
+	var err error
+	bd.asBatcherd(func() { be, err = openai.New(openai.Config{BaseURL: url}) })
+	if err != nil {
+		tb.Fatal(err)
+	}
 	core, err := batcher.New(append(bd.core,
 		batcher.WithBackend(batcher.BackendConfig{Name: "llmsim", Backend: be, MaxConcurrency: 100, ProtectedShare: -1}),
 		batcher.WithRoute(batcher.Route{Name: "chat", Op: batcher.OpChat, Backend: "llmsim", Model: "sim-chat"}),
@@ -123,6 +125,7 @@ func serveStreamCore(tb testing.TB, be batcher.Backend) *target {
 		bd.cleanup()
 		bd.gs.Stop()
 		<-served
+		_ = be.Close()
 	}}
 }
 
