@@ -278,6 +278,38 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		c.result = new(Result)
 	}
 	*c.result = *r
+	c.ended(r, now, byRun, sink)
+	return true
+}
+
+// plain reports whether c may be delivered through decide and ended: it
+// has no sink (whose lock finishAs takes before the state moves), no
+// cache key (stored before it), no stream (whose end changes the result)
+// and no dedup group (which reads the result after done is signalled).
+func (c *Call) plain() bool {
+	return !c.hasSink && c.cache == nil && c.stream == nil && c.group == nil
+}
+
+// decide is finishAs's first half for a plain call: it moves the state
+// from pending to done and returns where the result goes, which the
+// caller fills in place and hands to ended; nil when the call ended
+// already. Filling Do's slot in place spares a copy of the Result (22
+// words) on every request.
+func (c *Call) decide() *Result {
+	if !c.state.CompareAndSwap(callPending, callDone) {
+		return nil
+	}
+	if c.result == nil {
+		c.result = new(Result)
+	}
+	return c.result
+}
+
+// ended is finishAs's second half, once the state moved: the books, the
+// span, the sink's event and the signal. r is the result (c.result, or
+// for a dedup group the caller's copy of it, which the group reads after
+// the signal).
+func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
 	c.b.metrics.finished(c, r)
 	if c.span != nil {
 		if c.span.IsRecording() { // a span the sampler dropped takes nothing
@@ -324,5 +356,4 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		// r, not c.result: a Do's slot is Do's again after the send.
 		c.b.dedup.leave(c, r, now)
 	}
-	return true
 }

@@ -92,10 +92,24 @@ func (l *lane) earliestDue() time.Time {
 // many entries it passed (tombstones included), so that a cut can pop
 // exactly those.
 func (l *lane) order(now time.Time, visit func(c *Call) bool) {
+	var only *flow // the one flow with entries, when only one has any
+	many := false
 	for q := range l.queues {
 		for _, f := range l.queues[q].flows {
 			f.passed = 0
+			if f.q.len() > 0 && (!l.onlyFlushed || q == qFlushed) {
+				many = many || only != nil
+				only = f
+			}
 		}
+	}
+	if !many {
+		// One priority and no tenants, the common lane: its fifo's order
+		// is the order, with no rank to compare.
+		if only != nil {
+			only.walk(visit)
+		}
+		return
 	}
 	for {
 		var best *Call
@@ -129,6 +143,15 @@ func (l *lane) order(now time.Time, visit func(c *Call) bool) {
 			return
 		}
 		bestF.passed++
+	}
+}
+
+// walk is order for a lane whose entries are all in f.
+func (f *flow) walk(visit func(c *Call) bool) {
+	for ; f.passed < f.q.len(); f.passed++ {
+		if c := f.q.at(f.passed); c != nil && !visit(c) {
+			return
+		}
 	}
 }
 

@@ -245,7 +245,9 @@ func (b *Batcher) place(c *Call, now time.Time, hold *tenantHold) error {
 	if c.tenant != nil {
 		c.tenant.admitted.Add(1)
 	}
-	c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
+	if c.progress { // checked here: building the Event costs even when emit drops it
+		c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
+	}
 	// Identical means every parameter equal, also those the lane ignores.
 	if !req.Stream && dedupable(req) {
 		if b.dedup.join(c, keyWith(req, rc, c.target, AllParams)) {

@@ -22,14 +22,14 @@ declare -A focus=(
 	[grant]='batcher\.\(\*backendState\)\.(ask|grantLocked|release|settle|giveBack|takeLocked|checkLocked|onSuccess|onRateLimited|observeLocked|drop|acquire|extend|tryLocked)$|batcher\.\(\*lane\)\.(grant|give)$'
 	[cut]='batcher\.\(\*lane\)\.(cutLocked|planLocked|orderLocked|bestLocked|earliestDueLocked|cut|plan|best)$'
 	[dispatch]='batcher\.\(\*batchRun\)|batcher\.\(\*lane\)\.startLocked$|batcher\.\(\*deadlineWatch\)|batcher\.\(\*backendState\)\.worker$|batcher\.dispatch$'
-	[delivery]='batcher\.\(\*Call\)\.finish(As)?$|batcher\.\(\*Batcher\)\.Do$'
+	[delivery]='batcher\.\(\*Call\)\.(finish(As)?|decide|ended)$|batcher\.\(\*Batcher\)\.Do$'
 )
 declare -A ignore=(
 	[admission]='batcher\.\(\*lane\)\.push$|batcher\.\(\*Batcher\)\.laneFor$'
-	[lane]='batcher\.\(\*lane\)\.(cutLocked|planLocked|orderLocked|bestLocked|earliestDueLocked|cut|plan|best|startLocked)$|batcher\.\(\*backendState\)|batcher\.\(\*Call\)\.finish(As)?$|batcher\.\(\*batchRun\)'
+	[lane]='batcher\.\(\*lane\)\.(cutLocked|planLocked|orderLocked|bestLocked|earliestDueLocked|cut|plan|best|startLocked)$|batcher\.\(\*backendState\)|batcher\.\(\*Call\)\.(finish(As)?|ended)$|batcher\.\(\*batchRun\)'
 	[grant]='^$'
 	[cut]='^$'
-	[dispatch]='batcher\.\(\*Call\)\.finish(As)?$|batcher\.\(\*backendState\)\.(release|giveBack|onSuccess|onRateLimited)$'
+	[dispatch]='batcher\.\(\*Call\)\.(finish(As)?|decide|ended)$|batcher\.\(\*backendState\)\.(release|giveBack|onSuccess|onRateLimited)$'
 	[delivery]='batcher\.\(\*Batcher\)\.(Submit|submit)$'
 )
 printf "%-10s %10s %8s\n" stage "ns/item" share
