@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -72,9 +73,14 @@ results of a prefix of the input, and --resume finishes it. A second Ctrl-C
 aborts at once (the file stays consistent; the requests in flight are sent
 again on --resume).
 
---resume skips the requests whose id is already in the results file and
-appends the rest; a last line cut short (a crash) is dropped first. Without
---resume or --force an existing results file is an error.
+--resume finishes a results file: the requests whose id it holds with a
+completion are skipped; those it holds as error lines (a model that was down,
+a deadline) are sent again, their old error lines dropped first (the file is
+rewritten without them); the rest are appended. A last line cut short (a
+crash) is dropped too. The exit code then says how the whole file stands: 0
+only when no line of it is an error. Results a resume sent again come after
+the lines kept, so sort by "line" for input order. Without --resume or
+--force an existing results file is an error.
 
 Memory is bounded by --window: at most that many requests are sent and not
 yet written, which is also the size of the buffer that puts results back in
@@ -98,7 +104,7 @@ input order. Ctrl-C waits for them all: lower --window for a slow model.`,
 	}
 	fl := c.Flags()
 	fl.StringVarP(&f.output, "output", "o", "-", `the results file; "-" is standard output`)
-	fl.BoolVar(&f.resume, "resume", false, "skip the requests whose id is in the results file, and append the rest")
+	fl.BoolVar(&f.resume, "resume", false, "finish the results file: skip the requests it holds as succeeded, send again those that failed, append the rest")
 	fl.BoolVar(&f.force, "force", false, "overwrite an existing results file")
 	fl.IntVar(&f.window, "window", runfile.DefaultWindow, "most requests sent and not yet written (bounds memory, and what Ctrl-C waits for)")
 	fl.StringVarP(&f.model, "model", "m", "", "the route of requests whose line names none")
@@ -129,17 +135,17 @@ func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
 	// The results file.
 	var (
 		out  = cmd.OutOrStdout()
-		skip map[string]struct{}
-		done int
+		skip    map[string]struct{}
+		scanned runfile.Scanned
 	)
 	if !toStdout {
-		file, scanned, err := openResults(f.output, f.resume, f.force)
+		file, s, err := openResults(f.output, f.resume, f.force)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = file.Close() }() // closed below; this is for early returns
-		out, skip, done = file, scanned.Done, scanned.Lines
-		total -= int64(done)
+		out, skip, scanned = file, s.Done, s
+		total -= int64(s.Lines)
 	}
 
 	conn, err := a.dial()
@@ -175,10 +181,10 @@ func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
 			runErr = fmt.Errorf("closing %s: %w", f.output, err)
 		}
 	}
-	if err := printRunSummary(cmd, f, sum, done, runErr); err != nil {
+	if err := printRunSummary(cmd, f, sum, scanned, runErr); err != nil {
 		return err
 	}
-	return runExit(f, sum, ctx.Err() != nil, runErr)
+	return runExit(f, sum, scanned.Failed, ctx.Err() != nil, runErr)
 }
 
 // checkRunFlags refuses flags that cannot work together, naming them.
@@ -266,7 +272,10 @@ func watchInterrupts(a *app, prog runfile.Progress, counters *runfile.Counters, 
 
 // runExit is the command's error for how the run ended: interrupted (with
 // the hint to resume), unfinished, or finished with failed requests.
-func runExit(f *runFlags, sum runfile.Summary, aborted bool, runErr error) error {
+// retried counts the requests a resumed run sent again because they had
+// failed before: every failure is then this run's, and the results file
+// holds exactly sum.Failed error lines.
+func runExit(f *runFlags, sum runfile.Summary, retried int, aborted bool, runErr error) error {
 	toStdout := f.output == "-"
 	where := f.output
 	if toStdout {
@@ -281,6 +290,8 @@ func runExit(f *runFlags, sum runfile.Summary, aborted bool, runErr error) error
 			hint = "; rerun with --resume to finish"
 		}
 		return fmt.Errorf("run did not finish (%d results written%s): %w", sum.Written, hint, runErr)
+	case sum.Failed > 0 && retried > 0:
+		return fmt.Errorf("%d of %d requests failed (%d had failed before and were retried): see the error lines in %s", sum.Failed, sum.Written, retried, where)
 	case sum.Failed > 0:
 		return fmt.Errorf("%d of %d requests failed: see the error lines in %s", sum.Failed, sum.Written, where)
 	}
@@ -291,6 +302,7 @@ func runExit(f *runFlags, sum runfile.Summary, aborted bool, runErr error) error
 type runSummary struct {
 	Read       int64   `json:"read"`
 	Skipped    int64   `json:"skipped"`
+	Retried    int     `json:"retried"`
 	Written    int64   `json:"written"`
 	Failed     int64   `json:"failed"`
 	Unanswered int64   `json:"unanswered"`
@@ -300,10 +312,10 @@ type runSummary struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-func printRunSummary(cmd *cobra.Command, f *runFlags, sum runfile.Summary, resumed int, runErr error) error {
+func printRunSummary(cmd *cobra.Command, f *runFlags, sum runfile.Summary, resumed runfile.Scanned, runErr error) error {
 	if f.summary == outputJSON {
 		js := runSummary{
-			Read: sum.Read, Skipped: sum.Skipped, Written: sum.Written, Failed: sum.Failed,
+			Read: sum.Read, Skipped: sum.Skipped, Retried: resumed.Failed, Written: sum.Written, Failed: sum.Failed,
 			Unanswered: sum.Unanswered, Stopped: sum.Stopped, Tokens: sum.Tokens, Seconds: sum.Elapsed.Seconds(),
 		}
 		if runErr != nil {
@@ -325,8 +337,11 @@ func printRunSummary(cmd *cobra.Command, f *runFlags, sum runfile.Summary, resum
 	if sum.Elapsed > 0 {
 		fmt.Fprintf(&b, ", %.0f req/s", float64(sum.Written)/sum.Elapsed.Seconds())
 	}
-	if sum.Skipped > 0 || resumed > 0 {
+	if sum.Skipped > 0 || resumed.Lines > 0 {
 		fmt.Fprintf(&b, "; %d already done, skipped", sum.Skipped)
+	}
+	if resumed.Failed > 0 {
+		fmt.Fprintf(&b, "; %d that had failed, sent again", resumed.Failed)
 	}
 	if sum.Unanswered > 0 {
 		fmt.Fprintf(&b, "; %d sent without an answer", sum.Unanswered)
@@ -381,25 +396,17 @@ func countLines(r io.Reader) (int64, error) {
 }
 
 // openResults opens the results file: a new one, an overwritten one
-// (force), or, to resume, an existing one scanned for the ids it holds and
-// cut after its last complete line.
+// (force), or, to resume, an existing one scanned for the ids that
+// succeeded and cut after its last complete line. When the file holds
+// error lines, resuming rewrites it without them (into a temporary file
+// renamed over it, so that a crash leaves the old file or the new one),
+// and the resumed run sends those requests again.
 func openResults(name string, resume, force bool) (*os.File, runfile.Scanned, error) {
 	var none runfile.Scanned
 	switch {
 	case resume:
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+		f, s, err := resumeResults(name)
 		if err != nil {
-			return nil, none, err
-		}
-		s, err := runfile.ScanResults(f)
-		if err == nil {
-			err = f.Truncate(s.Size)
-		}
-		if err == nil {
-			_, err = f.Seek(s.Size, io.SeekStart)
-		}
-		if err != nil {
-			_ = f.Close()
 			return nil, none, fmt.Errorf("--resume: %s: %w", name, err)
 		}
 		return f, s, nil
@@ -413,6 +420,68 @@ func openResults(name string, resume, force bool) (*os.File, runfile.Scanned, er
 		}
 		return f, none, err
 	}
+}
+
+// resumeResults opens the results file name for a resumed run, positioned
+// after its last complete line, with its error lines dropped.
+func resumeResults(name string) (*os.File, runfile.Scanned, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, runfile.Scanned{}, err
+	}
+	s, err := runfile.ScanResults(f)
+	if err == nil && s.Failed > 0 {
+		_ = f.Close()
+		return rewriteSucceeded(name)
+	}
+	if err == nil {
+		err = f.Truncate(s.Size)
+	}
+	if err == nil {
+		_, err = f.Seek(s.Size, io.SeekStart)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, s, err
+	}
+	return f, s, nil
+}
+
+// rewriteSucceeded replaces the results file name by its lines that
+// succeeded and returns it open for appending.
+func rewriteSucceeded(name string) (_ *os.File, s runfile.Scanned, err error) {
+	src, err := os.Open(name)
+	if err != nil {
+		return nil, s, err
+	}
+	defer func() { _ = src.Close() }()
+	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".resume-*")
+	if err != nil {
+		return nil, s, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	w := bufio.NewWriterSize(tmp, 256<<10)
+	if s, err = runfile.KeepSucceeded(w, src); err != nil {
+		return nil, s, err
+	}
+	if err = w.Flush(); err != nil {
+		return nil, s, err
+	}
+	if fi, serr := src.Stat(); serr == nil {
+		_ = tmp.Chmod(fi.Mode().Perm())
+	}
+	if err = tmp.Sync(); err != nil {
+		return nil, s, err
+	}
+	if err = os.Rename(tmp.Name(), name); err != nil {
+		return nil, s, err
+	}
+	return tmp, s, nil
 }
 
 // sameFile reports whether a and b name one existing file.

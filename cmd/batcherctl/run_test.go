@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -170,25 +171,87 @@ func TestRunResume(t *testing.T) {
 	cut += 40
 	part := writeFile(t, "part.jsonl", string(b[:cut]))
 
+	// The junk line 9 was among the 120: it is sent again, and fails again.
 	r := ctl(t, addr, "", "run", in, "-o", part, "--resume", "--summary", "json")
 	var sum runSummary
-	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil || r.code != 0 || sum.Skipped != 120 || sum.Written != n-120 || sum.Failed != 0 {
-		t.Fatalf("resume: %+v, summary %+v: want 120 skipped, the rest written (the junk line was among the skipped)", r, sum)
+	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil || r.code != exitFailed || sum.Skipped != 119 || sum.Retried != 1 || sum.Written != n-119 || sum.Failed != 1 {
+		t.Fatalf("resume: %+v, summary %+v: want 119 skipped, the junk line retried, the rest written", r, sum)
+	}
+	if !strings.Contains(r.stderr, "1 of 181 requests failed (1 had failed before and were retried)") {
+		t.Errorf("stderr %q does not say how many failed", r.stderr)
 	}
 	got, want := readResults(t, part), readResults(t, full)
 	if len(got) != len(want) {
 		t.Fatalf("resumed file has %d results, want %d", len(got), len(want))
 	}
+	sortByLine(got)
 	for i := range got {
 		if got[i].Line != want[i].Line || got[i].ID != want[i].ID || (got[i].Error == nil) != (want[i].Error == nil) {
 			t.Fatalf("result %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	// Nothing left: a second resume writes nothing.
+	// Nothing left but the junk line: a second resume sends it alone.
 	r = ctl(t, addr, "", "run", in, "-o", part, "--resume", "--summary", "json")
-	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil || r.code != 0 || sum.Written != 0 || sum.Skipped != n {
+	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil || r.code != exitFailed || sum.Written != 1 || sum.Failed != 1 || sum.Skipped != n-1 {
 		t.Errorf("second resume: %+v %+v", r, sum)
 	}
+}
+
+// A resumed run sends again the requests that had failed (here a line
+// that met a model that was down), drops their old error lines, and exits
+// 0 once the whole file succeeded.
+func TestRunResumeRetriesFailed(t *testing.T) {
+	addr := startBatcherd(t, fastConfig)
+	const n = 50
+	in := writeFile(t, "in.jsonl", requestsFile(n, nil))
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	if r := ctl(t, addr, "", "run", in, "-o", out, "--progress", "none"); r.code != 0 {
+		t.Fatalf("first run: %+v", r)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[6] = `{"line":7,"id":"q7","error":{"code":"UNAVAILABLE","message":"the model is down"}}` + "\n"
+	lines[30] = `{"line":31,"id":"q31","completion":{"text":"half"},"error":{"code":"DEADLINE_EXCEEDED","message":"late"}}` + "\n"
+	if err := os.WriteFile(out, []byte(strings.Join(lines[:40], "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r := ctl(t, addr, "", "run", in, "-o", out, "--resume", "--progress", "none")
+	if r.code != 0 || !strings.Contains(r.stderr, "12 results written (0 failed)") || !strings.Contains(r.stderr, "38 already done, skipped; 2 that had failed, sent again") {
+		t.Fatalf("resume: %+v: want exit 0 with lines 7 and 31 sent again", r)
+	}
+	rs := readResults(t, out)
+	if len(rs) != n {
+		t.Fatalf("%d results, want %d: one per input line", len(rs), n)
+	}
+	sortByLine(rs)
+	for i, res := range rs {
+		if res.Line != i+1 || res.ID != fmt.Sprintf("q%d", i+1) || res.Error != nil {
+			t.Fatalf("result %+v, want line %d succeeded", res, i+1)
+		}
+	}
+	if mode := fileMode(t, out); mode != 0o600 {
+		t.Errorf("the rewritten file's mode is %v, want the old file's 0600", mode)
+	}
+}
+
+func sortByLine(rs []runfile.Result) {
+	slices.SortFunc(rs, func(a, b runfile.Result) int { return a.Line - b.Line })
+}
+
+func fileMode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
 }
 
 var progressLine = regexp.MustCompile(`^batcherctl run: (\d+)/`)

@@ -37,9 +37,11 @@
 //     cancelling Run's context (the second Ctrl-C) aborts the stream and
 //     writes only the results that had arrived, up to the first missing one.
 //   - After a failed write of the output, nothing more is sent.
-//   - ScanResults reads an output file for Resume: the ids it holds, and
-//     the length of its last complete line, so that a line cut short by a
-//     crash is dropped rather than continued.
+//   - ScanResults reads an output file for Resume: the ids it holds as
+//     succeeded, and the length of its last complete line, so that a line
+//     cut short by a crash is dropped rather than continued. The requests
+//     it holds as error lines are for the resumed run to send again:
+//     KeepSucceeded copies the file without those lines.
 //
 // # Structure
 //

@@ -23,7 +23,8 @@ func ExampleScanResults() {
 {"line":2,"id":"q2","error":{"code":"INVALID_ARGUMENT","message":"request.model: unknown model"}}
 {"line":3,"id":"q3","compl`
 	s, err := runfile.ScanResults(strings.NewReader(file))
-	_, q2 := s.Done["q2"]
-	fmt.Println(s.Lines, q2, s.Size < int64(len(file)), err)
-	// Output: 2 true true <nil>
+	_, q1 := s.Done["q1"]
+	_, q2 := s.Done["q2"] // failed: a resumed run sends it again
+	fmt.Println(s.Lines, s.Failed, q1, q2, s.Size < int64(len(file)), err)
+	// Output: 1 1 true false true <nil>
 }

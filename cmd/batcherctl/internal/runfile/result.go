@@ -74,10 +74,16 @@ func appendString(b []byte, s string) []byte {
 
 // Scanned is what ScanResults found in a results file.
 type Scanned struct {
-	// Done holds the id of every complete result line.
+	// Done holds the id of every complete result line that succeeded: a
+	// resumed run skips these requests.
 	Done map[string]struct{}
-	// Lines counts the complete result lines.
+	// Lines counts the complete result lines that succeeded.
 	Lines int
+	// Failed counts the complete result lines that are errors (those with
+	// an "error", a completion that failed included): a resumed run sends
+	// these requests again, so their lines are to be dropped first
+	// (KeepSucceeded).
+	Failed int
 	// Size is the length of the complete lines; anything after it is a
 	// line cut short (a crash while writing) to be truncated.
 	Size int64
@@ -88,6 +94,18 @@ type Scanned struct {
 // not a result fails the scan with an error naming it, since appending to a
 // file that is not a results file would only make it worse.
 func ScanResults(r io.Reader) (Scanned, error) {
+	return scanResults(r, nil)
+}
+
+// KeepSucceeded reads a results file as ScanResults does and copies its
+// complete lines that succeeded to w, dropping the error lines and a last
+// line cut short: what a resumed run that retries the failed requests
+// appends to.
+func KeepSucceeded(w io.Writer, r io.Reader) (Scanned, error) {
+	return scanResults(r, w)
+}
+
+func scanResults(r io.Reader, keep io.Writer) (Scanned, error) {
 	s := Scanned{Done: make(map[string]struct{})}
 	br := bufio.NewReaderSize(r, 64<<10)
 	for n := 1; ; n++ {
@@ -105,7 +123,8 @@ func ScanResults(r io.Reader) (Scanned, error) {
 			return s, nil // cut short: Size excludes it
 		}
 		var res struct {
-			ID *string `json:"id"`
+			ID    *string         `json:"id"`
+			Error json.RawMessage `json:"error"`
 		}
 		if err := json.Unmarshal(line, &res); err != nil || res.ID == nil {
 			if err == nil {
@@ -113,9 +132,18 @@ func ScanResults(r io.Reader) (Scanned, error) {
 			}
 			return s, fmt.Errorf("results line %d: not a result: %w", n, err)
 		}
+		s.Size += int64(len(line))
+		if len(res.Error) > 0 && string(res.Error) != "null" {
+			s.Failed++
+			continue
+		}
 		s.Done[*res.ID] = struct{}{}
 		s.Lines++
-		s.Size += int64(len(line))
+		if keep != nil {
+			if _, err := keep.Write(line); err != nil {
+				return s, err
+			}
+		}
 	}
 }
 

@@ -69,9 +69,10 @@ func TestScanResults(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "empty", in: "", wantIDs: ""},
-		{name: "complete", in: full, wantIDs: "a,b", wantSize: len(full)},
-		{name: "cut short", in: full + `{"line":4,"id":"c","compl`, wantIDs: "a,b", wantSize: len(full)},
-		{name: "cut after the object", in: full + `{"line":4,"id":"c"}`, wantIDs: "a,b", wantSize: len(full)},
+		{name: "complete", in: full, wantIDs: "a", wantSize: len(full)},
+		{name: "cut short", in: full + `{"line":4,"id":"c","compl`, wantIDs: "a", wantSize: len(full)},
+		{name: "cut after the object", in: full + `{"line":4,"id":"c"}`, wantIDs: "a", wantSize: len(full)},
+		{name: "error null", in: full + `{"line":4,"id":"c","error":null}` + "\n", wantIDs: "a,c", wantSize: len(full) + 33},
 		{name: "not results", in: "hello\n", wantErr: "results line 1: not a result"},
 		{name: "no id", in: full + `{"line":4}` + "\n", wantErr: `results line 3: not a result: no "id"`},
 	} {
@@ -92,8 +93,20 @@ func TestScanResults(t *testing.T) {
 					ids = append(ids, id)
 				}
 			}
-			if strings.Join(ids, ",") != tc.wantIDs || s.Size != int64(tc.wantSize) || s.Lines != len(ids) {
-				t.Errorf("ids %v size %d lines %d, want %s %d", ids, s.Size, s.Lines, tc.wantIDs, tc.wantSize)
+			wantFailed := 0
+			if tc.in != "" {
+				wantFailed = 1 // b
+			}
+			if strings.Join(ids, ",") != tc.wantIDs || s.Size != int64(tc.wantSize) || s.Lines != len(ids) || s.Failed != wantFailed {
+				t.Errorf("ids %v size %d lines %d failed %d, want %s %d %d", ids, s.Size, s.Lines, s.Failed, tc.wantIDs, tc.wantSize, wantFailed)
+			}
+			// KeepSucceeded copies what ScanResults counts as done.
+			var kept strings.Builder
+			if _, err := KeepSucceeded(&kept, strings.NewReader(tc.in)); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Count(kept.String(), "\n"); got != s.Lines || strings.Contains(kept.String(), `"error":{`) {
+				t.Errorf("kept %q: want the %d lines that succeeded", kept.String(), s.Lines)
 			}
 		})
 	}
