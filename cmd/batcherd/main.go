@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"go.opentelemetry.io/otel/trace"
@@ -49,12 +50,15 @@ func main() {
 // until told to stop and shut down (serve). What a phase opens is closed on
 // the way out through cl, last opened first closed, as defers would.
 func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(string) (string, bool), stderr io.Writer) int {
-	cfg, code, ok := loadConfig(args, lookupEnv, stderr)
+	cfg, envWarnings, code, ok := loadConfig(args, lookupEnv, stderr)
 	if !ok {
 		return code
 	}
 	log := newLogger(cfg, stderr)
 	slog.SetDefault(log)
+	for _, w := range envWarnings {
+		log.Warn(w)
+	}
 
 	var cl closers
 	defer cl.run()
@@ -85,22 +89,41 @@ func (c *closers) run() {
 	}
 }
 
-// loadConfig loads the configuration, or returns the exit code: 0 for
-// --help and --version (done), exitConfig for a bad configuration.
-func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (*config.Config, int, bool) {
+// loadConfig loads the configuration and checks the BATCHER_* variables
+// (config.CheckEnviron: a typo fails, any other unknown one is returned as
+// a warning to log), or returns the exit code: 0 for --help and --version
+// (done), exitConfig for a bad configuration.
+func loadConfig(args []string, lookupEnv func(string) (string, bool), stderr io.Writer) (*config.Config, []string, int, bool) {
 	cfg, err := config.Load(args, lookupEnv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return nil, exitOK, false
+		return nil, nil, exitOK, false
 	}
 	if errors.Is(err, config.ErrVersion) {
 		_, _ = fmt.Fprintln(os.Stdout, version.String("batcherd"))
-		return nil, exitOK, false
+		return nil, nil, exitOK, false
+	}
+	var warnings []string
+	if err == nil {
+		warnings, err = cfg.CheckEnviron(environ(lookupEnv))
 	}
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "batcherd: bad configuration:\n%v\n", err)
-		return nil, exitConfig, false
+		return nil, nil, exitConfig, false
 	}
-	return cfg, exitOK, true
+	return cfg, warnings, exitOK, true
+}
+
+// environ is the process's environment as lookupEnv sees it: os.Environ's
+// variables that lookupEnv finds (a test's lookupEnv hides them).
+func environ(lookupEnv func(string) (string, bool)) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := lookupEnv(name); ok {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // runState is what run has started, phase by phase.

@@ -520,3 +520,18 @@ routes:
 		}
 	}
 }
+
+// A mistyped BATCHER_* variable stops batcherd at start, naming it and the
+// variable meant, instead of being ignored.
+func TestRunEnvTypo(t *testing.T) {
+	t.Setenv("BATCHER_LISTN", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // were it to start, it would stop at once
+	var stderr strings.Builder
+	if code := run(ctx, func() {}, []string{"--listen=127.0.0.1:0", "--admin-listen=off", "--http-listen=off"}, os.LookupEnv, &stderr); code != exitConfig {
+		t.Errorf("exit %d, want %d; stderr %s", code, exitConfig, stderr.String())
+	}
+	if want := "BATCHER_LISTN: unknown environment variable: did you mean BATCHER_LISTEN?"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q lacks %q", stderr.String(), want)
+	}
+}

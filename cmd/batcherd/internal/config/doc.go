@@ -5,7 +5,9 @@
 //
 // Guarantees:
 //   - a typo in the file fails: unknown keys are errors, reported with their
-//     line;
+//     line; so does a BATCHER_* variable within two edits of a known one
+//     (Config.CheckEnviron, called by batcherd at start); other unknown
+//     BATCHER_* variables are warnings;
 //   - a bad value fails at start with a message naming its path, for example
 //     "routes[1].batching.window: must be positive, got -1s", and every bad
 //     field is reported at once; nothing is clamped silently;
