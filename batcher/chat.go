@@ -154,7 +154,7 @@ func (r *Request) MutableChat() *ChatOptions {
 
 // ChatOutput is a chat answer's parts beyond its text (Result.Chat,
 // Response.Chat): its tool calls, refusal and log probabilities, and with
-// Params.N > 1 every choice, Choices[0] being the answer itself. The zero
+// Params.Rich.N > 1 every choice, Choices[0] being the answer itself. The zero
 // ChatOutput and a nil pointer mean the same: none.
 type ChatOutput struct {
 	ToolCalls []ToolCall
@@ -234,7 +234,7 @@ type TopLogprob struct {
 	Bytes   []byte
 }
 
-// Choice is one of the n answers of a chat request with Params.N > 1.
+// Choice is one of the n answers of a chat request with Params.Rich.N > 1.
 type Choice struct {
 	Text         string
 	ToolCalls    []ToolCall
@@ -291,23 +291,38 @@ func (m *Message) Text() string {
 // richFields reports whether r sets any request-level field or parameter
 // beyond plain text (Rich without looking at the messages).
 func (r *Request) richFields() bool {
-	return r.Chat != nil && r.Chat.set() || r.Params.rich()
+	return r.Chat != nil && r.Chat.set() || r.Params.hasRich()
 }
 
 // mayBeRich is richFields' first look, for the admission path: false for
-// a plain request, true for a rich one, and true for one whose Chat points
-// to zero options too, for which the caller's next step (richKey,
-// validateRich, the whole lane key) finds that it is plain after all.
+// a plain request, true for a rich one, and true for one whose Chat or
+// Params.Rich points to zero options too (or to n = 1), for which the
+// caller's next step (richKey, validateRich, the whole lane key) finds
+// that it is plain after all.
 //
 // Every request's admission calls it, where a plain request reads every
-// field it names, so it is written to be cheap and inlined: the lengths
-// ORed together, and no comparison with a struct that holds a string
-// (which would call memequal).
-func (r *Request) mayBeRich() bool { return r.Chat != nil || r.Params.rich() }
+// field it names, so it is written to be cheap and inlined: two pointers.
+func (r *Request) mayBeRich() bool { return r.Chat != nil || r.Params.Rich != nil }
 
-// rich reports whether p sets a parameter beyond the five every backend
+// noRich is the rich parameters of Params whose Rich is nil (rich); never
+// written.
+var noRich RichParams
+
+// rich returns p's rich parameters: *p.Rich, or zero ones when it is nil.
+func (p *Params) rich() *RichParams {
+	if p.Rich != nil {
+		return p.Rich
+	}
+	return &noRich
+}
+
+// hasRich reports whether p sets a parameter beyond the five every backend
 // takes.
-func (p *Params) rich() bool {
+func (p *Params) hasRich() bool { return p.Rich != nil && p.Rich.set() }
+
+// set reports whether p sets a parameter that changes an answer: as IsZero
+// but for n = 1, which asks for the one choice a request gets anyway.
+func (p *RichParams) set() bool {
 	return len(p.LogitBias)|len(p.ReasoningEffort) != 0 || p.Logprobs || p.N > 1 ||
 		p.PresencePenalty != nil || p.FrequencyPenalty != nil || p.TopLogprobs != nil
 }
@@ -326,7 +341,7 @@ func richKey(r *Request) string {
 // appendRich appends the encoding of r's fields beyond plain text, except
 // its messages, each length-prefixed or behind a presence byte.
 func appendRich(b []byte, r *Request) []byte {
-	p, c := &r.Params, r.chat()
+	p, c := r.Params.rich(), r.chat()
 	b = appendLen(b, len(c.Tools))
 	for i := range c.Tools {
 		t := &c.Tools[i]

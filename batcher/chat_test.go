@@ -43,11 +43,11 @@ func TestRichValidation(t *testing.T) {
 		{"image unsupported", AllFeatures &^ FeatureImages, func(r *Request) {
 			r.Input.Messages[0] = Message{Role: "user", Parts: []ContentPart{{Kind: PartText, Text: "what is it?"}, {Kind: PartImage, ImageURL: "https://x/cat.png"}}}
 		}, "input.chat.messages[0].parts[1].image", "not supported"},
-		{"n unsupported", AllFeatures &^ FeatureN, func(r *Request) { r.Params.N = 2 }, "params.n", "not supported"},
-		{"logprobs unsupported", 0, func(r *Request) { r.Params.Logprobs = true }, "params.logprobs", "not supported"},
-		{"penalty unsupported", 0, func(r *Request) { r.Params.PresencePenalty = ptr[float32](1) }, "params.presence_penalty", "not supported"},
-		{"logit_bias unsupported", 0, func(r *Request) { r.Params.LogitBias = map[string]float32{"50256": -100} }, "params.logit_bias", "not supported"},
-		{"reasoning unsupported", 0, func(r *Request) { r.Params.ReasoningEffort = "low" }, "params.reasoning_effort", "not supported"},
+		{"n unsupported", AllFeatures &^ FeatureN, func(r *Request) { r.Params.MutableRich().N = 2 }, "params.n", "not supported"},
+		{"logprobs unsupported", 0, func(r *Request) { r.Params.MutableRich().Logprobs = true }, "params.logprobs", "not supported"},
+		{"penalty unsupported", 0, func(r *Request) { r.Params.MutableRich().PresencePenalty = ptr[float32](1) }, "params.presence_penalty", "not supported"},
+		{"logit_bias unsupported", 0, func(r *Request) { r.Params.MutableRich().LogitBias = map[string]float32{"50256": -100} }, "params.logit_bias", "not supported"},
+		{"reasoning unsupported", 0, func(r *Request) { r.Params.MutableRich().ReasoningEffort = "low" }, "params.reasoning_effort", "not supported"},
 		{"user unsupported", 0, func(r *Request) { r.MutableChat().User = "u1" }, "user", "not supported"},
 		{"extra unsupported", 0, func(r *Request) { r.MutableChat().Extra = []byte(`{"top_k":5}`) }, "extra_body.top_k", "not supported"},
 		{"name unsupported", 0, func(r *Request) { r.Input.Messages[0].Name = "ann" }, "input.chat.messages[0].name", "not supported"},
@@ -77,11 +77,11 @@ func TestRichValidation(t *testing.T) {
 		{"tool calls on a user", AllFeatures, func(r *Request) {
 			r.Input.Messages[0].ToolCalls = []ToolCall{{ID: "c1", Name: "f", Arguments: "{}"}}
 		}, "input.chat.messages[0].tool_calls", "only assistant"},
-		{"n", AllFeatures, func(r *Request) { r.Params.N = 9 }, "params.n", "1 to 8"},
-		{"penalty range", AllFeatures, func(r *Request) { r.Params.FrequencyPenalty = ptr[float32](3) }, "params.frequency_penalty", "-2 to 2"},
-		{"top_logprobs alone", AllFeatures, func(r *Request) { r.Params.TopLogprobs = ptr[int32](2) }, "params.top_logprobs", "needs params.logprobs"},
-		{"logit_bias key", AllFeatures, func(r *Request) { r.Params.LogitBias = map[string]float32{"hello": 1} }, "params.logit_bias", "token ids"},
-		{"reasoning value", AllFeatures, func(r *Request) { r.Params.ReasoningEffort = "max" }, "params.reasoning_effort", "must be"},
+		{"n", AllFeatures, func(r *Request) { r.Params.MutableRich().N = 9 }, "params.n", "1 to 8"},
+		{"penalty range", AllFeatures, func(r *Request) { r.Params.MutableRich().FrequencyPenalty = ptr[float32](3) }, "params.frequency_penalty", "-2 to 2"},
+		{"top_logprobs alone", AllFeatures, func(r *Request) { r.Params.MutableRich().TopLogprobs = ptr[int32](2) }, "params.top_logprobs", "needs params.logprobs"},
+		{"logit_bias key", AllFeatures, func(r *Request) { r.Params.MutableRich().LogitBias = map[string]float32{"hello": 1} }, "params.logit_bias", "token ids"},
+		{"reasoning value", AllFeatures, func(r *Request) { r.Params.MutableRich().ReasoningEffort = "max" }, "params.reasoning_effort", "must be"},
 		{"extra reserved", AllFeatures, func(r *Request) { r.MutableChat().Extra = []byte(`{"model":"x"}`) }, "extra_body.model", "sets itself"},
 		{"extra not an object", AllFeatures, func(r *Request) { r.MutableChat().Extra = []byte(`[1]`) }, "extra_body", "JSON object"},
 		{"extra too big", AllFeatures, func(r *Request) {
@@ -128,8 +128,8 @@ func richReq(id string) *Request {
 	r.MutableChat().Tools = []Tool{weatherTool}
 	r.MutableChat().ToolChoice = ToolChoice{Mode: ToolChoiceFunction, Function: "get_weather"}
 	r.MutableChat().ParallelToolCalls = ptr(false)
-	r.Params = Params{PresencePenalty: ptr[float32](0.5), FrequencyPenalty: ptr[float32](-0.5), N: 2,
-		LogitBias: map[string]float32{"42": 5}, Logprobs: true, TopLogprobs: ptr[int32](3), ReasoningEffort: "low"}
+	r.Params = Params{Rich: &RichParams{PresencePenalty: ptr[float32](0.5), FrequencyPenalty: ptr[float32](-0.5), N: 2,
+		LogitBias: map[string]float32{"42": 5}, Logprobs: true, TopLogprobs: ptr[int32](3), ReasoningEffort: "low"}}
 	r.MutableChat().User = "u1"
 	r.MutableChat().Extra = []byte(`{"top_k":5}`)
 	return r
@@ -267,11 +267,11 @@ func TestRichKeys(t *testing.T) {
 		"schema strict": func(r *Request) {
 			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s", Schema: []byte(`{}`), Strict: true}
 		},
-		"penalty":        func(r *Request) { r.Params.PresencePenalty = ptr[float32](0.6) },
-		"n":              func(r *Request) { r.Params.N = 3 },
-		"logit bias":     func(r *Request) { r.Params.LogitBias = map[string]float32{"42": 6} },
-		"top logprobs":   func(r *Request) { r.Params.TopLogprobs = nil },
-		"reasoning":      func(r *Request) { r.Params.ReasoningEffort = "high" },
+		"penalty":        func(r *Request) { r.Params.MutableRich().PresencePenalty = ptr[float32](0.6) },
+		"n":              func(r *Request) { r.Params.MutableRich().N = 3 },
+		"logit bias":     func(r *Request) { r.Params.MutableRich().LogitBias = map[string]float32{"42": 6} },
+		"top logprobs":   func(r *Request) { r.Params.MutableRich().TopLogprobs = nil },
+		"reasoning":      func(r *Request) { r.Params.MutableRich().ReasoningEffort = "high" },
 		"user":           func(r *Request) { r.MutableChat().User = "u2" },
 		"extra":          func(r *Request) { r.MutableChat().Extra = []byte(`{"top_k":6}`) },
 		"image":          func(r *Request) { r.Input.Messages[1].Parts[1].ImageURL = "data:image/png;base64,BBBB" },

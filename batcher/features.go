@@ -163,8 +163,8 @@ func blameFallback(ve *ValidationError, have Features, targets []TargetInfo, che
 // operation op honouring have. A plain request passes every check: validate
 // calls it only when r is not plain (richFields, or a negative N).
 func validateRich(r *Request, op Operation, have Features) *ValidationError {
-	p, c := &r.Params, r.chat()
-	if ve := validateRichParams(p, have); ve != nil {
+	c := r.chat()
+	if ve := validateRichParams(r.Params.rich(), have); ve != nil {
 		return ve
 	}
 	if c.User != "" {
@@ -201,7 +201,7 @@ func validateRich(r *Request, op Operation, have Features) *ValidationError {
 	return validateFormat(&c.ResponseFormat, have)
 }
 
-func validateRichParams(p *Params, have Features) *ValidationError {
+func validateRichParams(p *RichParams, have Features) *ValidationError {
 	for _, x := range [...]struct {
 		name string
 		v    *float32

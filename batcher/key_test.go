@@ -208,7 +208,7 @@ func TestKeyIsAgreesWithSame(t *testing.T) {
 		func(r *Request) { r.Params.Seed = ptr(int64(0)) },
 		func(r *Request) { r.Stream = true },
 		func(r *Request) { r.MutableChat().User = "u" },
-		func(r *Request) { r.Params.N = 2 },
+		func(r *Request) { r.Params.MutableRich().N = 2 },
 		func(r *Request) { r.Params.Stop = []string{"x"} },
 		func(r *Request) { r.Params.Stop = []string{"x", "y"}; r.Params.Temperature = ptr(float32(0.3)) },
 	} {

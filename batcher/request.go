@@ -145,7 +145,16 @@ type Params struct {
 	Stop        []string
 	Seed        *int64
 
-	// The parameters only some backends honour (see Features).
+	// Rich holds the parameters only some backends honour (see Features).
+	// Nil for a request that sets none of them, which so carries one
+	// pointer for them, not their 64 bytes (BenchmarkQueuedMemory); nil and
+	// a pointer to zero parameters mean the same.
+	Rich *RichParams
+}
+
+// RichParams are the generation parameters only some backends honour (see
+// Features), behind Params.Rich.
+type RichParams struct {
 	PresencePenalty  *float32
 	FrequencyPenalty *float32
 	N                int32 // choices to generate; 0 and 1: one
@@ -153,6 +162,13 @@ type Params struct {
 	Logprobs         bool
 	TopLogprobs      *int32
 	ReasoningEffort  string
+}
+
+// IsZero reports whether p sets no parameter (an empty LogitBias sets
+// none), so that a door leaves Params.Rich nil.
+func (p *RichParams) IsZero() bool {
+	return p.PresencePenalty == nil && p.FrequencyPenalty == nil && p.N == 0 && len(p.LogitBias) == 0 &&
+		!p.Logprobs && p.TopLogprobs == nil && p.ReasoningEffort == ""
 }
 
 // Request is one model call.

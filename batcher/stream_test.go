@@ -290,7 +290,7 @@ func TestStreamRefused(t *testing.T) {
 		t.Errorf("dedup on: %v", err)
 	}
 	r = streamReq("n")
-	r.Params.N = 2
+	r.Params.MutableRich().N = 2
 	if _, err := b.Submit(context.Background(), r); !errors.As(err, &ve) || ve.Field != "params.n" {
 		t.Errorf("n 2: %v", err)
 	}

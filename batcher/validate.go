@@ -38,7 +38,7 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 	if ve := validateParams(&r.Params, rc); ve != nil {
 		return ve
 	}
-	if r.Params.N < 0 || r.mayBeRich() { // inlined: a plain request makes no call
+	if r.mayBeRich() { // inlined: a plain request makes no call
 		if ve := validateRich(r, r.Input.Op, rc.features); ve != nil {
 			return ve
 		}
@@ -171,10 +171,9 @@ func validateHandling(r *Request, rc *routeConfig) *ValidationError {
 		if r.Dedup == DedupOn {
 			return invalid("dedup", "must not be on for a streamed request: it goes upstream alone")
 		}
-		if r.Params.N > 1 {
-			return invalid("params.n", "a streamed request has one choice, got %d", r.Params.N)
-		}
-		if r.Params.Logprobs {
+		if rp := r.Params.rich(); rp.N > 1 {
+			return invalid("params.n", "a streamed request has one choice, got %d", rp.N)
+		} else if rp.Logprobs {
 			return invalid("params.logprobs", "log probabilities are not streamed: ask without stream")
 		}
 	}

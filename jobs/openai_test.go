@@ -53,7 +53,7 @@ func TestParseOpenAILine(t *testing.T) {
 			}},
 		{`{"custom_id":"l","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":2,"n":3,"presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"7":5},"reasoning_effort":"low"}}`, "",
 			func(r *jobs.ItemRequest) bool {
-				p := &r.Params
+				p := r.Params.RichParams()
 				return p.Logprobs && *p.TopLogprobs == 2 && p.N == 3 && *p.PresencePenalty == 0.5 && *p.FrequencyPenalty == -1 &&
 					p.LogitBias["7"] == 5 && p.ReasoningEffort == "low"
 			}},

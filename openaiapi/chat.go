@@ -81,11 +81,12 @@ func chatToCore(body *chatRequest) (*batcher.Request, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	if n := body.N; n != nil { // several choices, where the backend honours n (the core checks)
-		if *n < 1 || *n > batcher.MaxChoices {
-			return nil, badRequest("n", "must be 1 to %d, got %d", batcher.MaxChoices, *n)
+	var n int32
+	if body.N != nil { // several choices, where the backend honours n (the core checks)
+		if *body.N < 1 || *body.N > batcher.MaxChoices {
+			return nil, badRequest("n", "must be 1 to %d, got %d", batcher.MaxChoices, *body.N)
 		}
-		params.N = int32(*n)
+		n = int32(*body.N)
 	}
 	msgs := make([]batcher.Message, len(body.Messages))
 	for i := range body.Messages {
@@ -99,7 +100,7 @@ func chatToCore(body *chatRequest) (*batcher.Request, *Error) {
 		Params:   params,
 		Metadata: body.Metadata,
 	}
-	if e := body.chatExtras.toCore(req); e != nil {
+	if e := body.chatExtras.toCore(req, n); e != nil {
 		return nil, e
 	}
 	return req, nil

@@ -249,8 +249,9 @@ func messageToCore(m *chatMessage, i int, dst *batcher.Message) *Error {
 	return nil
 }
 
-// extrasToCore translates the request-level fields beyond text.
-func (x *chatExtras) toCore(dst *batcher.Request) *Error {
+// extrasToCore translates the request-level fields beyond text, and the
+// parameters beyond the plain ones with n, the choices asked for (0: unset).
+func (x *chatExtras) toCore(dst *batcher.Request, n int32) *Error {
 	var o batcher.ChatOptions
 	if len(x.Tools) > 0 {
 		o.Tools = make([]batcher.Tool, len(x.Tools))
@@ -301,7 +302,7 @@ func (x *chatExtras) toCore(dst *batcher.Request) *Error {
 			return badRequest("response_format.type", "must be text, json_object or json_schema, got %q", truncate(rf.Type))
 		}
 	}
-	p := &dst.Params
+	p := batcher.RichParams{N: n}
 	p.Logprobs = x.Logprobs != nil && *x.Logprobs
 	if x.TopLogprobs != nil {
 		if *x.TopLogprobs < 0 || *x.TopLogprobs > batcher.MaxTopLogprobs {
@@ -327,6 +328,11 @@ func (x *chatExtras) toCore(dst *batcher.Request) *Error {
 		}
 	}
 	p.ReasoningEffort = x.ReasoningEffort
+	if !p.IsZero() {
+		// A copy, so that only a request with such parameters allocates them.
+		set := p
+		dst.Params.Rich = &set
+	}
 	o.User = x.User
 	if !o.IsZero() {
 		// A copy, so that only a request with chat options allocates them.

@@ -42,18 +42,25 @@ func messageToCore(m *batcherv1.ChatMessage, i int, dst *batcher.Message) *statu
 
 // richParamsToCore translates the parameters beyond the five plain ones.
 func richParamsToCore(p *batcherv1.GenerationParams, dst *batcher.Params) *status.Status {
-	dst.PresencePenalty = p.PresencePenalty
-	dst.FrequencyPenalty = p.FrequencyPenalty
+	var rp batcher.RichParams
+	rp.PresencePenalty = p.PresencePenalty
+	rp.FrequencyPenalty = p.FrequencyPenalty
 	if p.N != nil {
 		if *p.N < 1 {
 			return invalidArgument("request.params.n", "must be at least 1, got "+strconv.Itoa(int(*p.N)))
 		}
-		dst.N = *p.N
+		rp.N = *p.N
 	}
-	dst.LogitBias = p.GetLogitBias()
-	dst.Logprobs = p.GetLogprobs()
-	dst.TopLogprobs = p.TopLogprobs
-	dst.ReasoningEffort = p.GetReasoningEffort()
+	rp.LogitBias = p.GetLogitBias()
+	rp.Logprobs = p.GetLogprobs()
+	rp.TopLogprobs = p.TopLogprobs
+	rp.ReasoningEffort = p.GetReasoningEffort()
+	dst.Rich = nil
+	if !rp.IsZero() {
+		// A copy, so that only a request with such parameters allocates them.
+		set := rp
+		dst.Rich = &set
+	}
 	return nil
 }
 

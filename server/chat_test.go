@@ -62,7 +62,7 @@ func TestToCoreChatSurface(t *testing.T) {
 	case string(got.ChatOptions().Extra) != `{"safe_mode":true,"top_k":5}` || got.ChatOptions().User != "u1":
 		t.Fatalf("extra %s, user %q", got.ChatOptions().Extra, got.ChatOptions().User)
 	}
-	p := got.Params
+	p := got.Params.RichParams()
 	if *p.PresencePenalty != 0.5 || *p.FrequencyPenalty != -1 || p.N != 2 || p.LogitBias["42"] != -100 || !p.Logprobs || *p.TopLogprobs != 3 || p.ReasoningEffort != "low" {
 		t.Fatalf("params = %+v", p)
 	}

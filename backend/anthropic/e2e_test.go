@@ -51,13 +51,13 @@ func TestCoreRefusesWhatAnthropicLacks(t *testing.T) {
 		field string
 		set   func(r *batcher.Request)
 	}{
-		{"params.logprobs", func(r *batcher.Request) { r.Params.Logprobs = true }},
-		{"params.n", func(r *batcher.Request) { r.Params.N = 2 }},
+		{"params.logprobs", func(r *batcher.Request) { r.Params.MutableRich().Logprobs = true }},
+		{"params.n", func(r *batcher.Request) { r.Params.MutableRich().N = 2 }},
 		{"response_format", func(r *batcher.Request) {
 			r.MutableChat().ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONObject}
 		}},
-		{"params.presence_penalty", func(r *batcher.Request) { v := float32(1); r.Params.PresencePenalty = &v }},
-		{"params.reasoning_effort", func(r *batcher.Request) { r.Params.ReasoningEffort = "high" }},
+		{"params.presence_penalty", func(r *batcher.Request) { v := float32(1); r.Params.MutableRich().PresencePenalty = &v }},
+		{"params.reasoning_effort", func(r *batcher.Request) { r.Params.MutableRich().ReasoningEffort = "high" }},
 		{"params.seed", func(r *batcher.Request) { v := int64(7); r.Params.Seed = &v }},
 	} {
 		r := userTurn("hello")

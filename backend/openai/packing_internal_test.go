@@ -67,7 +67,7 @@ func TestRichRequestsNeverPack(t *testing.T) {
 		"image": func(r *batcher.Request) {
 			r.Input.Messages[0] = batcher.Message{Role: "user", Parts: []batcher.ContentPart{{Kind: batcher.PartImage, ImageURL: "https://x"}}}
 		},
-		"logprobs": func(r *batcher.Request) { r.Params.Logprobs = true },
+		"logprobs": func(r *batcher.Request) { r.Params.MutableRich().Logprobs = true },
 		"extra":    func(r *batcher.Request) { r.MutableChat().Extra = []byte(`{"a":1}`) },
 	} {
 		r := plain()

@@ -103,7 +103,7 @@ func setRich(req *chatRequest, r *batcher.Request) {
 		}
 		req.ResponseFormat, _ = json.Marshal(map[string]any{"type": "json_schema", "json_schema": js})
 	}
-	p := &r.Params
+	p := r.Params.RichParams()
 	req.PresencePenalty, req.FrequencyPenalty = p.PresencePenalty, p.FrequencyPenalty
 	if p.N > 1 {
 		req.N = p.N
@@ -136,7 +136,7 @@ func (b *Backend) richAnswer(resp *chatResponse, r *batcher.Request, ep string) 
 	if len(resp.Choices) == 0 {
 		return batcher.Response{Err: invalidResponse(200, ep, "no choices", nil)}
 	}
-	n := max(int(r.Params.N), 1)
+	n := max(int(r.Params.RichParams().N), 1)
 	choices := make([]batcher.Choice, n)
 	seen := make([]bool, n)
 	for k := range resp.Choices {

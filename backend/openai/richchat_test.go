@@ -52,7 +52,7 @@ func richRequest() *batcher.Request {
 	r.MutableChat().ResponseFormat = batcher.ResponseFormat{Type: batcher.FormatJSONSchema, Name: "out", Schema: []byte(`{"type":"object","required":["a"]}`), Strict: true}
 	pp := float32(0.5)
 	tl := int32(2)
-	r.Params = batcher.Params{PresencePenalty: &pp, N: 2, LogitBias: map[string]float32{"42": -100}, Logprobs: true, TopLogprobs: &tl, ReasoningEffort: "low"}
+	r.Params = batcher.Params{Rich: &batcher.RichParams{PresencePenalty: &pp, N: 2, LogitBias: map[string]float32{"42": -100}, Logprobs: true, TopLogprobs: &tl, ReasoningEffort: "low"}}
 	r.MutableChat().User = "u1"
 	r.MutableChat().Extra = []byte(`{"top_k":5,"safe_mode":true}`)
 	return r

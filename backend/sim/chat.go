@@ -37,7 +37,7 @@ func (p *Provider) Features(_, _ string, op batcher.Operation) batcher.Features 
 // compile, as a provider answers 400.
 func (p *Provider) answerChat(model string, r *batcher.Request, c completion, maxTokens int32, sample uint64) (batcher.Response, error) {
 	resp := batcher.Response{Text: c.text, FinishReason: c.finish}
-	n := max(int(r.Params.N), 1)
+	n := max(int(r.Params.RichParams().N), 1)
 	choices := make([]batcher.Choice, n)
 	for k := range choices {
 		ck := c
@@ -84,8 +84,8 @@ func (p *Provider) choice(r *batcher.Request, c completion, k uint64) (batcher.C
 			ch.Text, ch.FinishReason = string(b), batcher.FinishStop
 		}
 	}
-	if r.Params.Logprobs {
-		ch.Logprobs = logprobs(ch.Text, seed, r.Params.TopLogprobs)
+	if rp := r.Params.Rich; rp != nil && rp.Logprobs {
+		ch.Logprobs = logprobs(ch.Text, seed, rp.TopLogprobs)
 	}
 	return ch, nil
 }

@@ -125,7 +125,7 @@ func TestChoicesLogprobsAndImages(t *testing.T) {
 	b := newChat(t)
 	in := batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Parts: []batcher.ContentPart{
 		{Kind: batcher.PartText, Text: "what is in this picture"}, {Kind: batcher.PartImage, ImageURL: "data:image/png;base64,iVBORw0KGgo="}}}}}
-	res := do(t, b, &batcher.Request{Route: "c", Input: in, Params: batcher.Params{N: 3, Logprobs: true, TopLogprobs: ptr[int32](2)}})
+	res := do(t, b, &batcher.Request{Route: "c", Input: in, Params: batcher.Params{Rich: &batcher.RichParams{N: 3, Logprobs: true, TopLogprobs: ptr[int32](2)}}})
 	if len(res.ChatOutput().Choices) != 3 || res.ChatOutput().Choices[0].Text != res.Text || res.ChatOutput().Choices[1].Text == res.ChatOutput().Choices[2].Text && res.ChatOutput().Choices[1].Text == res.Text {
 		t.Fatalf("choices = %+v", res.ChatOutput().Choices)
 	}
@@ -148,10 +148,10 @@ func TestSimRefusesWhatItCannotHonour(t *testing.T) {
 	b := newChat(t)
 	chatIn := batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "hi"}}}
 	for field, r := range map[string]*batcher.Request{
-		"params.presence_penalty": {Route: "c", Input: chatIn, Params: batcher.Params{PresencePenalty: ptr[float32](1)}},
-		"params.reasoning_effort": {Route: "c", Input: chatIn, Params: batcher.Params{ReasoningEffort: "low"}},
+		"params.presence_penalty": {Route: "c", Input: chatIn, Params: batcher.Params{Rich: &batcher.RichParams{PresencePenalty: ptr[float32](1)}}},
+		"params.reasoning_effort": {Route: "c", Input: chatIn, Params: batcher.Params{Rich: &batcher.RichParams{ReasoningEffort: "low"}}},
 		"extra_body.top_k":        {Route: "c", Input: chatIn, Chat: &batcher.ChatOptions{Extra: []byte(`{"top_k":3}`)}},
-		"params.n":                {Route: "p", Input: prompt("hi"), Params: batcher.Params{N: 2}},
+		"params.n":                {Route: "p", Input: prompt("hi"), Params: batcher.Params{Rich: &batcher.RichParams{N: 2}}},
 		"tools":                   {Route: "p", Input: prompt("hi"), Chat: &batcher.ChatOptions{Tools: []batcher.Tool{weather}}},
 	} {
 		_, err := b.Do(context.Background(), r)
