@@ -156,12 +156,14 @@ func ToSnapshot(s *telemetry.Snapshot) *batcherv1.StatsSnapshot {
 			RpmUsed: b.RPMUsed, TpmUsed: b.TPMUsed, Calls: b.Calls, Requests: b.Items,
 			RateLimited: b.RateLimited, Retries: b.Retries, Fallbacks: b.Fallbacks, DedupHits: b.DedupHits,
 			BatchApiBatches: b.BatchAPIBatches, BatchApiRequests: b.BatchAPIRequests,
+			Streaming: int32(b.Streaming), Streamed: b.Streamed,
 		})
 	}
 	for _, j := range s.Jobs {
 		js := &batcherv1.JobStats{Id: j.ID, Name: j.Name, State: j.State, Total: j.Total,
 			Done: j.Succeeded, Succeeded: j.Succeeded, // done: succeeded, as it always was (admin.proto)
-			Failed: j.Failed, Tokens: j.Tokens, ItemsPerSecond: j.ItemsPerSec, TokensPerSecond: j.TokensPerSec,
+			Failed: j.Failed, Cancelled: j.Cancelled, Expired: j.Expired,
+			Tokens: j.Tokens, ItemsPerSecond: j.ItemsPerSec, TokensPerSecond: j.TokensPerSec,
 			CostUsd: j.Cost, SavingUsd: j.Saving}
 		if j.ETA > 0 {
 			js.Eta = durationpb.New(j.ETA)

@@ -126,6 +126,22 @@ func TestToSnapshotTranslatesJobs(t *testing.T) {
 	}
 }
 
+// The streamed figures the core keeps per backend cross the wire, and a
+// job's cancelled and expired items apart from its failed ones.
+func TestToSnapshotTranslatesStreamingAndEndedItems(t *testing.T) {
+	s := &telemetry.Snapshot{
+		Backends: []telemetry.Backend{{Name: "be", Calls: 5, Streaming: 2, Streamed: 7}},
+		Jobs:     []telemetry.Job{{ID: "j", State: "cancelled", Total: 10, Succeeded: 4, Failed: 6, Cancelled: 3, Expired: 1}},
+	}
+	out := ToSnapshot(s)
+	if be := out.GetBackends()[0]; be.GetStreaming() != 2 || be.GetStreamed() != 7 || be.GetCalls() != 5 {
+		t.Errorf("backend %v: want streaming 2, streamed 7, calls 5", be)
+	}
+	if j := out.GetJobs()[0]; j.GetFailed() != 6 || j.GetCancelled() != 3 || j.GetExpired() != 1 {
+		t.Errorf("job %v: want failed 6 (all that did not succeed), cancelled 3, expired 1", j)
+	}
+}
+
 func TestToSnapshotTranslatesBatchAPITraffic(t *testing.T) {
 	s := &telemetry.Snapshot{Backends: []telemetry.Backend{{Name: "be", Calls: 5, Items: 5, BatchAPIBatches: 3, BatchAPIRequests: 300}}}
 	be := ToSnapshot(s).GetBackends()[0]

@@ -174,9 +174,13 @@ type Job struct {
 	State string `json:"state"`
 	Total int64  `json:"total"`
 	// Succeeded items; Failed the items that ended otherwise: failed,
-	// cancelled or expired.
+	// cancelled or expired. Of Failed, Cancelled were cancelled with the
+	// job and Expired outlived its completion window; the rest failed of
+	// their own.
 	Succeeded int64 `json:"succeeded"`
 	Failed    int64 `json:"failed"`
+	Cancelled int64 `json:"cancelled"`
+	Expired   int64 `json:"expired"`
 	Tokens    int64 `json:"tokens"`
 	// Cost is what the job cost so far in USD at its routes' prices, and
 	// Saving what it saved against online dispatch of the same tokens

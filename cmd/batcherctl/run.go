@@ -134,7 +134,7 @@ func runRun(cmd *cobra.Command, a *app, f *runFlags, input string) error {
 
 	// The results file.
 	var (
-		out  = cmd.OutOrStdout()
+		out     = cmd.OutOrStdout()
 		skip    map[string]struct{}
 		scanned runfile.Scanned
 	)

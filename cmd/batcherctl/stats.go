@@ -93,6 +93,9 @@ func writeStats(b *strings.Builder, s *batcherv1.StatsSnapshot) {
 		if n := be.GetBatchApiBatches(); n > 0 { // the batch API's traffic, apart from the online calls
 			fmt.Fprintf(b, " batch_api_batches=%d batch_api_requests=%d", n, be.GetBatchApiRequests())
 		}
+		if be.GetStreamed() > 0 || be.GetStreaming() > 0 { // streamed answers, each its own upstream call
+			fmt.Fprintf(b, " streaming=%d streamed=%d", be.GetStreaming(), be.GetStreamed())
+		}
 		b.WriteByte('\n')
 	}
 	if js := s.GetJobs(); len(js) > 0 {
@@ -100,9 +103,17 @@ func writeStats(b *strings.Builder, s *batcherv1.StatsSnapshot) {
 		for _, j := range js {
 			// JobStats.done is the succeeded count (admin.proto), from
 			// servers old and new; done here is every item that ended, as
-			// in batcherctl jobs.
-			fmt.Fprintf(b, "  %s\t%s %s %d/%d done, %d succeeded, %d failed, %.1f items/s, eta %s", j.GetId(), j.GetName(), j.GetState(),
-				j.GetDone()+j.GetFailed(), j.GetTotal(), j.GetDone(), j.GetFailed(), j.GetItemsPerSecond(), j.GetEta().AsDuration().Round(time.Second))
+			// in batcherctl jobs. failed includes the cancelled and the
+			// expired items, shown apart (servers before them send 0).
+			fmt.Fprintf(b, "  %s\t%s %s %d/%d done, %d succeeded, %d failed", j.GetId(), j.GetName(), j.GetState(),
+				j.GetDone()+j.GetFailed(), j.GetTotal(), j.GetDone(), j.GetFailed()-j.GetCancelled()-j.GetExpired())
+			if n := j.GetCancelled(); n > 0 {
+				fmt.Fprintf(b, ", %d cancelled", n)
+			}
+			if n := j.GetExpired(); n > 0 {
+				fmt.Fprintf(b, ", %d expired", n)
+			}
+			fmt.Fprintf(b, ", %.1f items/s, eta %s", j.GetItemsPerSecond(), j.GetEta().AsDuration().Round(time.Second))
 			if j.GetCostUsd() != 0 || j.GetSavingUsd() != 0 {
 				fmt.Fprintf(b, ", cost $%.4f, saved $%.4f", j.GetCostUsd(), j.GetSavingUsd())
 			}

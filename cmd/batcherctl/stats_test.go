@@ -11,9 +11,11 @@ import (
 // saving, and a backend's batch-API traffic apart from its online calls.
 func TestWriteStatsShowsCostAndBatchAPI(t *testing.T) {
 	s := &batcherv1.StatsSnapshot{
-		Backends: []*batcherv1.BackendStats{{Name: "sim", Calls: 5, Requests: 5, BatchApiBatches: 3, BatchApiRequests: 300}, {Name: "spare"}},
+		Backends: []*batcherv1.BackendStats{{Name: "sim", Calls: 5, Requests: 5, BatchApiBatches: 3, BatchApiRequests: 300},
+			{Name: "spare"}, {Name: "live", Streaming: 2, Streamed: 9}},
 		Jobs: []*batcherv1.JobStats{{Id: "j1", Name: "nightly", State: "running", Total: 300, Done: 240, Succeeded: 240, Failed: 12,
-			CostUsd: 1.5, SavingUsd: 1.25}},
+			CostUsd: 1.5, SavingUsd: 1.25}, {Id: "j2", Name: "old", State: "cancelled", Total: 100, Done: 60, Succeeded: 60, Failed: 40,
+			Cancelled: 30, Expired: 4}},
 	}
 	var b strings.Builder
 	writeStats(&b, s)
@@ -22,6 +24,8 @@ func TestWriteStatsShowsCostAndBatchAPI(t *testing.T) {
 		"calls=5 requests=5 rate_limited=0 retries=0 batch_api_batches=3 batch_api_requests=300\n",
 		"spare\tbreaker= in_flight=0/0 rpm=0/0 tpm=0/0 calls=0 requests=0 rate_limited=0 retries=0\n",
 		"j1\tnightly running 252/300 done, 240 succeeded, 12 failed, 0.0 items/s, eta 0s, cost $1.5000, saved $1.2500\n",
+		"j2\told cancelled 100/100 done, 60 succeeded, 6 failed, 30 cancelled, 4 expired, 0.0 items/s, eta 0s\n",
+		"live\tbreaker= in_flight=0/0 rpm=0/0 tpm=0/0 calls=0 requests=0 rate_limited=0 retries=0 streaming=2 streamed=9\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stats lack %q:\n%s", want, out)

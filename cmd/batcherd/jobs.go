@@ -130,6 +130,7 @@ func jobsSource(m *jobs.Manager, log *slog.Logger) func() []telemetry.Job {
 			out = append(out, telemetry.Job{
 				ID: j.ID, Name: j.Spec.Name, State: j.State.String(),
 				Total: c.Total, Succeeded: c.Succeeded, Failed: c.Failed + c.Cancelled + c.Expired,
+				Cancelled: c.Cancelled, Expired: c.Expired,
 				Tokens: j.TokensIn + j.TokensOut, Cost: p.Cost, Saving: p.Saving,
 				ItemsPerSec: p.ItemsPerH / 3600, TokensPerSec: p.TokensPerS, ETA: max(p.ETA, 0),
 			})

@@ -157,7 +157,7 @@ func TestStatusPageShowsJobCountsAndCost(t *testing.T) {
 		Backends: func() []batcher.BackendStats { return []batcher.BackendStats{{Name: "sim", Calls: 5, Items: 5}} },
 		Jobs: func() []telemetry.Job {
 			return []telemetry.Job{{ID: "job-1", Name: "nightly", State: "running", Total: 300, Succeeded: 240, Failed: 12,
-				Cost: 1.5, Saving: 1.25}}
+				Cost: 1.5, Saving: 1.25}, {ID: "job-2", State: "cancelled", Total: 100, Succeeded: 60, Failed: 40, Cancelled: 30, Expired: 4}}
 		},
 		Metrics: reg,
 	}, time.Second, 0)
@@ -177,6 +177,7 @@ func TestStatusPageShowsJobCountsAndCost(t *testing.T) {
 	}
 	for sel, want := range map[string]string{
 		`[data-job="job-1"] .job-counts`:  "252 / 300 done · 240 succeeded · 12 failed",
+		`[data-job="job-2"] .job-counts`:  "100 / 100 done · 60 succeeded · 6 failed · 30 cancelled · 4 expired",
 		`[data-job="job-1"] .job-cost`:    "cost $1.50 · saved $1.25",
 		`[data-backend="sim"] .batch-api`: "batch API: batches 5 · requests 300 · per batch 60.0",
 	} {

@@ -611,8 +611,13 @@ type BackendStats struct {
 	// requests above count the online calls only.
 	BatchApiBatches  int64 `protobuf:"varint,18,opt,name=batch_api_batches,json=batchApiBatches,proto3" json:"batch_api_batches,omitempty"`
 	BatchApiRequests int64 `protobuf:"varint,19,opt,name=batch_api_requests,json=batchApiRequests,proto3" json:"batch_api_requests,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Streamed requests (SubmitStreamed, or Request.stream set) whose
+	// upstream call is open now, and the streamed upstream calls made,
+	// cumulative: each goes upstream alone, never batched.
+	Streaming     int32 `protobuf:"varint,20,opt,name=streaming,proto3" json:"streaming,omitempty"`
+	Streamed      int64 `protobuf:"varint,21,opt,name=streamed,proto3" json:"streamed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackendStats) Reset() {
@@ -778,6 +783,20 @@ func (x *BackendStats) GetBatchApiRequests() int64 {
 	return 0
 }
 
+func (x *BackendStats) GetStreaming() int32 {
+	if x != nil {
+		return x.Streaming
+	}
+	return 0
+}
+
+func (x *BackendStats) GetStreamed() int64 {
+	if x != nil {
+		return x.Streamed
+	}
+	return 0
+}
+
 // StreamStats are the open SubmitStreams.
 type StreamStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -859,8 +878,13 @@ type JobStats struct {
 	// saved against online dispatch of the same tokens (the batch API's
 	// discount), as GetJob's JobProgress.cost_usd and saving_usd; 0 without
 	// prices.
-	CostUsd       float64 `protobuf:"fixed64,12,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
-	SavingUsd     float64 `protobuf:"fixed64,13,opt,name=saving_usd,json=savingUsd,proto3" json:"saving_usd,omitempty"`
+	CostUsd   float64 `protobuf:"fixed64,12,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	SavingUsd float64 `protobuf:"fixed64,13,opt,name=saving_usd,json=savingUsd,proto3" json:"saving_usd,omitempty"`
+	// Of failed, the items cancelled (the job was cancelled first) and those
+	// expired (its completion window ended first); failed - cancelled -
+	// expired is the items that failed of their own.
+	Cancelled     int64 `protobuf:"varint,14,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Expired       int64 `protobuf:"varint,15,opt,name=expired,proto3" json:"expired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -982,6 +1006,20 @@ func (x *JobStats) GetCostUsd() float64 {
 func (x *JobStats) GetSavingUsd() float64 {
 	if x != nil {
 		return x.SavingUsd
+	}
+	return 0
+}
+
+func (x *JobStats) GetCancelled() int64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *JobStats) GetExpired() int64 {
+	if x != nil {
+		return x.Expired
 	}
 	return 0
 }
@@ -1153,7 +1191,7 @@ const file_batcher_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"queued_low\x18\a \x01(\x05R\tqueuedLow\x12+\n" +
 	"\x11queued_deferrable\x18\b \x01(\x05R\x10queuedDeferrable\x12\x1b\n" +
-	"\tin_flight\x18\t \x01(\x05R\binFlight\"\xd7\x04\n" +
+	"\tin_flight\x18\t \x01(\x05R\binFlight\"\x91\x05\n" +
 	"\fBackendStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abreaker\x18\x02 \x01(\tR\abreaker\x12\x1b\n" +
@@ -1175,10 +1213,12 @@ const file_batcher_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"dedup_hits\x18\x11 \x01(\x03R\tdedupHits\x12*\n" +
 	"\x11batch_api_batches\x18\x12 \x01(\x03R\x0fbatchApiBatches\x12,\n" +
-	"\x12batch_api_requests\x18\x13 \x01(\x03R\x10batchApiRequests\"=\n" +
+	"\x12batch_api_requests\x18\x13 \x01(\x03R\x10batchApiRequests\x12\x1c\n" +
+	"\tstreaming\x18\x14 \x01(\x05R\tstreaming\x12\x1a\n" +
+	"\bstreamed\x18\x15 \x01(\x03R\bstreamed\"=\n" +
 	"\vStreamStats\x12\x12\n" +
 	"\x04open\x18\x01 \x01(\x05R\x04open\x12\x1a\n" +
-	"\bbuffered\x18\x02 \x01(\x05R\bbuffered\"\xf9\x02\n" +
+	"\bbuffered\x18\x02 \x01(\x05R\bbuffered\"\xb1\x03\n" +
 	"\bJobStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1194,7 +1234,9 @@ const file_batcher_v1_admin_proto_rawDesc = "" +
 	"\tsucceeded\x18\v \x01(\x03R\tsucceeded\x12\x19\n" +
 	"\bcost_usd\x18\f \x01(\x01R\acostUsd\x12\x1d\n" +
 	"\n" +
-	"saving_usd\x18\r \x01(\x01R\tsavingUsd\"\x8e\x03\n" +
+	"saving_usd\x18\r \x01(\x01R\tsavingUsd\x12\x1c\n" +
+	"\tcancelled\x18\x0e \x01(\x03R\tcancelled\x12\x18\n" +
+	"\aexpired\x18\x0f \x01(\x03R\aexpired\"\x8e\x03\n" +
 	"\fRequestStats\x12\x1a\n" +
 	"\badmitted\x18\x01 \x01(\x03R\badmitted\x12\x1a\n" +
 	"\brejected\x18\x02 \x01(\x03R\brejected\x12\x1c\n" +

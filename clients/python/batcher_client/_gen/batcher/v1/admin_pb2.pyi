@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class BackendStats(_message.Message):
-    __slots__ = ["batch_api_batches", "batch_api_requests", "breaker", "calls", "concurrency_limit", "dedup_hits", "fallbacks", "in_flight", "max_concurrency", "name", "rate_limited", "requests", "retries", "rpm_limit", "rpm_max", "rpm_used", "tpm_limit", "tpm_max", "tpm_used"]
+    __slots__ = ["batch_api_batches", "batch_api_requests", "breaker", "calls", "concurrency_limit", "dedup_hits", "fallbacks", "in_flight", "max_concurrency", "name", "rate_limited", "requests", "retries", "rpm_limit", "rpm_max", "rpm_used", "streamed", "streaming", "tpm_limit", "tpm_max", "tpm_used"]
     BATCH_API_BATCHES_FIELD_NUMBER: _ClassVar[int]
     BATCH_API_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     BREAKER_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,8 @@ class BackendStats(_message.Message):
     RPM_LIMIT_FIELD_NUMBER: _ClassVar[int]
     RPM_MAX_FIELD_NUMBER: _ClassVar[int]
     RPM_USED_FIELD_NUMBER: _ClassVar[int]
+    STREAMED_FIELD_NUMBER: _ClassVar[int]
+    STREAMING_FIELD_NUMBER: _ClassVar[int]
     TPM_LIMIT_FIELD_NUMBER: _ClassVar[int]
     TPM_MAX_FIELD_NUMBER: _ClassVar[int]
     TPM_USED_FIELD_NUMBER: _ClassVar[int]
@@ -44,10 +46,12 @@ class BackendStats(_message.Message):
     rpm_limit: float
     rpm_max: int
     rpm_used: float
+    streamed: int
+    streaming: int
     tpm_limit: float
     tpm_max: int
     tpm_used: float
-    def __init__(self, name: _Optional[str] = ..., breaker: _Optional[str] = ..., in_flight: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., rpm_limit: _Optional[float] = ..., tpm_limit: _Optional[float] = ..., rpm_max: _Optional[int] = ..., tpm_max: _Optional[int] = ..., rpm_used: _Optional[float] = ..., tpm_used: _Optional[float] = ..., calls: _Optional[int] = ..., requests: _Optional[int] = ..., rate_limited: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., dedup_hits: _Optional[int] = ..., batch_api_batches: _Optional[int] = ..., batch_api_requests: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., breaker: _Optional[str] = ..., in_flight: _Optional[int] = ..., concurrency_limit: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., rpm_limit: _Optional[float] = ..., tpm_limit: _Optional[float] = ..., rpm_max: _Optional[int] = ..., tpm_max: _Optional[int] = ..., rpm_used: _Optional[float] = ..., tpm_used: _Optional[float] = ..., calls: _Optional[int] = ..., requests: _Optional[int] = ..., rate_limited: _Optional[int] = ..., retries: _Optional[int] = ..., fallbacks: _Optional[int] = ..., dedup_hits: _Optional[int] = ..., batch_api_batches: _Optional[int] = ..., batch_api_requests: _Optional[int] = ..., streaming: _Optional[int] = ..., streamed: _Optional[int] = ...) -> None: ...
 
 class FleetBudget(_message.Message):
     __slots__ = ["backend", "leases", "open_until", "paused_until", "rate_factor", "rpm_left", "rpm_used", "tpm_left", "tpm_used"]
@@ -108,10 +112,12 @@ class FleetStats(_message.Message):
     def __init__(self, self_: _Optional[str] = ..., redis_reachable: bool = ..., replicas: _Optional[_Iterable[_Union[FleetReplica, _Mapping]]] = ..., budgets: _Optional[_Iterable[_Union[FleetBudget, _Mapping]]] = ...) -> None: ...
 
 class JobStats(_message.Message):
-    __slots__ = ["cost_usd", "done", "eta", "failed", "id", "items_per_second", "name", "saving_usd", "state", "succeeded", "tokens", "tokens_per_second", "total"]
+    __slots__ = ["cancelled", "cost_usd", "done", "eta", "expired", "failed", "id", "items_per_second", "name", "saving_usd", "state", "succeeded", "tokens", "tokens_per_second", "total"]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
     COST_USD_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ETA_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ITEMS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
@@ -122,9 +128,11 @@ class JobStats(_message.Message):
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    cancelled: int
     cost_usd: float
     done: int
     eta: _duration_pb2.Duration
+    expired: int
     failed: int
     id: str
     items_per_second: float
@@ -135,7 +143,7 @@ class JobStats(_message.Message):
     tokens: int
     tokens_per_second: float
     total: int
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., tokens: _Optional[int] = ..., items_per_second: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., eta: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., succeeded: _Optional[int] = ..., cost_usd: _Optional[float] = ..., saving_usd: _Optional[float] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., total: _Optional[int] = ..., done: _Optional[int] = ..., failed: _Optional[int] = ..., tokens: _Optional[int] = ..., items_per_second: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., eta: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., succeeded: _Optional[int] = ..., cost_usd: _Optional[float] = ..., saving_usd: _Optional[float] = ..., cancelled: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
 
 class LaneStats(_message.Message):
     __slots__ = ["backend", "in_flight", "name", "queued_deferrable", "queued_high", "queued_low", "queued_normal", "queued_urgent", "route"]

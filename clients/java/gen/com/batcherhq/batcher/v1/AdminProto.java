@@ -129,8 +129,8 @@ public final class AdminProto {
       " \001(\005R\nqueuedHigh\022#\n\rqueued_normal\030\006 \001(\005R" +
       "\014queuedNormal\022\035\n\nqueued_low\030\007 \001(\005R\tqueue" +
       "dLow\022+\n\021queued_deferrable\030\010 \001(\005R\020queuedD" +
-      "eferrable\022\033\n\tin_flight\030\t \001(\005R\010inFlight\"\327" +
-      "\004\n\014BackendStats\022\022\n\004name\030\001 \001(\tR\004name\022\030\n\007b" +
+      "eferrable\022\033\n\tin_flight\030\t \001(\005R\010inFlight\"\221" +
+      "\005\n\014BackendStats\022\022\n\004name\030\001 \001(\tR\004name\022\030\n\007b" +
       "reaker\030\002 \001(\tR\007breaker\022\033\n\tin_flight\030\003 \001(\005" +
       "R\010inFlight\022+\n\021concurrency_limit\030\004 \001(\005R\020c" +
       "oncurrencyLimit\022\'\n\017max_concurrency\030\005 \001(\005" +
@@ -145,33 +145,35 @@ public final class AdminProto {
       "\035\n\ndedup_hits\030\021 \001(\003R\tdedupHits\022*\n\021batch_" +
       "api_batches\030\022 \001(\003R\017batchApiBatches\022,\n\022ba" +
       "tch_api_requests\030\023 \001(\003R\020batchApiRequests" +
-      "\"=\n\013StreamStats\022\022\n\004open\030\001 \001(\005R\004open\022\032\n\010b" +
-      "uffered\030\002 \001(\005R\010buffered\"\371\002\n\010JobStats\022\016\n\002" +
-      "id\030\001 \001(\tR\002id\022\022\n\004name\030\002 \001(\tR\004name\022\024\n\005stat" +
-      "e\030\003 \001(\tR\005state\022\024\n\005total\030\004 \001(\003R\005total\022\022\n\004" +
-      "done\030\005 \001(\003R\004done\022\026\n\006failed\030\006 \001(\003R\006failed" +
-      "\022\026\n\006tokens\030\007 \001(\003R\006tokens\022(\n\020items_per_se" +
-      "cond\030\010 \001(\001R\016itemsPerSecond\022*\n\021tokens_per" +
-      "_second\030\t \001(\001R\017tokensPerSecond\022+\n\003eta\030\n " +
-      "\001(\0132\031.google.protobuf.DurationR\003eta\022\034\n\ts" +
-      "ucceeded\030\013 \001(\003R\tsucceeded\022\031\n\010cost_usd\030\014 " +
-      "\001(\001R\007costUsd\022\035\n\nsaving_usd\030\r \001(\001R\tsaving" +
-      "Usd\"\216\003\n\014RequestStats\022\032\n\010admitted\030\001 \001(\003R\010" +
-      "admitted\022\032\n\010rejected\030\002 \001(\003R\010rejected\022\034\n\t" +
-      "completed\030\003 \001(\003R\tcompleted\022\026\n\006failed\030\004 \001" +
-      "(\003R\006failed\0220\n\024completed_per_second\030\005 \001(\001" +
-      "R\022completedPerSecond\022*\n\021tokens_per_secon" +
-      "d\030\006 \001(\001R\017tokensPerSecond\022:\n\013latency_p50\030" +
-      "\007 \001(\0132\031.google.protobuf.DurationR\nlatenc" +
-      "yP50\022:\n\013latency_p95\030\010 \001(\0132\031.google.proto" +
-      "buf.DurationR\nlatencyP95\022:\n\013latency_p99\030" +
-      "\t \001(\0132\031.google.protobuf.DurationR\nlatenc" +
-      "yP992]\n\014AdminService\022M\n\nWatchStats\022\035.bat" +
-      "cher.v1.WatchStatsRequest\032\036.batcher.v1.W" +
-      "atchStatsResponse0\001B_\n\030com.batcherhq.bat" +
-      "cher.v1B\nAdminProtoP\001Z5github.com/batche" +
-      "rhq/batcher/gen/batcher/v1;batcherv1b\006pr" +
-      "oto3"
+      "\022\034\n\tstreaming\030\024 \001(\005R\tstreaming\022\032\n\010stream" +
+      "ed\030\025 \001(\003R\010streamed\"=\n\013StreamStats\022\022\n\004ope" +
+      "n\030\001 \001(\005R\004open\022\032\n\010buffered\030\002 \001(\005R\010buffere" +
+      "d\"\261\003\n\010JobStats\022\016\n\002id\030\001 \001(\tR\002id\022\022\n\004name\030\002" +
+      " \001(\tR\004name\022\024\n\005state\030\003 \001(\tR\005state\022\024\n\005tota" +
+      "l\030\004 \001(\003R\005total\022\022\n\004done\030\005 \001(\003R\004done\022\026\n\006fa" +
+      "iled\030\006 \001(\003R\006failed\022\026\n\006tokens\030\007 \001(\003R\006toke" +
+      "ns\022(\n\020items_per_second\030\010 \001(\001R\016itemsPerSe" +
+      "cond\022*\n\021tokens_per_second\030\t \001(\001R\017tokensP" +
+      "erSecond\022+\n\003eta\030\n \001(\0132\031.google.protobuf." +
+      "DurationR\003eta\022\034\n\tsucceeded\030\013 \001(\003R\tsuccee" +
+      "ded\022\031\n\010cost_usd\030\014 \001(\001R\007costUsd\022\035\n\nsaving" +
+      "_usd\030\r \001(\001R\tsavingUsd\022\034\n\tcancelled\030\016 \001(\003" +
+      "R\tcancelled\022\030\n\007expired\030\017 \001(\003R\007expired\"\216\003" +
+      "\n\014RequestStats\022\032\n\010admitted\030\001 \001(\003R\010admitt" +
+      "ed\022\032\n\010rejected\030\002 \001(\003R\010rejected\022\034\n\tcomple" +
+      "ted\030\003 \001(\003R\tcompleted\022\026\n\006failed\030\004 \001(\003R\006fa" +
+      "iled\0220\n\024completed_per_second\030\005 \001(\001R\022comp" +
+      "letedPerSecond\022*\n\021tokens_per_second\030\006 \001(" +
+      "\001R\017tokensPerSecond\022:\n\013latency_p50\030\007 \001(\0132" +
+      "\031.google.protobuf.DurationR\nlatencyP50\022:" +
+      "\n\013latency_p95\030\010 \001(\0132\031.google.protobuf.Du" +
+      "rationR\nlatencyP95\022:\n\013latency_p99\030\t \001(\0132" +
+      "\031.google.protobuf.DurationR\nlatencyP992]" +
+      "\n\014AdminService\022M\n\nWatchStats\022\035.batcher.v" +
+      "1.WatchStatsRequest\032\036.batcher.v1.WatchSt" +
+      "atsResponse0\001B_\n\030com.batcherhq.batcher.v" +
+      "1B\nAdminProtoP\001Z5github.com/batcherhq/ba" +
+      "tcher/gen/batcher/v1;batcherv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -238,7 +240,7 @@ public final class AdminProto {
     internal_static_batcher_v1_BackendStats_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_BackendStats_descriptor,
-        new java.lang.String[] { "Name", "Breaker", "InFlight", "ConcurrencyLimit", "MaxConcurrency", "RpmLimit", "TpmLimit", "RpmMax", "TpmMax", "RpmUsed", "TpmUsed", "Calls", "Requests", "RateLimited", "Retries", "Fallbacks", "DedupHits", "BatchApiBatches", "BatchApiRequests", });
+        new java.lang.String[] { "Name", "Breaker", "InFlight", "ConcurrencyLimit", "MaxConcurrency", "RpmLimit", "TpmLimit", "RpmMax", "TpmMax", "RpmUsed", "TpmUsed", "Calls", "Requests", "RateLimited", "Retries", "Fallbacks", "DedupHits", "BatchApiBatches", "BatchApiRequests", "Streaming", "Streamed", });
     internal_static_batcher_v1_StreamStats_descriptor =
       getDescriptor().getMessageTypes().get(8);
     internal_static_batcher_v1_StreamStats_fieldAccessorTable = new
@@ -250,7 +252,7 @@ public final class AdminProto {
     internal_static_batcher_v1_JobStats_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_batcher_v1_JobStats_descriptor,
-        new java.lang.String[] { "Id", "Name", "State", "Total", "Done", "Failed", "Tokens", "ItemsPerSecond", "TokensPerSecond", "Eta", "Succeeded", "CostUsd", "SavingUsd", });
+        new java.lang.String[] { "Id", "Name", "State", "Total", "Done", "Failed", "Tokens", "ItemsPerSecond", "TokensPerSecond", "Eta", "Succeeded", "CostUsd", "SavingUsd", "Cancelled", "Expired", });
     internal_static_batcher_v1_RequestStats_descriptor =
       getDescriptor().getMessageTypes().get(10);
     internal_static_batcher_v1_RequestStats_fieldAccessorTable = new

@@ -347,6 +347,34 @@ private static final long serialVersionUID = 0L;
     return batchApiRequests_;
   }
 
+  public static final int STREAMING_FIELD_NUMBER = 20;
+  private int streaming_ = 0;
+  /**
+   * <pre>
+   * Streamed requests (SubmitStreamed, or Request.stream set) whose
+   * upstream call is open now, and the streamed upstream calls made,
+   * cumulative: each goes upstream alone, never batched.
+   * </pre>
+   *
+   * <code>int32 streaming = 20 [json_name = "streaming"];</code>
+   * @return The streaming.
+   */
+  @java.lang.Override
+  public int getStreaming() {
+    return streaming_;
+  }
+
+  public static final int STREAMED_FIELD_NUMBER = 21;
+  private long streamed_ = 0L;
+  /**
+   * <code>int64 streamed = 21 [json_name = "streamed"];</code>
+   * @return The streamed.
+   */
+  @java.lang.Override
+  public long getStreamed() {
+    return streamed_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -417,6 +445,12 @@ private static final long serialVersionUID = 0L;
     }
     if (batchApiRequests_ != 0L) {
       output.writeInt64(19, batchApiRequests_);
+    }
+    if (streaming_ != 0) {
+      output.writeInt32(20, streaming_);
+    }
+    if (streamed_ != 0L) {
+      output.writeInt64(21, streamed_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -501,6 +535,14 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeInt64Size(19, batchApiRequests_);
     }
+    if (streaming_ != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt32Size(20, streaming_);
+    }
+    if (streamed_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(21, streamed_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -558,6 +600,10 @@ private static final long serialVersionUID = 0L;
         != other.getBatchApiBatches()) return false;
     if (getBatchApiRequests()
         != other.getBatchApiRequests()) return false;
+    if (getStreaming()
+        != other.getStreaming()) return false;
+    if (getStreamed()
+        != other.getStreamed()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -621,6 +667,11 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + BATCH_API_REQUESTS_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         getBatchApiRequests());
+    hash = (37 * hash) + STREAMING_FIELD_NUMBER;
+    hash = (53 * hash) + getStreaming();
+    hash = (37 * hash) + STREAMED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getStreamed());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -773,6 +824,8 @@ private static final long serialVersionUID = 0L;
       dedupHits_ = 0L;
       batchApiBatches_ = 0L;
       batchApiRequests_ = 0L;
+      streaming_ = 0;
+      streamed_ = 0L;
       return this;
     }
 
@@ -862,6 +915,12 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00040000) != 0)) {
         result.batchApiRequests_ = batchApiRequests_;
+      }
+      if (((from_bitField0_ & 0x00080000) != 0)) {
+        result.streaming_ = streaming_;
+      }
+      if (((from_bitField0_ & 0x00100000) != 0)) {
+        result.streamed_ = streamed_;
       }
     }
 
@@ -969,6 +1028,12 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getBatchApiRequests() != 0L) {
         setBatchApiRequests(other.getBatchApiRequests());
+      }
+      if (other.getStreaming() != 0) {
+        setStreaming(other.getStreaming());
+      }
+      if (other.getStreamed() != 0L) {
+        setStreamed(other.getStreamed());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1091,6 +1156,16 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00040000;
               break;
             } // case 152
+            case 160: {
+              streaming_ = input.readInt32();
+              bitField0_ |= 0x00080000;
+              break;
+            } // case 160
+            case 168: {
+              streamed_ = input.readInt64();
+              bitField0_ |= 0x00100000;
+              break;
+            } // case 168
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1887,6 +1962,88 @@ private static final long serialVersionUID = 0L;
     public Builder clearBatchApiRequests() {
       bitField0_ = (bitField0_ & ~0x00040000);
       batchApiRequests_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private int streaming_ ;
+    /**
+     * <pre>
+     * Streamed requests (SubmitStreamed, or Request.stream set) whose
+     * upstream call is open now, and the streamed upstream calls made,
+     * cumulative: each goes upstream alone, never batched.
+     * </pre>
+     *
+     * <code>int32 streaming = 20 [json_name = "streaming"];</code>
+     * @return The streaming.
+     */
+    @java.lang.Override
+    public int getStreaming() {
+      return streaming_;
+    }
+    /**
+     * <pre>
+     * Streamed requests (SubmitStreamed, or Request.stream set) whose
+     * upstream call is open now, and the streamed upstream calls made,
+     * cumulative: each goes upstream alone, never batched.
+     * </pre>
+     *
+     * <code>int32 streaming = 20 [json_name = "streaming"];</code>
+     * @param value The streaming to set.
+     * @return This builder for chaining.
+     */
+    public Builder setStreaming(int value) {
+      
+      streaming_ = value;
+      bitField0_ |= 0x00080000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Streamed requests (SubmitStreamed, or Request.stream set) whose
+     * upstream call is open now, and the streamed upstream calls made,
+     * cumulative: each goes upstream alone, never batched.
+     * </pre>
+     *
+     * <code>int32 streaming = 20 [json_name = "streaming"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearStreaming() {
+      bitField0_ = (bitField0_ & ~0x00080000);
+      streaming_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private long streamed_ ;
+    /**
+     * <code>int64 streamed = 21 [json_name = "streamed"];</code>
+     * @return The streamed.
+     */
+    @java.lang.Override
+    public long getStreamed() {
+      return streamed_;
+    }
+    /**
+     * <code>int64 streamed = 21 [json_name = "streamed"];</code>
+     * @param value The streamed to set.
+     * @return This builder for chaining.
+     */
+    public Builder setStreamed(long value) {
+      
+      streamed_ = value;
+      bitField0_ |= 0x00100000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>int64 streamed = 21 [json_name = "streamed"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearStreamed() {
+      bitField0_ = (bitField0_ & ~0x00100000);
+      streamed_ = 0L;
       onChanged();
       return this;
     }

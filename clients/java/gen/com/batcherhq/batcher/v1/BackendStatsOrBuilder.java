@@ -165,4 +165,22 @@ public interface BackendStatsOrBuilder extends
    * @return The batchApiRequests.
    */
   long getBatchApiRequests();
+
+  /**
+   * <pre>
+   * Streamed requests (SubmitStreamed, or Request.stream set) whose
+   * upstream call is open now, and the streamed upstream calls made,
+   * cumulative: each goes upstream alone, never batched.
+   * </pre>
+   *
+   * <code>int32 streaming = 20 [json_name = "streaming"];</code>
+   * @return The streaming.
+   */
+  int getStreaming();
+
+  /**
+   * <code>int64 streamed = 21 [json_name = "streamed"];</code>
+   * @return The streamed.
+   */
+  long getStreamed();
 }

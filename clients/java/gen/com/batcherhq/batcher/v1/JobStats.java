@@ -324,6 +324,34 @@ private static final long serialVersionUID = 0L;
     return savingUsd_;
   }
 
+  public static final int CANCELLED_FIELD_NUMBER = 14;
+  private long cancelled_ = 0L;
+  /**
+   * <pre>
+   * Of failed, the items cancelled (the job was cancelled first) and those
+   * expired (its completion window ended first); failed - cancelled -
+   * expired is the items that failed of their own.
+   * </pre>
+   *
+   * <code>int64 cancelled = 14 [json_name = "cancelled"];</code>
+   * @return The cancelled.
+   */
+  @java.lang.Override
+  public long getCancelled() {
+    return cancelled_;
+  }
+
+  public static final int EXPIRED_FIELD_NUMBER = 15;
+  private long expired_ = 0L;
+  /**
+   * <code>int64 expired = 15 [json_name = "expired"];</code>
+   * @return The expired.
+   */
+  @java.lang.Override
+  public long getExpired() {
+    return expired_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -376,6 +404,12 @@ private static final long serialVersionUID = 0L;
     }
     if (java.lang.Double.doubleToRawLongBits(savingUsd_) != 0) {
       output.writeDouble(13, savingUsd_);
+    }
+    if (cancelled_ != 0L) {
+      output.writeInt64(14, cancelled_);
+    }
+    if (expired_ != 0L) {
+      output.writeInt64(15, expired_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -435,6 +469,14 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeDoubleSize(13, savingUsd_);
     }
+    if (cancelled_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(14, cancelled_);
+    }
+    if (expired_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(15, expired_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -483,6 +525,10 @@ private static final long serialVersionUID = 0L;
     if (java.lang.Double.doubleToLongBits(getSavingUsd())
         != java.lang.Double.doubleToLongBits(
             other.getSavingUsd())) return false;
+    if (getCancelled()
+        != other.getCancelled()) return false;
+    if (getExpired()
+        != other.getExpired()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -531,6 +577,12 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + SAVING_USD_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         java.lang.Double.doubleToLongBits(getSavingUsd()));
+    hash = (37 * hash) + CANCELLED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getCancelled());
+    hash = (37 * hash) + EXPIRED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getExpired());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -686,6 +738,8 @@ private static final long serialVersionUID = 0L;
       succeeded_ = 0L;
       costUsd_ = 0D;
       savingUsd_ = 0D;
+      cancelled_ = 0L;
+      expired_ = 0L;
       return this;
     }
 
@@ -759,6 +813,12 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00001000) != 0)) {
         result.savingUsd_ = savingUsd_;
+      }
+      if (((from_bitField0_ & 0x00002000) != 0)) {
+        result.cancelled_ = cancelled_;
+      }
+      if (((from_bitField0_ & 0x00004000) != 0)) {
+        result.expired_ = expired_;
       }
     }
 
@@ -850,6 +910,12 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getSavingUsd() != 0D) {
         setSavingUsd(other.getSavingUsd());
+      }
+      if (other.getCancelled() != 0L) {
+        setCancelled(other.getCancelled());
+      }
+      if (other.getExpired() != 0L) {
+        setExpired(other.getExpired());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -944,6 +1010,16 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00001000;
               break;
             } // case 105
+            case 112: {
+              cancelled_ = input.readInt64();
+              bitField0_ |= 0x00002000;
+              break;
+            } // case 112
+            case 120: {
+              expired_ = input.readInt64();
+              bitField0_ |= 0x00004000;
+              break;
+            } // case 120
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1661,6 +1737,88 @@ private static final long serialVersionUID = 0L;
     public Builder clearSavingUsd() {
       bitField0_ = (bitField0_ & ~0x00001000);
       savingUsd_ = 0D;
+      onChanged();
+      return this;
+    }
+
+    private long cancelled_ ;
+    /**
+     * <pre>
+     * Of failed, the items cancelled (the job was cancelled first) and those
+     * expired (its completion window ended first); failed - cancelled -
+     * expired is the items that failed of their own.
+     * </pre>
+     *
+     * <code>int64 cancelled = 14 [json_name = "cancelled"];</code>
+     * @return The cancelled.
+     */
+    @java.lang.Override
+    public long getCancelled() {
+      return cancelled_;
+    }
+    /**
+     * <pre>
+     * Of failed, the items cancelled (the job was cancelled first) and those
+     * expired (its completion window ended first); failed - cancelled -
+     * expired is the items that failed of their own.
+     * </pre>
+     *
+     * <code>int64 cancelled = 14 [json_name = "cancelled"];</code>
+     * @param value The cancelled to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCancelled(long value) {
+      
+      cancelled_ = value;
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Of failed, the items cancelled (the job was cancelled first) and those
+     * expired (its completion window ended first); failed - cancelled -
+     * expired is the items that failed of their own.
+     * </pre>
+     *
+     * <code>int64 cancelled = 14 [json_name = "cancelled"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearCancelled() {
+      bitField0_ = (bitField0_ & ~0x00002000);
+      cancelled_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private long expired_ ;
+    /**
+     * <code>int64 expired = 15 [json_name = "expired"];</code>
+     * @return The expired.
+     */
+    @java.lang.Override
+    public long getExpired() {
+      return expired_;
+    }
+    /**
+     * <code>int64 expired = 15 [json_name = "expired"];</code>
+     * @param value The expired to set.
+     * @return This builder for chaining.
+     */
+    public Builder setExpired(long value) {
+      
+      expired_ = value;
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <code>int64 expired = 15 [json_name = "expired"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearExpired() {
+      bitField0_ = (bitField0_ & ~0x00004000);
+      expired_ = 0L;
       onChanged();
       return this;
     }

@@ -138,4 +138,22 @@ public interface JobStatsOrBuilder extends
    * @return The savingUsd.
    */
   double getSavingUsd();
+
+  /**
+   * <pre>
+   * Of failed, the items cancelled (the job was cancelled first) and those
+   * expired (its completion window ended first); failed - cancelled -
+   * expired is the items that failed of their own.
+   * </pre>
+   *
+   * <code>int64 cancelled = 14 [json_name = "cancelled"];</code>
+   * @return The cancelled.
+   */
+  long getCancelled();
+
+  /**
+   * <code>int64 expired = 15 [json_name = "expired"];</code>
+   * @return The expired.
+   */
+  long getExpired();
 }
