@@ -28,6 +28,19 @@ type runCtx struct {
 	after    []*runAfter
 	used     bool        // AfterFunc or Done was called: not reusable
 	expiry   *time.Timer // the attempt timeout; made once
+	// armed: the expiry timer bounds the current attempt; it is cleared
+	// when the attempt ends, so that a firing that comes late ends
+	// nothing. gen counts the arms, so that a firing of an earlier one is
+	// told apart.
+	armed bool
+	gen   uint64
+	// A streamed attempt's timeouts (expireStream): the timer bounds the
+	// wait for the first delta of stream, then each silence after it by
+	// idle. cause is why the timer ended the context (errAttemptTimeout,
+	// errStreamIdle), nil if it did not.
+	stream *streamState
+	idle   time.Duration
+	cause  error
 }
 
 type runAfter struct {
@@ -37,7 +50,7 @@ type runAfter struct {
 
 func newRunCtx() *runCtx {
 	c := new(runCtx)
-	c.expiry = time.AfterFunc(math.MaxInt64, func() { c.end(context.DeadlineExceeded) })
+	c.expiry = time.AfterFunc(math.MaxInt64, c.expire)
 	c.expiry.Stop()
 	return c
 }
@@ -99,8 +112,70 @@ func (c *runCtx) AfterFunc(f func()) func() bool {
 func (c *runCtx) expireAfter(d time.Duration) {
 	c.mu.Lock()
 	c.deadline = time.Now().Add(d)
-	c.mu.Unlock()
+	c.armLocked(nil, 0)
 	c.expiry.Reset(d)
+	c.mu.Unlock()
+}
+
+// expireStream makes the context end with DeadlineExceeded when s has
+// had no delta within timeout, or, after its first, none for idle (the
+// first delta calls streamStarted). It sets no deadline: the timeout
+// bounds the wait for the first delta, not the answer.
+func (c *runCtx) expireStream(timeout time.Duration, s *streamState, idle time.Duration) {
+	c.mu.Lock()
+	c.armLocked(s, idle)
+	c.expiry.Reset(timeout)
+	c.mu.Unlock()
+}
+
+func (c *runCtx) armLocked(s *streamState, idle time.Duration) {
+	c.armed, c.stream, c.idle, c.cause = true, s, idle, nil
+	c.gen++
+}
+
+// streamStarted re-arms a streamed attempt's timer for the idle timeout,
+// at its first delta.
+func (c *runCtx) streamStarted() {
+	c.mu.Lock()
+	if c.armed && c.stream != nil {
+		c.expiry.Reset(c.idle)
+	}
+	c.mu.Unlock()
+}
+
+// expire is the timer's: it ends the context, unless the attempt ended
+// meanwhile or its stream had a delta within the idle timeout, in which
+// case it waits for the rest.
+func (c *runCtx) expire() {
+	c.mu.Lock()
+	s, idle, gen := c.stream, c.idle, c.gen
+	c.mu.Unlock()
+	var cause error
+	var left time.Duration
+	if s != nil { // s's lock is never taken with c's
+		s.mu.Lock()
+		started, last := s.started, s.lastAt
+		s.mu.Unlock()
+		if !started {
+			cause = errAttemptTimeout
+		} else if left = idle - time.Since(last); left <= 0 {
+			cause = errStreamIdle
+		}
+	}
+	c.mu.Lock()
+	switch {
+	case !c.armed || c.gen != gen:
+		c.mu.Unlock()
+	case left > 0:
+		c.expiry.Reset(left)
+		c.mu.Unlock()
+	default:
+		c.armed = false
+		if c.err == nil { // not cancelled first
+			c.cause = cause
+		}
+		c.endAndUnlock(context.DeadlineExceeded)
+	}
 }
 
 // stopExpiry stops the attempt timeout and reports whether it had fired.
@@ -108,13 +183,30 @@ func (c *runCtx) stopExpiry() bool {
 	c.expiry.Stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.armed, c.stream = false, nil
 	return errors.Is(c.err, context.DeadlineExceeded)
+}
+
+// stopStream stops a streamed attempt's timer and returns why it ended
+// the context (errAttemptTimeout, errStreamIdle), or nil if it did not.
+func (c *runCtx) stopStream() error {
+	c.expiry.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed, c.stream = false, nil
+	return c.cause
 }
 
 func (c *runCtx) cancel() { c.end(context.Canceled) }
 
 func (c *runCtx) end(err error) {
 	c.mu.Lock()
+	c.endAndUnlock(err)
+}
+
+// endAndUnlock ends the context with err, unless it has ended, and
+// releases c.mu, which the caller holds.
+func (c *runCtx) endAndUnlock(err error) {
 	if c.err != nil {
 		c.mu.Unlock()
 		return
@@ -146,6 +238,7 @@ func (c *runCtx) reset() bool {
 	c.expiry.Stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.armed, c.stream, c.cause = false, nil, nil
 	if c.used {
 		return false
 	}

@@ -166,7 +166,7 @@ type streamState struct {
 	text    strings.Builder // the answer's text so far
 	refusal strings.Builder // its refusal so far
 	tools   []toolAcc       // its tool calls so far, by index
-	onFirst func()          // switches the attempt timeout to the idle timeout, at the first delta
+	onFirst *runCtx         // its timer switches from the attempt timeout to the idle timeout at the first delta
 }
 
 func newStreamState(c *Call) *streamState {
@@ -247,7 +247,7 @@ func (s *streamState) WriteDelta(d *Delta) error {
 	s.mu.Unlock()
 	if first {
 		if onFirst != nil {
-			onFirst()
+			onFirst.streamStarted()
 		}
 		if c.span != nil && c.span.IsRecording() {
 			c.span.AddEvent("gen_ai.first_token", trace.WithTimestamp(now), trace.WithAttributes(
@@ -283,9 +283,9 @@ func (s *streamState) hasStarted() bool {
 	return s.started
 }
 
-// setOnFirst sets what the first delta runs (the attempt timeout becomes
-// the idle timeout), unless it already came.
-func (s *streamState) setOnFirst(f func()) {
+// setOnFirst sets the run context whose timer the first delta switches
+// from the attempt timeout to the idle timeout, unless it already came.
+func (s *streamState) setOnFirst(f *runCtx) {
 	s.mu.Lock()
 	if !s.started {
 		s.onFirst = f

@@ -382,3 +382,71 @@ func TestJoinDeltas(t *testing.T) {
 		t.Fatalf("no delta: %+v", none)
 	}
 }
+
+// TestStreamTimeouts: a streamed attempt's timer (the run context's)
+// bounds the wait for the first delta by the attempt timeout, an attempt
+// timeout as any other, and after it each silence by the idle timeout:
+// deltas that keep coming within it go on past both, and a stall ends the
+// request partial with ErrStreamStalled. Either way the upstream call's
+// context ends.
+func TestStreamTimeouts(t *testing.T) {
+	timeouts := withBackend("be", func(c *BackendConfig) {
+		c.AttemptTimeout, c.StreamIdleTimeout = time.Second, 2*time.Second
+	})
+	t.Run("no first delta", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			be := &fakeStreamer{words: []string{"a"}, step: make(chan struct{})}
+			b := newTest(t, be, 1, BatchConfig{MinBatchSize: 1}, timeouts)
+			c := submit(t, b, streamReq("s"))
+			<-c.Done()
+			r := c.Result()
+			if ClassOf(r.Err) != ClassTimeout || !strings.Contains(r.Err.Error(), "attempt timeout of 1s") || r.Partial || r.Attempts < 2 {
+				t.Fatalf("result %+v: want attempt timeouts, retried, not partial", r)
+			}
+			synctest.Wait()
+			be.mu.Lock()
+			defer be.mu.Unlock()
+			if len(be.ctxEnded) != int(r.Attempts) {
+				t.Fatalf("%d Stream calls ended, want one for each of %d attempts", len(be.ctxEnded), r.Attempts)
+			}
+			for _, err := range be.ctxEnded {
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("a Stream call's context ended with %v, want the attempt timeout", err)
+				}
+			}
+		})
+	})
+	t.Run("deltas within the idle timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			be := &fakeStreamer{words: []string{"a", "b", "c", "d"}, step: make(chan struct{})}
+			b := newTest(t, be, 1, BatchConfig{MinBatchSize: 1}, timeouts)
+			c := submit(t, b, streamReq("s"))
+			for range be.words {
+				time.Sleep(1500 * time.Millisecond) // past the attempt timeout after the first
+				be.step <- struct{}{}
+			}
+			ds := readAll(t, c)
+			if r := c.Result(); r.Err != nil || joinText(ds) != "abcd" {
+				t.Fatalf("result %+v, deltas %q: want abcd", r, joinText(ds))
+			}
+		})
+	})
+	t.Run("stall", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			be := &fakeStreamer{words: []string{"a", "b"}, step: make(chan struct{})}
+			b := newTest(t, be, 1, BatchConfig{MinBatchSize: 1}, timeouts)
+			c := submit(t, b, streamReq("s"))
+			time.Sleep(500 * time.Millisecond)
+			be.step <- struct{}{}
+			last := time.Now()
+			<-c.Done()
+			r := c.Result()
+			if !errors.Is(r.Err, ErrStreamStalled) || ClassOf(r.Err) != ClassTimeout || !r.Partial || r.Text != "a" {
+				t.Fatalf("result %+v: want a stall after a", r)
+			}
+			if d := time.Since(last); d != 2*time.Second {
+				t.Fatalf("ended %v after the last delta, want the idle timeout of 2s", d)
+			}
+		})
+	})
+}

@@ -38,9 +38,11 @@ func (d streamBackend) Dispatch(ctx context.Context, b *Batch, out []Response) e
 
 // dispatchStream is attemptTimeout for a streamed batch: the timeout
 // bounds the wait for the first delta; after it, the idle timeout bounds
-// each silence between deltas. One timer serves both: the first delta
-// re-arms it for the idle timeout, and when it fires it looks at the last
-// delta's time and re-arms for the rest, so a delta costs no timer call.
+// each silence between deltas. The run's context and its pooled timer
+// serve both (runCtx.expireStream): the first delta re-arms the timer for
+// the idle timeout, and when it fires it looks at the last delta's time
+// and re-arms for the rest, so a delta costs no timer call, and an attempt
+// no context or timer of its own.
 func (d attemptTimeout) dispatchStream(ctx context.Context, b *Batch, out []Response) error {
 	s := b.stream
 	timeout := d.timeoutFor(b, time.Now())
@@ -48,29 +50,14 @@ func (d attemptTimeout) dispatchStream(ctx context.Context, b *Batch, out []Resp
 	if idle <= 0 {
 		idle = DefaultStreamIdleTimeout
 	}
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var t *time.Timer
-	t = time.AfterFunc(timeout, func() {
-		s.mu.Lock()
-		started, last := s.started, s.lastAt
-		s.mu.Unlock()
-		if !started {
-			cancel(errAttemptTimeout)
-			return
-		}
-		if left := idle - time.Since(last); left > 0 {
-			t.Reset(left)
-			return
-		}
-		cancel(errStreamIdle)
-	})
-	s.setOnFirst(func() { t.Reset(idle) })
-	err := d.next.Dispatch(actx, b, out)
-	t.Stop()
+	rc := b.run.ctx // ctx, or its ancestor: a batch makes one attempt
+	rc.expireStream(timeout, s, idle)
+	s.setOnFirst(rc)
+	err := d.next.Dispatch(ctx, b, out)
+	cause := rc.stopStream()
 	s.setOnFirst(nil)
-	if err != nil && ctx.Err() == nil {
-		switch cause := context.Cause(actx); {
+	if err != nil {
+		switch {
 		case errors.Is(cause, errAttemptTimeout):
 			err = attemptTimedOut(timeout, err)
 			out[0].Err = err
