@@ -47,7 +47,9 @@ func minimalCompletion(id string) *batcherv1.Completion {
 // shapedReply is the shaped echo's answer and the messages it points to in
 // one allocation, the way the server builds Batcher's
 // (server/translate.go), so that the shaped echo pays no more per answer
-// than Batcher does.
+// than Batcher does. On a stream it comes from shapedReplies and goes back
+// cleared once sent, as the server recycles a stream's Completions
+// (server/stream.go); a unary answer is allocated, as Submit's is.
 type shapedReply struct {
 	unary  batcherv1.SubmitResponse
 	stream batcherv1.SubmitStreamResponse
@@ -58,6 +60,8 @@ type shapedReply struct {
 	u      batcherv1.Usage
 	text   batcherv1.Completion_Text
 }
+
+var shapedReplies = sync.Pool{New: func() any { return new(shapedReply) }}
 
 // fill fills m's Completion for the request id from the template t.
 func (m *shapedReply) fill(t *batcherv1.Completion, id string) *batcherv1.Completion {
@@ -104,17 +108,24 @@ func (e *echoServer) SubmitStream(s batcherv1.BatcherService_SubmitStreamServer)
 		if r == nil {
 			continue
 		}
-		var out *batcherv1.SubmitStreamResponse
+		var (
+			out *batcherv1.SubmitStreamResponse
+			m   *shapedReply
+		)
 		if e.template == nil {
 			out = &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Completion{Completion: minimalCompletion(r.GetId())}}
 		} else {
-			m := new(shapedReply)
+			m = shapedReplies.Get().(*shapedReply)
 			m.kind.Completion = m.fill(e.template, r.GetId())
 			m.stream.Kind = &m.kind
 			out = &m.stream
 		}
 		if err := s.Send(out); err != nil {
 			return err
+		}
+		if m != nil {
+			*m = shapedReply{}
+			shapedReplies.Put(m)
 		}
 	}
 }
