@@ -37,7 +37,7 @@ func BenchmarkMetricsRecording(b *testing.B) {
 			c := &Call{req: req, b: bt, rc: rc}
 			res := &Result{Backend: "be", Usage: Usage{PromptTokens: 10, CompletionTokens: 20},
 				Timings: Timings{BatchWait: time.Millisecond, Queued: 2 * time.Millisecond, Total: 30 * time.Millisecond}}
-			run := &batchRun{be: rc.targets[0].be, batch: Batch{Route: "m"}}
+			run := &batchRun{be: rc.targets[0].be, lane: &lane{route: rc}, batch: Batch{Route: "m"}} // dispatched reads the lane's route and target
 			used := cost{requests: 1, tokens: 480}
 			out := make([]Response, 16)
 			for i := range out {
