@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/batcherhq/batcher/internal/stack"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -134,6 +135,9 @@ func (l *lane) newRun(pm *permit, now time.Time) *batchRun {
 func (s *backendState) worker(wg *sync.WaitGroup) {
 	defer wg.Done()
 	for r := range s.work {
+		// An idle worker's stack shrinks at each GC, and a dispatch goes
+		// deep (the backend's HTTP client): grow it in one step first.
+		stack.Grow()
 		r.run()
 	}
 }

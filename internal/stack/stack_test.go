@@ -1,0 +1,22 @@
+package stack
+
+import "testing"
+
+// TestGrow: Grow runs on a fresh goroutine's small stack and on a grown
+// one (the runtime grows the stack in its prologue).
+func TestGrow(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Grow()
+		Grow()
+	}()
+	<-done
+}
+
+func BenchmarkGrowGrown(b *testing.B) {
+	Grow()
+	for b.Loop() {
+		Grow()
+	}
+}
