@@ -184,12 +184,14 @@ type Request struct {
 	// Route names the configured route (the model callers ask for).
 	Route    string
 	Priority Priority
-	Input    Input
-	Params   Params
+	// Dedup is beside Priority, whose padding it uses: the Request stays
+	// within 256 bytes (TestRequestSize).
+	Dedup  Dedup
+	Input  Input
+	Params Params
 	// Timeout, when positive, bounds the request's life from admission.
 	Timeout  time.Duration
 	Metadata map[string]string
-	Dedup    Dedup
 	// Sink, when set, receives the request's progress events and its
 	// terminal EventDone.
 	Sink EventSink

@@ -231,13 +231,13 @@ func TestCallSize(t *testing.T) {
 
 // TestRequestSize holds what every queued request carries beside its Call
 // (BenchmarkQueuedMemory): Params with the rich parameters behind one
-// pointer (Params.Rich, as Request.Chat), the Request within the 288-byte
+// pointer (Params.Rich, as Request.Chat), the Request within the 256-byte
 // size class.
 func TestRequestSize(t *testing.T) {
 	if n := unsafe.Sizeof(Params{}); n > 64 {
 		t.Errorf("Params are %d bytes, want at most 64: a parameter only some requests set goes in RichParams", n)
 	}
-	if n := unsafe.Sizeof(Request{}); n > 288 {
-		t.Errorf("a Request is %d bytes, want at most 288", n)
+	if n := unsafe.Sizeof(Request{}); n > 256 {
+		t.Errorf("a Request is %d bytes, want at most 256", n)
 	}
 }
