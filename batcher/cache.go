@@ -238,7 +238,7 @@ func (b *Batcher) cacheHit(c *Call, now time.Time, hold *tenantHold) bool {
 // so that a hit spends no budget: the backends' and the fleet's are only
 // spent at dispatch, which a hit never reaches.
 func (b *Batcher) serveHit(c *Call, r *Result, now time.Time) bool {
-	if !now.Before(c.deadline) {
+	if b.clock.monoOf(now) >= c.deadline {
 		return c.finish(Result{Err: ErrDeadline}, now)
 	}
 	res := *r
@@ -250,7 +250,7 @@ func (b *Batcher) serveHit(c *Call, r *Result, now time.Time) bool {
 // path, then serves the hit or queues c as Submit would have.
 func (b *Batcher) cacheFetch(c *Call, hold tenantHold) {
 	defer b.fetches.Done()
-	ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), c.deadlineTime())
 	r, ok := b.cfg.cache.Fetch(ctx, c.cache)
 	cancel()
 	now := time.Now()
@@ -263,7 +263,7 @@ func (b *Batcher) cacheFetch(c *Call, hold tenantHold) {
 	if !c.pending() {
 		return // cancelled, or its deadline passed, while it looked
 	}
-	if !now.Before(c.deadline) {
+	if b.clock.monoOf(now) >= c.deadline {
 		c.finish(Result{Err: ErrDeadline}, now)
 		return
 	}

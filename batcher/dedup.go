@@ -63,7 +63,7 @@ func (t *dedupTable) join(c *Call, key laneKey) bool {
 		c.group = g
 		g.followers = append(g.followers, c)
 		c.timer = time.AfterFunc(math.MaxInt64, func() { c.finish(Result{Err: ErrDeadline}, time.Now()) })
-		c.timer.Reset(time.Until(c.deadline))
+		c.timer.Reset(time.Until(c.deadlineTime()))
 		return true
 	}
 	if t.groups == nil {

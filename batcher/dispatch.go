@@ -233,18 +233,18 @@ func (r *batchRun) prepare() (context.Context, time.Time) {
 	if r.b.tracer != nil {
 		ctx = r.startSpan(ctx, r.live)
 	}
-	start := r.b.clock.now()
-	var last time.Time
+	k := r.b.clock
+	start := k.now()
+	formedM, startM := k.monoOf(r.formed), k.monoOf(start)
+	last := mono(math.MinInt64)
 	r.setViews()
 	for _, c := range r.live {
 		if !c.dispatched {
 			c.dispatched = true
-			c.batchWait, c.queuedFor = r.formed.Sub(c.admitted), start.Sub(c.admitted)
+			c.batchWait, c.queuedFor = time.Duration(formedM-c.admitted), time.Duration(startM-c.admitted)
 		}
 		c.attempts++
-		if c.deadline.After(last) {
-			last = c.deadline
-		}
+		last = max(last, c.deadline)
 		c.dispatchEvent(r, start)
 		if c.progress {
 			v := r.viewOf(c)
@@ -252,7 +252,10 @@ func (r *batchRun) prepare() (context.Context, time.Time) {
 			c.emit(Event{Kind: EventDispatched, Time: start, BatchID: v.id, Attempt: int(c.attempts), Backend: r.be.name})
 		}
 	}
-	r.batch.deadline = last
+	r.batch.deadline = time.Time{}
+	if len(r.live) > 0 {
+		r.batch.deadline = k.time(last)
+	}
 	r.batch.verdict, r.pm.done = r.pm.done, nil
 	return ctx, start
 }
@@ -350,7 +353,7 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 		if e == nil && err != nil && resp.empty() {
 			e = err
 		}
-		if e != nil && !end.Before(c.deadline) {
+		if e != nil && b.clock.monoOf(end) >= c.deadline {
 			e = ErrDeadline // the batch context ran out with the request's time
 		}
 		if e != nil && c.retryable() && (b.retryLater(c, r, e, end) || b.fallBack(c, r, e, end)) {
@@ -366,7 +369,7 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 		// Written in place, into Do's slot for Do's call.
 		if res := c.decide(); res != nil {
 			r.result(res, c, resp, e)
-			res.Timings.Total = end.Sub(c.admitted)
+			res.Timings.Total = c.since(end)
 			c.ended(res, end, true, nil)
 		}
 	}
@@ -432,7 +435,7 @@ func (r *batchRun) failOver(err error) {
 	now := time.Now()
 	for _, c := range r.live {
 		next := int(c.target) + 1
-		if next < len(c.rc.targets) && now.Before(c.deadline) && c.run.CompareAndSwap(r, nil) {
+		if next < len(c.rc.targets) && r.b.clock.monoOf(now) < c.deadline && c.run.CompareAndSwap(r, nil) {
 			c.target = uint8(next)
 			c.retries, c.unknownRetries = 0, 0
 			r.be.stats.fallbacks.Add(1)

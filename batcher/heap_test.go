@@ -12,13 +12,13 @@ import (
 // left are exactly those not taken out.
 func TestDeadlineHeap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	base := time.Now()
+	base := mono(time.Now().UnixNano())
 	for round := range 200 {
 		var h deadlineHeap
 		in := map[*Call]bool{}
 		n := 1 + rng.IntN(600)
 		for range n {
-			c := &Call{deadline: base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)}
+			c := &Call{deadline: base + mono(time.Duration(rng.IntN(1000))*time.Millisecond)}
 			h.push(c)
 			in[c] = true
 		}

@@ -85,8 +85,11 @@ type lane struct {
 	// Atomics, each with one writer named.
 	nudged atomic.Bool // a wake-up is pending in trigger: producers set, owner clears
 	// sleepUntil is when the owner's timer wakes it while it sleeps with
-	// calls queued (unix ns), 0 while it is awake or idle: written by the
-	// owner, read by producers to skip nudges it does not need.
+	// calls queued, 0 while it is awake or idle: written by the owner,
+	// read by producers to skip nudges it does not need. It is a mono on
+	// the Batcher's clock, as the calls' due times and deadlines it is
+	// compared with: all three on the monotonic clock, so that a step of
+	// the wall clock cannot set them apart.
 	sleepUntil atomic.Int64
 	size       atomic.Int32 // calls queued or in the inbox: producers add, owner subtracts
 	partials   atomic.Int32 // small batches in flight: owner adds, workers subtract
@@ -111,7 +114,7 @@ type lane struct {
 	grantsSeen  uint32                 // grants received (msgGrant), sent with each ask
 	onlyFlushed bool                   // the next cut takes flushed calls only
 	lates       int                    // queued calls marked late (see earliestDue)
-	lateDue     time.Time              // no later than the earliest due of those, while any
+	lateDue     mono                   // no later than the earliest due of those, while any
 	flushOf     map[*Call][]*flushWait // flushes waiting on a queued call
 	timer       *time.Timer
 	wake        time.Time // when the timer is armed for while calls are queued; zero otherwise
@@ -174,7 +177,7 @@ func (l *lane) send(m msg) bool {
 // the inbox it is the owner's: it may be batched, delivered and (Do's)
 // reused at once, so push reads what it needs of c before.
 func (l *lane) push(c *Call) bool {
-	due, deadline := c.due().UnixNano(), c.deadline.UnixNano()
+	due, deadline := int64(c.due()), int64(c.deadline)
 	p := c.prio
 	l.inMu.Lock()
 	if l.closed {
@@ -196,7 +199,7 @@ func (l *lane) push(c *Call) bool {
 }
 
 // wakeFor reports whether a push of a call due at due with the given
-// deadline (unix ns), making size calls queued or on their way, needs the
+// deadline (monos), making size calls queued or on their way, needs the
 // owner now. A sleeping owner with calls queued wakes at its timer anyway
 // and reads the inbox then; it needs waking only when the call is due, or
 // its deadline passes, before that, or the call completes a batch. A nudge

@@ -29,17 +29,17 @@ func (l *lane) trim() {
 
 // rank orders calls for dispatch: lower goes first. A call climbs one
 // priority for every aging step it has waited; flushed calls go first.
-func (l *lane) rank(c *Call, q int, now time.Time) time.Duration {
+func (l *lane) rank(c *Call, q int, now mono) time.Duration {
 	if q == qFlushed {
 		return math.MinInt64
 	}
-	return time.Duration(q-1)*l.b.cfg.agingStep - now.Sub(c.admitted)
+	return time.Duration(q-1)*l.b.cfg.agingStep - time.Duration(now-c.admitted)
 }
 
 // before reports whether a goes before b at the same level: the smaller
 // virtual finish time, then the earlier admission.
 func before(a, b *Call) bool {
-	return a.tag < b.tag || (a.tag == b.tag && a.admitted.Before(b.admitted))
+	return a.tag < b.tag || (a.tag == b.tag && a.admitted < b.admitted)
 }
 
 // best trims the flows and returns the queued call that goes first and its
@@ -48,12 +48,13 @@ func (l *lane) best(now time.Time) (*Call, Priority) {
 	l.trim()
 	var best *Call
 	var bestRank time.Duration
+	nowM := l.b.clock.monoOf(now)
 	for q := range l.queues {
 		c := l.queues[q].head()
 		if c == nil {
 			continue
 		}
-		if r := l.rank(c, q, now); best == nil || r < bestRank || (r == bestRank && c.admitted.Before(best.admitted)) {
+		if r := l.rank(c, q, nowM); best == nil || r < bestRank || (r == bestRank && c.admitted < best.admitted) {
 			best, bestRank = c, r
 		}
 	}
@@ -66,11 +67,11 @@ func (l *lane) best(now time.Time) (*Call, Priority) {
 // calls admitted after them (back from a retry or a fallback), which
 // lateDue covers while any is queued. It may be earlier than the late
 // calls still queued (it is kept, not recomputed, as they leave): the
-// lane then sends sooner than it must, never later.
-func (l *lane) earliestDue() time.Time {
-	var due time.Time
+// lane then sends sooner than it must, never later. With no such call
+// (only flushed calls queued) ok is false: the lane must send now.
+func (l *lane) earliestDue() (due mono, ok bool) {
 	if l.lates > 0 {
-		due = l.lateDue
+		due, ok = l.lateDue, true
 	}
 	for q := 1; q < numQueues; q++ {
 		for _, f := range l.queues[q].flows {
@@ -78,12 +79,18 @@ func (l *lane) earliestDue() time.Time {
 			if c == nil {
 				continue
 			}
-			if d := c.due(); due.IsZero() || d.Before(due) {
-				due = d
+			if d := c.due(); !ok || d < due {
+				due, ok = d, true
 			}
 		}
 	}
-	return due
+	return due, ok
+}
+
+// dueBy reports whether the lane must send by now (earliestDue).
+func (l *lane) dueBy(now mono) bool {
+	due, ok := l.earliestDue()
+	return !ok || due <= now
 }
 
 // order visits queued calls best first, while visit says yes: across
@@ -92,6 +99,7 @@ func (l *lane) earliestDue() time.Time {
 // many entries it passed (tombstones included), so that a cut can pop
 // exactly those.
 func (l *lane) order(now time.Time, visit func(c *Call) bool) {
+	nowM := l.b.clock.monoOf(now)
 	var only *flow // the one flow with entries, when only one has any
 	many := false
 	for q := range l.queues {
@@ -135,7 +143,7 @@ func (l *lane) order(now time.Time, visit func(c *Call) bool) {
 			if head == nil {
 				continue
 			}
-			if r := l.rank(head, q, now); best == nil || r < bestRank || (r == bestRank && head.admitted.Before(best.admitted)) {
+			if r := l.rank(head, q, nowM); best == nil || r < bestRank || (r == bestRank && head.admitted < best.admitted) {
 				best, bestF, bestRank = head, headF, r
 			}
 		}

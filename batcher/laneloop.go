@@ -1,6 +1,7 @@
 package batcher
 
 import (
+	"cmp"
 	"errors"
 	"runtime"
 	"slices"
@@ -29,7 +30,7 @@ func (l *lane) loop() {
 			// Asleep until wake: pushes that can wait for it stop nudging.
 			// A push that came in before the store saw 0 and nudged; one
 			// after it sees wake. One in between is caught here.
-			l.sleepUntil.Store(l.wake.UnixNano())
+			l.sleepUntil.Store(max(int64(l.b.clock.monoOf(l.wake)), 1)) // 0 means awake
 			l.inMu.Lock()
 			more := len(l.inbox) > 0
 			l.inMu.Unlock()
@@ -59,10 +60,12 @@ func (l *lane) step() (exit bool) {
 	}
 	var next time.Time
 	if len(l.heap) > 0 {
-		next = l.heap[0].deadline
+		next = l.b.clock.time(l.heap[0].deadline)
 		if !waiting {
-			if due := l.earliestDue(); due.Before(next) {
-				next = due
+			if due, ok := l.earliestDue(); !ok {
+				next = time.Time{} // only flushed calls: due now
+			} else if due < l.heap[0].deadline {
+				next = l.b.clock.time(due)
 			}
 		}
 	}
@@ -90,7 +93,8 @@ func (l *lane) expire(now time.Time) {
 			l.end(l.heap[0], ErrShutdown)
 		}
 	}
-	for len(l.heap) > 0 && !l.heap[0].deadline.After(now) {
+	nowM := l.b.clock.monoOf(now)
+	for len(l.heap) > 0 && l.heap[0].deadline <= nowM {
 		l.end(l.heap[0], ErrDeadline)
 	}
 }
@@ -100,12 +104,13 @@ func (l *lane) expire(now time.Time) {
 func (l *lane) sendDue(now time.Time, closing bool) (waiting bool) {
 	bc := l.bc
 	yielded := false
+	nowM := l.b.clock.monoOf(now)
 	for len(l.heap) > 0 {
 		head, headP := l.best(now)
 		send := closing ||
 			len(l.heap) >= bc.MaxBatchSize ||
 			(bc.MaxBatchTokens > 0 && l.tokens >= bc.MaxBatchTokens) ||
-			!l.earliestDue().After(now)
+			l.dueBy(nowM)
 		// A flush alone sends only the flushed calls: the others keep
 		// waiting for their own triggers, so that one caller's flushes do
 		// not cut other callers' batches short.
@@ -151,7 +156,7 @@ func (l *lane) sendDue(now time.Time, closing bool) (waiting bool) {
 // a refusal that moved the queued calls on), so that the lane looks again,
 // and false while the lane waits for it.
 func (l *lane) acquire(now time.Time, head *Call, headP Priority) (again bool) {
-	w := waiter{l: l, p: headP, since: head.admitted, cost: l.plan(now), seen: l.grantsSeen}
+	w := waiter{l: l, p: headP, since: l.b.clock.time(head.admitted), cost: l.plan(now), seen: l.grantsSeen}
 	if l.asked && w == l.askedAs {
 		return false // asked already; the answer comes as a message
 	}
@@ -235,11 +240,11 @@ func (l *lane) handle(m *msg) {
 		}
 		p := c.prio
 		c.qidx = uint8(p.level() + 1)
-		if ahead := l.queues[c.qidx].push(l, c); ahead != nil && c.admitted.Before(ahead.admitted) {
+		if ahead := l.queues[c.qidx].push(l, c); ahead != nil && c.admitted < ahead.admitted {
 			// Back from a retry or a fallback: due before calls queued
 			// ahead of it, where earliestDue does not look.
 			c.late = true
-			if due := c.due(); l.lates == 0 || due.Before(l.lateDue) {
+			if due := c.due(); l.lates == 0 || due < l.lateDue {
 				l.lateDue = due
 			}
 			l.lates++
@@ -278,7 +283,7 @@ func (l *lane) handle(m *msg) {
 			}
 		}
 		// In admission order, so that a flushed batch keeps it.
-		slices.SortFunc(calls, func(a, b *Call) int { return a.admitted.Compare(b.admitted) })
+		slices.SortFunc(calls, func(a, b *Call) int { return cmp.Compare(a.admitted, b.admitted) })
 		for _, c := range calls {
 			l.markFlushed(c, fw)
 		}
@@ -297,8 +302,8 @@ func (l *lane) refused(err error, now time.Time) {
 		l.failover(func(*Call) bool { return true }, err)
 		return
 	}
-	limit := now.Add(be.Wait)
-	l.failover(func(c *Call) bool { return c.deadline.Before(limit) }, err)
+	limit := l.b.clock.monoOf(now.Add(be.Wait))
+	l.failover(func(c *Call) bool { return c.deadline < limit }, err)
 }
 
 // holds reports whether c is in l's heap. Only the owner of the lane that

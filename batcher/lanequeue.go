@@ -60,7 +60,7 @@ func (q *fifo) pop() {
 // interface calls.
 type deadlineHeap []*Call
 
-func (h deadlineHeap) less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h deadlineHeap) less(i, j int) bool { return h[i].deadline < h[j].deadline }
 
 func (h deadlineHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]

@@ -221,7 +221,7 @@ func (b *Batcher) retryLater(c *Call, r *batchRun, err error, now time.Time) boo
 		return false // abort's sweep of b.retrying may be over: end with the error
 	}
 	delay := max(p.backoff(int(c.retries)), retryAfter(err))
-	if !now.Add(delay+leastAttempt(be.cfg.AttemptTimeout)).Before(c.deadline) || !be.retry.allow(now) {
+	if b.clock.monoOf(now.Add(delay+leastAttempt(be.cfg.AttemptTimeout))) >= c.deadline || !be.retry.allow(now) {
 		return false
 	}
 	if !c.run.CompareAndSwap(r, nil) {
@@ -251,7 +251,8 @@ func (b *Batcher) fallBack(c *Call, r *batchRun, err error, now time.Time) bool 
 		return false
 	}
 	next := int(c.target) + 1
-	if next >= len(c.rc.targets) || !now.Add(leastAttempt(c.rc.targets[next].be.cfg.AttemptTimeout)).Before(c.deadline) || !c.run.CompareAndSwap(r, nil) {
+	if next >= len(c.rc.targets) || c.b.clock.monoOf(now.Add(leastAttempt(c.rc.targets[next].be.cfg.AttemptTimeout))) >= c.deadline ||
+		!c.run.CompareAndSwap(r, nil) {
 		return false
 	}
 	c.target = uint8(next)

@@ -274,12 +274,20 @@ func (w *deadlineWatch) stop() {
 // ahead.
 func (w *deadlineWatch) nextLocked(now time.Time) time.Time {
 	next := now.Add(time.Hour)
+	if len(w.calls) == 0 {
+		return next
+	}
+	k := w.calls[0].b.clock
+	nextM, found := k.monoOf(next), false
 	for _, c := range w.calls {
-		if c.pending() && c.deadline.Before(next) {
-			next = c.deadline
+		if c.pending() && c.deadline < nextM {
+			nextM, found = c.deadline, true
 		}
 	}
-	return next
+	if !found {
+		return next
+	}
+	return k.time(nextM)
 }
 
 func (w *deadlineWatch) fire() {
@@ -289,8 +297,12 @@ func (w *deadlineWatch) fire() {
 		return
 	}
 	now := time.Now()
+	var nowM mono
+	if len(w.calls) > 0 {
+		nowM = w.calls[0].b.clock.monoOf(now)
+	}
 	for _, c := range w.calls {
-		if c.pending() && !c.deadline.After(now) {
+		if c.pending() && c.deadline <= nowM {
 			c.finish(Result{Err: ErrDeadline}, now)
 		}
 	}

@@ -251,7 +251,7 @@ func (s *streamState) WriteDelta(d *Delta) error {
 		}
 		if c.span != nil && c.span.IsRecording() {
 			c.span.AddEvent("gen_ai.first_token", trace.WithTimestamp(now), trace.WithAttributes(
-				attribute.Float64("gen_ai.server.time_to_first_token", now.Sub(c.admitted).Seconds())))
+				attribute.Float64("gen_ai.server.time_to_first_token", c.since(now).Seconds())))
 		}
 	}
 	if overflow {
@@ -306,7 +306,7 @@ func (s *streamState) end(r *Result) {
 	s.closed = true
 	s.onFirst = nil
 	if s.started {
-		r.Timings.FirstToken = s.firstAt.Sub(s.c.admitted)
+		r.Timings.FirstToken = s.c.since(s.firstAt)
 	}
 	if r.Err != nil {
 		if s.started {

@@ -66,7 +66,8 @@ func (b *Batcher) submit(ctx context.Context, req *Request, slot *doSlot) (*Call
 		return nil, err
 	}
 	c := b.newCall(req, rc, ts, slot)
-	c.target, c.admitted, c.deadline, c.tokens = uint8(tg), now, deadline, tokens
+	admitted := b.clock.monoOf(now)
+	c.target, c.admitted, c.deadline, c.tokens = uint8(tg), admitted, monoAt(deadline, admitted, now), tokens
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
 	}
