@@ -151,6 +151,11 @@ func (f *submitFlags) request(prompt string) (*batcherv1.Request, error) {
 	if f.system != "" && f.op != opChat {
 		return nil, usageError("--system: only for --op chat")
 	}
+	// Checked here, not in chatOptions, which only a chat reaches: a
+	// completion or an embedding would otherwise drop them unsaid.
+	if (f.tools != "" || f.toolChoice != "" || f.jsonSchema != "") && f.op != opChat {
+		return nil, usageError("--tools, --tool-choice and --json-schema: only for --op chat, got --op %s", f.op)
+	}
 	switch f.op {
 	case opChat:
 		var turns []client.RequestOption

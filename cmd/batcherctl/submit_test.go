@@ -75,6 +75,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"submit", "-m", "x", "--op", "image", "Hi"}, `--op: must be chat, completion or embedding`},
 		{[]string{"submit", "-m", "x", "-p", "soon", "Hi"}, `--priority: must be urgent`},
 		{[]string{"submit", "-m", "x", "-o", "yaml", "Hi"}, `must be "text" or "json"`},
+		{[]string{"submit", "-m", "x", "--op", "embedding", "--tools", "t.json", "Hi"}, "--tools, --tool-choice and --json-schema: only for --op chat, got --op embedding"},
+		{[]string{"submit", "-m", "x", "--op", "completion", "--json-schema", "s.json", "Hi"}, "only for --op chat, got --op completion"},
 		{[]string{"run"}, "takes 1 argument(s), got 0"},
 		{[]string{"run", "a.jsonl", "--window", "0"}, "--window: must be at least 1"},
 		{[]string{"run", "a.jsonl", "--resume"}, "--resume: needs a results file"},

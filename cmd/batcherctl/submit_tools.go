@@ -11,9 +11,6 @@ import (
 // chatOptions reads --tools, --tool-choice and --json-schema.
 func (f *submitFlags) chatOptions() ([]client.RequestOption, error) {
 	var opts []client.RequestOption
-	if (f.tools != "" || f.jsonSchema != "") && f.op != opChat {
-		return nil, usageError("--tools and --json-schema: only for --op chat")
-	}
 	if f.toolChoice != "" && f.tools == "" {
 		return nil, usageError("--tool-choice: needs --tools")
 	}
