@@ -19,6 +19,8 @@ const (
 	MaxChatMessages     = 256
 	// MaxBackoffFactor bounds RetryOverride.Factor.
 	MaxBackoffFactor = 10
+	// MaxTimeout bounds Request.Timeout.
+	MaxTimeout = 24 * time.Hour
 )
 
 var validRoles = map[string]bool{"system": true, "user": true, "assistant": true, "tool": true, "developer": true}
@@ -142,7 +144,7 @@ func validateHandling(r *Request, rc *routeConfig) *ValidationError {
 	if r.Timeout < 0 {
 		return invalid("timeout", "must not be negative, got %v", r.Timeout)
 	}
-	if r.Timeout > 24*time.Hour {
+	if r.Timeout > MaxTimeout {
 		return invalid("timeout", "must be at most 24h, got %v", r.Timeout)
 	}
 	if len(r.Metadata) > MaxMetadataEntries {

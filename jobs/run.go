@@ -699,7 +699,10 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 	req.Route = model
 	req.Retry = r.retry(t)
 	if dl := r.job.Deadline(); !dl.IsZero() {
-		req.Timeout = max(time.Until(dl), time.Millisecond)
+		// The window bounds the job; one call is bounded by the core's
+		// limit too, or a window past 24h would fail every item as a
+		// request.timeout out of range.
+		req.Timeout = min(max(time.Until(dl), time.Millisecond), batcher.MaxTimeout)
 	}
 	return f, req, nil
 }
