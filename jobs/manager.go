@@ -10,7 +10,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"text/template"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -776,8 +775,8 @@ func (m *Manager) validateSpec(s *Spec) error {
 		if _, ok := m.route(jd.Model); !ok {
 			return bad("spec.judge.model", "unknown model %q", cut(jd.Model))
 		}
-		if _, err := template.New("judge").Parse(jd.PromptTemplate); err != nil || jd.PromptTemplate == "" {
-			return bad("spec.judge.prompt_template", "must be a Go template: %v", err)
+		if err := checkJudgeTemplate(s); err != nil {
+			return bad("spec.judge.prompt_template", "%v", err)
 		}
 	}
 	return nil

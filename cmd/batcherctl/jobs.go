@@ -246,7 +246,7 @@ in protobuf JSON with --spec (the flags then override it).`,
 	c.Flags().StringVar(&spec.Name, "name", "", "the job's name")
 	c.Flags().StringVarP(&spec.Model, "model", "m", "", "the route of lines that name no model")
 	fl := c.Flags()
-	fl.StringVar(&cf.specFile, "spec", "", "a JobSpec in protobuf JSON (run_groups, judge, limits...); the flags override it")
+	fl.StringVar(&cf.specFile, "spec", "", "a file holding a JobSpec in protobuf JSON (run_groups, judge, limits...); the flags override it")
 	fl.StringArrayVar(&cf.groups, "group", nil, "a run group: name=N[,model=M][,runs=K][,temperature=T][,next-model=M2][,delay=D][,retries=R][,retry-delay=D][,backoff=F] (repeatable)")
 	fl.StringVar(&cf.judgeModel, "judge-model", "", "the judge's model (with --judge-template)")
 	fl.StringVar(&cf.judgeTemplate, "judge-template", "", "the judge's Go template over .Input and .Runs, or @FILE")
