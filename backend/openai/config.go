@@ -162,7 +162,16 @@ type config struct {
 	base   *url.URL
 	apiKey string
 	routes map[string]bool // nil: every route
+	// eps holds the URL and URL path of each model endpoint, made once
+	// (endpoint, endpointPath); nil when BaseURL is bad.
+	eps map[string]endpointURLs
 }
+
+// endpointURLs is an endpoint's URL and its URL path.
+type endpointURLs struct{ url, path string }
+
+// modelPaths are the endpoints every call to a model goes to.
+var modelPaths = []string{"/chat/completions", "/completions", "/embeddings"}
 
 // A FieldError is a bad Config setting: the field's path in Go's words
 // (BaseURL, Headers["X-Team"], Pack.MaxItems) and why, starting with
@@ -195,6 +204,12 @@ func resolve(c Config, readKey bool) (*config, error) {
 	}
 	rc := &config{Config: c}
 	rc.base = resolveBaseURL(c.BaseURL, bad)
+	if rc.base != nil {
+		rc.eps = make(map[string]endpointURLs, len(modelPaths))
+		for _, p := range modelPaths {
+			rc.eps[p] = endpointURLs{rc.buildEndpoint(p), rc.base.Path + p}
+		}
+	}
 	rc.resolveAuth(readKey, bad, func(err error) { errs = append(errs, err) })
 	// 0 takes the default; below 0 is an error.
 	rc.Timeout = orDefault(rc.Timeout, DefaultTimeout, "Timeout", bad)
@@ -339,10 +354,22 @@ func (c *config) packs(route string) bool {
 
 // endpointPath returns the URL path of path under the base URL, without
 // host or query: what messages and logs name.
-func (c *config) endpointPath(path string) string { return c.base.Path + path }
+func (c *config) endpointPath(path string) string {
+	if e, ok := c.eps[path]; ok {
+		return e.path
+	}
+	return c.base.Path + path
+}
 
 // endpoint returns the URL of path under the base URL.
 func (c *config) endpoint(path string) string {
+	if e, ok := c.eps[path]; ok {
+		return e.url
+	}
+	return c.buildEndpoint(path)
+}
+
+func (c *config) buildEndpoint(path string) string {
 	u := *c.base
 	u.Path += path
 	return u.String()
