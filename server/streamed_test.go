@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -23,8 +22,6 @@ type streamFake struct {
 	gate      chan struct{}
 	failAfter int
 
-	mu      sync.Mutex
-	firsts  int
 	firstCh chan struct{} // one send per call's first delta
 	ended   chan error    // ctx.Err() as each Stream returns
 }
