@@ -21,7 +21,10 @@ import (
 //     batched or shared with an identical request;
 //   - the backend's Streamer writes the answer's deltas as they arrive into
 //     the call's delta buffer (streamState), which the caller drains with
-//     Call.Deltas, woken by Call.DeltasReady or its sink's DeltasReady;
+//     Call.Deltas, woken by Call.DeltasReady or its sink's DeltasReady; a
+//     caller that can pass a text delta on without waiting may take it
+//     straight from the Streamer's goroutine instead while nothing waits in
+//     the buffer (Call.SendDeltasTo, DeltaSender);
 //   - once a delta is in that buffer the caller may have read it, so the
 //     request is no longer retried or moved to a fallback: a failure ends it
 //     with the text streamed so far, marked Partial, and the error;
@@ -139,6 +142,38 @@ type DeltaNotifier interface {
 	DeltasReady(c *Call)
 }
 
+// DeltaSender is what a streamed call's reader may give the core
+// (Call.SendDeltasTo) to take text deltas straight from the Streamer's
+// goroutine: while no delta waits in the call's buffer, WriteDelta offers
+// each text or refusal delta to TrySendDelta before it buffers it, which
+// saves the delta the buffer and the reader's wake-up.
+type DeltaSender interface {
+	// TrySendDelta delivers d to the caller and reports true, or reports
+	// false at once when it cannot without waiting (the caller reads
+	// slowly, or a send of the reader's is under way); d then waits in the
+	// buffer as any other, bounded as any other. It is called with the
+	// call's buffer locked, before the call can end: it must not block,
+	// must not call the call's methods, and must not retain d. So that a
+	// delta sent straight never overtakes the ones before it, the reader
+	// holds TrySendDelta off (makes it report false) from each take of
+	// waiting deltas (Call.Deltas) to the end of their sending.
+	TrySendDelta(d *Delta) bool
+}
+
+// SendDeltasTo makes s the taker of the call's text deltas while none
+// waits in its buffer (DeltaSender), until the call ends. A call that is
+// not streamed has no deltas.
+func (c *Call) SendDeltasTo(s DeltaSender) {
+	if c.stream == nil {
+		return
+	}
+	c.stream.mu.Lock()
+	if !c.stream.closed {
+		c.stream.sender = s
+	}
+	c.stream.mu.Unlock()
+}
+
 // streamState is a streamed call's delta buffer and the answer so far.
 //
 // Ownership: every field is guarded by mu, except onFirst, which the
@@ -152,9 +187,10 @@ type streamState struct {
 	ready    chan struct{} // capacity 1: deltas wait, or the stream ended
 
 	mu      sync.Mutex
-	pending []Delta // waiting for the caller, in order
-	unread  int     // what pending counts against the limit
-	merging bool    // pending's last delta has text in tail (coalescing)
+	sender  DeltaSender // the reader's, or nil (SendDeltasTo)
+	pending []Delta     // waiting for the caller, in order
+	unread  int         // what pending counts against the limit
+	merging bool        // pending's last delta has text in tail (coalescing)
 	tail    strings.Builder
 	tailRef strings.Builder
 	closed  bool // the call has its result: nothing more is taken in
@@ -215,6 +251,9 @@ func (s *streamState) WriteDelta(d *Delta) error {
 	sz := d.size()
 	wasEmpty := len(s.pending) == 0
 	switch {
+	case wasEmpty && s.sender != nil && d.mergeable() && s.sender.TrySendDelta(d):
+		// The reader's sender took it: nothing waits, nobody to wake.
+		sz, wasEmpty = 0, false
 	case len(s.pending) >= b.cfg.streamBuffer && d.mergeable() && s.pending[len(s.pending)-1].mergeable():
 		// The reader is behind: fold the text into the last delta waiting.
 		last := &s.pending[len(s.pending)-1]
@@ -305,6 +344,7 @@ func (s *streamState) end(r *Result) {
 	}
 	s.closed = true
 	s.onFirst = nil
+	s.sender = nil
 	if s.started {
 		r.Timings.FirstToken = s.c.since(s.firstAt)
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync"
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
@@ -137,35 +138,14 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 	}
 	defer c.Cancel() // a no-op once it ended; else the caller left: close upstream
 	// The caller's leaving cancels the call at once (closing its upstream
-	// call), and the call's end wakes the loop below: it waits on that one
+	// call), and the call's end wakes the relay: it waits on that one
 	// channel, which costs a delta less than a select with ctx.Done.
 	defer context.AfterFunc(ctx, c.Cancel)()
-	ready := c.DeltasReady()
-	// A take is one delta, or a few joined: they fit on the stack.
-	var buf [4]batcher.Delta
-	ds := buf[:0]
-	for more := true; more; {
-		<-ready
-		if err := ctx.Err(); err != nil {
-			return status.FromContextError(err).Err()
-		}
-		ds, more = c.Deltas(ds[:0])
-		if len(ds) > 1 {
-			// Deltas that piled up while the last Send ran go as one
-			// message: their text is late already, and a message per
-			// token would cost the CPU that made it late.
-			ds = batcher.JoinDeltas(ds)
-		}
-		for i := range ds {
-			m := new(streamedDeltaMsg)
-			fillDelta(&m.d, req.ID, &ds[i])
-			m.k.Delta = &m.d
-			m.r.Kind = &m.k
-			if err := ss.Send(&m.r); err != nil {
-				return err
-			}
-		}
-		clear(ds)
+	snd := &streamedSender{ss: ss, id: req.ID}
+	defer snd.stop()
+	c.SendDeltasTo(snd)
+	if err := snd.relay(ctx, c); err != nil {
+		return err
 	}
 	res := c.Result()
 	end := new(streamedEndMsg)
@@ -187,4 +167,115 @@ type streamedEndMsg struct {
 	r batcherv1.SubmitStreamedResponse
 	k batcherv1.SubmitStreamedResponse_Completion
 	c completionMsg
+}
+
+// streamedSender sends a SubmitStreamed call's delta messages: the ones
+// the handler takes from the core's buffer (relay), and, as the call's
+// batcher.DeltaSender, text deltas straight from the upstream's reader
+// while nothing waits in that buffer, which saves each such delta a
+// hand-off from the reader's goroutine to the handler's.
+//
+// mu is held around every Send (gRPC allows one at a time), and by the
+// handler from each take of waiting deltas to the end of their sending,
+// so that a delta sent straight never overtakes them; TrySendDelta only
+// tries it, and never waits. A straight send never blocks either: gRPC
+// lets a stream queue its write quota (64 KiB in grpc-go) before SendMsg
+// waits for the caller to read, and TrySendDelta sends only while the
+// call's messages so far count less than straightBudget, half of it. Past
+// that, or while the handler is sending (blocked, perhaps, on a caller
+// that does not read), deltas wait in the core's bounded buffer, whose
+// coalescing and overflow bound a slow caller as before.
+type streamedSender struct {
+	ss batcherv1.BatcherService_SubmitStreamedServer
+	id string
+
+	mu      sync.Mutex
+	sent    int  // bytes of the messages sent so far, counted high (msgBytes)
+	stopped bool // the handler is returning: no Send any more
+}
+
+// straightBudget is how many bytes of a call's messages may have gone
+// before TrySendDelta stops sending straight: half of grpc-go's write
+// quota, so that a straight send never waits.
+const straightBudget = 32 << 10
+
+// TrySendDelta implements batcher.DeltaSender.
+func (s *streamedSender) TrySendDelta(d *batcher.Delta) bool {
+	if !s.mu.TryLock() {
+		return false // the handler is sending
+	}
+	defer s.mu.Unlock()
+	n := msgBytes(s.id, d)
+	if s.stopped || s.sent+n > straightBudget {
+		return false
+	}
+	s.sent += n
+	return s.send(d) == nil
+}
+
+// relay sends the deltas that wait in the call's buffer as they come,
+// until the call has its result and every delta was taken.
+func (s *streamedSender) relay(ctx context.Context, c *batcher.Call) error {
+	ready := c.DeltasReady()
+	// A take is one delta, or a few joined: they fit on the stack.
+	var buf [4]batcher.Delta
+	ds := buf[:0]
+	for more := true; more; {
+		<-ready
+		if err := ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		s.mu.Lock()
+		ds, more = c.Deltas(ds[:0])
+		if len(ds) > 1 {
+			// Deltas that piled up while the last Send ran go as one
+			// message: their text is late already, and a message per
+			// token would cost the CPU that made it late.
+			ds = batcher.JoinDeltas(ds)
+		}
+		var err error
+		for i := range ds {
+			s.sent += msgBytes(s.id, &ds[i])
+			if err = s.send(&ds[i]); err != nil {
+				break
+			}
+		}
+		s.mu.Unlock()
+		clear(ds)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send sends d as one Delta message; mu is held.
+func (s *streamedSender) send(d *batcher.Delta) error {
+	m := new(streamedDeltaMsg)
+	fillDelta(&m.d, s.id, d)
+	m.k.Delta = &m.d
+	m.r.Kind = &m.k
+	return s.ss.Send(&m.r)
+}
+
+// stop waits for a straight send under way and allows no more: gRPC
+// allows no Send once the handler has returned.
+func (s *streamedSender) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+}
+
+// msgBytes is at least what d's Delta message of request id counts against
+// the stream's write quota: its encoding and gRPC's 5-byte prefix.
+func msgBytes(id string, d *batcher.Delta) int {
+	n := 32 + len(id) + len(d.Text) + len(d.Refusal)
+	for i := range d.ToolCalls {
+		t := &d.ToolCalls[i]
+		n += 32 + len(t.ID) + len(t.Name) + len(t.Arguments)
+	}
+	if d.Usage != nil {
+		n += 48
+	}
+	return n
 }

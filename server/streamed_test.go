@@ -379,3 +379,80 @@ func TestSubmitStreamedJoinsWaitingDeltas(t *testing.T) {
 	}
 	t.Logf("%d deltas in %d messages", burst.n, msgs)
 }
+
+// readStreamed reads a SubmitStreamed RPC to its end: the deltas' text, the
+// Completion, and the RPC's error.
+func readStreamed(t *testing.T, rs batcherv1.BatcherService_SubmitStreamedClient) (text string, c *batcherv1.Completion, err error) {
+	t.Helper()
+	var b strings.Builder
+	for {
+		m, err := rs.Recv()
+		if errors.Is(err, io.EOF) {
+			return b.String(), c, nil
+		}
+		if err != nil {
+			return b.String(), c, err
+		}
+		if c != nil {
+			t.Fatalf("message after the completion: %v", m)
+		}
+		b.WriteString(m.GetDelta().GetText())
+		c = m.GetCompletion()
+	}
+}
+
+// TestSubmitStreamedStraightThenBuffered: a long answer of small deltas
+// written as fast as they come. The first go to gRPC straight from the
+// backend's goroutine (streamedSender), the rest, once the straight budget
+// is spent or while the handler sends, through the core's buffer: every
+// delta arrives once and in order, all before the Completion.
+func TestSubmitStreamedStraightThenBuffered(t *testing.T) {
+	burst := &burstStreamer{n: 3000, size: 16, ended: make(chan struct{})}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "burst", Backend: burst}),
+		batcher.WithRoute(batcher.Route{Name: "burst", Op: batcher.OpChat, Backend: "burst"}),
+	))
+	r := chatReq("b", "burst")
+	r.Model = "burst"
+	rs, err := e.client.SubmitStreamed(testCtx(t), &batcherv1.SubmitStreamedRequest{Request: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, c, err := readStreamed(t, rs)
+	var want strings.Builder
+	for i := range burst.n {
+		want.WriteString(strings.Repeat(string(rune('a'+i%26)), burst.size))
+	}
+	if err != nil || text != want.String() || c.GetText() != text || c.GetError() != nil {
+		t.Fatalf("deltas %d bytes (want %d, in order: %v), completion %d bytes, error %v, RPC %v",
+			len(text), want.Len(), text == want.String(), len(c.GetText()), c.GetError(), err)
+	}
+}
+
+// TestSubmitStreamedStalledCaller: a caller that reads nothing while its
+// answer floods in. No send of the backend's goroutine waits on it (the
+// straight budget is below gRPC's write quota), so the core's buffer
+// coalesces, overflows and cuts the upstream call off, and the caller then
+// gets the partial text whole and RESOURCE_EXHAUSTED.
+func TestSubmitStreamedStalledCaller(t *testing.T) {
+	flood := &floodStreamer{ended: make(chan struct{})}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
+		batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
+		batcher.WithStreamBuffer(4, 256<<10),
+	))
+	r := chatReq("f", "flood me")
+	r.Model = "flood"
+	rs, err := e.client.SubmitStreamed(testCtx(t), &batcherv1.SubmitStreamedRequest{Request: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-flood.ended // nobody reads: the core cut the flood off
+	text, c, err := readStreamed(t, rs)
+	if status.Code(err) != codes.ResourceExhausted || !c.GetPartial() || codes.Code(c.GetError().GetCode()) != codes.ResourceExhausted {
+		t.Fatalf("RPC %v, completion error %v, partial %v: want RESOURCE_EXHAUSTED, partial", err, c.GetError(), c.GetPartial())
+	}
+	if text != c.GetText() || text == "" {
+		t.Fatalf("deltas hold %d bytes, the completion %d: something was lost", len(text), len(c.GetText()))
+	}
+}
