@@ -72,7 +72,7 @@ func newJobsGetCmd(a *app) *cobra.Command {
 		Short: "Show a job and its progress",
 		Long: `get prints one job: its state, counts per run group, tokens, rate and ETA,
 and where its output files are. -o json prints the whole Job message.`,
-		Example: "  batcherctl jobs get job-0123\n  batcherctl jobs get job-0123 -o json | jq .progress.eta",
+		Example: "  batcherctl jobs get job_7ea308f3105a729ad74b\n  batcherctl jobs get job_7ea308f3105a729ad74b -o json | jq .progress.eta",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
@@ -173,7 +173,7 @@ func newJobsDeleteCmd(a *app) *cobra.Command {
 		Short: "Delete a job, its results and its files",
 		Long: `delete removes a job's rows and output files; a running job is cancelled
 first. It prints nothing on success.`,
-		Example: "  batcherctl jobs delete job-0123",
+		Example: "  batcherctl jobs delete job_7ea308f3105a729ad74b",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
@@ -322,7 +322,7 @@ func newJobsWatchCmd(a *app) *cobra.Command {
 one progress bar per run group, otherwise one line per update (and per run
 group), each with the job's rate, tokens per second and ETA. It exits 1
 unless the job completed.`,
-		Example: "  batcherctl jobs watch job-0123\n  batcherctl jobs watch job-0123 -o json",
+		Example: "  batcherctl jobs watch job_7ea308f3105a729ad74b\n  batcherctl jobs watch job_7ea308f3105a729ad74b -o json",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.jobsCall(cmd, false, func(ctx context.Context, j *client.Jobs) error {
@@ -381,7 +381,7 @@ func newJobsResultsCmd(a *app) *cobra.Command {
 		Short: "Write a job's results as JSONL",
 		Long: `results writes the job's finished items, in item order, one JSON object
 (protobuf JSON of JobResult) a line, to stdout or --output.`,
-		Example: "  batcherctl jobs results job-0123 > results.jsonl\n  batcherctl jobs results job-0123 -o results.jsonl",
+		Example: "  batcherctl jobs results job_7ea308f3105a729ad74b > results.jsonl\n  batcherctl jobs results job_7ea308f3105a729ad74b -o results.jsonl",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
@@ -425,7 +425,7 @@ func newJobsCancelCmd(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:     "cancel ID",
 		Short:   "Cancel a job",
-		Example: "  batcherctl jobs cancel job-0123",
+		Example: "  batcherctl jobs cancel job_7ea308f3105a729ad74b",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
