@@ -42,7 +42,8 @@ func (c *Config) CheckEnviron(environ []string) (warnings []string, err error) {
 			e.add(name, "unknown environment variable: did you mean %s? (batcherd --help lists every variable)", near)
 			continue
 		}
-		warnings = append(warnings, fmt.Sprintf("%s: unknown environment variable, ignored (nearest known: %s; batcherd --help lists every variable)", name, near))
+		// Too far from every known name for a nearest one to help.
+		warnings = append(warnings, fmt.Sprintf("%s: unknown environment variable, ignored (batcherd --help lists every variable)", name))
 	}
 	return warnings, errors.Join(e...)
 }
