@@ -57,8 +57,7 @@ func (p *Params) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*p = Params{MaxTokens: j.MaxTokens, Temperature: j.Temperature, TopP: j.TopP, Stop: j.Stop, Seed: j.Seed}
-	if !j.RichParams.IsZero() {
-		rp := j.RichParams
+	if rp := j.RichParams; !rp.IsZero() {
 		p.Rich = &rp
 	}
 	return nil
