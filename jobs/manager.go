@@ -691,8 +691,8 @@ func (m *Manager) validateSpec(s *Spec) error {
 	if len(s.Name) > 256 {
 		return bad("spec.name", "at most 256 bytes")
 	}
-	if len(s.Metadata) > 32 {
-		return bad("spec.metadata", "at most 32 entries")
+	if field, reason := checkMetadata(s.Metadata); field != "" {
+		return bad(field, "%s", reason)
 	}
 	if s.Model != "" {
 		if _, ok := m.route(s.Model); !ok {

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/batcherhq/batcher/batcher"
 )
 
 // The OpenAI Batch API, over durable jobs (NewBatches).
@@ -265,9 +267,16 @@ func (req *batchRequest) check() (time.Duration, *Error) {
 	if len(req.Metadata) > batchMaxMetadata {
 		return 0, badRequest("metadata", "metadata holds %d keys, at most %d", len(req.Metadata), batchMaxMetadata)
 	}
-	for k := range req.Metadata {
+	for k, v := range req.Metadata {
 		if strings.HasPrefix(k, "batcher.") {
 			return 0, badRequest("metadata", "metadata key %q: the prefix batcher. is reserved", k)
+		}
+		// OpenAI's bounds, which are also the core's on a request's.
+		if len(k) > batcher.MaxMetadataKeyBytes {
+			return 0, badRequest("metadata", "metadata key %.64q...: at most %d bytes, got %d", k, batcher.MaxMetadataKeyBytes, len(k))
+		}
+		if len(v) > batcher.MaxMetadataValBytes {
+			return 0, badRequest("metadata", "metadata value of %q: at most %d bytes, got %d", k, batcher.MaxMetadataValBytes, len(v))
 		}
 	}
 	if req.InputFileID == "" {

@@ -308,6 +308,8 @@ func TestBatchesCreateRefused(t *testing.T) {
 			`completion_window "1h" is not supported: use 24h`},
 		{"metadata size", createBody(batchFile, `,"metadata":{`+strings.Join(many, ",")+`}`), 400, "metadata", "metadata holds 17 keys, at most 16"},
 		{"reserved key", createBody(batchFile, `,"metadata":{"batcher.x":"v"}`), 400, "metadata", `metadata key "batcher.x": the prefix batcher. is reserved`},
+		{"long value", createBody(batchFile, `,"metadata":{"team":"`+strings.Repeat("v", 513)+`"}`), 400, "metadata", `metadata value of "team": at most 512 bytes, got 513`},
+		{"long key", createBody(batchFile, `,"metadata":{"`+strings.Repeat("k", 65)+`":"v"}`), 400, "metadata", `at most 64 bytes, got 65`},
 		{"no file", createBody("", ""), 400, "input_file_id", "input_file_id must be set"},
 		{"unknown file", createBody("file-000000000000000000000000", ""), 404, "input_file_id", `no file with id "file-000000000000000000000000"`},
 		{"purpose", createBody(other, ""), 400, "input_file_id", fmt.Sprintf(`file %s has purpose "fine-tune", not batch`, other)},
