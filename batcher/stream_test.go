@@ -406,7 +406,7 @@ func TestStreamTimeouts(t *testing.T) {
 			synctest.Wait()
 			be.mu.Lock()
 			defer be.mu.Unlock()
-			if len(be.ctxEnded) != int(r.Attempts) {
+			if len(be.ctxEnded) != r.Attempts {
 				t.Fatalf("%d Stream calls ended, want one for each of %d attempts", len(be.ctxEnded), r.Attempts)
 			}
 			for _, err := range be.ctxEnded {
