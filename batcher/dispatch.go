@@ -134,12 +134,15 @@ func (l *lane) newRun(pm *permit, now time.Time) *batchRun {
 // with its permit never waits for a worker for long.
 func (s *backendState) worker(wg *sync.WaitGroup) {
 	defer wg.Done()
-	for r := range s.work {
-		// An idle worker's stack shrinks at each GC, and a dispatch goes
-		// deep (the backend's HTTP client): grow it in one step first.
-		stack.Grow()
-		r.run()
-	}
+	// A dispatch goes deep (the backend's HTTP client, the caller's
+	// stream): the worker's stack, grown by its first, stays grown while
+	// it waits for the next (stack.Hold), rather than shrinking at each GC
+	// and growing again, with a copy each way, deep inside the next call.
+	stack.Hold(func() {
+		for r := range s.work {
+			r.run()
+		}
+	})
 }
 
 // run dispatches the batch and delivers its results: successes at once,

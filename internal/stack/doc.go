@@ -1,4 +1,5 @@
-// Package stack grows a goroutine's stack ahead of a deep call.
+// Package stack grows a goroutine's stack ahead of a deep call, and keeps
+// a worker's grown stack from shrinking while it waits.
 //
 // A goroutine's stack starts small and doubles when a call needs more,
 // each time copying the stack and adjusting every frame on it, and the
