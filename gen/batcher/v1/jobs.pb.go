@@ -1046,7 +1046,9 @@ type JobProgress struct {
 	SuccessRate float64 `protobuf:"fixed64,4,opt,name=success_rate,json=successRate,proto3" json:"success_rate,omitempty"`
 	TokensIn    int64   `protobuf:"varint,5,opt,name=tokens_in,json=tokensIn,proto3" json:"tokens_in,omitempty"`
 	TokensOut   int64   `protobuf:"varint,6,opt,name=tokens_out,json=tokensOut,proto3" json:"tokens_out,omitempty"`
-	// Over the moving window.
+	// Over the moving window while the job runs; once it has ended, over
+	// its whole run, items_per_hour counting the items that ran to an
+	// outcome (succeeded or failed), not those a cancel or expiry ended.
 	TokensPerSecond float64              `protobuf:"fixed64,7,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
 	ItemsPerHour    float64              `protobuf:"fixed64,8,opt,name=items_per_hour,json=itemsPerHour,proto3" json:"items_per_hour,omitempty"`
 	Elapsed         *durationpb.Duration `protobuf:"bytes,9,opt,name=elapsed,proto3" json:"elapsed,omitempty"`

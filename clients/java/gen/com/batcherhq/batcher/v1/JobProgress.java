@@ -187,7 +187,9 @@ private static final long serialVersionUID = 0L;
   private double tokensPerSecond_ = 0D;
   /**
    * <pre>
-   * Over the moving window.
+   * Over the moving window while the job runs; once it has ended, over
+   * its whole run, items_per_hour counting the items that ran to an
+   * outcome (succeeded or failed), not those a cancel or expiry ended.
    * </pre>
    *
    * <code>double tokens_per_second = 7 [json_name = "tokensPerSecond"];</code>
@@ -1809,7 +1811,9 @@ private static final long serialVersionUID = 0L;
     private double tokensPerSecond_ ;
     /**
      * <pre>
-     * Over the moving window.
+     * Over the moving window while the job runs; once it has ended, over
+     * its whole run, items_per_hour counting the items that ran to an
+     * outcome (succeeded or failed), not those a cancel or expiry ended.
      * </pre>
      *
      * <code>double tokens_per_second = 7 [json_name = "tokensPerSecond"];</code>
@@ -1821,7 +1825,9 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Over the moving window.
+     * Over the moving window while the job runs; once it has ended, over
+     * its whole run, items_per_hour counting the items that ran to an
+     * outcome (succeeded or failed), not those a cancel or expiry ended.
      * </pre>
      *
      * <code>double tokens_per_second = 7 [json_name = "tokensPerSecond"];</code>
@@ -1837,7 +1843,9 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Over the moving window.
+     * Over the moving window while the job runs; once it has ended, over
+     * its whole run, items_per_hour counting the items that ran to an
+     * outcome (succeeded or failed), not those a cancel or expiry ended.
      * </pre>
      *
      * <code>double tokens_per_second = 7 [json_name = "tokensPerSecond"];</code>

@@ -81,7 +81,9 @@ public interface JobProgressOrBuilder extends
 
   /**
    * <pre>
-   * Over the moving window.
+   * Over the moving window while the job runs; once it has ended, over
+   * its whole run, items_per_hour counting the items that ran to an
+   * outcome (succeeded or failed), not those a cancel or expiry ended.
    * </pre>
    *
    * <code>double tokens_per_second = 7 [json_name = "tokensPerSecond"];</code>
