@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
-	"github.com/batcherhq/batcher/internal/stack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
@@ -84,10 +83,6 @@ func (c *decodeCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInf
 }
 
 func (c *decodeCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	// grpc-go's stream workers' stacks shrink while idle, and a stream's
-	// handler goes deep (decoding, the core's admission, the sends):
-	// grow the stack in one step first.
-	stack.Grow()
 	return h(srv, &decodeStream{ServerStream: ss, c: c})
 }
 
