@@ -52,7 +52,8 @@
 //     short, redacted part of the upstream's body;
 //   - outgoing calls within a trace carry W3C traceparent (otelhttp), so
 //     upstream spans are children of the batch's span (a call with no
-//     trace to continue and no metrics to record skips otelhttp), over pooled keep-alive connections
+//     trace to continue skips otelhttp; the core, not otelhttp, measures
+//     every call), over pooled keep-alive connections
 //     (HTTP/2 where offered), and response bodies are read up to
 //     MaxResponseBytes.
 package openai

@@ -2,6 +2,8 @@ package upstream_test
 
 import (
 	"context"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"net/http"
 	"strings"
 	"testing"
@@ -37,22 +39,29 @@ func TestLogLimiter(t *testing.T) {
 	}
 }
 
-// seenBy is a RoundTripper that keeps the requests it is given.
+// seenBy is a RoundTripper that keeps the requests it is given and
+// answers 200.
 type seenBy struct{ reqs []*http.Request }
 
 func (s *seenBy) RoundTrip(r *http.Request) (*http.Response, error) {
 	s.reqs = append(s.reqs, r)
+	if r.Body != nil {
+		_ = r.Body.Close() // as a transport does: otelhttp records its metrics then
+	}
 	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: make(http.Header), Request: r}, nil
 }
 
-// TestClientTracesOnlyWhatCounts: with no-op metrics, a call whose context
+// TestClientTracesOnlyWhatCounts: a call whose context
 // holds no trace and whose client has no tracer provider that could start
 // one skips otelhttp (the transport gets the caller's request, not
 // otelhttp's clone); a call within a trace, sampled or not, still gets its
 // client span and carries traceparent; a client with a recording provider
-// still makes root spans.
+// still makes root spans. A global MeterProvider that records (batcherd
+// always sets one) changes none of it: the client records no metrics.
 func TestClientTracesOnlyWhatCounts(t *testing.T) {
-	otel.SetMeterProvider(metricnoop.NewMeterProvider())
+	reader := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
 	prop := propagation.TraceContext{}
 	get := func(t *testing.T, c *http.Client, ctx context.Context) *http.Request {
 		t.Helper()
@@ -109,4 +118,14 @@ func TestClientTracesOnlyWhatCounts(t *testing.T) {
 			t.Fatalf("%d spans, traceparent %q: a recording provider's root span was skipped", len(sr.Ended()), base.reqs[0].Header.Get("traceparent"))
 		}
 	})
+	// The calls that went through otelhttp, too, recorded no metrics.
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			t.Errorf("the client recorded %s", m.Name)
+		}
+	}
 }
