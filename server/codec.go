@@ -12,10 +12,12 @@ import (
 	_ "google.golang.org/grpc/encoding/proto" // registers the proto codec wrapped here
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
-// decodeCodec is grpc's proto codec with one change: a BatcherService
-// request that does not decode (garbage, a truncated message, invalid
+// decodeCodec is grpc's proto codec with one change: a request of any
+// batcher.v1 service (BatcherService, JobService, AdminService) that does
+// not decode (garbage, a truncated message, invalid
 // UTF-8 in a string) becomes the caller's INVALID_ARGUMENT rather than
 // grpc-go's INTERNAL "failed to unmarshal", which blames the server.
 //
@@ -39,8 +41,7 @@ func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if err == nil {
 		return nil
 	}
-	switch v.(type) {
-	case *batcherv1.SubmitRequest, *batcherv1.SubmitStreamRequest:
+	if m, ok := v.(proto.Message); ok && ours(m) {
 		c.nbad.Add(1) // before the entry: take never misses it
 		c.bad.Store(v, err)
 		return nil
@@ -48,31 +49,33 @@ func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return err
 }
 
+// ours reports whether m is a message of this service's package, whose
+// decoding errors the interceptors answer.
+func ours(m proto.Message) bool {
+	return m.ProtoReflect().Descriptor().ParentFile().Package() == batcherPackage
+}
+
+// batcherPackage is the proto package of every service NewGRPCServer serves.
+var batcherPackage = (&batcherv1.SubmitRequest{}).ProtoReflect().Descriptor().ParentFile().Package()
+
 // take returns, and forgets, the decoding error recorded for m.
 func (c *decodeCodec) take(m any) *status.Status {
-	switch m.(type) {
-	case *batcherv1.SubmitRequest, *batcherv1.SubmitStreamRequest:
-	default:
-		return nil
-	}
 	// Unmarshal stored the entry on this goroutine's message before the
 	// interceptor runs, so a zero count means no entry for m.
 	if c.nbad.Load() == 0 {
 		return nil
 	}
-	err, ok := c.bad.LoadAndDelete(m)
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil
+	}
+	err, ok := c.bad.LoadAndDelete(pm)
 	if !ok {
 		return nil
 	}
 	c.nbad.Add(-1)
-	return status.New(codes.InvalidArgument, "message does not decode as a "+messageName(m)+": "+err.(error).Error())
-}
-
-func messageName(m any) string {
-	if _, ok := m.(*batcherv1.SubmitRequest); ok {
-		return "batcher.v1.SubmitRequest"
-	}
-	return "batcher.v1.SubmitStreamRequest"
+	name := pm.ProtoReflect().Descriptor().FullName()
+	return status.New(codes.InvalidArgument, "message does not decode as a "+string(name)+": "+err.(error).Error())
 }
 
 func (c *decodeCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -50,8 +50,9 @@ func undecodable(fieldNum protowire.Number) map[string][]byte {
 }
 
 // TestUndecodableRequestIsInvalidArgument sends bytes that do not decode
-// over a real connection: Submit and SubmitStream answer INVALID_ARGUMENT,
-// not INTERNAL.
+// over a real connection: every RPC (unary, client and server streaming, of
+// each batcher.v1 service) answers INVALID_ARGUMENT naming the message, not
+// INTERNAL.
 func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 	core, err := batcher.New(
 		batcher.WithBackend(batcher.BackendConfig{Name: "fake", Backend: newFake()}),
@@ -67,6 +68,7 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 	}
 	gs := NewGRPCServer(nil)
 	srv.Register(gs)
+	NewJobsOff("jobs are off").Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -88,35 +90,51 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 		}
 	}()
 	ctx := testCtx(t)
-	check := func(what string, err error) {
+	check := func(what, message string, err error) {
 		t.Helper()
 		st := status.Convert(err)
-		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "does not decode") {
-			t.Errorf("%s: %v, want INVALID_ARGUMENT saying it does not decode", what, st)
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "does not decode as a batcher.v1."+message+":") {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT saying it does not decode as a batcher.v1.%s", what, st, message)
 		}
 	}
 	for name, b := range undecodable(1) {
 		var resp batcherv1.SubmitResponse
 		err := conn.Invoke(ctx, batcherv1.BatcherService_Submit_FullMethodName, b, &resp, grpc.ForceCodecV2(rawCodec{}))
-		check("Submit "+name, err)
+		check("Submit "+name, "SubmitRequest", err)
 	}
-	for name, b := range undecodable(2) {
-		s, err := conn.NewStream(ctx, &batcherv1.BatcherService_ServiceDesc.Streams[0],
-			batcherv1.BatcherService_SubmitStream_FullMethodName, grpc.ForceCodecV2(rawCodec{}))
+	// stream sends b on a stream of method and reports how the stream ends.
+	stream := func(desc *grpc.StreamDesc, method string, b []byte) error {
+		s, err := conn.NewStream(ctx, desc, method, grpc.ForceCodecV2(rawCodec{}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := s.SendMsg(b); err != nil {
 			t.Fatal(err)
 		}
+		if err := s.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
 		for { // a final summary may come first
 			var m batcherv1.SubmitStreamResponse
 			if err := s.RecvMsg(&m); err != nil {
-				check("SubmitStream "+name, err)
-				break
+				return err
 			}
 		}
 	}
+	for name, b := range undecodable(2) {
+		err := stream(&batcherv1.BatcherService_ServiceDesc.Streams[0], batcherv1.BatcherService_SubmitStream_FullMethodName, b)
+		check("SubmitStream "+name, "SubmitStreamRequest", err)
+	}
+	for name, b := range undecodable(1) {
+		err := stream(&batcherv1.BatcherService_ServiceDesc.Streams[1], batcherv1.BatcherService_SubmitStreamed_FullMethodName, b)
+		check("SubmitStreamed "+name, "SubmitStreamedRequest", err)
+	}
+	garbage := undecodable(1)["garbage"]
+	var job batcherv1.GetJobResponse
+	err = conn.Invoke(ctx, batcherv1.JobService_GetJob_FullMethodName, garbage, &job, grpc.ForceCodecV2(rawCodec{}))
+	check("GetJob garbage", "GetJobRequest", err)
+	err = stream(&batcherv1.JobService_ServiceDesc.Streams[1], batcherv1.JobService_WatchJob_FullMethodName, garbage)
+	check("WatchJob garbage", "WatchJobRequest", err)
 	// The codec still decodes good messages.
 	resp, err := batcherv1.NewBatcherServiceClient(conn).Submit(ctx, &batcherv1.SubmitRequest{Request: chatReq("", "ok")})
 	if err != nil || resp.GetCompletion().GetText() != "echo: ok" {
