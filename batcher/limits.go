@@ -205,10 +205,9 @@ func (s *backendState) breakerOpen() bool {
 	return s.notClosed.Load() && s.brk.State() == gobreaker.StateOpen
 }
 
-var (
-	errBreakerOpen = errors.New("circuit open")
-	errUnused      = errors.New("permit unused")
-)
+// errUnused is a permit's verdict when its call never ran: it says
+// nothing of the backend's health, so the breaker does not count it.
+var errUnused = errors.New("permit unused")
 
 // lesson is what a batch's answer taught the budget.
 type lesson uint8
