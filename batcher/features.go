@@ -462,12 +462,16 @@ func checkName(field, s string) *ValidationError {
 		return invalid(field, "must be 1 to %d bytes, got %d", MaxNameBytes, len(s))
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+		if !nameByte(s[i]) {
 			return invalid(field, "must hold only a-z, A-Z, 0-9, _ and -, got %q", clip.String(s))
 		}
 	}
 	return nil
+}
+
+// nameByte reports whether c may appear in a function's or schema's name.
+func nameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
 }
 
 // checkObject checks that b is one JSON object within MaxSchemaBytes.
