@@ -404,7 +404,7 @@ func TestCacheHitSpendsNoBudget(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer b.Shutdown(context.Background())
+				shutdownAtEnd(t, b)
 				if err := b.SetTenants([]TenantPolicy{{Name: "t", Quotas: q}}); err != nil {
 					t.Fatal(err)
 				}

@@ -149,7 +149,7 @@ func TestFeaturesOfEveryTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown(context.Background())
+	shutdownAtEnd(t, b)
 	r := toolReq("a")
 	r.MutableChat().Tools = []Tool{weatherTool}
 	c, err := b.Submit(context.Background(), r)
@@ -188,7 +188,7 @@ func TestUnsupportedNamesTheFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown(context.Background())
+	shutdownAtEnd(t, b)
 	routes := map[string]RouteInfo{}
 	for _, ri := range b.Routes() {
 		routes[ri.Name] = ri

@@ -136,6 +136,14 @@ func newTest(t *testing.T, be Backend, conc int, bc BatchConfig, opts ...Option)
 	if err != nil {
 		t.Fatal(err)
 	}
+	shutdownAtEnd(t, b)
+	return b
+}
+
+// shutdownAtEnd shuts b down when the test ends, and fails the test when
+// Shutdown returns an error (within 10s, every pending call must end).
+func shutdownAtEnd(t *testing.T, b *Batcher) {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -143,7 +151,6 @@ func newTest(t *testing.T, be Backend, conc int, bc BatchConfig, opts ...Option)
 			t.Errorf("Shutdown: %v", err)
 		}
 	})
-	return b
 }
 
 func req(id string, p Priority) *Request {

@@ -1,7 +1,6 @@
 package batcher
 
 import (
-	"context"
 	"reflect"
 	"testing"
 )
@@ -34,7 +33,7 @@ func TestIdentityCoversEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown(context.Background())
+	shutdownAtEnd(t, b)
 	rc := (*b.routes.Load())["m"]
 	base := func() *Request {
 		return &Request{Route: "m", Input: Input{Op: OpChat, Messages: []Message{{Role: "user", Content: "hi"}}}}
@@ -152,7 +151,7 @@ func TestIdentityTellsApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown(context.Background())
+	shutdownAtEnd(t, b)
 	routes := *b.routes.Load()
 	chat := func(msgs ...string) *Request {
 		r := &Request{Input: Input{Op: OpChat}}
@@ -197,7 +196,7 @@ func TestKeyIsAgreesWithSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown(context.Background())
+	shutdownAtEnd(t, b)
 	routes := *b.routes.Load()
 	reqs := variedParams()
 	for _, edit := range []func(r *Request){

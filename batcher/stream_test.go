@@ -3,6 +3,7 @@ package batcher
 import (
 	"context"
 	"errors"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -49,7 +50,7 @@ func (f *fakeStreamer) Stream(ctx context.Context, b *Batch, w DeltaWriter) (Res
 	}
 	for i, word := range f.words {
 		if f.fails && i == f.failAt && (f.failOn == nil || f.failOn(n)) {
-			return end(&UpstreamError{Class: ClassServer, StatusCode: 502, Message: "cut mid-stream"})
+			return end(&UpstreamError{Class: ClassServer, StatusCode: http.StatusBadGateway, Message: "cut mid-stream"})
 		}
 		if f.step != nil {
 			select {
@@ -185,7 +186,7 @@ func TestStreamFailureAfterFirstDeltaIsTerminal(t *testing.T) {
 		ds := readAll(t, c)
 		r := c.Result()
 		var ue *UpstreamError
-		if !errors.As(r.Err, &ue) || ue.StatusCode != 502 {
+		if !errors.As(r.Err, &ue) || ue.StatusCode != http.StatusBadGateway {
 			t.Fatalf("err = %v, want the upstream's 502", r.Err)
 		}
 		if !r.Partial || r.Text != "xy" || joinText(ds) != "xy" {
