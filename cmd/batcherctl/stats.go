@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -77,6 +78,15 @@ turn. --once prints one snapshot and exits.`,
 	return c
 }
 
+// rateLimit formats a per-minute limit; 0 is no budget (admin.proto), shown
+// as "unlimited" (the status page says "no limit") rather than a limit of 0.
+func rateLimit(perMinute float64) string {
+	if perMinute == 0 {
+		return "unlimited"
+	}
+	return strconv.FormatFloat(perMinute, 'f', 0, 64)
+}
+
 // writeStats writes a snapshot as text.
 func writeStats(b *strings.Builder, s *batcherv1.StatsSnapshot) {
 	fmt.Fprintf(b, "%s\n", s.GetTime().AsTime().Format(time.RFC3339))
@@ -87,9 +97,9 @@ func writeStats(b *strings.Builder, s *batcherv1.StatsSnapshot) {
 	}
 	fmt.Fprintf(b, "BACKENDS\n")
 	for _, be := range s.GetBackends() {
-		fmt.Fprintf(b, "  %s\tbreaker=%s in_flight=%d/%d rpm=%.0f/%.0f tpm=%.0f/%.0f calls=%d requests=%d rate_limited=%d retries=%d",
-			be.GetName(), be.GetBreaker(), be.GetInFlight(), be.GetConcurrencyLimit(), be.GetRpmUsed(), be.GetRpmLimit(),
-			be.GetTpmUsed(), be.GetTpmLimit(), be.GetCalls(), be.GetRequests(), be.GetRateLimited(), be.GetRetries())
+		fmt.Fprintf(b, "  %s\tbreaker=%s in_flight=%d/%d rpm=%.0f/%s tpm=%.0f/%s calls=%d requests=%d rate_limited=%d retries=%d",
+			be.GetName(), be.GetBreaker(), be.GetInFlight(), be.GetConcurrencyLimit(), be.GetRpmUsed(), rateLimit(be.GetRpmLimit()),
+			be.GetTpmUsed(), rateLimit(be.GetTpmLimit()), be.GetCalls(), be.GetRequests(), be.GetRateLimited(), be.GetRetries())
 		if n := be.GetBatchApiBatches(); n > 0 { // the batch API's traffic, apart from the online calls
 			fmt.Fprintf(b, " batch_api_batches=%d batch_api_requests=%d", n, be.GetBatchApiRequests())
 		}
