@@ -128,8 +128,32 @@ func toStruct(v any) (*structpb.Struct, error) {
 		}
 	}
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+	err := json.Unmarshal(b, &m)
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		at := syn.Offset // the bytes read, the bad one included
+		if at > 0 && at <= int64(len(b)) && err.Error() != "unexpected end of JSON input" {
+			at--
+		}
+		line, col := position(b, at)
+		return nil, fmt.Errorf("not valid JSON: %v (line %d, column %d)", err, line, col)
+	}
+	if err != nil || m == nil {
 		return nil, errors.New("must be a JSON object")
 	}
 	return structpb.NewStruct(m)
+}
+
+// position returns the 1-based line and column (in bytes) of b's byte at
+// offset (len(b): just past the end).
+func position(b []byte, offset int64) (line, col int) {
+	line, col = 1, 1
+	for _, c := range b[:min(int(offset), len(b))] {
+		if c == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
 }

@@ -39,3 +39,19 @@ func TestChatToolHelpers(t *testing.T) {
 		t.Fatalf("decode: %v %v", err, out)
 	}
 }
+
+// A schema that is not valid JSON says so, and where; valid JSON that is
+// not an object says it must be one.
+func TestJSONSchemaNotJSON(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"{\n  \"type\": \"object\",\n  \"properties\": {,}\n}", `schema "out": not valid JSON: invalid character ',' looking for beginning of object key string (line 3, column 18)`},
+		{`{"type":`, `schema "out": not valid JSON: unexpected end of JSON input (line 1, column 9)`},
+		{`[1, 2]`, `schema "out": must be a JSON object`},
+		{`null`, `schema "out": must be a JSON object`},
+	} {
+		_, err := JSONSchema("out", []byte(tc.in), true)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("JSONSchema(%q) = %v, want %s", tc.in, err, tc.want)
+		}
+	}
+}

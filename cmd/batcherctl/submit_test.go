@@ -101,6 +101,22 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// A --json-schema file that is not JSON is reported as such, with where it
+// breaks; one that is JSON but not an object, as not an object.
+func TestSubmitJSONSchemaNotJSON(t *testing.T) {
+	bad := writeFile(t, "bad.json", "{\n  \"type\": \"object\"\n  \"required\": []\n}")
+	r := ctl(t, "127.0.0.1:1", "", "submit", "-m", "x", "--json-schema", bad, "Hi")
+	want := bad + `: schema "response": not valid JSON: invalid character '"' after object key:value pair (line 3, column 3)`
+	if r.code != exitUsage || !strings.Contains(r.stderr, want) {
+		t.Errorf("schema file not JSON: %+v; want exit 2 with %q", r, want)
+	}
+	list := writeFile(t, "list.json", `["type", "object"]`)
+	r = ctl(t, "127.0.0.1:1", "", "submit", "-m", "x", "--json-schema", list, "Hi")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `schema "response": must be a JSON object`) {
+		t.Errorf("schema file a JSON array: %+v; want exit 2 saying it must be an object", r)
+	}
+}
+
 // Every level's help has examples.
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"submit", "--help"}, {"run", "--help"}, {"health", "--help"},
