@@ -264,7 +264,7 @@ func (b *Backend) checkCall(r *batcher.Request, name, args string) error {
 	}
 	if t.Strict && t.Parameters != nil {
 		if err := b.schemas.Validate(t.Parameters, []byte(args)); err != nil {
-			return fmt.Errorf("tool call %q: input breaks the strict schema: %v", clip(name, 64), err)
+			return fmt.Errorf("tool call %q: input breaks the strict schema: %w", clip(name, 64), err)
 		}
 	}
 	return nil

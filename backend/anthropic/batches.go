@@ -51,11 +51,11 @@ func (b *Backend) EncodeBatchRequest(w io.Writer, r *BatchRequest) (int, error) 
 	}
 	req, err := buildRequest(r.Model, r.Req, mt)
 	if err != nil {
-		return 0, fmt.Errorf("%w: custom_id %s: %v", batcher.ErrInvalid, r.CustomID, err)
+		return 0, fmt.Errorf("%w: custom_id %s: %w", batcher.ErrInvalid, r.CustomID, err)
 	}
 	raw, err := json.Marshal(req)
 	if err != nil {
-		return 0, fmt.Errorf("%w: custom_id %s: %v", batcher.ErrInvalid, r.CustomID, err)
+		return 0, fmt.Errorf("%w: custom_id %s: %w", batcher.ErrInvalid, r.CustomID, err)
 	}
 	raw = withExtra(raw, req)
 	id, _ := json.Marshal(r.CustomID)

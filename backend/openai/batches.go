@@ -491,15 +491,21 @@ func ParseBatchLine(line []byte) (*batchapi.Result, error) {
 	switch probe.Object {
 	case "list": // embeddings
 		var er embeddingResponse
-		if err := json.Unmarshal(body, &er); err != nil || len(er.Data) == 0 {
-			return nil, fmt.Errorf("embedding body without data: %v", err)
+		if err := json.Unmarshal(body, &er); err != nil {
+			return nil, fmt.Errorf("embedding body: %w", err)
+		}
+		if len(er.Data) == 0 {
+			return nil, errors.New("embedding body without data")
 		}
 		p, _ := usageOf(er.Usage)
 		r.Resp = batcher.Response{Embedding: er.Data[0].Embedding, Usage: clampUsage(p, 0)}
 	case "text_completion":
 		var cr completionResponse
-		if err := json.Unmarshal(body, &cr); err != nil || len(cr.Choices) == 0 || cr.Choices[0].Text == nil {
-			return nil, fmt.Errorf("completion body without text: %v", err)
+		if err := json.Unmarshal(body, &cr); err != nil {
+			return nil, fmt.Errorf("completion body: %w", err)
+		}
+		if len(cr.Choices) == 0 || cr.Choices[0].Text == nil {
+			return nil, errors.New("completion body without text")
 		}
 		p, c := usageOf(cr.Usage)
 		r.Resp = batcher.Response{Text: *cr.Choices[0].Text, FinishReason: finishReason(cr.Choices[0].FinishReason), Usage: clampUsage(p, c)}

@@ -212,7 +212,7 @@ func (b *Backend) checkAnswer(ch *batcher.Choice, r *batcher.Request) error {
 		}
 		if t.Strict && t.Parameters != nil {
 			if err := b.schemas.Validate(t.Parameters, []byte(c.Arguments)); err != nil {
-				return fmt.Errorf("tool call %q: arguments break the strict schema: %v", clip(c.Name, 64), err)
+				return fmt.Errorf("tool call %q: arguments break the strict schema: %w", clip(c.Name, 64), err)
 			}
 		}
 	}
@@ -228,7 +228,7 @@ func (b *Backend) checkAnswer(ch *batcher.Choice, r *batcher.Request) error {
 			}
 			if rf.Strict {
 				if err := b.schemas.Validate(rf.Schema, []byte(ch.Text)); err != nil {
-					return fmt.Errorf("response_format json_schema: the answer breaks the strict schema: %v", err)
+					return fmt.Errorf("response_format json_schema: the answer breaks the strict schema: %w", err)
 				}
 			}
 		}

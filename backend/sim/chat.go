@@ -151,7 +151,7 @@ func (p *Provider) instance(sch []byte, seed uint64, hint []string) ([]byte, err
 		if errors.Is(err, schema.ErrInvalidSchema) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("the sim cannot generate an instance of this schema: %v", err)
+		return nil, fmt.Errorf("the sim cannot generate an instance of this schema: %w", err)
 	}
 	return out, nil
 }
