@@ -62,11 +62,16 @@ func customIDOK(id string) bool {
 		return false
 	}
 	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		if !customIDRune(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// customIDRune reports whether c may appear in an Anthropic custom_id.
+func customIDRune(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
 // Upload is batchapi.ErrUnsupported: Anthropic has no file API.

@@ -16,9 +16,6 @@ import (
 	"github.com/batcherhq/batcher/internal/upstream"
 )
 
-// maxMessageBytes bounds the upstream's own words in an error message.
-const maxMessageBytes = upstream.MaxMessageBytes
-
 // maxLogBodyBytes bounds the body kept in an error's cause, for logs.
 const maxLogBodyBytes = 512
 

@@ -23,14 +23,14 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	core, err := batcher.New(
 		batcher.WithBackend(batcher.BackendConfig{Name: "anthropic", Backend: be}),
 		batcher.WithRoute(batcher.Route{Name: "claude-sonnet", Op: batcher.OpChat, Backend: "anthropic", Model: "sim-chat", DefaultMaxTokens: 8}))
 	if err != nil {
 		panic(err)
 	}
-	defer core.Shutdown(context.Background())
+	defer func() { _ = core.Shutdown(context.Background()) }()
 
 	res, err := core.Do(context.Background(), &batcher.Request{Route: "claude-sonnet", Input: batcher.Input{Op: batcher.OpChat,
 		Messages: []batcher.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hello"}}}})
