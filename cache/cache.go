@@ -142,8 +142,7 @@ func New(opts ...Option) (*Cache, error) {
 		c.rd = newRemote(c, cfg)
 	}
 	if c.m, err = newMetrics(cfg.mp, c); err != nil {
-		c.Close(context.Background())
-		return nil, fmt.Errorf("cache metrics: %w", err)
+		return nil, errors.Join(fmt.Errorf("cache metrics: %w", err), c.Close(context.Background()))
 	}
 	return c, nil
 }

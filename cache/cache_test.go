@@ -114,7 +114,7 @@ func TestTTLExpires(t *testing.T) {
 func TestBadOptionsFail(t *testing.T) {
 	for _, o := range []Option{WithMaxBytes(0), WithRedisTimeout(0), WithRedisPrefix("")} {
 		if c, err := New(o); err == nil {
-			c.Close(context.Background())
+			_ = c.Close(context.Background())
 			t.Error("New accepted a bad option")
 		}
 	}
@@ -196,8 +196,7 @@ func TestRedisSharesAcrossReplicas(t *testing.T) {
 	addr := fleettest.Redis(t)
 	prefix := fleettest.Prefix(t, addr)
 	rdbA, rdbB := fleettest.Client(addr), fleettest.Client(addr)
-	defer rdbA.Close()
-	defer rdbB.Close()
+	t.Cleanup(func() { _ = rdbA.Close(); _ = rdbB.Close() })
 	a, err := New(WithRedis(rdbA), WithRedisPrefix(prefix), WithRedisTimeout(testRedisTimeout))
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +237,7 @@ func TestRedisAwayIsAMiss(t *testing.T) {
 	addr := fleettest.Redis(t)
 	px := fleettest.Proxies(t, addr, 1)[0]
 	rdb := fleettest.Client(px.Addr())
-	defer rdb.Close()
+	t.Cleanup(func() { _ = rdb.Close() })
 	now := time.Now()
 	c := newTest(t, WithRedis(rdb), WithRedisPrefix(fleettest.Prefix(t, addr)), WithRedisTimeout(50*time.Millisecond),
 		withClock(func() time.Time { return now }))
@@ -273,7 +272,7 @@ func TestRedisAwayIsAMiss(t *testing.T) {
 func TestRetainForgetsRemovedRoutes(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 	c := newTest(t, WithMeterProvider(mp))
 	own := func(route string) *batcher.CacheKey { k := key(route, "t", 1); k.MaxBytes = 1 << 20; return k }
 	for _, k := range []*batcher.CacheKey{own("kept"), own("unbudgeted"), own("gone"), key("gone-shared", "t", 2), key("kept-shared", "t", 3)} {

@@ -23,7 +23,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer c.Close(context.Background())
+	defer func() { _ = c.Close(context.Background()) }()
 	b, err := batcher.New(
 		batcher.WithCache(c),
 		batcher.WithBackend(batcher.BackendConfig{Name: "be", Backend: echo{}}),
@@ -32,7 +32,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	defer b.Shutdown(context.Background())
+	defer func() { _ = b.Shutdown(context.Background()) }()
 	for range 2 {
 		res, err := b.Do(context.Background(), &batcher.Request{Route: "embed",
 			Input: batcher.Input{Op: batcher.OpEmbedding, Text: "hello"}})
