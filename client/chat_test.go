@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"testing"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
@@ -31,7 +32,7 @@ func TestChatToolHelpers(t *testing.T) {
 		FinishReason: batcherv1.FinishReason_FINISH_REASON_TOOL_CALLS,
 		Message:      &batcherv1.OutputMessage{ToolCalls: []*batcherv1.ToolCall{call}}})
 	var args struct{ City string }
-	if len(res.ToolCalls) != 1 || DecodeArguments(res.ToolCalls[0], &args) != nil || args.City != "Paris" || res.Decode(&args) != ErrNoJSON {
+	if len(res.ToolCalls) != 1 || DecodeArguments(res.ToolCalls[0], &args) != nil || args.City != "Paris" || !errors.Is(res.Decode(&args), ErrNoJSON) {
 		t.Fatalf("result %+v, args %+v", res, args)
 	}
 	var out map[string]int

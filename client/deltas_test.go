@@ -50,8 +50,8 @@ func TestHandleDeltas(t *testing.T) {
 	if err != nil || n < 2 || text.String() != comp.GetText() || last.GetFinishReason() == batcherv1.FinishReason_FINISH_REASON_UNSPECIFIED {
 		t.Fatalf("%d deltas %q, completion %q, err %v", n, text.String(), comp.GetText(), err)
 	}
-	for range plain.Deltas(t.Context()) {
-		t.Fatal("a delta for a request not streamed")
+	for d, err := range plain.Deltas(t.Context()) {
+		t.Fatalf("delta %v, err %v for a request not streamed, which succeeded: want nothing", d, err)
 	}
 	mustClose(t, s)
 }
