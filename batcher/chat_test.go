@@ -74,6 +74,9 @@ func TestRichValidation(t *testing.T) {
 		{"image url scheme", AllFeatures, func(r *Request) {
 			r.Input.Messages[0] = Message{Role: "user", Parts: []ContentPart{{Kind: PartImage, ImageURL: "file:///etc/passwd"}}}
 		}, "input.chat.messages[0].parts[0].image.url", "http(s)"},
+		{"tool message without its call", AllFeatures, func(r *Request) {
+			r.Input.Messages = append(r.Input.Messages, Message{Role: "tool", Content: "sunny"})
+		}, "input.chat.messages[1].tool_call_id", "required for role tool"},
 		{"tool calls on a user", AllFeatures, func(r *Request) {
 			r.Input.Messages[0].ToolCalls = []ToolCall{{ID: "c1", Name: "f", Arguments: "{}"}}
 		}, "input.chat.messages[0].tool_calls", "only assistant"},

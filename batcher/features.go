@@ -116,7 +116,7 @@ func validateRoute(r *Request, op Operation, have Features) *ValidationError {
 	}
 	if r.Input.Op == OpChat && op == OpChat {
 		for i := range r.Input.Messages {
-			if m := &r.Input.Messages[i]; m.rich() {
+			if m := &r.Input.Messages[i]; m.rich() || m.Role == "tool" { // a tool message needs its tool_call_id
 				if ve := validateMessage(m, i, have); ve != nil {
 					return ve
 				}
@@ -374,7 +374,9 @@ func validateFormat(rf *ResponseFormat, have Features) *ValidationError {
 	return nil
 }
 
-// validateMessage checks the fields of message i beyond role and content.
+// validateMessage checks the fields of message i beyond role and content,
+// and that a tool message names the call it answers (OpenAI refuses one
+// without a tool_call_id).
 func validateMessage(m *Message, i int, have Features) *ValidationError {
 	f := "input.chat.messages[" + strconv.Itoa(i) + "]"
 	if len(m.Parts) > 0 {
@@ -440,6 +442,9 @@ func validateMessage(m *Message, i int, have Features) *ValidationError {
 		if !have.Has(FeatureTools) {
 			return unsupported(f + ".tool_calls")
 		}
+	}
+	if m.Role == "tool" && m.ToolCallID == "" {
+		return invalid(f+".tool_call_id", "required for role tool: the id of the tool call the message answers")
 	}
 	if m.ToolCallID != "" {
 		if m.Role != "tool" {

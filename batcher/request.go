@@ -85,7 +85,8 @@ type Message struct {
 	Name string
 	// ToolCalls are an assistant message's tool calls.
 	ToolCalls []ToolCall
-	// ToolCallID is the call a tool message answers.
+	// ToolCallID is the call a tool message answers: required for role
+	// "tool", refused for any other role.
 	ToolCallID string
 }
 
