@@ -111,7 +111,9 @@ func TestDeleteDuringSlowStoreCallReturns(t *testing.T) {
 	if _, err := e.m.Get(ctx, j.ID); !errors.Is(err, jobs.ErrNotFound) {
 		t.Fatalf("Get after Delete: %v", err)
 	}
-	waitFor(t, slow.left, time.Second, "the hung commit's return")
+	if err := waitFor(t, slow.left, time.Second, "the hung commit's return"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the hung commit returned %v, want its context cancelled", err)
+	}
 }
 
 // Cancelling a job whose run waits on a claim that never returns ends the
@@ -128,7 +130,9 @@ func TestCancelDuringSlowClaim(t *testing.T) {
 	if _, err := e.m.Cancel(t.Context(), j.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, slow.left, 5*time.Second, "the hung claim's return")
+	if err := waitFor(t, slow.left, 5*time.Second, "the hung claim's return"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the hung claim returned %v, want its context cancelled", err)
+	}
 	p, _ := e.wait(t, j.ID)
 	if p.State != jobs.StateCancelled || p.Counts.Cancelled != 20 {
 		t.Fatalf("progress %+v, want CANCELLED with 20 cancelled", p)

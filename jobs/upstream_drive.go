@@ -33,7 +33,7 @@ func (u *upstream) drive(ctx context.Context, c *Chunk, held []Task) error {
 	}
 	defer u.dequeue(c)
 	if c.Step == StepRunning {
-		u.enqueue(ctx, c, held, false) // upstream already: it holds its tokens
+		u.hold(ctx, c, held) // upstream already: it holds its tokens
 	}
 	wait := u.br.PollMin
 	for c.Step != StepDone {
@@ -173,9 +173,9 @@ func (u *upstream) create(ctx context.Context, c *Chunk, held []Task) error {
 		return err
 	}
 	if b != nil {
-		u.enqueue(ctx, c, held, false)
+		u.hold(ctx, c, held)
 	} else {
-		if err := u.enqueue(ctx, c, held, true); err != nil {
+		if err := u.enqueue(ctx, c, held); err != nil {
 			return err
 		}
 		if u.ending() != endNone {
@@ -239,22 +239,35 @@ func (u *upstream) createNew(ctx context.Context, c *Chunk, held []Task) (*batch
 	return b, nil
 }
 
-// enqueue takes c's tokens of the route's budget: waiting for room (wait),
-// or at once for a batch already upstream.
-func (u *upstream) enqueue(ctx context.Context, c *Chunk, held []Task, wait bool) error {
+// enqueue takes c's tokens of the route's budget, waiting for room; it
+// fails, taking nothing, when ctx ends first.
+func (u *upstream) enqueue(ctx context.Context, c *Chunk, held []Task) error {
 	if u.budget == nil || c.enqueued > 0 {
 		return nil
 	}
-	if c.tokens == 0 {
-		c.tokens = u.measure(ctx, held)
-	}
-	if !wait {
-		u.budget.take(c.tokens)
-	} else if err := u.budget.acquire(ctx, c.tokens); err != nil {
+	if err := u.budget.acquire(ctx, u.tokensOf(ctx, c, held)); err != nil {
 		return err
 	}
 	c.enqueued = c.tokens
 	return nil
+}
+
+// hold takes c's tokens of the route's budget at once, room or not: the
+// batch is upstream already, so it holds them.
+func (u *upstream) hold(ctx context.Context, c *Chunk, held []Task) {
+	if u.budget == nil || c.enqueued > 0 {
+		return
+	}
+	u.budget.take(u.tokensOf(ctx, c, held))
+	c.enqueued = c.tokens
+}
+
+// tokensOf is what c costs against the route's budget, measured once.
+func (u *upstream) tokensOf(ctx context.Context, c *Chunk, held []Task) int64 {
+	if c.tokens == 0 {
+		c.tokens = u.measure(ctx, held)
+	}
+	return c.tokens
 }
 
 // dequeue gives c's tokens back to the budget.
