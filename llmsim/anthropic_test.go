@@ -33,7 +33,7 @@ func TestMessagesAnswer(t *testing.T) {
 	_, url := start(t, Config{})
 	resp, body := messagesCall(t, url, map[string]any{"model": "sim-chat", "max_tokens": 64, "system": "Be brief.",
 		"messages": []any{map[string]any{"role": "user", "content": "Hello there"}}, "stop_sequences": []string{"|"}})
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	var m anthropicResponse
@@ -79,7 +79,7 @@ func TestMessagesRefusals(t *testing.T) {
 	}
 	// Without anthropic-version: 400.
 	resp, body := post(t, url+"/v1/messages", map[string]any{"model": "sim-chat", "max_tokens": 5, "messages": []any{user}}, key...)
-	if _, msg := anthropicErrorOf(t, body); resp.StatusCode != 400 || !strings.Contains(msg, "anthropic-version") {
+	if _, msg := anthropicErrorOf(t, body); resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, "anthropic-version") {
 		t.Errorf("no version: %d %s", resp.StatusCode, body)
 	}
 }
@@ -90,12 +90,12 @@ func TestMessagesRateLimitHeaders(t *testing.T) {
 	body := map[string]any{"model": "sim-chat", "max_tokens": 5, "messages": []any{map[string]any{"role": "user", "content": "hi"}}}
 	resp, _ := messagesCall(t, url, body)
 	h := resp.Header
-	if resp.StatusCode != 200 || h.Get("anthropic-ratelimit-requests-limit") != "1" || h.Get("anthropic-ratelimit-requests-remaining") != "0" ||
+	if resp.StatusCode != http.StatusOK || h.Get("anthropic-ratelimit-requests-limit") != "1" || h.Get("anthropic-ratelimit-requests-remaining") != "0" ||
 		h.Get("anthropic-ratelimit-requests-reset") != "2026-01-02T03:05:05Z" || h.Get("x-ratelimit-limit-requests") != "" {
 		t.Errorf("headers %v", h)
 	}
 	resp, raw := messagesCall(t, url, body)
-	if typ, _ := anthropicErrorOf(t, raw); resp.StatusCode != 429 || typ != "rate_limit_error" || resp.Header.Get("retry-after") != "60" ||
+	if typ, _ := anthropicErrorOf(t, raw); resp.StatusCode != http.StatusTooManyRequests || typ != "rate_limit_error" || resp.Header.Get("retry-after") != "60" ||
 		resp.Header.Get("retry-after-ms") != "" {
 		t.Errorf("second call: %d %v %s", resp.StatusCode, resp.Header, raw)
 	}
@@ -109,7 +109,7 @@ func TestMessagesOverloaded(t *testing.T) {
 		typ, _ := anthropicErrorOf(t, body)
 		switch {
 		case resp.StatusCode == 529 && typ == "overloaded_error" && resp.Header.Get("retry-after") != "":
-		case resp.StatusCode == 500 && typ == "api_error":
+		case resp.StatusCode == http.StatusInternalServerError && typ == "api_error":
 		default:
 			t.Fatalf("fault %d %s", resp.StatusCode, body)
 		}
@@ -134,7 +134,7 @@ func TestMessageBatchRefusals(t *testing.T) {
 		{"no params", []any{map[string]any{"custom_id": "a"}}, "requests.0.params"},
 	} {
 		resp, body := post(t, url+"/v1/messages/batches", map[string]any{"requests": tc.reqs}, "anthropic-version", "2023-06-01")
-		if _, msg := anthropicErrorOf(t, body); resp.StatusCode != 400 || !strings.Contains(msg, tc.msg) {
+		if _, msg := anthropicErrorOf(t, body); resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, tc.msg) {
 			t.Errorf("%s: %d %s", tc.name, resp.StatusCode, body)
 		}
 	}

@@ -410,7 +410,7 @@ func (s *Server) validate(b *simBatch, f *simFile) []batchError {
 			bad(n, "missing_required_parameter", "custom_id must be set.")
 		case seen[l.CustomID]:
 			bad(n, "duplicate_custom_id", "The custom_id for this request is a duplicate of another request.")
-		case l.Method != "POST":
+		case l.Method != http.MethodPost:
 			bad(n, "invalid_method", "method must be POST.")
 		case l.URL != b.Endpoint:
 			bad(n, "mismatched_endpoint", "The url of this line does not match the batch's endpoint.")

@@ -2,6 +2,7 @@ package llmsim
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -26,7 +27,7 @@ func TestStreamChat(t *testing.T) {
 	body := msg{"model": "sim-chat", "stream": true, "stream_options": msg{"include_usage": true},
 		"messages": []msg{{"role": "user", "content": "stream me please"}}}
 	resp, b := post(t, url+"/v1/chat/completions", body)
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("status %d, type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
 	evs := events(string(b))
@@ -81,7 +82,7 @@ func TestStreamFaults(t *testing.T) {
 	t.Run("cut", func(t *testing.T) {
 		s, url := start(t, Config{StreamCutRate: 1})
 		resp, b, err := tryPost(t.Context(), url+"/v1/completions", prompt)
-		if err == nil && resp.StatusCode == 200 && strings.Contains(string(b), "[DONE]") {
+		if err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(b), "[DONE]") {
 			t.Fatalf("a cut stream ended with [DONE]: %s", b)
 		}
 		if !strings.Contains(string(b), `"text_completion"`) || s.Stats().StreamCuts != 1 {
