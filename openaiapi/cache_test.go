@@ -18,7 +18,11 @@ func TestCacheControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close(context.Background()) })
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	fake := newFake()
 	e := newEnv(t, fake, withCore(batcher.WithCache(c)))
 	const body = `{"model":"embed","input":"same text"}`

@@ -100,7 +100,7 @@ func chatToCore(body *chatRequest) (*batcher.Request, *Error) {
 		Params:   params,
 		Metadata: body.Metadata,
 	}
-	if e := body.chatExtras.toCore(req, n); e != nil {
+	if e := body.extrasToCore(req, n); e != nil {
 		return nil, e
 	}
 	return req, nil

@@ -251,7 +251,7 @@ func messageToCore(m *chatMessage, i int, dst *batcher.Message) *Error {
 
 // extrasToCore translates the request-level fields beyond text, and the
 // parameters beyond the plain ones with n, the choices asked for (0: unset).
-func (x *chatExtras) toCore(dst *batcher.Request, n int32) *Error {
+func (x *chatExtras) extrasToCore(dst *batcher.Request, n int32) *Error {
 	var o batcher.ChatOptions
 	if len(x.Tools) > 0 {
 		o.Tools = make([]batcher.Tool, len(x.Tools))

@@ -78,7 +78,7 @@ func TestChatStreamsRealDeltas(t *testing.T) {
 		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("one two three")},
 		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
 	})
-	defer stream.Close()
+	defer func() { _ = stream.Close() }()
 	var acc openai.ChatCompletionAccumulator
 	if !stream.Next() {
 		t.Fatalf("no first chunk: %v", stream.Err())
@@ -113,7 +113,7 @@ func TestCompletionStreamsRealDeltas(t *testing.T) {
 		Model:  "scomp",
 		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("a b")},
 	})
-	defer stream.Close()
+	defer func() { _ = stream.Close() }()
 	var text strings.Builder
 	n := 0
 	for stream.Next() {
@@ -138,7 +138,7 @@ func TestChatStreamMidStreamFailure(t *testing.T) {
 		Model:    "schat",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("midfail please")},
 	})
-	defer stream.Close()
+	defer func() { _ = stream.Close() }()
 	var text strings.Builder
 	for stream.Next() {
 		if ch := stream.Current(); len(ch.Choices) > 0 {
@@ -186,7 +186,7 @@ func TestChatStreamRefusedBeforeAnyDelta(t *testing.T) {
 		Model:    "nope",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")},
 	})
-	defer stream.Close()
+	defer func() { _ = stream.Close() }()
 	for stream.Next() {
 		t.Fatal("a chunk from an unknown model")
 	}
