@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -58,9 +59,11 @@ func ctlEnv(t *testing.T, addr string, env []string, args ...string) ctlResult {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	r := ctlResult{stdout: stdout.String(), stderr: stderr.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
 		r.code = ee.ExitCode()
-	} else if err != nil {
+	case err != nil:
 		t.Fatal(err)
 	}
 	return r

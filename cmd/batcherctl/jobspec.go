@@ -138,7 +138,7 @@ func parseGroup(s string) (*batcherv1.RunGroup, error) {
 			return nil, fmt.Errorf("unknown key %q (name, model, runs, temperature, next-model, delay, retries, retry-delay, backoff)", k)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v", k, err)
+			return nil, fmt.Errorf("%s: %w", k, err)
 		}
 	}
 	if g.Name == "" {

@@ -142,7 +142,7 @@ func items(rs ...*batcherv1.Request) *batcherv1.JobItems { return &batcherv1.Job
 // post sends a JSON body to the front door with the restricted priority
 // header when priority is set.
 func (e *tenantsEnv) post(t *testing.T, tok, path, body, priority string) refusal {
-	req, err := http.NewRequestWithContext(t.Context(), "POST", "https://"+e.httpAddr+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "https://"+e.httpAddr+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestBatchErrMessages(t *testing.T) {
 			}
 		})
 	}
-	if other := errors.New("disk"); batchErr(other) != other {
+	if other := errors.New("disk"); batchErr(other) != other { //nolint:errorlint // identity, not errors.Is: it must come back unwrapped
 		t.Error("an error of no kind is not returned as it is")
 	}
 }

@@ -26,7 +26,7 @@ func TestCacheByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	embed := func(mode batcherv1.CacheMode) *batcherv1.Completion {
 		t.Helper()
 		res, err := c.Submit(t.Context(), &batcherv1.Request{Model: "embed", Cache: mode,
@@ -50,7 +50,7 @@ func TestCacheByDefault(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var snap struct {
 			Cache []struct {
 				Route    string  `json:"route"`
@@ -99,7 +99,7 @@ func TestCacheForgetsRemovedRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	embed := func(route string) *batcherv1.Completion {
 		t.Helper()
 		res, err := c.Submit(t.Context(), client.Embed(route, "the same chunk"))

@@ -93,7 +93,10 @@ func headerAttack(addr string, size int) (string, error) {
 	case a := <-answered:
 		return a, nil
 	case <-time.After(30 * time.Second):
-		return "", fmt.Errorf("no answer (write: %v)", werr)
+		if werr != nil {
+			return "", fmt.Errorf("no answer (write: %w)", werr)
+		}
+		return "", errors.New("no answer")
 	}
 }
 
@@ -184,7 +187,7 @@ func TestHeaderLimitBoundsMemory(t *testing.T) {
 	if httpAddr == "" {
 		t.Fatalf("no http listener in\n%s", d.logs)
 	}
-	req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+httpAddr+"/v1/models", nil)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+httpAddr+"/v1/models", nil)
 	req.Header.Set("Authorization", "Bearer "+strings.Repeat("a", 64<<10))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,7 +159,7 @@ func checkChatResults(t *testing.T, results, errs map[string]outLine, refused ma
 		}
 		r := l.Response
 		b := &r.Body
-		if !strings.HasPrefix(l.ID, "batch_req_") || r.StatusCode != 200 || r.RequestID == "" || b.Object != "chat.completion" ||
+		if !strings.HasPrefix(l.ID, "batch_req_") || r.StatusCode != http.StatusOK || r.RequestID == "" || b.Object != "chat.completion" ||
 			b.Model != "sim-chat" || len(b.Choices) != 1 || b.Choices[0].Index != 0 || b.Choices[0].Message.Role != "assistant" {
 			t.Errorf("%s: the line is not a chat.completion batch output line: %+v", id, l)
 			continue

@@ -228,7 +228,7 @@ func TestAdminHandlerAnonymousLoopbackOnly(t *testing.T) {
 		{"/", "10.0.0.7:4000", 403}, {"/debug/pprof/", "10.0.0.7:4000", 403}, {"/api/snapshot", "10.0.0.7:4000", 403},
 		{"/healthz", "10.0.0.7:4000", 200}, {"/metrics", "10.0.0.7:4000", 200},
 	} {
-		r := httptest.NewRequest("GET", tc.path, nil)
+		r := httptest.NewRequest(http.MethodGet, tc.path, nil)
 		r.RemoteAddr = tc.remote
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
