@@ -136,7 +136,7 @@ func toStruct(v any) (*structpb.Struct, error) {
 			at--
 		}
 		line, col := position(b, at)
-		return nil, fmt.Errorf("not valid JSON: %v (line %d, column %d)", err, line, col)
+		return nil, fmt.Errorf("not valid JSON: %w (line %d, column %d)", err, line, col)
 	}
 	if err != nil || m == nil {
 		return nil, errors.New("must be a JSON object")
