@@ -110,9 +110,10 @@ check-generate: generate ## Fail when generated code is stale.
 		echo "generated code is stale: run make generate and commit"; git status --porcelain -- $(GENERATED) proto; exit 1; fi
 
 .PHONY: lint
-lint: tools-gen tools-lint ## go vet, golangci-lint, buf lint and buf format.
+lint: tools-gen tools-lint ## go vet, golangci-lint (the module and bench/'s), buf lint and buf format.
 	$(GO) vet ./...
 	golangci-lint run ./...
+	cd bench && $(GO) vet ./... && golangci-lint run ./...
 	buf lint
 	buf format -d --exit-code
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -387,7 +388,7 @@ func (r *streamRig) through(ctx context.Context, conn *target, prompt string, on
 	for {
 		m, err := ss.Recv()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("no completion")
 			}
 			res.err = err

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -50,7 +51,7 @@ func benchStreamStart(b *testing.B, through bool) {
 	ts := httptest.NewServer(sim)
 	defer func() { sim.Close(); ts.Close() }()
 	url := ts.URL + "/v1"
-	chat := func(ctx context.Context, i int) error { return nil }
+	var chat func(ctx context.Context, i int) error
 	if through {
 		tg := serveStreamCore(b, url)
 		defer tg.stop()
@@ -141,7 +142,7 @@ func startThrough(ctx context.Context, client batcherv1.BatcherServiceClient, i 
 	deltas := 0
 	for {
 		m, err := ss.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			if deltas == 0 {
 				return fmt.Errorf("chat %d: no delta", i)
 			}

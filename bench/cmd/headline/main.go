@@ -96,7 +96,7 @@ func readSpec(path string) ([]row, error) {
 		}
 		t, err := strconv.ParseFloat(f[3], 64)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: target %q: %v", path, i+1, f[3], err)
+			return nil, fmt.Errorf("%s:%d: target %q: %w", path, i+1, f[3], err)
 		}
 		if f[2] != "<=" && f[2] != ">=" {
 			return nil, fmt.Errorf("%s:%d: op %q: want <= or >=", path, i+1, f[2])
@@ -200,7 +200,7 @@ func values(dir, file, name, unit string) (map[string][]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	re, err := regexp.Compile(name)
 	if err != nil {
 		return nil, err
