@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,5 +33,33 @@ func TestOpenAILineFieldsNamed(t *testing.T) {
 	// null is unset, as in a body.
 	if _, _, err := jobs.ParseOpenAILine([]byte(`{"custom_id":"f","url":"/v1/completions","body":{"prompt":"x"},"extra":null}`)); err != nil {
 		t.Errorf("a null envelope field: %v", err)
+	}
+}
+
+// TestRefusedLinesNameTheirLine: a line the core refuses when it runs (a
+// temperature out of range, which creation does not check) names its line
+// in its error line, as a line refused at creation does; OpenAI's shape
+// is kept (an error of code and message only).
+func TestRefusedLinesNameTheirLine(t *testing.T) {
+	e := newEnv(t, nil)
+	j := e.create(t, jobs.Spec{Model: "chat"}, 1,
+		`{"custom_id":"hot","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}],"temperature":5}}`,
+		`{"custom_id":"nope","method":"POST","url":"/v1/chat/completions","body":{"model":"nope","messages":[{"role":"user","content":"x"}]}}`,
+	)
+	if p, _ := e.wait(t, j.ID); p.State != jobs.StateCompleted || p.Counts.Failed != 2 {
+		t.Fatalf("job ended %s %+v, want completed with 2 failed", p.State, p.Counts)
+	}
+	want := map[string]string{
+		"hot":  "line 2: body.temperature: must be 0 to 2, got 5",
+		"nope": `line 3: model: unknown model "nope"`,
+	}
+	errs := readLines(t, filepath.Join(jobs.JobDir(e.dir, j.ID), jobs.ErrorsFile))
+	if len(errs) != len(want) {
+		t.Fatalf("%d error lines, want %d", len(errs), len(want))
+	}
+	for _, l := range errs {
+		if l.Error == nil || l.Error.Code != jobs.CodeInvalidRequest || l.Error.Message != want[l.CustomID] || l.Response != nil {
+			t.Errorf("error line %s: %+v, want invalid_request %q", l.CustomID, l.Error, want[l.CustomID])
+		}
 	}
 }

@@ -650,7 +650,7 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 	f := &inflight{task: *t}
 	var ir ItemRequest
 	if err := json.Unmarshal(t.Request, &ir); err != nil {
-		return f, nil, fmt.Errorf("%w: line %d: stored request unreadable: %w", batcher.ErrInvalid, t.Line, err)
+		return f, nil, fmt.Errorf("%w: stored request unreadable: %w", batcher.ErrInvalid, err) // outcome names the line
 	}
 	f.url, f.tier = ir.URL, ir.ServiceTier
 	req := &batcher.Request{
@@ -861,6 +861,13 @@ func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
 			o.State, rec.ErrCode, rec.ErrMessage = ItemCancelled, CodeCancelled, "the job was cancelled"
 		default:
 			o.State, rec.ErrCode, rec.ErrMessage = ItemFailed, errorCode(err), spelled(err, f.url)
+			if rec.ErrCode == CodeInvalidRequest && t.Line > 0 {
+				// Named by its line, as the lines refused at creation are
+				// (Creator.addInvalid): OpenAI's error objects carry the
+				// line apart, but an error line's error has only code and
+				// message.
+				rec.ErrMessage = "line " + strconv.FormatInt(t.Line, 10) + ": " + rec.ErrMessage
+			}
 		}
 	}
 	if o.State == ItemSucceeded {
