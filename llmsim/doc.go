@@ -12,7 +12,9 @@
 // missing, malformed or unparseable answers. A chat call with tools whose
 // tool_choice names one (or is required, or whose last user message names
 // one) gets a tool call with arguments generated from the tool's schema;
-// json_object and json_schema calls get JSON (an instance of the schema);
+// json_object and json_schema calls get JSON (an instance of the schema;
+// a schema that is not a valid JSON Schema is refused, 400 naming
+// response_format.json_schema.schema, as OpenAI refuses it);
 // ToolCallMalformedRate and SchemaViolationRate break them (tools.go).
 // A streamed tool call on the OpenAI endpoints comes as OpenAI's
 // tool-call chunks (stream.go).

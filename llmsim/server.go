@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/batcherhq/batcher/internal/schema"
 )
 
 // Server is the simulator, an http.Handler. It is safe for concurrent use.
@@ -37,7 +39,8 @@ type Server struct {
 	inFlight atomic.Int64
 	st       counters
 	sst      streamCounters
-	bat      batchState // the batch API (batchapi.go)
+	bat      batchState   // the batch API (batchapi.go)
+	schemas  schema.Cache // compiled response_format schemas (tools.go)
 
 	abOnce sync.Once         // makes ab
 	ab     *anthropicBatches // Anthropic's Message Batches (anthropic_batches.go)
@@ -173,8 +176,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "temperature", "Invalid 'temperature': must be 0 to 2, got "+strconv.FormatFloat(*t, 'g', -1, 64)+".")
 		return
 	}
-	if rf := req.ResponseFormat; rf != nil && rf.Type != "text" && rf.Type != "json_object" && rf.Type != "json_schema" {
-		badRequest(w, "response_format", "Invalid response_format type "+strconv.Quote(cutRunes(rf.Type, 32))+".")
+	if !s.checkResponseFormat(w, &req) {
 		return
 	}
 	maxTokens := s.cfg.ReplyTokens

@@ -3,6 +3,7 @@ package llmsim
 import (
 	"encoding/json"
 	"hash/fnv"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -61,6 +62,34 @@ func (s *Server) toolCall(req *chatRequest, last string) (toolCallWire, bool) {
 	c.ID, c.Type = "call_"+strconv.FormatUint(seed>>20, 36), "function"
 	c.Function.Name, c.Function.Arguments = t.Name, string(args)
 	return c, true
+}
+
+// checkResponseFormat refuses, as OpenAI does, a response_format of an
+// unknown type or whose json_schema.schema is not a valid JSON Schema
+// (400 naming the field), and reports whether the request may go on.
+func (s *Server) checkResponseFormat(w http.ResponseWriter, req *chatRequest) bool {
+	rf := req.ResponseFormat
+	if rf == nil {
+		return true
+	}
+	switch rf.Type {
+	case "text", "json_object":
+	case "json_schema":
+		if rf.JSONSchema == nil {
+			break
+		}
+		if sch := nilIfNull(rf.JSONSchema.Schema); sch != nil {
+			if err := s.schemas.Check(sch); err != nil {
+				badRequest(w, "response_format.json_schema.schema", "Invalid schema for response_format "+strconv.Quote(cutRunes(rf.JSONSchema.Name, 64))+
+					": "+cutRunes(err.Error(), 256)+".")
+				return false
+			}
+		}
+	default:
+		badRequest(w, "response_format", "Invalid response_format type "+strconv.Quote(cutRunes(rf.Type, 32))+".")
+		return false
+	}
+	return true
 }
 
 // structured answers a json_object or json_schema call with JSON:

@@ -23,6 +23,7 @@ type chatRequest struct {
 	ResponseFormat      *struct {
 		Type       string `json:"type"`
 		JSONSchema *struct {
+			Name   string          `json:"name"`
 			Schema json.RawMessage `json:"schema"`
 		} `json:"json_schema"`
 	} `json:"response_format"`

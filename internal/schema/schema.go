@@ -9,6 +9,7 @@ package schema
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -40,6 +41,27 @@ func (c *Cache) Validate(schema, doc []byte) error {
 		return err
 	}
 	return s.Validate(inst)
+}
+
+// Check reports whether schema (a JSON Schema as JSON) compiles, with an
+// error wrapping ErrInvalidSchema when it does not: what a server that
+// takes a schema checks before it answers.
+// Its message is one line: the first place where the schema breaks the
+// metaschema, when that is why.
+func (c *Cache) Check(schema []byte) error {
+	_, err := c.compile(schema)
+	if err == nil {
+		return nil
+	}
+	var sve *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &sve) && errors.As(sve.Err, &ve) {
+		for len(ve.Causes) > 0 {
+			ve = ve.Causes[0]
+		}
+		return fmt.Errorf("%w: %s", ErrInvalidSchema, ve.Error()) // "at '/type': value must be one of ..."
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidSchema, err)
 }
 
 func (c *Cache) compile(schema []byte) (*jsonschema.Schema, error) {

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -21,5 +22,23 @@ func TestValidate(t *testing.T) {
 	}
 	if err := c.Validate([]byte(`{"$ref":"file:///etc/passwd"}`), []byte(`{}`)); !errors.Is(err, ErrInvalidSchema) {
 		t.Errorf("external ref: %v", err)
+	}
+}
+
+// Check says where a schema breaks the metaschema, in one line.
+func TestCheck(t *testing.T) {
+	var c Cache
+	if err := c.Check([]byte(`{"type":"object"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for schema, want := range map[string]string{
+		`{"type":"nonsense"}`:                  "not a valid JSON Schema: at '/type': value must be one of",
+		`{"$ref":"file:///etc/passwd"}`:        "not a valid JSON Schema: ",
+		`{"properties":{"a":{"minimum":"x"}}}`: "not a valid JSON Schema: at '/properties/a/minimum': got string, want number",
+	} {
+		err := c.Check([]byte(schema))
+		if !errors.Is(err, ErrInvalidSchema) || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Check(%s) = %v, want one line starting %q", schema, err, want)
+		}
 	}
 }
