@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -18,8 +17,6 @@ import (
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/llmsim"
 	"github.com/batcherhq/batcher/server"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -102,32 +99,15 @@ func serveStreamCore(tb testing.TB, url string) *target {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv.Register(bd.gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = bd.gs.Serve(lis)
-	}()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &target{client: batcherv1.NewBatcherServiceClient(cc), stop: func() {
-		_ = cc.Close()
+	return serve(tb, bd.gs, srv.Register, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			tb.Error(err)
 		}
 		bd.cleanup()
-		bd.gs.Stop()
-		<-served
 		_ = be.Close()
-	}}
+	})
 }
 
 // startThrough streams chat i through batcherd to its end.
