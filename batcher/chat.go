@@ -260,8 +260,11 @@ func (r *Request) Rich() bool {
 	return false
 }
 
+// rich reports whether m carries more than a role and a text: parts, a
+// name, tool calls, or the answer to one (role tool, whose tool_call_id
+// validateMessage requires, so that a tool message always goes through it).
 func (m *Message) rich() bool {
-	return len(m.Parts) > 0 || m.Name != "" || len(m.ToolCalls) > 0 || m.ToolCallID != ""
+	return len(m.Parts) > 0 || m.Name != "" || len(m.ToolCalls) > 0 || m.ToolCallID != "" || m.Role == "tool"
 }
 
 // Text returns the message's text: Content, or its text parts joined by

@@ -116,7 +116,7 @@ func validateRoute(r *Request, op Operation, have Features) *ValidationError {
 	}
 	if r.Input.Op == OpChat && op == OpChat {
 		for i := range r.Input.Messages {
-			if m := &r.Input.Messages[i]; m.rich() || m.Role == "tool" { // a tool message needs its tool_call_id
+			if m := &r.Input.Messages[i]; m.rich() {
 				if ve := validateMessage(m, i, have); ve != nil {
 					return ve
 				}

@@ -4,12 +4,7 @@ import "encoding/json"
 
 // RichParams returns a copy of p's rich parameters: the zero ones when
 // p.Rich is nil.
-func (p *Params) RichParams() RichParams {
-	if p.Rich == nil {
-		return RichParams{}
-	}
-	return *p.Rich
-}
+func (p *Params) RichParams() RichParams { return *p.rich() }
 
 // MutableRich returns p.Rich, first setting it to new zero parameters when
 // it is nil: for a caller that sets the rich parameters one by one.

@@ -87,7 +87,7 @@ func validateInput(in *Input, rc *routeConfig) *ValidationError {
 			if m.Content != "" {
 				empty = false
 			}
-			if m.rich() || m.Role == "tool" { // a tool message needs its tool_call_id
+			if m.rich() {
 				if ve := validateMessage(m, i, rc.features); ve != nil {
 					return ve
 				}
