@@ -100,3 +100,27 @@ func FuzzAppendPlainChat(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEncodeChat is a streamed chat's body (bench's BenchmarkStreamStart
+// chat) encoded by appendPlainChat (enc=append) and by json.Marshal
+// (enc=marshal), what Stream did before.
+func BenchmarkEncodeChat(b *testing.B) {
+	r := chatRequest{Model: "sim-chat", Messages: []wireMessage{{Role: "user", Content: "start chat 12345"}}, MaxTokens: 16}
+	b.Run("enc=append", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := appendPlainChat(nil, &r, true); !ok {
+				b.Fatal("not plain")
+			}
+		}
+	})
+	b.Run("enc=marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var body any = streamChatRequest{chatRequest: r, Stream: true, StreamOptions: &streamOptions{IncludeUsage: true}}
+			if _, err := encodeBody(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
