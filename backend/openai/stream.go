@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -218,7 +219,9 @@ var (
 // read error otherwise. A stream must end with "data: [DONE]": one that
 // ends before it was cut.
 func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg string, cause error) error) (batcher.Response, error) {
-	br := bufio.NewReaderSize(body, streamReadBuffer)
+	br := streamReaders.Get().(*bufio.Reader)
+	br.Reset(body)
+	defer func() { br.Reset(nil); streamReaders.Put(br) }() // nothing returned points into its buffer
 	var long []byte // a line longer than br's buffer, joined (reused)
 	var out batcher.Response
 	var data []byte  // the event's data lines so far
@@ -360,6 +363,10 @@ func (tc *toolCalls) done() []batcher.ToolCall {
 // holds its buffer for as long as the answer lasts (longer lines are read
 // in pieces and joined in readLine's scratch).
 const streamReadBuffer = 1024
+
+// streamReaders holds the readers of ended streams, for the next ones: a
+// chat's read buffer was its largest allocation of the backend's own.
+var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, streamReadBuffer) }}
 
 // readLine reads one line without its end ("\n", "\r\n"), at most
 // maxEventBytes long. A line longer than br's buffer is joined in *long,
