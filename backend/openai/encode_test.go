@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"reflect"
 	"testing"
 )
 
@@ -123,4 +124,86 @@ func BenchmarkEncodeChat(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestAppendPlainChatEveryField guards the hand-written encoder against a
+// field added to chatRequest or wireMessage later: each exported field in
+// turn is set to a value other than its zero, on a plain chat, and
+// appendPlainChat must then either write json.Marshal's bytes or give up.
+// A new field that plainChat neither encodes nor refuses would be dropped
+// from the body silently; this test fails on it.
+func TestAppendPlainChatEveryField(t *testing.T) {
+	base := func() chatRequest {
+		return chatRequest{Model: "m", Messages: []wireMessage{{Role: "user", Content: "hi"}}}
+	}
+	check := func(name string, r chatRequest) {
+		t.Helper()
+		for _, stream := range []bool{false, true} {
+			got, ok := appendPlainChat(nil, &r, stream)
+			if !ok {
+				continue
+			}
+			if want := marshalChat(t, r, stream); !bytes.Equal(got, want) {
+				t.Errorf("%s set (stream %v): appendPlainChat wrote\n %s\nwant\n %s", name, stream, got, want)
+			}
+		}
+	}
+	rt := reflect.TypeFor[chatRequest]()
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if !f.IsExported() {
+			continue // extra: refused by TestAppendPlainChat's cases
+		}
+		r := base()
+		reflect.ValueOf(&r).Elem().Field(i).Set(nonZero(t, f.Type))
+		check("chatRequest."+f.Name, r)
+	}
+	mt := reflect.TypeFor[wireMessage]()
+	for i := range mt.NumField() {
+		f := mt.Field(i)
+		r := base()
+		reflect.ValueOf(&r.Messages[0]).Elem().Field(i).Set(nonZero(t, f.Type))
+		check("wireMessage."+f.Name, r)
+	}
+}
+
+// nonZero is a value of type t other than its zero: a one-element slice or
+// map, a pointer to a non-zero value, "x", 1 or true.
+func nonZero(t *testing.T, typ reflect.Type) reflect.Value {
+	t.Helper()
+	v := reflect.New(typ).Elem()
+	switch typ.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(0.5)
+	case reflect.Pointer:
+		v.Set(reflect.New(typ.Elem()))
+		v.Elem().Set(nonZero(t, typ.Elem()))
+	case reflect.Slice:
+		if typ.Elem().Kind() == reflect.Uint8 { // json.RawMessage and []byte
+			v.SetBytes([]byte(`{"x":1}`))
+			break
+		}
+		v.Set(reflect.MakeSlice(typ, 1, 1))
+		v.Index(0).Set(nonZero(t, typ.Elem()))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(typ))
+		v.SetMapIndex(nonZero(t, typ.Key()), nonZero(t, typ.Elem()))
+	case reflect.Interface:
+		v.Set(reflect.ValueOf("x"))
+	case reflect.Struct:
+		for i := range typ.NumField() {
+			if typ.Field(i).IsExported() {
+				v.Field(i).Set(nonZero(t, typ.Field(i).Type))
+			}
+		}
+	default:
+		t.Fatalf("nonZero: no value for %s", typ)
+	}
+	return v
 }

@@ -222,7 +222,7 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 	br := streamReaders.Get().(*bufio.Reader)
 	br.Reset(body)
 	defer func() { br.Reset(nil); streamReaders.Put(br) }() // nothing returned points into its buffer
-	var long []byte // a line longer than br's buffer, joined (reused)
+	var long []byte                                         // a line longer than br's buffer, joined (reused)
 	var out batcher.Response
 	var data []byte  // the event's data lines so far
 	inEvent := false // data holds an event's data
