@@ -111,7 +111,7 @@ func New(opts ...Option) (*Batcher, error) {
 	if cfg.tracerProvider != nil {
 		b.tracer = cfg.tracerProvider.Tracer(tracerName)
 	}
-	if b.metrics, err = newMetrics(cfg.meterProvider, b); err != nil {
+	if b.metrics, err = newMetrics(cfg.meterProvider, cfg.metricsProducer, b); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	return b, nil

@@ -119,10 +119,11 @@ func rejectReason(err error) string {
 // window is tens of milliseconds; an upstream call up to the attempt
 // timeout); batch sizes in powers of two; fill ratios in tenths.
 var (
-	secondsBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
-	sizeBuckets    = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
-	fillBuckets    = []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
-	tokenBuckets   = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}
+	secondsBucketsArr = [...]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+	secondsBuckets    = secondsBucketsArr[:]
+	sizeBuckets       = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+	fillBuckets       = []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
+	tokenBuckets      = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}
 )
 
 // metrics are the core's instruments. A nil *metrics records nothing: every
@@ -163,6 +164,10 @@ type metrics struct {
 	pairs  atomic.Pointer[map[routeBackend]*pairMetrics]
 	addMu  sync.Mutex
 	reg    metric.Registration
+	// byHand: duration and queueWait are nil, and each request's are
+	// counted in its routeMetrics' histograms, for a MetricsProducer
+	// (histogram.go).
+	byHand bool
 }
 
 func (m *metrics) route(name string) *routeMetrics { return (*m.routes.Load())[name] }
@@ -177,7 +182,7 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 	pairs := maps.Clone(*m.pairs.Load())
 	for _, rc := range rcs {
 		if routes[rc.Name] == nil {
-			rm := &routeMetrics{}
+			rm := &routeMetrics{name: rc.Name}
 			for p := range numPriorities {
 				route, prio := keyRoute.String(rc.Name), keyPriority.String(Priority(p).String())
 				rm.byPrio[p] = metric.WithAttributeSet(attribute.NewSet(route, prio))
@@ -232,12 +237,35 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 // for metrics is spent on the histograms, which need the SDK's
 // aggregation.
 type routeMetrics struct {
+	name      string
 	admitted  [numPriorities]atomic.Int64
 	completed [numPriorities][numOutcomes]atomic.Int64
 	byPrio    [numPriorities]metric.ObserveOption               // route, priority
 	byPrioRec [numPriorities][]metric.RecordOption              // route, priority
 	done      [numPriorities][numOutcomes]metric.ObserveOption  // route, priority, outcome
 	doneRec   [numPriorities][numOutcomes][]metric.RecordOption // route, priority, outcome
+
+	// With a MetricsProducer: the series of batcher.request.duration and
+	// queue_wait, made at their first measurement.
+	durations  [numPriorities][numOutcomes]atomic.Pointer[histogram]
+	queueWaits [numPriorities]atomic.Pointer[histogram]
+}
+
+// duration and queueWait return rm's series of batcher.request.duration
+// for priority p and outcome o, and of queue_wait for p, made with their
+// attribute sets at the first measurement.
+func (rm *routeMetrics) duration(p Priority, o int) *histogram {
+	if h := rm.durations[p][o].Load(); h != nil {
+		return h
+	}
+	return newSeries(&rm.durations[p][o], keyRoute.String(rm.name), keyPriority.String(p.String()), keyOutcome.String(outcomeNames[o]))
+}
+
+func (rm *routeMetrics) queueWait(p Priority) *histogram {
+	if h := rm.queueWaits[p].Load(); h != nil {
+		return h
+	}
+	return newSeries(&rm.queueWaits[p], keyRoute.String(rm.name), keyPriority.String(p.String()))
 }
 
 type routeBackend struct{ route, backend string }
@@ -291,13 +319,14 @@ func providerName(be *backendState) string {
 	return be.name
 }
 
-// newMetrics creates the core's instruments on mp; nil mp: none.
-func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
+// newMetrics creates the core's instruments on mp; nil mp: none. With
+// producer, the per-request histograms are counted for it instead.
+func newMetrics(mp metric.MeterProvider, producer *MetricsProducer, b *Batcher) (*metrics, error) {
 	if mp == nil {
 		return nil, nil
 	}
 	mt := mp.Meter(meterName)
-	m := &metrics{}
+	m := &metrics{byHand: producer != nil}
 	m.routes.Store(&map[string]*routeMetrics{})
 	m.pairs.Store(&map[routeBackend]*pairMetrics{})
 	var errs []error
@@ -318,8 +347,10 @@ func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
 	}
 	m.rejected = counter("batcher.requests.rejected", "{request}", "Requests refused at admission, by route, priority and reason.")
 	m.deferred = counter("batcher.requests.deferred", "{request}", "Refusals at admission that the caller keeps and offers again (TrySubmit: a job's backlog), by route, priority and reason; not rejections.")
-	m.duration = fhist("batcher.request.duration", "s", "Time from admission to the terminal result, by route, priority and outcome.", secondsBuckets)
-	m.queueWait = fhist("batcher.request.queue_wait", "s", "Time from admission to the request's first upstream call.", secondsBuckets)
+	if !m.byHand {
+		m.duration = fhist(durationName, "s", durationDesc, secondsBuckets)
+		m.queueWait = fhist(queueWaitName, "s", queueWaitDesc, secondsBuckets)
+	}
 	m.batchWait = fhist("batcher.batch.wait", "s", "Time a batch accumulated: from its oldest request's admission until it formed.", secondsBuckets)
 	m.tokens = ihist("gen_ai.client.token.usage", "{token}", "Tokens used by each upstream call (one batch), input and output, as the upstream reported them.", tokenBuckets)
 	m.opDur = fhist("gen_ai.client.operation.duration", "s", "Duration of each upstream call (one batch, or one request of a fan-out, or one pack), by backend and outcome.", secondsBuckets)
@@ -337,6 +368,9 @@ func newMetrics(mp metric.MeterProvider, b *Batcher) (*metrics, error) {
 	m.addRoutes(*b.routes.Load())
 	if err := m.observe(mt, b); err != nil {
 		return nil, err
+	}
+	if producer != nil {
+		producer.add(m)
 	}
 	return m, nil
 }
@@ -386,9 +420,17 @@ func (m *metrics) finished(c *Call, r *Result) {
 	o := outcomeOf(r.Err)
 	ctx := context.Background()
 	rm.completed[p][o].Add(1)
-	m.duration.Record(ctx, r.Timings.Total.Seconds(), rm.doneRec[p][o]...)
-	if r.Timings.Queued > 0 {
-		m.queueWait.Record(ctx, r.Timings.Queued.Seconds(), rm.byPrioRec[p]...)
+	switch {
+	case m.byHand:
+		rm.duration(p, o).record(r.Timings.Total)
+		if r.Timings.Queued > 0 {
+			rm.queueWait(p).record(r.Timings.Queued)
+		}
+	default:
+		m.duration.Record(ctx, r.Timings.Total.Seconds(), rm.doneRec[p][o]...)
+		if r.Timings.Queued > 0 {
+			m.queueWait.Record(ctx, r.Timings.Queued.Seconds(), rm.byPrioRec[p]...)
+		}
 	}
 	if c.stream != nil && r.Err == nil {
 		m.streamed(c, r)

@@ -13,14 +13,22 @@ import (
 // BenchmarkMetricsRecording measures what the core's metrics add to one
 // request: its admission, its result, and its share of a batch of 16's
 // upstream call, recorded into an SDK MeterProvider with one reader and
-// exemplars off, as batcherd sets it up. With metrics off the same calls
-// are nil checks.
+// exemplars off, as batcherd sets it up: with its MetricsProducer
+// (metrics=producer, the per-request histograms counted by the core), or
+// without (metrics=sdk, every histogram recorded through the SDK). With
+// metrics off the same calls are nil checks.
 func BenchmarkMetricsRecording(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		b.Run(map[bool]string{false: "metrics=off", true: "metrics=on"}[on], func(b *testing.B) {
+	for _, mode := range []string{"off", "sdk", "producer"} {
+		b.Run("metrics="+mode, func(b *testing.B) {
 			var opts []Option
-			if on {
-				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+			if mode != "off" {
+				var readerOpts []sdkmetric.ManualReaderOption
+				if mode == "producer" {
+					p := NewMetricsProducer()
+					readerOpts = append(readerOpts, sdkmetric.WithProducer(p))
+					opts = append(opts, WithMetricsProducer(p))
+				}
+				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader(readerOpts...)), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
 				defer func() { _ = mp.Shutdown(context.Background()) }()
 				opts = append(opts, WithMeterProvider(mp))
 			}

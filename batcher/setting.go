@@ -231,6 +231,7 @@ type config struct {
 	maxLanes        int
 	tracerProvider  trace.TracerProvider
 	meterProvider   metric.MeterProvider
+	metricsProducer *MetricsProducer
 	logger          *slog.Logger
 	coordinator     Coordinator
 	cache           Cache

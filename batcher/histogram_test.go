@@ -1,0 +1,185 @@
+package batcher
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+var _ sdkmetric.Producer = (*MetricsProducer)(nil)
+
+// histogramCore returns a core with routes m and n whose per-request
+// histograms go to reader: through the SDK, or through a MetricsProducer
+// registered on reader.
+func histogramCore(t *testing.T, byHand bool) (*Batcher, sdkmetric.Reader) {
+	t.Helper()
+	opts := []Option{WithRoute(Route{Name: "n", Op: OpCompletion, Backend: "be"})}
+	var readerOpts []sdkmetric.ManualReaderOption
+	if byHand {
+		p := NewMetricsProducer()
+		opts = append(opts, WithMetricsProducer(p))
+		readerOpts = append(readerOpts, sdkmetric.WithProducer(p))
+	}
+	reader := sdkmetric.NewManualReader(readerOpts...)
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return newTest(t, &fakeBackend{}, 1, BatchConfig{}, append(opts, WithMeterProvider(mp))...), reader
+}
+
+// finishAll records the end of a call on route with priority p, error
+// err, and the timings of each of durations (total) and queued.
+func finishAll(b *Batcher, route string, p Priority, err error, durations, queued []time.Duration) {
+	rc := (*b.routes.Load())[route]
+	c := &Call{req: &Request{Route: route, Priority: p}, b: b, rc: rc, prio: p}
+	for i, d := range durations {
+		b.metrics.finished(c, &Result{Err: err, Timings: Timings{Total: d, Queued: queued[i]}})
+	}
+}
+
+// TestMetricsProducerMatchesSDK records the same measurements through the
+// SDK and through a MetricsProducer and checks that a reader collects the
+// same two histograms from both: names, descriptions, units, attribute
+// sets, bounds, bucket counts, counts, sums, min and max. The values
+// include every bucket bound exactly (the bound's own bucket), zero, and
+// values past the last bound.
+func TestMetricsProducerMatchesSDK(t *testing.T) {
+	var durations, queued []time.Duration
+	for i, s := range secondsBuckets {
+		d := time.Duration(s * float64(time.Second))
+		durations = append(durations, d, d+1, d-1)
+		queued = append(queued, d/2, 0, time.Duration(i)*time.Microsecond)
+	}
+	durations = append(durations, 0, 121*time.Second, time.Hour)
+	queued = append(queued, 0, time.Minute, 3*time.Hour)
+
+	got := map[bool]map[string]metricdata.Metrics{}
+	for _, byHand := range []bool{false, true} {
+		b, reader := histogramCore(t, byHand)
+		finishAll(b, "m", PriorityHigh, nil, durations, queued)
+		finishAll(b, "m", PriorityLow, ErrDeadline, durations[:5], queued[:5])
+		finishAll(b, "n", PriorityNormal, &UpstreamError{Class: ClassRateLimit}, durations[3:9], queued[3:9])
+		got[byHand] = collect(t, reader)
+	}
+	for _, name := range []string{durationName, queueWaitName} {
+		sdk, hand := got[false][name], got[true][name]
+		if hand.Name != sdk.Name || hand.Description != sdk.Description || hand.Unit != sdk.Unit {
+			t.Errorf("%s: name, description, unit %q %q %q, want the SDK's %q %q %q", name, hand.Name, hand.Description, hand.Unit, sdk.Name, sdk.Description, sdk.Unit)
+		}
+		sh, ok1 := sdk.Data.(metricdata.Histogram[float64])
+		hh, ok2 := hand.Data.(metricdata.Histogram[float64])
+		if !ok1 || !ok2 {
+			t.Fatalf("%s: data %T (SDK) and %T (by hand), want float64 histograms", name, sdk.Data, hand.Data)
+		}
+		if hh.Temporality != sh.Temporality {
+			t.Errorf("%s: temporality %v, want %v", name, hh.Temporality, sh.Temporality)
+		}
+		want := map[string]metricdata.HistogramDataPoint[float64]{}
+		for _, dp := range sh.DataPoints {
+			want[fmt.Sprint(dp.Attributes.ToSlice())] = dp
+		}
+		if len(hh.DataPoints) != len(want) || len(want) == 0 {
+			t.Errorf("%s: %d data points, want the SDK's %d", name, len(hh.DataPoints), len(want))
+		}
+		for _, dp := range hh.DataPoints {
+			key := fmt.Sprint(dp.Attributes.ToSlice())
+			w, ok := want[key]
+			if !ok {
+				t.Errorf("%s: data point %v not in the SDK's", name, dp.Attributes.ToSlice())
+				continue
+			}
+			if !slices.Equal(dp.Bounds, w.Bounds) || !slices.Equal(dp.BucketCounts, w.BucketCounts) || dp.Count != w.Count {
+				t.Errorf("%s %v: bounds %v counts %v count %d, want %v %v %d", name, key, dp.Bounds, dp.BucketCounts, dp.Count, w.Bounds, w.BucketCounts, w.Count)
+			}
+			if math.Abs(dp.Sum-w.Sum) > 1e-9*math.Max(1, w.Sum) {
+				t.Errorf("%s %v: sum %v, want %v", name, key, dp.Sum, w.Sum)
+			}
+			if dp.Min != w.Min || dp.Max != w.Max {
+				t.Errorf("%s %v: min %v max %v, want %v %v", name, key, dp.Min, dp.Max, w.Min, w.Max)
+			}
+		}
+	}
+}
+
+// TestMetricsProducerConcurrentSafe records from many goroutines while a
+// reader collects, and checks that every measurement is counted once.
+func TestMetricsProducerConcurrentSafe(t *testing.T) {
+	b, reader := histogramCore(t, true)
+	const workers, each = 8, 500
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				var rm metricdata.ResourceMetrics
+				if err := reader.Collect(context.Background(), &rm); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	for w := range workers {
+		wg.Go(func() {
+			d := make([]time.Duration, each)
+			for i := range d {
+				d[i] = time.Duration(w*each+i) * time.Millisecond
+			}
+			finishAll(b, "m", Priority(w%numPriorities), nil, d, d)
+		})
+	}
+	wg.Wait()
+	close(done)
+	<-collected
+	var n uint64
+	var sum float64
+	for _, dp := range collect(t, reader)[durationName].Data.(metricdata.Histogram[float64]).DataPoints {
+		n += dp.Count
+		sum += dp.Sum
+	}
+	if n != workers*each {
+		t.Errorf("count %d, want %d", n, workers*each)
+	}
+	total := workers * each
+	if want := float64(total*(total-1)/2) / 1000; math.Abs(sum-want) > 1e-6 {
+		t.Errorf("sum %v, want %v", sum, want)
+	}
+}
+
+// TestMetricsProducerAddsCores checks that two cores on one producer add
+// up, as two cores on one MeterProvider do.
+func TestMetricsProducerAddsCores(t *testing.T) {
+	p := NewMetricsProducer()
+	reader := sdkmetric.NewManualReader(sdkmetric.WithProducer(p))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	for _, d := range []time.Duration{time.Millisecond, time.Second} {
+		b := newTest(t, &fakeBackend{}, 1, BatchConfig{}, WithMeterProvider(mp), WithMetricsProducer(p))
+		finishAll(b, "m", PriorityHigh, nil, []time.Duration{d}, []time.Duration{d})
+	}
+	dps := collect(t, reader)[durationName].Data.(metricdata.Histogram[float64]).DataPoints
+	if len(dps) != 1 {
+		t.Fatalf("%d data points, want 1", len(dps))
+	}
+	if dp := dps[0]; dp.Count != 2 || math.Abs(dp.Sum-1.001) > 1e-12 {
+		t.Errorf("count %d sum %v, want 2 and 1.001", dp.Count, dp.Sum)
+	}
+	if lo, _ := dps[0].Min.Value(); lo != 0.001 {
+		t.Errorf("min %v, want 0.001", lo)
+	}
+	if hi, _ := dps[0].Max.Value(); hi != 1 {
+		t.Errorf("max %v, want 1", hi)
+	}
+}
