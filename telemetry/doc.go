@@ -3,8 +3,10 @@
 //
 //   - Setup builds a MeterProvider that always feeds a Prometheus registry
 //     (served at /metrics on the admin listener) and, when the standard
-//     OTEL_* variables ask, an OTLP exporter (contrib autoexport: grpc or
-//     http/protobuf), plus a TracerProvider when traces are asked for.
+//     OTEL_* variables ask, an OTLP exporter (grpc or http/protobuf) or the
+//     console, plus a TracerProvider (contrib autoexport) when traces are
+//     asked for. Every reader takes the core's MetricsProducer
+//     (Telemetry.CoreOptions).
 //   - NewLogHandler wraps a slog.Handler so that every record logged with a
 //     context holding a span carries trace_id and span_id.
 //   - Sampler turns the core's Lanes and Stats, the server's streams and

@@ -12,11 +12,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/batcherhq/batcher/batcher"
 )
 
 // The standard variables Setup reads (through Config.LookupEnv) to decide
@@ -47,6 +52,9 @@ type Config struct {
 type Telemetry struct {
 	// MeterProvider is always set.
 	MeterProvider *sdkmetric.MeterProvider
+	// CoreMetrics is registered on every reader of MeterProvider: the
+	// core counts its per-request histograms for it (CoreOptions).
+	CoreMetrics *batcher.MetricsProducer
 	// TracerProvider is nil unless traces are exported: then nothing makes
 	// spans at all.
 	TracerProvider *sdktrace.TracerProvider
@@ -89,20 +97,23 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 	}
 	// One reader for the exposition and the live views alike: each reader
 	// aggregates every measurement again. Exemplars are off: the text
-	// exposition shows none, and offering them costs every measurement.
+	// exposition shows none, and offering them costs every measurement
+	// (traces do not need them: a span links to no metric). Every reader
+	// takes the core's producer.
+	core := batcher.NewMetricsProducer()
 	reg := prometheus.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithProducer(core))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	t := &Telemetry{Gatherer: reg}
+	t := &Telemetry{Gatherer: reg, CoreMetrics: core}
 	opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(exp), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter)}
 	if !cfg.NoPrometheus {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	}
 	if kind, ok := wanted(cfg.LookupEnv, EnvMetricsExporter, EnvMetricsEndpoint); ok && kind != "prometheus" {
-		r, err := autoexport.NewMetricReader(ctx)
+		r, err := metricReader(ctx, kind, cfg.LookupEnv, core)
 		if err != nil {
 			return nil, fmt.Errorf("metrics exporter (%s): %w", kind, err)
 		}
@@ -121,6 +132,48 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		t.OTLPTraces = kind
 	}
 	return t, nil
+}
+
+// CoreOptions are the options that make a core record its metrics into
+// t: the MeterProvider and the producer of its per-request histograms.
+func (t *Telemetry) CoreOptions() []batcher.Option {
+	return []batcher.Option{batcher.WithMeterProvider(t.MeterProvider), batcher.WithMetricsProducer(t.CoreMetrics)}
+}
+
+// metricReader returns a periodic reader exporting to kind ("otlp" over
+// OTEL_EXPORTER_OTLP_METRICS_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL,
+// default http/protobuf; "console": standard output) that also collects
+// producer. The exporters read the rest of their settings from the
+// environment. It does what autoexport.NewMetricReader does for these
+// kinds, which takes no producer but those named in the environment.
+func metricReader(ctx context.Context, kind string, lookupEnv func(string) (string, bool), producer sdkmetric.Producer) (sdkmetric.Reader, error) {
+	var (
+		exp sdkmetric.Exporter
+		err error
+	)
+	switch kind {
+	case "otlp":
+		proto, _ := lookupEnv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+		if proto == "" {
+			proto, _ = lookupEnv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		}
+		switch proto {
+		case "grpc":
+			exp, err = otlpmetricgrpc.New(ctx)
+		case "http/protobuf", "":
+			exp, err = otlpmetrichttp.New(ctx)
+		default:
+			err = fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: must be grpc or http/protobuf", proto)
+		}
+	case "console":
+		exp, err = stdoutmetric.New()
+	default:
+		err = fmt.Errorf("%s %q: must be otlp, console, prometheus or none", EnvMetricsExporter, kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sdkmetric.NewPeriodicReader(exp, sdkmetric.WithProducer(producer)), nil
 }
 
 // wanted reports whether a signal is to be exported and by what: the

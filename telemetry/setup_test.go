@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 
 	metricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+
+	"github.com/batcherhq/batcher/batcher"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -87,11 +90,90 @@ func (s *traceSink) Export(_ context.Context, r *tracepb.ExportTraceServiceReque
 type metricSink struct {
 	metricpb.UnimplementedMetricsServiceServer
 	exports atomic.Int64
+	mu      sync.Mutex
+	counts  map[string]uint64 // histogram name: the count of its last data points
 }
 
-func (s *metricSink) Export(context.Context, *metricpb.ExportMetricsServiceRequest) (*metricpb.ExportMetricsServiceResponse, error) {
+func (s *metricSink) Export(_ context.Context, r *metricpb.ExportMetricsServiceRequest) (*metricpb.ExportMetricsServiceResponse, error) {
 	s.exports.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.counts == nil {
+		s.counts = map[string]uint64{}
+	}
+	for _, rm := range r.GetResourceMetrics() {
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				var n uint64
+				for _, dp := range m.GetHistogram().GetDataPoints() {
+					n += dp.GetCount()
+				}
+				s.counts[m.GetName()] = n
+			}
+		}
+	}
 	return &metricpb.ExportMetricsServiceResponse{}, nil
+}
+
+// TestSetupHandsTheCoreHistogramsToEveryReader runs one request through a
+// core built with CoreOptions and finds its duration and queue wait, which
+// the core counts for its MetricsProducer, in both readers: the Prometheus
+// registry and an OTLP export.
+func TestSetupHandsTheCoreHistogramsToEveryReader(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	ms := &metricSink{}
+	metricpb.RegisterMetricsServiceServer(gs, ms)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	tel, err := Setup(t.Context(), Config{LookupEnv: env(t, map[string]string{EnvEndpoint: "http://" + lis.Addr().String(), EnvTracesExporter: "none", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := batcher.BackendFunc(func(_ context.Context, _ *batcher.Batch, out []batcher.Response) error {
+		for i := range out {
+			out[i].Text = "ok"
+		}
+		return nil
+	})
+	core, err := batcher.New(append(tel.CoreOptions(),
+		batcher.WithBackend(batcher.BackendConfig{Name: "be", Backend: be}),
+		batcher.WithRoute(batcher.Route{Name: "m", Op: batcher.OpCompletion, Backend: "be"}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Do(t.Context(), &batcher.Request{Route: "m", Priority: batcher.PriorityNormal, Input: batcher.Input{Op: batcher.OpCompletion, Prompt: "hi"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := core.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	families, err := tel.Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := map[string]uint64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			prom[f.GetName()] += m.GetHistogram().GetSampleCount()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown (flushing to the receiver): %v", err)
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for _, name := range []string{"batcher.request.duration", "batcher.request.queue_wait"} {
+		promName := strings.ReplaceAll(name, ".", "_") + "_seconds"
+		if prom[promName] != 1 || ms.counts[name] != 1 {
+			t.Errorf("%s: count %d in Prometheus (%s), %d over OTLP, want 1 and 1", name, prom[promName], promName, ms.counts[name])
+		}
+	}
 }
 
 // TestSetupHonoursTheProtocol exports a span and the metrics to a real

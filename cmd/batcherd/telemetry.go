@@ -68,9 +68,7 @@ func startTelemetry(ctx context.Context, cfg *config.Config, lookupEnv func(stri
 }
 
 // coreOptions are the core's telemetry options.
-func (o *observability) coreOptions() []batcher.Option {
-	return []batcher.Option{batcher.WithMeterProvider(o.tel.MeterProvider)}
-}
+func (o *observability) coreOptions() []batcher.Option { return o.tel.CoreOptions() }
 
 // grpcOptions are the gRPC server's access log interceptors, at the
 // configured level (server-side failures at least at warn), or none.
