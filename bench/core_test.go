@@ -10,6 +10,7 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/internal/cputime"
+	"github.com/batcherhq/batcher/telemetry"
 	"github.com/graph-gophers/dataloader/v7"
 	"github.com/vikstrous/dataloadgen"
 )
@@ -101,7 +102,8 @@ func runProducers(b *testing.B, p int, do func(i, j int) error) {
 // BenchmarkCore drives Batcher and two peer batch libraries the same way:
 // producers that each submit one item and await its result, a backend that
 // does no work, batches of at most 100 and a 1 ms window. One op is one
-// item.
+// item. Batcher records its metrics as batcherd does (benchBatcherMin);
+// the peers have none.
 func BenchmarkCore(b *testing.B) {
 	libs := []struct {
 		name string
@@ -169,9 +171,17 @@ func benchBatcher(b *testing.B, p int) { benchBatcherMin(b, p, 0) }
 
 func benchBatcherFull(b *testing.B, p int) { benchBatcherMin(b, p, maxBatch) }
 
+// benchBatcherMin runs the core as batcherd does, with its metrics:
+// telemetry.Setup's MeterProvider and producer (the Prometheus reader
+// batcherd always has), so that the figures include what recording costs.
 func benchBatcherMin(b *testing.B, p, minBatch int) {
 	var cnt batchCounter
-	core := newNoopCoreMin(b, &cnt, minBatch)
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	core := newNoopCoreMin(b, &cnt, minBatch, tel.CoreOptions()...)
 	defer shutdown(b, core)
 	reqs := make([]batcher.Request, p)
 	for i := range reqs {

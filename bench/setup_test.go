@@ -136,7 +136,7 @@ func (st setup) build(tb testing.TB) built {
 			tb.Fatal(err)
 		}
 		cleanups = append(cleanups, func() { _ = tel.Shutdown(context.Background()) })
-		bd.core = append(bd.core, batcher.WithMeterProvider(tel.MeterProvider))
+		bd.core = append(bd.core, tel.CoreOptions()...)
 		bd.metrics = tel.Gatherer
 		bd.meter = tel.MeterProvider
 		otel.SetMeterProvider(tel.MeterProvider)
