@@ -1,8 +1,11 @@
 package stack
 
-// Size is about the stack a streamed chat's dispatch needs (the core's
-// layers, net/http, the backend's stream reader).
-const Size = 32 << 10
+// Size is the stack a held worker keeps: room for a streamed chat's
+// dispatch (the core's layers, net/http, the backend's stream reader:
+// about 7 KB while it waits on the upstream, a few more while it sends the
+// request) above Hold's frame. It was 32 KiB: see the package doc for why
+// a larger one costs every goroutine of the process.
+const Size = 16 << 10
 
 // grown is never set: it keeps Hold's frame from being optimised away.
 var grown bool
