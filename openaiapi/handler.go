@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -25,7 +29,7 @@ type Handler struct {
 	core    *batcher.Batcher
 	cfg     *config
 	tokens  [][sha256.Size]byte // the tokens' hashes, compared in constant time
-	served  http.Handler        // the routes, wrapped by tracing when on
+	served  http.Handler        // the routes, wrapped by tracing and metrics when on
 	created int64               // reported as every model's creation time
 
 	idPrefix string
@@ -51,16 +55,48 @@ func New(core *batcher.Batcher, opts ...Option) (*Handler, error) {
 		h.tokens = append(h.tokens, sha256.Sum256([]byte(t)))
 	}
 	h.served = http.HandlerFunc(h.serve)
-	if cfg.tracerProvider != nil {
-		h.served = otelhttp.NewHandler(h.served, "openai",
-			otelhttp.WithTracerProvider(cfg.tracerProvider),
-			otelhttp.WithPropagators(cfg.propagator),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-				return r.Method + " " + pathTemplate(r.URL.Path)
-			}))
+	if cfg.tracerProvider != nil || cfg.meterProvider != nil {
+		h.served = instrument(h.served, cfg)
 	}
 	return h, nil
 }
+
+// instrument wraps next in otelhttp: a server span per call with a tracer
+// provider, the http.server.* metrics with a meter provider. Whichever is
+// not set is a no-op, not the global one, and without a tracer provider
+// no traceparent is read. The metrics carry the endpoint's template as
+// http.route, and a fixed server.address with no server.port: otelhttp
+// would otherwise take both from the Host header, which the caller
+// chooses, so that any caller could add series without bound.
+func instrument(next http.Handler, cfg *config) http.Handler {
+	tp, mp, prop := cfg.tracerProvider, cfg.meterProvider, cfg.propagator
+	if tp == nil {
+		tp, prop = tracenoop.NewTracerProvider(), propagation.NewCompositeTextMapPropagator()
+	}
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	labeled := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l, ok := otelhttp.LabelerFromContext(r.Context()); ok {
+			l.Add(attribute.String("http.route", pathTemplate(r.URL.Path)))
+		}
+		next.ServeHTTP(w, r)
+	})
+	return otelhttp.NewHandler(labeled, "openai",
+		otelhttp.WithTracerProvider(tp),
+		otelhttp.WithMeterProvider(mp),
+		otelhttp.WithPropagators(prop),
+		// A port of 0 makes otelhttp leave server.port out rather than
+		// read it from the Host header.
+		otelhttp.WithServerName(metricsServerName+":0"),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			return r.Method + " " + pathTemplate(r.URL.Path)
+		}))
+}
+
+// metricsServerName is the server.address of the front door's HTTP
+// metrics.
+const metricsServerName = "openai"
 
 // Authenticated reports whether the handler asks callers for a token.
 func (h *Handler) Authenticated() bool { return len(h.tokens) > 0 }

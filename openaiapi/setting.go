@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -80,6 +81,15 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider = tp }
 }
 
+// WithMeterProvider records otelhttp's server metrics for every call
+// (http.server.request.duration and the body sizes) by method, status
+// code and http.route, the endpoint's template (/v1/files/{id}, ...).
+// Their server.address is "openai", never the caller's Host header.
+// Default none: no metrics.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
+}
+
 // WithPropagator sets how traceparent and tracestate are read. Default the
 // W3C trace context propagator; nil is ignored.
 func WithPropagator(p propagation.TextMapPropagator) Option {
@@ -111,6 +121,7 @@ type config struct {
 	files          *FileStore
 	batches        http.Handler
 	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
 	logger         *slog.Logger
 	access         func(context.Context) *batcher.Access

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -46,14 +47,15 @@ type httpFront struct {
 // without a data_dir): the seam where the batch API mounts, with
 // openaiapi.WithBatches and a handler that reads input files from and
 // writes output files to that store.
-func startHTTP(cfg *config.Config, core *batcher.Batcher, sec *security.Security, tp trace.TracerProvider, lookupEnv func(string) (string, bool),
-	log *slog.Logger, mount func(files *openaiapi.FileStore) []openaiapi.Option) (*httpFront, error) {
+func startHTTP(cfg *config.Config, core *batcher.Batcher, sec *security.Security, tp trace.TracerProvider, mp metric.MeterProvider,
+	lookupEnv func(string) (string, bool), log *slog.Logger, mount func(files *openaiapi.FileStore) []openaiapi.Option) (*httpFront, error) {
 	front, err := cfg.BuildHTTP(lookupEnv, tp)
 	if err != nil || front == nil {
 		return nil, err
 	}
 	f := &httpFront{served: make(chan error, 1)}
-	opts := append(front.Options, openaiapi.WithLogger(log), openaiapi.WithAccessFunc(security.AccessFrom))
+	opts := append(front.Options, openaiapi.WithLogger(log), openaiapi.WithAccessFunc(security.AccessFrom),
+		openaiapi.WithMeterProvider(mp)) // http.server.* on /metrics, with tracing or without
 	if front.FilesDir != "" {
 		if f.Files, err = openaiapi.OpenFileStore(front.FilesDir); err != nil {
 			return nil, fmt.Errorf("data_dir: %w", err)

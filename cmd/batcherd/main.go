@@ -269,7 +269,7 @@ func (d *runState) startServers(ctx context.Context, cl *closers) (int, bool) {
 		_ = core.Shutdown(context.Background()) // nothing admitted yet
 		return exitFailed, false
 	}
-	front, err := startHTTP(cfg, core, sec.Security, d.tracing, d.lookupEnv, log, batchesMount(jobManager))
+	front, err := startHTTP(cfg, core, sec.Security, d.tracing, obs.tel.MeterProvider, d.lookupEnv, log, batchesMount(jobManager))
 	if err != nil {
 		log.Error("http", "err", err)
 		_ = lis.Close()

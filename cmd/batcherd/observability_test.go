@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
@@ -404,4 +405,25 @@ func TestWatchStatsOverGRPC(t *testing.T) {
 	if _, err := ws.Recv(); err == nil {
 		t.Error("WatchStats still sending after shutdown")
 	}
+}
+
+// TestFrontDoorMetricsWithoutTracing: /metrics measures the OpenAI front
+// door by endpoint whether or not traces are exported (they are not here);
+// it once did only when they were.
+func TestFrontDoorMetricsWithoutTracing(t *testing.T) {
+	o := startObserved(t)
+	c := sdkClient(httpAddr(t, o.logs), "")
+	if _, err := c.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+		Model: "chat", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")},
+	}); err != nil {
+		t.Fatalf("chat: %v", err)
+	}
+	f := scrape(t, o.admin)["http_server_request_duration_seconds"]
+	if f == nil || f.sum != 1 {
+		t.Fatalf("http_server_request_duration_seconds: %+v, want one call", f)
+	}
+	if routes := f.labels["http_route"]; len(routes) != 1 || !routes["/v1/chat/completions"] {
+		t.Errorf("http_route values %v, want /v1/chat/completions", routes)
+	}
+	o.shutdown(t)
 }
