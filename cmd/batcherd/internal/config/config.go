@@ -293,7 +293,7 @@ func Default() *Config {
 		Telemetry:       defaultTelemetry(),
 		Fleet:           defaultFleet(),
 		Cache:           defaultCache(),
-		Jobs:            Jobs{Limits: defaultJobsLimits()},
+		Jobs:            Jobs{JobStore: JobStoreSQLite, Limits: defaultJobsLimits()},
 
 		MaxStreams:         server.DefaultMaxStreams,
 		MaxPendingMessages: server.DefaultMaxPendingMessages,

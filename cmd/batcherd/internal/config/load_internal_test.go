@@ -55,6 +55,7 @@ func TestHelpShowsRealDefaults(t *testing.T) {
 		"pprof":          "false",
 		"access-log":     DefaultAccessLog,
 		"http-listen":    DefaultHTTPListen,
+		"job-store":      JobStoreSQLite,
 	} {
 		_, rest, ok := strings.Cut(help, "  -"+flagName+" ")
 		if !ok {
