@@ -1,6 +1,7 @@
 package llmsim
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -118,4 +119,41 @@ func retryAfterHeaders(h http.Header, d time.Duration) {
 	secs := int64(math.Ceil(d.Seconds()))
 	h.Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 	h.Set("retry-after-ms", strconv.FormatInt(max(int64(math.Ceil(float64(d)/float64(time.Millisecond))), 1), 10))
+}
+
+// limited books a's cost against the rate limits and, when it is over
+// them, answers as the provider does (429 and its headers) and returns
+// true.
+func (s *Server) limited(w http.ResponseWriter, r *http.Request, a *answer) bool {
+	h := w.Header()
+	v := verdict{ok: true}
+	if r.Context().Value(batchCallKey{}) == nil { // an Anthropic batch's calls are outside the limits
+		v = s.lim.take(a.cost, h)
+	}
+	if a.anthropic != nil {
+		if !v.ok && !v.tooLarge {
+			retryAfterHeaders(h, v.retryAfter)
+		}
+		anthropicHeaders(h, s.cfg.Now())
+		if !v.ok {
+			s.st.rateLimited.Add(1)
+			s.cfg.Logger.Debug("rate limited", "path", r.URL.Path, "reason", v.reason, "retry_after", v.retryAfter)
+			anthropicRateLimited(w, v, a.cost, s.cfg.TPM)
+			return true
+		}
+	}
+	if !v.ok {
+		s.st.rateLimited.Add(1)
+		if v.tooLarge {
+			writeError(w, http.StatusTooManyRequests, "tokens", "rate_limit_exceeded",
+				fmt.Sprintf("Request too large: limit %d tokens per min, requested %d.", s.cfg.TPM, a.cost))
+			return true
+		}
+		retryAfterHeaders(h, v.retryAfter)
+		s.cfg.Logger.Debug("rate limited", "path", r.URL.Path, "reason", v.reason, "retry_after", v.retryAfter)
+		writeError(w, http.StatusTooManyRequests, v.reason, "rate_limit_exceeded",
+			fmt.Sprintf("Rate limit reached for %s per min. Please try again in %s.", v.reason, FormatReset(v.retryAfter)))
+		return true
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package llmsim
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -82,4 +83,46 @@ func parsePacked(user string) (items []string, budget int, err error) {
 type packedAnswer struct {
 	ID     int    `json:"id"`
 	Answer string `json:"answer"`
+}
+
+func isPacked(system []string) bool {
+	for _, s := range system {
+		if isPackedSystem(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// packedReply answers each item as if it came alone, then applies the pack
+// faults, and cuts the reply at maxTokens as a model would.
+func (s *Server) packedReply(items []string, budget, maxTokens int) (string, bool) {
+	if budget == 0 {
+		budget = s.cfg.ReplyTokens
+	}
+	if s.draw() < s.cfg.PackUnparseableRate {
+		return cutReply("I'm sorry, but I can only answer one question at a time. Could you send them separately?", maxTokens)
+	}
+	var sb strings.Builder
+	sb.WriteString(`{"answers":[`)
+	first := true
+	for i, it := range items {
+		u := s.draw()
+		if u < s.cfg.PackMissingRate {
+			continue
+		}
+		if !first {
+			sb.WriteByte(',')
+		}
+		first = false
+		if u < s.cfg.PackMissingRate+s.cfg.PackMalformedRate {
+			fmt.Fprintf(&sb, `{"id":%d,"answer":%d}`, i+1, 1000+i)
+			continue
+		}
+		text, _ := Reply(it, budget, s.cfg.ReplyTokens)
+		b, _ := json.Marshal(packedAnswer{ID: i + 1, Answer: text}) // ints and strings only
+		sb.Write(b)
+	}
+	sb.WriteString("]}")
+	return cutReply(sb.String(), maxTokens)
 }
