@@ -66,4 +66,40 @@
 //     the truth, files are appended in done-number order, and on resume each
 //     file is cut back to its last whole line and continued after the done
 //     number that line carries.
+//
+// # Files
+//
+// The manager: manager.go (Manager, New, routes and prices), config.go
+// (Config, its defaults, Core), schedule.go (Start, the loop that starts
+// runs, Shutdown, leases of dead processes), access.go (Get, List,
+// Progress, Watch, Cancel, Delete, Results), create.go (Begin, Creator:
+// lines in, tasks laid out), spec.go (a spec's validation), tenant.go and
+// quota.go (tenants and their quotas), progress.go (rates and the ETA).
+//
+// A run of one job: run.go (its states, its loop and what it waits on),
+// run_admit.go (the window of requests in flight, claims, submission),
+// pace.go (the job's own delays and rates), run_request.go (a task as a
+// core request), judge.go (a judge's prompt), run_commit.go (results, group
+// commits, the output files), run_end.go (cancel, expiry, the job's end),
+// output.go and outdir.go (the output files and where they go), cost.go
+// (prices, cost and the jobs' metrics).
+//
+// Items: types.go (Job, Spec, Task, Outcome, their states), item.go
+// (ItemRequest, the stored request), openai.go (OpenAI batch lines in and
+// out), metadata.go and fieldname.go (metadata bounds, field names in
+// error lines).
+//
+// The store: store.go (the Store interface, errors), sqlstore.go (the SQL
+// store, its dialect and write queue), sqlstore_jobs.go (job rows and
+// counts), sqlstore_claim.go (claims), sqlstore_lease.go (leases and their
+// release), sqlstore_complete.go (group commits, ending pending tasks),
+// sqlstore_read.go (results and task reads), sqlite.go, postgres.go,
+// migrate.go and migrations/ (the two databases and their schema),
+// liveness.go (telling a dead lease owner from a live one).
+//
+// Batch-API dispatch: batchapi.go (BatchRoute, a run's upstream
+// dispatcher and its chunking), upstream.go (Chunk, its recorded steps and
+// their store), upstream_drive.go (driving a chunk through them), twins.go
+// (batches created twice), budget.go (enqueued-token budgets),
+// batchapi_metric.go (its counters).
 package jobs

@@ -17,7 +17,7 @@ const storedBeforeRichParams = `{"model":"chat","input":{"Op":1,"Messages":[{"Ro
 	`"url":"/v1/chat/completions","user":"u1"}`
 
 // TestItemStoredBeforeRichParamsLoads: a job stored before the move runs
-// with every parameter it was given (run.go decodes the row this way), and
+// with every parameter it was given (run_request.go decodes the row this way), and
 // a round trip through the store's encoding keeps them.
 func TestItemStoredBeforeRichParamsLoads(t *testing.T) {
 	f32, i32, i64 := func(v float32) *float32 { return &v }, func(v int32) *int32 { return &v }, func(v int64) *int64 { return &v }

@@ -47,4 +47,19 @@
 //
 // cmd/llmsim serves it on a port; tests run New's Server in-process on a
 // loopback listener.
+//
+// # Files
+//
+// server.go (Server, New, Stats), config.go (Config and its defaults),
+// serve.go (what every call goes through: the key, decoding, the model,
+// then the limits, a concurrency slot, the fault draw and the latency
+// model), limits.go (RPM and TPM, the 429s),
+// faults.go (injected errors, hangs, resets and malformed bodies),
+// errors.go (OpenAI's error bodies). The OpenAI endpoints: chat.go,
+// completions.go, embeddings.go, models.go, stream.go (server-sent
+// events), packed.go (packed prompts), tools.go (tool calls and JSON
+// output), wire.go (the request and response shapes), text.go (the
+// deterministic text, tokens and embeddings). anthropic.go and
+// anthropic_batches.go serve Anthropic's Messages API and its Message
+// Batches; batchapi.go OpenAI's Files and Batch API.
 package llmsim

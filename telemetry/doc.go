@@ -18,4 +18,10 @@
 // small fixed set (see batcher/metrics.go); nothing here blocks the core's
 // hot path: the sampler and the observable instruments read snapshots when
 // a reader collects.
+//
+// Files: setup.go (Setup, the providers), metrics.go (RegisterLive: the
+// streams' and jobs' instruments), log.go (NewLogHandler), sampler.go
+// (Sampler, its Sources and history), snapshot.go (Snapshot and the JSON
+// a dashboard reads), rates.go (rates, budgets and latency quantiles from
+// the metrics).
 package telemetry
