@@ -170,6 +170,12 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		anthropicBadRequest(w, msg)
 		return
 	}
+	// An input_schema that is not a valid JSON Schema is refused, as
+	// Anthropic refuses it, by the check the OpenAI dialect applies.
+	if i, err := s.badToolSchema(&creq); i >= 0 {
+		anthropicBadRequest(w, "tools."+strconv.Itoa(i)+".custom.input_schema: JSON schema is invalid: "+cutRunes(err.Error(), 256))
+		return
+	}
 	prompt, last, msg := anthropicTurns(&req, &creq)
 	if msg != "" {
 		anthropicBadRequest(w, msg)

@@ -40,7 +40,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "temperature", "Invalid 'temperature': must be 0 to 2, got "+strconv.FormatFloat(*t, 'g', -1, 64)+".")
 		return
 	}
-	if !s.checkResponseFormat(w, &req) {
+	if !s.checkResponseFormat(w, &req) || !s.checkTools(w, &req) {
 		return
 	}
 	maxTokens := s.cfg.ReplyTokens

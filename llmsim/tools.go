@@ -92,6 +92,33 @@ func (s *Server) checkResponseFormat(w http.ResponseWriter, req *chatRequest) bo
 	return true
 }
 
+// badToolSchema returns the index of the first tool whose parameters are
+// not a valid JSON Schema, and why (the check checkResponseFormat applies
+// to a response format's schema); -1 when every one is valid or unset.
+func (s *Server) badToolSchema(req *chatRequest) (int, error) {
+	for i := range req.Tools {
+		if sch := nilIfNull(req.Tools[i].Function.Parameters); sch != nil {
+			if err := s.schemas.Check(sch); err != nil {
+				return i, err
+			}
+		}
+	}
+	return -1, nil
+}
+
+// checkTools refuses, as OpenAI does, a tool whose parameters are not a
+// valid JSON Schema (400 naming tools[i].function.parameters), and reports
+// whether the request may go on.
+func (s *Server) checkTools(w http.ResponseWriter, req *chatRequest) bool {
+	i, err := s.badToolSchema(req)
+	if i < 0 {
+		return true
+	}
+	badRequest(w, "tools["+strconv.Itoa(i)+"].function.parameters", "Invalid schema for function "+
+		strconv.Quote(cutRunes(req.Tools[i].Function.Name, 64))+": "+cutRunes(err.Error(), 256)+".")
+	return false
+}
+
 // structured answers a json_object or json_schema call with JSON:
 // {"answer": text}, or an instance of the schema (SchemaViolationRate
 // breaks it).
