@@ -92,8 +92,8 @@ func TestChatStreaming(t *testing.T) {
 	if err := stream.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if chunks != 3 {
-		t.Errorf("%d chunks, want 3 (content, finish, usage)", chunks)
+	if chunks != 4 {
+		t.Errorf("%d chunks, want 4 (role, content, finish, usage)", chunks)
 	}
 	if len(acc.Choices) != 1 || acc.Choices[0].Message.Content != "echo: stream me" || acc.Choices[0].FinishReason != "stop" {
 		t.Errorf("accumulated %+v", acc.Choices)
@@ -112,10 +112,12 @@ func TestChatStreamingWire(t *testing.T) {
 		t.Fatalf("%d %q: %s", code, h.Get("Content-Type"), body)
 	}
 	events := strings.Split(strings.TrimSpace(body), "\n\n")
-	if len(events) != 3 || events[2] != "data: [DONE]" {
-		t.Fatalf("events %q: want two chunks and [DONE]", events)
+	if len(events) != 4 || events[3] != "data: [DONE]" {
+		t.Fatalf("events %q: want three chunks and [DONE]", events)
 	}
-	if !strings.Contains(events[0], `"delta":{"role":"assistant","content":"echo: x"}`) || !strings.Contains(events[1], `"finish_reason":"stop"`) {
+	// OpenAI's first chunk holds the role and empty content alone.
+	if !strings.Contains(events[0], `"delta":{"role":"assistant","content":""}`) || !strings.Contains(events[1], `"delta":{"content":"echo: x"}`) ||
+		!strings.Contains(events[2], `"finish_reason":"stop"`) {
 		t.Errorf("events %q", events)
 	}
 }

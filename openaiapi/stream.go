@@ -133,12 +133,27 @@ func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batche
 		ServiceTier: tierName(body.ServiceTier, o)}
 	ch.Choices = []chatChunkChoice{{}}
 	first := true
+	// role opens the answer as OpenAI does: a chunk of the role and empty
+	// content alone ({"role":"assistant","content":""}) before the text,
+	// or the role on the first tool call's chunk.
+	role := func(cc *chatChunkChoice, toolCall bool) {
+		if !first {
+			return
+		}
+		first = false
+		if toolCall {
+			cc.Delta.Role = "assistant"
+			return
+		}
+		empty := ""
+		*cc = chatChunkChoice{Delta: chunkDelta{Role: "assistant", Content: &empty}}
+		sse.event(&ch)
+		*cc = chatChunkChoice{}
+	}
 	res := pumpDeltas(r.Context(), c, func(d *batcher.Delta) {
 		cc := &ch.Choices[0]
 		*cc = chatChunkChoice{}
-		if first {
-			cc.Delta.Role, first = "assistant", false
-		}
+		role(cc, len(d.ToolCalls) > 0)
 		if d.FinishReason != batcher.FinishUnspecified || d.Usage != nil {
 			if d.Text == "" && d.Refusal == "" && len(d.ToolCalls) == 0 {
 				return // the end: written below, from the result
@@ -163,6 +178,7 @@ func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batche
 		sse.event(streamError(res.Err))
 		return
 	}
+	role(&ch.Choices[0], false) // an answer of no delta opens too
 	fr := finishReason(res.FinishReason)
 	if len(res.ChatOutput().ToolCalls) > 0 && res.FinishReason == batcher.FinishStop {
 		s := "tool_calls"

@@ -83,13 +83,22 @@ func TestChatStreamsRealDeltas(t *testing.T) {
 	if !stream.Next() {
 		t.Fatalf("no first chunk: %v", stream.Err())
 	}
+	// OpenAI's first chunk: the role and empty content alone.
 	first := stream.Current()
-	if first.Choices[0].Delta.Content != "echo: " || first.Choices[0].Delta.Role != "assistant" {
-		t.Fatalf("first chunk %+v", first.Choices)
+	if d := first.Choices[0].Delta; d.Content != "" || d.Role != "assistant" || !strings.Contains(first.RawJSON(), `"delta":{"role":"assistant","content":""}`) {
+		t.Fatalf("first chunk %s, want the role-only chunk", first.RawJSON())
 	}
 	acc.AddChunk(first)
+	if !stream.Next() {
+		t.Fatalf("no second chunk: %v", stream.Err())
+	}
+	second := stream.Current()
+	if d := second.Choices[0].Delta; d.Content != "echo: " || d.Role != "" {
+		t.Fatalf("second chunk %s, want the first word without the role", second.RawJSON())
+	}
+	acc.AddChunk(second)
 	close(gate) // the rest of the answer only now
-	chunks := 1
+	chunks := 2
 	for stream.Next() {
 		acc.AddChunk(stream.Current())
 		chunks++
@@ -97,8 +106,8 @@ func TestChatStreamsRealDeltas(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if chunks != 6 { // 4 words, the finish, the usage
-		t.Errorf("%d chunks, want 6", chunks)
+	if chunks != 7 { // the role, 4 words, the finish, the usage
+		t.Errorf("%d chunks, want 7", chunks)
 	}
 	if len(acc.Choices) != 1 || acc.Choices[0].Message.Content != "echo: one two three" || acc.Choices[0].FinishReason != "stop" || acc.Usage.CompletionTokens != 4 {
 		t.Fatalf("accumulated %+v, usage %+v", acc.Choices, acc.Usage)
@@ -167,9 +176,13 @@ func TestChatStreamCallerGoneCancelsUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	br := bufio.NewReader(resp.Body)
+	var line string
+	for range 3 { // the role's chunk, a blank line, the first word's chunk
+		line, err = br.ReadString('\n')
+	}
 	if err != nil || !strings.Contains(line, `"echo: "`) {
-		t.Fatalf("first line %q, %v", line, err)
+		t.Fatalf("third line %q, %v", line, err)
 	}
 	cancel()
 	_ = resp.Body.Close()
