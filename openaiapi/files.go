@@ -174,6 +174,7 @@ func (s *FileStore) List(tenant, purpose string) ([]File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file store: %w", err)
 	}
+	s.pruneTombstones(entries)
 	var out []File
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
@@ -194,18 +195,80 @@ func (s *FileStore) List(tenant, purpose string) ([]File, error) {
 	return out, nil
 }
 
-// Delete removes the file, or returns ErrFileNotFound.
+// TombstoneTTL is how long a deleted file's description is kept as its
+// tombstone (<id>.deleted), for Cursor: long enough for a caller paging
+// through its files and deleting each to ask for the page after one it
+// deleted.
+const TombstoneTTL = 24 * time.Hour
+
+// Delete removes the file, or returns ErrFileNotFound. Its description
+// stays, as a tombstone, for TombstoneTTL: Stat, Open and List no longer
+// see it, Cursor does.
 func (s *FileStore) Delete(id string) error {
 	if _, err := s.Stat(id); err != nil {
 		return err
 	}
+	tomb := s.path(id + ".deleted")
+	if err := os.Rename(s.path(id+".json"), tomb); errors.Is(err, fs.ErrNotExist) {
+		return ErrFileNotFound // deleted since Stat
+	} else if err != nil {
+		return fmt.Errorf("file store: %w", err)
+	}
+	now := s.now()
+	_ = os.Chtimes(tomb, now, now) // its age counts from the delete; at worst it goes sooner
+	return s.remove(id)
+}
+
+// Discard removes a file no caller has seen (an upload refused after it
+// was stored), leaving no tombstone.
+func (s *FileStore) Discard(id string) error {
+	if !fileIDPattern.MatchString(id) {
+		return ErrFileNotFound
+	}
 	if err := os.Remove(s.path(id + ".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("file store: %w", err)
 	}
+	return s.remove(id)
+}
+
+// remove removes the file's content.
+func (s *FileStore) remove(id string) error {
 	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("file store: %w", err)
 	}
 	return nil
+}
+
+// Cursor returns the description of the file named id for a list's after
+// cursor: the file's, or, for one deleted less than TombstoneTTL ago, its
+// tombstone's, so that the page after it still has its place in the
+// order. Otherwise ErrFileNotFound.
+func (s *FileStore) Cursor(id string) (File, error) {
+	f, err := s.Stat(id)
+	if !errors.Is(err, ErrFileNotFound) || !fileIDPattern.MatchString(id) {
+		return f, err
+	}
+	var sf storedFile
+	data, rerr := os.ReadFile(s.path(id + ".deleted"))
+	if rerr != nil || json.Unmarshal(data, &sf) != nil {
+		return f, err
+	}
+	sf.Tenant = sf.Owner
+	return sf.File, nil
+}
+
+// pruneTombstones removes the tombstones among entries older than
+// TombstoneTTL.
+func (s *FileStore) pruneTombstones(entries []fs.DirEntry) {
+	old := s.now().Add(-TombstoneTTL)
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".deleted") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.ModTime().Before(old) {
+			_ = os.Remove(s.path(e.Name()))
+		}
+	}
 }
 
 // checkJSONL checks that every non-empty line of r is a JSON object nested

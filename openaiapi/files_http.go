@@ -48,7 +48,7 @@ func (h *Handler) uploadFile(w http.ResponseWriter, r *http.Request) {
 	)
 	remove := func() {
 		if stored != nil {
-			_ = store.Delete(stored.ID)
+			_ = store.Discard(stored.ID)
 		}
 	}
 	for {
@@ -292,8 +292,10 @@ type fileList struct {
 // for the other file routes), by created_at newest first (order=asc:
 // oldest first; ties by id), at most limit of them, starting after the
 // file named by after (the last id of the previous page, as the SDKs'
-// pagers send it). An after that names no file of the caller's is a 400
-// naming after.
+// pagers send it; a file deleted since, within TombstoneTTL, keeps its
+// place, so that a caller deleting each file of a page can ask for the
+// next). An after that names no file of the caller's is a 400 naming
+// after.
 func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
 	store := h.cfg.files
 	if store == nil {
@@ -322,9 +324,13 @@ func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
 	if q.after != "" {
 		// The cursor's place in the order, from its own description: it
 		// need not have the purpose asked for.
-		cursor, err := h.stat(r, q.after)
+		cursor, err := store.Cursor(q.after)
+		if err == nil && !cursor.VisibleTo(TenantOf(r.Context())) {
+			err = ErrFileNotFound
+		}
 		if errors.Is(err, ErrFileNotFound) {
-			WriteError(w, badRequest("after", "after %q names no file: pass the id of the last file of the previous page", truncate(q.after)))
+			WriteError(w, badRequest("after", "after %q names no file (or one deleted more than %v ago): pass the id of the last file of the previous page",
+				truncate(q.after), TombstoneTTL))
 			return
 		}
 		if err != nil {

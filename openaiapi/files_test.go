@@ -9,9 +9,11 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -95,7 +97,7 @@ func TestFilesErrors(t *testing.T) {
 		}
 	}
 	if left, err := os.ReadDir(e.dir); err != nil || len(left) != 0 {
-		t.Errorf("refused uploads left %d entries in the store (%v)", len(left), err)
+		t.Errorf("refused uploads left %d entries in the store (%v): %v", len(left), err, left)
 	}
 	code, _, body := e.post(t, "/files", `{"purpose":"batch"}`)
 	if code != http.StatusBadRequest || !strings.Contains(body, "multipart/form-data") {
@@ -358,5 +360,74 @@ func TestFilesList(t *testing.T) {
 	page, err = client.Files.List(testCtx(t), openai.FileListParams{})
 	if err != nil || slices.Contains(sdkIDs(page), output.ID) || len(page.Data) != 3 {
 		t.Errorf("after delete: %v, %v", sdkIDs(page), err)
+	}
+}
+
+// TestFilesListAfterDeleted: a caller that pages through its files a file
+// a page with the SDK's pager, deleting each file as it reads it, sees
+// every file once: the next page's after names a file just deleted, which
+// keeps its place in the order for TombstoneTTL. Another tenant's deleted
+// file, and one whose tombstone has expired, name no file (400).
+func TestFilesListAfterDeleted(t *testing.T) {
+	dir := t.TempDir()
+	store, err := openaiapi.OpenFileStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, newFake(), func(c *envConfig) { c.noFiles = true }, withHandler(openaiapi.WithFileStore(store)),
+		withTenants(batcher.Access{MaxPriority: batcher.PriorityUrgent}))
+	url := e.tenantURL(t)
+	var want []string
+	for i := range 4 {
+		f, err := store.Create("a", "batch", fmt.Sprintf("in%d.jsonl", i), strings.NewReader("{}\n"), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, f.ID)
+	}
+	theirs, err := store.Create("b", "batch", "theirs.jsonl", strings.NewReader("{}\n"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := openai.NewClient(option.WithBaseURL(url+"/"), option.WithAPIKey(testToken), option.WithMaxRetries(0),
+		option.WithHeader(tenantHeader, "a"))
+	var seen []string
+	iter := client.Files.ListAutoPaging(testCtx(t), openai.FileListParams{Limit: openai.Int(1), Order: openai.FileListParamsOrderAsc})
+	for iter.Next() {
+		id := iter.Current().ID
+		seen = append(seen, id)
+		if _, err := client.Files.Delete(testCtx(t), id); err != nil {
+			t.Fatalf("delete %s: %v", id, err)
+		}
+	}
+	slices.Sort(seen)
+	slices.Sort(want)
+	if iter.Err() != nil || !slices.Equal(seen, want) {
+		t.Fatalf("paged deleting each: %v, %v; want every file once: %v", seen, iter.Err(), want)
+	}
+	if err := store.Delete(theirs.ID); err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := send(t, http.MethodGet, url+"/files?after="+theirs.ID, "", tenantHeader, "a")
+	if code != http.StatusBadRequest || !strings.Contains(body, `"param":"after"`) {
+		t.Errorf("after another tenant's deleted file: %d %s, want 400 naming after", code, body)
+	}
+	// An expired tombstone goes at the next list, and its id with it.
+	old := time.Now().Add(-openaiapi.TombstoneTTL - time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, want[0]+".deleted"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, body := send(t, http.MethodGet, url+"/files", "", tenantHeader, "a"); code != 200 || !strings.Contains(body, `"data":[]`) {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(dir, want[0]+".deleted")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("expired tombstone: %v, want it removed", err)
+	}
+	code, _, body = send(t, http.MethodGet, url+"/files?after="+want[0], "", tenantHeader, "a")
+	if code != http.StatusBadRequest || !strings.Contains(body, `"param":"after"`) || !strings.Contains(body, "deleted more than 24h0m0s ago") {
+		t.Errorf("after an expired tombstone: %d %s, want 400 naming after", code, body)
+	}
+	if code, _, body := send(t, http.MethodGet, url+"/files?after="+want[1], "", tenantHeader, "a"); code != 200 {
+		t.Errorf("after a fresh tombstone: %d %s, want 200", code, body)
 	}
 }
