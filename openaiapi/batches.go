@@ -132,7 +132,8 @@ var (
 	// with the error's RetryAfter.
 	ErrBatchQuota = errors.New("openaiapi: batch quota")
 	// ErrBatchItemsQuota: the batch has more lines than the caller's
-	// quota per job: 429.
+	// quota per job: 400 (invalid_request_error, code
+	// items_per_job_quota), not 429, since a retry is refused again.
 	ErrBatchItemsQuota = errors.New("openaiapi: batch items quota")
 	// ErrBatchClosed: the store is closing: 503.
 	ErrBatchClosed = errors.New("openaiapi: batches closed")
@@ -379,8 +380,9 @@ func feed(ctx context.Context, c BatchCreator, f io.Reader, endpoint string) *Er
 	}
 }
 
-// jobError maps a BatchJobs error: a tenant's quota is a 429 naming it
-// (with Retry-After for the jobs quota, which frees as jobs end), bad
+// jobError maps a BatchJobs error: the tenant's jobs quota, which frees
+// as jobs end, is a 429 naming it with Retry-After; its items_per_job
+// quota, which the same file would exceed again, a 400 naming it; bad
 // input a 400 naming param, a closing store a 503, each with the
 // BatchError's message; anything else is a 500 that shows nothing of the
 // store's own text.
@@ -396,7 +398,10 @@ func jobError(err error, param string) *Error {
 		// priority the tenant may not use.
 		return &Error{Status: http.StatusForbidden, Type: TypePermission, Code: "forbidden", Param: param, Message: msg}
 	case errors.Is(err, ErrBatchItemsQuota):
-		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "items_per_job_quota", Param: param, Message: msg}
+		// Permanent for this file: the same file is refused again, so not
+		// a 429, which the OpenAI SDKs retry on their own; a 400, as
+		// the server's own jobs.max_items is (ErrBatchInvalid).
+		return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "items_per_job_quota", Param: param, Message: msg}
 	case errors.Is(err, ErrBatchQuota):
 		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "jobs_quota", Message: msg, RetryAfter: be.RetryAfter}
 	case errors.Is(err, ErrBatchInvalid):

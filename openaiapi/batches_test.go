@@ -346,7 +346,7 @@ func TestBatchesJobErrors(t *testing.T) {
 		{"forbidden", "line", &openaiapi.BatchError{Kind: openaiapi.ErrBatchForbidden, Message: "line 1: route m forbidden"},
 			403, openaiapi.TypePermission, "forbidden", "input_file_id", "", "abort", "line 1: route m forbidden"},
 		{"items quota", "line", &openaiapi.BatchError{Kind: openaiapi.ErrBatchItemsQuota, Message: "the input file has more than 1 items"},
-			429, openaiapi.TypeRateLimit, "items_per_job_quota", "input_file_id", "", "abort", "the input file has more than 1 items"},
+			400, openaiapi.TypeInvalidRequest, "items_per_job_quota", "input_file_id", "", "abort", "the input file has more than 1 items"},
 		{"jobs quota", "begin", quota, 429, openaiapi.TypeRateLimit, "jobs_quota", "<null>", "30", "", "quota exceeded: 2 jobs"},
 		// A BatchError wrapped by the store still answers with its own message.
 		{"invalid", "finish", fmt.Errorf("jobs: wrapped: %w", &openaiapi.BatchError{Kind: openaiapi.ErrBatchInvalid, Message: "the input file holds no requests"}),
