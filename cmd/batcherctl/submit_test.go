@@ -117,6 +117,22 @@ func TestSubmitJSONSchemaNotJSON(t *testing.T) {
 	}
 }
 
+// A --tools file that is not JSON, or not an array of tools, is reported
+// with the file, line and column where it breaks.
+func TestSubmitToolsNotJSON(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{"[\n  {\"name\": \"a\"\n   \"description\": \"b\"}\n]", `:3:4: want a JSON array of tools: invalid character '"' after object key:value pair`},
+		{"[\n  {\"name\": 5}\n]", `:2:12: want a JSON array of tools: cannot unmarshal number into Go struct field`},
+		{`[{"name": "a"}`, `:1:15: want a JSON array of tools: unexpected end of JSON input`},
+	} {
+		f := writeFile(t, "tools.json", tc.text)
+		r := ctl(t, "127.0.0.1:1", "", "submit", "-m", "x", "--tools", f, "Hi")
+		if want := "--tools: " + f + tc.want; r.code != exitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("%q: %+v; want exit 2 with %q", tc.text, r, want)
+		}
+	}
+}
+
 // Every level's help has examples.
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"submit", "--help"}, {"run", "--help"}, {"health", "--help"},

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/batcherhq/batcher/client"
+	"github.com/batcherhq/batcher/internal/jsonscan"
 )
 
 // chatOptions reads --tools, --tool-choice and --json-schema.
@@ -26,7 +28,11 @@ func (f *submitFlags) chatOptions() ([]client.RequestOption, error) {
 			Parameters  json.RawMessage `json:"parameters"`
 		}
 		if err := json.Unmarshal(b, &list); err != nil {
-			return nil, usageError("--tools: %s: want a JSON array of tools: %v", f.tools, err)
+			where := f.tools
+			if line, col, ok := jsonscan.ErrorPosition(b, err); ok {
+				where = fmt.Sprintf("%s:%d:%d", f.tools, line, col)
+			}
+			return nil, usageError("--tools: %s: want a JSON array of tools: %s", where, strings.TrimPrefix(err.Error(), "json: "))
 		}
 		for i, t := range list {
 			spec := toolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters}

@@ -11,7 +11,11 @@
 // fast path to the slow one.
 package jsonscan
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"errors"
+	"io"
+)
 
 // Scanner reads one JSON text from b at i.
 type Scanner struct {
@@ -281,4 +285,43 @@ func (s *Scanner) number() bool {
 	}
 	s.i = i
 	return true
+}
+
+// Position returns the 1-based line and column (in bytes) of b's byte at
+// offset (len(b): just past the end; an offset out of range is clamped).
+func Position(b []byte, offset int64) (line, col int) {
+	line, col = 1, 1
+	for _, c := range b[:min(max(int(offset), 0), len(b))] {
+		if c == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}
+
+// ErrorPosition returns where in b, the text encoding/json was decoding,
+// err (its error) points: the offending byte of a *json.SyntaxError, the
+// last byte of the value of a *json.UnmarshalTypeError, just past the end
+// of the text for an unexpected end of input. ok is false for any other error.
+func ErrorPosition(b []byte, err error) (line, col int, ok bool) {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		at := se.Offset - 1 // the bytes read, the bad one included
+		if se.Error() == "unexpected end of JSON input" {
+			at = int64(len(b))
+		}
+		line, col = Position(b, at)
+		return line, col, true
+	case errors.As(err, &te):
+		line, col = Position(b, te.Offset-1) // the bytes read, the value's included
+		return line, col, true
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		line, col = Position(b, int64(len(b)))
+		return line, col, true
+	}
+	return 0, 0, false
 }

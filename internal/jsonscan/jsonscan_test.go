@@ -30,6 +30,64 @@ func FuzzSkip(f *testing.F) {
 	})
 }
 
+// FuzzErrorPosition: every error decoding a text into a typed value (a
+// batcherctl --tools file) has a position inside the text, or just past
+// its end; the position of a syntax error is that of the offending byte,
+// the only place where truncating the text keeps the same error kind.
+func FuzzErrorPosition(f *testing.F) {
+	for _, s := range append(seeds, "[\n  {\"name\": 5}\n]", "[{\"name\": \"a\"}", "[\n\n  }") {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		var v []struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		}
+		b := []byte(text)
+		err := json.Unmarshal(b, &v)
+		line, col, ok := jsonscan.ErrorPosition(b, err)
+		if err == nil {
+			if ok {
+				t.Fatalf("no error, but a position %d:%d", line, col)
+			}
+			return
+		}
+		if !ok {
+			return // an error of no position (none from encoding/json today)
+		}
+		lines := strings.Split(text, "\n")
+		if line < 1 || line > len(lines) || col < 1 || col > len(lines[line-1])+1 {
+			t.Fatalf("%q: error %v at %d:%d, outside the text", text, err, line, col)
+		}
+	})
+}
+
+// TestErrorPosition: the line and column of each kind of error, 1-based,
+// in bytes.
+func TestErrorPosition(t *testing.T) {
+	for _, tc := range []struct {
+		text      string
+		line, col int
+	}{
+		{"[\n  {\"name\": \"a\"\n  \"description\": \"b\"}\n]", 3, 3}, // the key after a missing comma
+		{"[\n  {\"name\": 5}\n]", 2, 12},                              // a number for a string: the value's last byte
+		{"[{\"name\": \"a\"}", 1, 15},                                 // truncated: just past the end
+		{"[\n}", 2, 1},
+	} {
+		var v []struct {
+			Name string `json:"name"`
+		}
+		err := json.Unmarshal([]byte(tc.text), &v)
+		line, col, ok := jsonscan.ErrorPosition([]byte(tc.text), err)
+		if !ok || line != tc.line || col != tc.col {
+			t.Errorf("%q: %v at %d:%d (%v), want %d:%d", tc.text, err, line, col, ok, tc.line, tc.col)
+		}
+	}
+	if _, _, ok := jsonscan.ErrorPosition(nil, fmt.Errorf("other")); ok {
+		t.Error("an error not from encoding/json has a position")
+	}
+}
+
 // FuzzAppendUnescaped: what it decodes, encoding/json decodes the same.
 func FuzzAppendUnescaped(f *testing.F) {
 	for _, s := range []string{`plain`, `a\"b\\c\/d\be\ff\ng\rh\ti`, `\u0041`, `\x`, `end\`, "caf\xe9"} {
