@@ -239,17 +239,11 @@ func (b *Backend) post(ctx context.Context, seen *limitsSeen, batch *batcher.Bat
 
 func (b *Backend) do(ctx context.Context, path string, body, resp any) (*batcher.RateLimitInfo, error) {
 	ep := b.cfg.endpointPath(path)
-	var raw []byte
-	ok := false
-	if cr, isChat := body.(chatRequest); isChat {
-		raw, ok = appendPlainChat(nil, &cr, false)
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be encoded as JSON", Err: err}
 	}
-	if !ok {
-		var err error
-		if raw, err = encodeBody(body); err != nil {
-			return nil, err
-		}
-	}
+	raw = withExtra(raw, body)
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, b.cfg.endpoint(path), bytes.NewReader(raw))
@@ -285,16 +279,6 @@ func (b *Backend) do(ctx context.Context, path string, body, resp any) (*batcher
 		return nil, invalidResponse(res.StatusCode, ep, "JSON of an unexpected shape", err)
 	}
 	return rl, nil
-}
-
-// encodeBody encodes a call's body with json.Marshal, its extra body
-// fields (richchat.go) spliced in.
-func encodeBody(body any) ([]byte, error) {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be encoded as JSON", Err: err}
-	}
-	return withExtra(raw, body), nil
 }
 
 // readBody reads at most MaxResponseBytes of the body.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -52,34 +53,27 @@ func (b *Backend) Stream(ctx context.Context, batch *batcher.Batch, w batcher.De
 	}
 	r := batch.Requests[0]
 	var path string
-	var raw []byte
-	var err error
+	var body any
 	opts := &streamOptions{IncludeUsage: true}
 	switch batch.Op {
 	case batcher.OpChat:
 		path = "/chat/completions"
-		req := b.newChatRequest(batch, 0, wireMessages(r.Input.Messages), maxTokensOf(batch, 0))
-		var ok bool
-		if raw, ok = appendPlainChat(nil, &req, true); !ok {
-			raw, err = encodeBody(streamChatRequest{chatRequest: req, Stream: true, StreamOptions: opts})
-		}
+		msgs := wireMessages(r.Input.Messages)
+		body = streamChatRequest{chatRequest: b.newChatRequest(batch, 0, msgs, maxTokensOf(batch, 0)), Stream: true, StreamOptions: opts}
 	case batcher.OpCompletion:
 		path = "/completions"
 		req := completionRequest{Model: batch.Model, Prompt: []string{r.Input.Prompt}, MaxTokens: maxTokensOf(batch, 0)}
 		setParams(&req.Temperature, &req.TopP, &req.Stop, &req.Seed, &r.Params)
-		raw, err = encodeBody(streamCompletionRequest{completionRequest: req, Stream: true, StreamOptions: opts})
+		body = streamCompletionRequest{completionRequest: req, Stream: true, StreamOptions: opts}
 	default:
 		return batcher.Response{}, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "cannot stream " + batch.Op.String()}
-	}
-	if err != nil {
-		return batcher.Response{}, err
 	}
 	b.st.calls.Add(1)
 	// A rich chat answer is checked whole once streamed, as an unstreamed
 	// one is (richChoice): its tool calls, and its text against a JSON
 	// response format.
 	check := batch.Op == batcher.OpChat && r.Rich()
-	resp, rl, err := b.stream(ctx, path, raw, w, check)
+	resp, rl, err := b.stream(ctx, path, body, w, check)
 	if err == nil && check {
 		o := resp.ChatOutput()
 		ch := batcher.Choice{Text: resp.Text, Refusal: o.Refusal, ToolCalls: o.ToolCalls, FinishReason: resp.FinishReason}
@@ -98,11 +92,15 @@ func (b *Backend) Stream(ctx context.Context, batch *batcher.Batch, w batcher.De
 	return resp, nil
 }
 
-// stream makes the streamed call with the encoded body raw and reads its
-// events to the end; with keep, the answer's text and refusal are kept in
-// the Response too.
-func (b *Backend) stream(ctx context.Context, path string, raw []byte, w batcher.DeltaWriter, keep bool) (batcher.Response, *batcher.RateLimitInfo, error) {
+// stream makes the streamed call and reads its events to the end; with
+// keep, the answer's text and refusal are kept in the Response too.
+func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.DeltaWriter, keep bool) (batcher.Response, *batcher.RateLimitInfo, error) {
 	ep := b.cfg.endpointPath(path)
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return batcher.Response{}, nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be encoded as JSON", Err: err}
+	}
+	raw = withExtra(raw, body) // the request's extra body fields, as do sends them
 	// The configured timeout bounds the wait for the headers; the answer
 	// then streams for as long as the request's deadline allows.
 	cctx, cancel := context.WithCancelCause(ctx)
