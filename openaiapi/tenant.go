@@ -53,8 +53,8 @@ func accessOf(ctx context.Context) *batcher.Access {
 // tenant's name for the core's quotas. Without a tenant (no authentication
 // middleware, or the anonymous tenant) every request passes.
 //
-// A priority refused is a 403 whose param is priorityParam, what carried
-// it (see priorityParam).
+// A route refused is a 403 whose param is model; a priority refused one
+// whose param is priorityParam, what carried it (see priorityParam).
 //
 // It also gives req its HTTP connection (connOf), for the lane cap's fair
 // share per connection within a tenant, as the gRPC doors give theirs.
@@ -68,13 +68,18 @@ func admit(ctx context.Context, req *batcher.Request, priorityParam string) erro
 	return nil
 }
 
-// refusal is admit's error for err: a priority refused names priorityParam.
+// refusal is admit's error for err: a route refused names the model
+// param, a priority refused priorityParam.
 func refusal(err error, priorityParam string) error {
 	var ae *batcher.AccessError
-	if errors.As(err, &ae) && ae.Route == "" {
-		return &Error{Status: http.StatusForbidden, Type: TypePermission, Code: "forbidden", Param: priorityParam, Message: err.Error()}
+	if !errors.As(err, &ae) {
+		return err
 	}
-	return err
+	param := "model"
+	if ae.Route == "" {
+		param = priorityParam
+	}
+	return &Error{Status: http.StatusForbidden, Type: TypePermission, Code: "forbidden", Param: param, Message: err.Error()}
 }
 
 // priorityParam names what set a call's priority, for the param of its

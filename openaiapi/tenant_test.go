@@ -109,3 +109,25 @@ func TestPriorityAboveCeilingNamesItsCarrier(t *testing.T) {
 		t.Errorf("flex at a low ceiling: %d %s", code, body)
 	}
 }
+
+// TestForbiddenRouteNamesModel: a route the tenant may not use is a 403
+// whose param is model, the field that named it, on every endpoint,
+// streamed or not, as a priority above the ceiling names its carrier. It
+// once had a null param.
+func TestForbiddenRouteNamesModel(t *testing.T) {
+	e := newEnv(t, newFake(), withTenants(batcher.Access{Routes: []string{"chat"}}))
+	url := e.tenantURL(t)
+	for _, tc := range []struct{ name, path, body string }{
+		{"chat", "/chat/completions", `{"model": "comp", "messages": [{"role": "user", "content": "hi"}]}`},
+		{"chat streamed", "/chat/completions", `{"model": "comp", "stream": true, "messages": [{"role": "user", "content": "hi"}]}`},
+		{"completions", "/completions", `{"model": "comp", "prompt": ["a", "b"]}`},
+		{"completions streamed", "/completions", `{"model": "comp", "prompt": "a", "stream": true}`},
+		{"embeddings", "/embeddings", `{"model": "embed", "input": "a"}`},
+	} {
+		code, _, body := send(t, http.MethodPost, url+tc.path, tc.body, tenantHeader, "t")
+		if code != http.StatusForbidden || !strings.Contains(body, `"param":"model"`) || !strings.Contains(body, "may not use route") {
+			t.Errorf("%s: %d %s; want 403 with param model", tc.name, code, body)
+		}
+		checkErrorShape(t, body)
+	}
+}
