@@ -136,7 +136,8 @@ func (c *Call) since(t time.Time) time.Duration {
 	return time.Duration(c.b.clock.monoOf(t) - c.admitted)
 }
 
-// Request returns the call's request.
+// Request returns the call's request. After an EventDone that released
+// it (Event.Released) it is whatever the sink made of it since.
 func (c *Call) Request() *Request { return c.req }
 
 // Done is closed when the call's result is ready.
@@ -225,11 +226,10 @@ func (c *Call) emit(ev Event) {
 	if !c.progress {
 		return
 	}
-	sink := c.req.Sink
-	ev.Request = c.req
 	c.evMu.Lock()
-	if c.pending() {
-		sendEvent(sink, &ev)
+	if c.pending() { // else its request may be its sink's again (Event.Released)
+		ev.Request = c.req
+		sendEvent(c.req.Sink, &ev)
 	}
 	c.evMu.Unlock()
 }
@@ -262,9 +262,7 @@ func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(&r, now,
 // the pool. r is the caller's, which finishAs may change (its
 // Timings.Total): passed by pointer, since a Result is 30 words.
 func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
-	var sink EventSink
 	if c.hasSink {
-		sink = c.req.Sink
 		c.evMu.Lock()
 		defer c.evMu.Unlock()
 	}
@@ -276,7 +274,11 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		c.cacheStore(r)
 	}
 	if !c.state.CompareAndSwap(callPending, callDone) {
-		return false
+		return false // c's request may be its sink's again (Event.Released): unread
+	}
+	var sink EventSink
+	if c.hasSink {
+		sink = c.req.Sink
 	}
 	if c.stream != nil {
 		c.stream.end(r)
@@ -288,6 +290,17 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 	*c.result = *r
 	c.ended(r, now, byRun, sink)
 	return true
+}
+
+// settled reports whether nothing in the core but the caller of ended
+// reads c or its request once c ended by its batch's answer (byRun): no
+// dedup group or timer, no stream, no eviction list (DEFERRABLE and LOW
+// calls are in one), no lane's queue, and no abort that may have copied
+// b.runs before the run untracked. Do's call may then go back to Do's
+// pool, and a sink is told it may reuse the request (Event.Released).
+func (c *Call) settled() bool {
+	return c.group == nil && c.timer == nil && c.stream == nil &&
+		evictClass(c.prio) < 0 && !c.queued.Load() && !c.b.aborted.Load()
 }
 
 // plain reports whether c may be delivered through decide and ended: it
@@ -328,8 +341,9 @@ func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
 		}
 		c.span.End(trace.WithTimestamp(now))
 	}
+	settled := byRun && c.settled()
 	if sink != nil {
-		sendEvent(sink, &Event{Kind: EventDone, Time: now, Request: c.req, Result: c.result})
+		sendEvent(sink, &Event{Kind: EventDone, Time: now, Request: c.req, Result: c.result, Released: settled})
 	}
 	// The books first, so that whoever Done wakes sees them settled.
 	if c.queued.Load() {
@@ -351,9 +365,7 @@ func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
 	c.b.callEnded()
 	group := c.group
 	if c.token {
-		c.recycle = byRun && sink == nil && group == nil && c.timer == nil && c.stream == nil &&
-			evictClass(c.prio) < 0 && !c.queued.Load() &&
-			!c.b.aborted.Load() // abort may have copied b.runs before the run untracked
+		c.recycle = settled && sink == nil
 		// From the send on, a recycled call is Do's again: this goroutine
 		// does not touch it any more.
 		c.done <- struct{}{} // never blocks: capacity 1, sent once

@@ -50,6 +50,16 @@ type Event struct {
 	Err   error         // EventRetrying
 
 	Result *Result // EventDone
+	// Released is set on an EventDone after which the core reads the
+	// event's Request no more: the request ended with its own batch's
+	// answer, and nothing else in the core (a lane, an eviction list, a
+	// dedup group, a timer, a shutdown) still holds it. The sink may then
+	// reuse the Request's memory once OnEvent returns (Call.Request then
+	// returns what the sink made of it). Without it the core may still
+	// read the Request after OnEvent returns (a request cancelled while
+	// its batch is upstream is read by that batch until it returns), so
+	// the Request must be left to the garbage collector.
+	Released bool // EventDone
 }
 
 // EventSink receives progress events.
