@@ -125,32 +125,56 @@ type stream struct {
 	rejected  int64
 
 	// Sender-owned.
-	sent      []*streamCompletion // the Completions of the last take, to recycle once sent
-	lastTerm  int64               // completed+failed at the previous summary
-	lastSumAt time.Time           // time of the previous summary
+	sent      []*item   // the items whose Completions the last take sends, to reuse once sent
+	lastTerm  int64     // completed+failed at the previous summary
+	lastSumAt time.Time // time of the previous summary
 }
 
-// item is one request of the stream, and the EventSink of its events. req
-// is what the core holds; done is the Completion the stream answers it
-// with, taken from completions (a pool) at the request's end and put back
-// once the sender has sent it. The core may read req until the call's
-// end, and the item is not reused; the Completion, 640 of the 984 bytes
-// that item and answer took as one allocation, is the server's alone once
-// sent, so it is reused: a stream's request then allocates 352 bytes
-// here, not 1,024 (BenchmarkGRPCStream). Allocating the Completion afresh
-// at the request's end measured slower than one block: the core's
-// goroutine that ends a whole batch made the allocations one by one.
+// item is one request of the stream, its EventSink, and the Completion
+// the stream answers it with, in one block. req is what the core holds;
+// done is filled at the request's end (onEvent). Items come from itemPool
+// and go back once the sender has sent done, when the core let go
+// of req (batcher.Event.Released: the request ended with its batch's
+// answer) and the receiver is done with it (it stored call): a stream's
+// request then allocates nothing here (BenchmarkGRPCStream). An item the
+// core may still read (a request cancelled, timed out or ended by a
+// shutdown) is left to the garbage collector, its Completion with it.
 type item struct {
-	req  batcher.Request
-	st   *stream
-	done *streamCompletion // set at the request's end (onEvent)
+	req batcher.Request
+	st  *stream
 	// call is the core's call: nil while core.Submit runs. The receiver
 	// stores it without the stream's lock, then reads gone; close sets
-	// gone, then reads call: one of the two cancels it (request).
+	// gone, then reads call: one of the two cancels it (request). The
+	// receiver touches the item no more once it stored call.
 	call atomic.Pointer[batcher.Call]
 	// next links the ended stack (stream.ended): set by onEvent before the
 	// push, read by the sender after it took the stack.
 	next *item
+	// released: the core reads req no more (batcher.Event.Released); set
+	// by onEvent before the push.
+	released bool
+	done     streamCompletion // filled by onEvent; the sender's once pushed
+}
+
+// itemPool holds the streams' items for reuse (see item).
+var itemPool = sync.Pool{New: func() any { return new(item) }}
+
+// newItem returns a cleared item of st.
+func (st *stream) newItem() *item {
+	it := itemPool.Get().(*item)
+	it.st = st
+	return it
+}
+
+// reuse puts it back in items when nobody but the caller can reach it any
+// more: it was never submitted (fresh), or its Completion was sent, the
+// core released its request and the receiver stored its call.
+func reuse(it *item, fresh bool) {
+	if !fresh && (!it.released || it.call.Load() == nil) {
+		return // the garbage collector's
+	}
+	*it = item{}
+	itemPool.Put(it)
 }
 
 // OnEvent implements batcher.EventSink for the stream (onEvent).
@@ -229,8 +253,8 @@ func (st *stream) run() error {
 		// One release for the lot: the receiver, and the streams waiting
 		// on the server-wide budget, wake once per take, not per message.
 		st.releaseN(answered)
-		for i, sc := range st.sent {
-			recycle(sc)
+		for i, it := range st.sent {
+			reuse(it, false)
 			st.sent[i] = nil
 		}
 		st.sent = st.sent[:0]
@@ -301,8 +325,7 @@ func (st *stream) endedLocked(ended *item, msgs []*batcherv1.SubmitStreamRespons
 			st.failed++
 		}
 		msgs = append(msgs, &it.done.r)
-		st.sent = append(st.sent, it.done) // the sender puts it back once sent
-		it.done = nil
+		st.sent = append(st.sent, it) // the sender puts it back once sent
 		it = next
 	}
 	slices.Reverse(msgs[start:])
@@ -434,10 +457,10 @@ func (st *stream) onEvent(it *item, ev *batcher.Event) {
 		st.wake()
 		return
 	}
-	sc := completions.Get().(*streamCompletion) // EventDone comes once
+	sc := &it.done // EventDone comes once
 	sc.k.Completion = sc.c.fill(ev.Request, ev.Result)
 	sc.r.Kind = &sc.k
-	it.done = sc
+	it.released = ev.Released
 	// No lock (see stream). Counted before the push, so that the count
 	// never goes below 0.
 	st.nEnded.Add(1)
@@ -451,21 +474,9 @@ func (st *stream) onEvent(it *item, ev *batcher.Event) {
 	st.wake()
 }
 
-// streamCompletion is a stream's Completion message in one allocation.
+// streamCompletion is a stream's Completion message and what it points to.
 type streamCompletion struct {
 	r batcherv1.SubmitStreamResponse
 	k batcherv1.SubmitStreamResponse_Completion
 	c completionMsg
-}
-
-// completions holds the streams' sent Completions for reuse: onEvent
-// takes one, the sender puts it back cleared once gRPC has encoded it
-// (Send returns after the message is serialized, and neither gRPC nor the
-// server's interceptors keep it).
-var completions = sync.Pool{New: func() any { return new(streamCompletion) }}
-
-// recycle clears sc, which was sent, and puts it back in completions.
-func recycle(sc *streamCompletion) {
-	*sc = streamCompletion{}
-	completions.Put(sc)
 }

@@ -172,23 +172,27 @@ func (st *stream) handle(msg *batcherv1.SubmitStreamRequest) {
 func (st *stream) request(pr *batcherv1.Request) {
 	id := pr.GetId()
 	ctx := st.itemContext(pr)
-	it := &item{st: st}
+	it := st.newItem()
 	if bad := toCore(pr, &it.req); bad != nil {
+		reuse(it, true)
 		st.reject(ctx, id, bad)
 		return
 	}
 	if err := st.access.Admit(&it.req); err != nil {
+		reuse(it, true)
 		st.reject(ctx, id, toStatus(err))
 		return
 	}
 	it.req.Conn = st.conn
 	if id == "" {
+		reuse(it, true)
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return
 	}
 	st.mu.Lock()
 	if _, dup := st.items[id]; dup {
 		st.mu.Unlock()
+		reuse(it, true)
 		st.reject(ctx, id, invalidArgument("request.id", "duplicate: "+strconv.Quote(clip.String(id))+" is already in flight on this stream"))
 		return
 	}
