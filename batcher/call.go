@@ -107,11 +107,13 @@ type Call struct {
 	cache  *CacheKey    // set once at admission when its answer is to be cached
 
 	// evMu orders a request's events: none is emitted after its EventDone.
-	// Taken only when the request has a Sink.
+	// Taken only when its sink takes progress events: without them
+	// EventDone is the only event, sent once (state decides it).
 	evMu sync.Mutex
 	// result is the terminal result: for Do's call its pooled slot's,
-	// set at admission; for any other call made by the finisher, so that
-	// a queued call carries no room for an answer it does not have yet.
+	// and for a sink's that holds one its ResultSlot, set at admission;
+	// for any other call made by the finisher, so that a queued call
+	// carries no room for an answer it does not have yet.
 	result *Result
 	done   chan struct{} // closed on the result (made by Done); or, when token, sent on once
 }
@@ -262,7 +264,7 @@ func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(&r, now,
 // the pool. r is the caller's, which finishAs may change (its
 // Timings.Total): passed by pointer, since a Result is 30 words.
 func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
-	if c.hasSink {
+	if c.progress {
 		c.evMu.Lock()
 		defer c.evMu.Unlock()
 	}

@@ -86,3 +86,14 @@ func wantsProgress(sink EventSink) bool {
 	f, ok := sink.(ProgressFilter)
 	return !ok || f.WantsProgress()
 }
+
+// ResultHolder is an optional interface of an EventSink: the core keeps
+// the request's terminal result in the Result that ResultSlot returns
+// instead of one it allocates, and its EventDone's Result is that slot.
+// The core asks once, when it admits the request, and writes the slot
+// once, as the request ends; Call.Result reads it. A sink that pools its
+// requests with their slots (Event.Released) spares the core an
+// allocation a request.
+type ResultHolder interface {
+	ResultSlot() *Result
+}

@@ -17,28 +17,32 @@ type reusedReq struct {
 	text     string
 	err      error
 	released bool
-	wrongReq bool          // the EventDone carried another request
+	wrongReq bool          // the EventDone carried another request or result
+	res      Result        // the core's result slot (ResultHolder)
 	done     chan struct{} // capacity 1: EventDone arrived
 }
+
+func (it *reusedReq) ResultSlot() *Result { return &it.res }
 
 func (it *reusedReq) OnEvent(ev *Event) {
 	if ev.Kind != EventDone {
 		return
 	}
-	it.wrongReq = ev.Request != &it.req
+	it.wrongReq = ev.Request != &it.req || ev.Result != &it.res
 	it.text, it.err, it.released = ev.Result.Text, ev.Result.Err, ev.Released
 	it.done <- struct{}{}
 }
 
-// TestReleasedRequestIsTheSinks drives sink requests through every path a
-// call can leave by (a batch's result, a retry then a result, a fallback,
-// a cancel while its batch is upstream, a deadline, an eviction, a dedup
-// group) from many goroutines, and reuses each request the core released
+// TestReleasedRequestIsTheSinks drives sink requests, each holding its
+// own result slot (ResultHolder), through every path a call can leave by
+// (a batch's result, a retry then a result, a fallback, a cancel while
+// its batch is upstream, a deadline, an eviction, a dedup group) from
+// many goroutines, and reuses each request the core released
 // (Event.Released) for the next one at once: under the race detector, any
-// read of a released request by the core races with that reuse. Every
-// success must carry its own prompt's answer, a success alone in no group
-// and no eviction list must be released, and a request cancelled or
-// evicted (ended by another than its batch) must not be.
+// read of a released request or write of its slot by the core races with
+// that reuse. Every success must carry its own prompt's answer, a success
+// alone in no group and no eviction list must be released, and a request
+// cancelled or evicted (ended by another than its batch) must not be.
 func TestReleasedRequestIsTheSinks(t *testing.T) {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -85,6 +89,7 @@ func TestReleasedRequestIsTheSinks(t *testing.T) {
 				it.req = Request{ID: prompt, Route: "m", Priority: Priority(i % numPriorities),
 					Input: Input{Op: OpCompletion, Prompt: prompt}, Sink: it}
 				it.text, it.err, it.released, it.wrongReq = "", nil, false, false
+				it.res = Result{}
 				dedup := false
 				switch i % 7 {
 				case 1:
@@ -109,7 +114,9 @@ func TestReleasedRequestIsTheSinks(t *testing.T) {
 				want := "re:" + it.req.Input.Prompt
 				switch {
 				case it.wrongReq:
-					t.Errorf("%s: EventDone carried another request", prompt)
+					t.Errorf("%s: EventDone carried another request or result slot", prompt)
+				case c.Result().Text != it.text:
+					t.Errorf("%s: Call.Result's text %q, EventDone's %q", prompt, c.Result().Text, it.text)
 				case it.err == nil && it.text != want:
 					t.Errorf("%s: text %q, want %q: another request's result", prompt, it.text, want)
 				case it.err == nil && !dedup && evictClass(it.req.Priority) < 0 && !it.released:

@@ -215,6 +215,11 @@ func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, slot *
 		progress: req.Sink != nil && wantsProgress(req.Sink),
 		named:    req.Tenant != "",
 	}
+	if req.Sink != nil && slot == nil {
+		if h, ok := req.Sink.(ResultHolder); ok {
+			c.result = h.ResultSlot()
+		}
+	}
 	if req.Stream {
 		c.stream = newStreamState(c)
 	}

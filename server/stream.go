@@ -130,8 +130,8 @@ type stream struct {
 	lastSumAt time.Time // time of the previous summary
 }
 
-// item is one request of the stream, its EventSink, and the Completion
-// the stream answers it with, in one block. req is what the core holds;
+// item is one request of the stream, its EventSink, the core's slot for
+// its result, and the Completion the stream answers it with, in one block. req is what the core holds;
 // done is filled at the request's end (onEvent). Items come from itemPool
 // and go back once the sender has sent done, when the core let go
 // of req (batcher.Event.Released: the request ended with its batch's
@@ -153,6 +153,7 @@ type item struct {
 	// released: the core reads req no more (batcher.Event.Released); set
 	// by onEvent before the push.
 	released bool
+	res      batcher.Result   // the core's result slot (ResultSlot)
 	done     streamCompletion // filled by onEvent; the sender's once pushed
 }
 
@@ -182,6 +183,10 @@ func (it *item) OnEvent(ev *batcher.Event) { it.st.onEvent(it, ev) }
 
 // WantsProgress implements batcher.ProgressFilter for the stream.
 func (it *item) WantsProgress() bool { return it.st.WantsProgress() }
+
+// ResultSlot implements batcher.ResultHolder: the core keeps the
+// request's result in the item, which is pooled with it.
+func (it *item) ResultSlot() *batcher.Result { return &it.res }
 
 // DeltasReady implements batcher.DeltaNotifier for the stream.
 func (it *item) DeltasReady(c *batcher.Call) { it.st.DeltasReady(c) }
