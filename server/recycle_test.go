@@ -9,11 +9,12 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// TestStreamCompletionsReused checks that a stream's Completions, which
-// the sender recycles once sent (completions), carry only their own
-// request's fields: failed and succeeded requests alternate on one stream,
-// one at a time, so that each answer is built in a Completion that carried
-// another kind of answer before.
+// TestStreamCompletionsReused checks that a stream's items, which the
+// sender puts back once their Completions are sent (itemPool), carry only
+// their own request's fields, in the request the core reads and in the
+// Completion: failed and succeeded requests alternate on one stream, one
+// at a time, so that each is built in an item that carried another kind
+// of request and answer before.
 func TestStreamCompletionsReused(t *testing.T) {
 	be := newFake()
 	be.fail = func(r *batcher.Request) error {
