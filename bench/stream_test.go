@@ -200,7 +200,11 @@ func BenchmarkStream2000(b *testing.B) {
 	b.ReportMetric(med(stackT)-med(stackD), "stack/stream-batcher")
 	// The memory an open stream holds beyond a direct one: its heap and
 	// its goroutines' stacks (a streamed chat keeps a gRPC handler and a
-	// dispatch worker waiting on the upstream).
+	// dispatch worker waiting on the upstream). The stacks are of every
+	// goroutine, llmsim's and the client's too: the runtime starts each
+	// new goroutine with the average stack in use at the last GC, so deep
+	// goroutines on Batcher's side (internal/stack says how held workers
+	// once were) made every goroutine of the process start larger.
 	b.ReportMetric(med(heapT)-med(heapD)+med(stackT)-med(stackD), "mem/stream-batcher")
 	b.ReportMetric(n, "chats-whole")
 }
