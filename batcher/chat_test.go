@@ -178,7 +178,7 @@ func TestFeaturesOfEveryTarget(t *testing.T) {
 
 // TestUnsupportedNamesTheFallback: a field the route's own backend takes
 // but a fallback cannot is refused naming that fallback, by Submit and by
-// ValidateRich (a batch job's door) alike; one the route's own backend
+// Validate (a batch job's door) alike; one the route's own backend
 // cannot take keeps the plain refusal.
 func TestUnsupportedNamesTheFallback(t *testing.T) {
 	b, err := New(
@@ -215,9 +215,9 @@ func TestUnsupportedNamesTheFallback(t *testing.T) {
 		if !errors.As(err, &ve) || ve.Field != tc.field || ve.Reason != tc.reason {
 			t.Errorf("%s: Submit: %v; want %s: %s", tc.name, err, tc.field, tc.reason)
 		}
-		err = ValidateRich(r, routes[tc.route])
+		err = Validate(r, routes[tc.route])
 		if !errors.As(err, &ve) || ve.Field != tc.field || ve.Reason != tc.reason {
-			t.Errorf("%s: ValidateRich: %v; want %s: %s", tc.name, err, tc.field, tc.reason)
+			t.Errorf("%s: Validate: %v; want %s: %s", tc.name, err, tc.field, tc.reason)
 		}
 	}
 }

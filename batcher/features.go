@@ -91,41 +91,6 @@ var ReservedExtraFields = []string{
 
 var reasoningEfforts = map[string]bool{"none": true, "minimal": true, "low": true, "medium": true, "high": true}
 
-// ValidateRich checks r's fields beyond plain text, as Submit does, for
-// the route ri: its messages' parts, names, tool calls and tool answers
-// (for a chat request), its tools, tool choice, response format, user,
-// extra body fields and the parameters only some backends honour. It
-// returns a *ValidationError (wrapping ErrInvalid) naming the first bad
-// field or the first one ri's backends cannot honour, or nil; nil at once
-// for a plain request. A door that holds requests before submitting them
-// (a batch job's items) calls it to refuse such a request when it arrives,
-// by the same rule Submit applies when it runs.
-func ValidateRich(r *Request, ri RouteInfo) error {
-	check := func(have Features) *ValidationError { return validateRoute(r, ri.Op, have) }
-	if ve := check(ri.Features); ve != nil {
-		return blameFallback(ve, ri.Features, ri.Targets, check)
-	}
-	return nil
-}
-
-// validateRoute is ValidateRich's check for a route of operation op
-// honouring have.
-func validateRoute(r *Request, op Operation, have Features) *ValidationError {
-	if r.Params.Seed != nil && !have.Has(FeatureSeed) {
-		return unsupported("params.seed")
-	}
-	if r.Input.Op == OpChat && op == OpChat {
-		for i := range r.Input.Messages {
-			if m := &r.Input.Messages[i]; m.rich() {
-				if ve := validateMessage(m, i, have); ve != nil {
-					return ve
-				}
-			}
-		}
-	}
-	return validateRich(r, op, have)
-}
-
 // blameFallback returns ve, the refusal of a field by the validation
 // check run with the route's features have, naming the fallback that
 // cannot take the field when the route's own backend can: the feature

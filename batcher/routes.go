@@ -101,11 +101,16 @@ type RouteInfo struct {
 	Backend string
 	// DefaultMaxTokens is what a request that leaves max_tokens unset gets.
 	DefaultMaxTokens int32
+	// MaxTokensLimit and MaxInputBytes are the route's limits on a
+	// request's max_tokens and input (Route's fields of the same names),
+	// which Validate checks a request against.
+	MaxTokensLimit int32
+	MaxInputBytes  int
 	// Features are what every target of the route honours beyond plain
-	// text (FeatureDeclarer), which ValidateRich checks a request against.
+	// text (FeatureDeclarer), which Validate checks a request against.
 	Features Features
 	// Targets are the route's backend and then its fallbacks, each with
-	// what it honours: ValidateRich's refusal of a field the route's own
+	// what it honours: Validate's refusal of a field the route's own
 	// backend takes names the fallback that cannot.
 	Targets []TargetInfo
 }
@@ -122,7 +127,7 @@ func (b *Batcher) Routes() []RouteInfo {
 	out := make([]RouteInfo, 0, len(routes))
 	for _, rc := range routes {
 		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend, DefaultMaxTokens: rc.DefaultMaxTokens,
-			Features: rc.features, Targets: rc.targetInfo()})
+			MaxTokensLimit: rc.MaxTokensLimit, MaxInputBytes: rc.MaxInputBytes, Features: rc.features, Targets: rc.targetInfo()})
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package batcher
 
 import (
+	"cmp"
 	"math"
 	"strconv"
 	"time"
@@ -46,6 +47,50 @@ func validate(r *Request, rc *routeConfig) *ValidationError {
 		}
 	}
 	return validateHandling(r, rc)
+}
+
+// Validate checks r against the route ri by the rule Submit applies: its
+// id, priority, input, generation parameters and their ranges
+// (max_tokens up to the route's limit, temperature, top_p, stop, the
+// penalties, n, logprobs, ...), the chat surface beyond text (parts,
+// tools, tool choice, response format, user, extra body fields) and its
+// handling (timeout, metadata, retry override, dedup, stream). It returns a
+// *ValidationError (wrapping ErrInvalid) naming the first bad field and its
+// limit, or the first field ri's backends cannot honour (naming the
+// fallback that cannot, as Submit does), or nil. A door that holds
+// requests before submitting them (a batch job's items, an OpenAI batch
+// file's lines) calls it to refuse such a request when it arrives, not
+// when it runs. A RouteInfo whose MaxTokensLimit or MaxInputBytes is 0
+// has the defaults.
+func Validate(r *Request, ri RouteInfo) error {
+	rc := routeConfig{Route: Route{Name: ri.Name, Op: ri.Op,
+		MaxTokensLimit: cmp.Or(ri.MaxTokensLimit, DefaultMaxTokensLimit),
+		MaxInputBytes:  cmp.Or(ri.MaxInputBytes, DefaultMaxInputBytes)}, features: ri.Features}
+	if ve := validate(r, &rc); ve != nil {
+		return blameFallback(ve, ri.Features, ri.Targets, func(have Features) *ValidationError {
+			again := rc
+			again.features = have
+			return validate(r, &again)
+		})
+	}
+	return nil
+}
+
+// ValidateParams checks generation parameters p on their own, as Validate
+// checks a request's: for a door that takes defaults for requests to come
+// (a batch job's spec), so that a bad default is refused naming it once,
+// not in every item. Its *ValidationError names the field as
+// "params.<name>".
+func ValidateParams(p *Params, ri RouteInfo) error {
+	rc := routeConfig{Route: Route{Name: ri.Name, Op: ri.Op, MaxTokensLimit: cmp.Or(ri.MaxTokensLimit, DefaultMaxTokensLimit)},
+		features: ri.Features}
+	if ve := validateParams(p, &rc); ve != nil {
+		return ve
+	}
+	if ve := validateRichParams(p.rich(), ri.Features); ve != nil {
+		return ve
+	}
+	return nil
 }
 
 // blame is ve, validate's refusal of r, naming the fallback that cannot

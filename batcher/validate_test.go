@@ -11,8 +11,16 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
+// TestValidation: Submit refuses each bad request naming the field and
+// its limit, and Validate, the rule the doors that hold requests (a job's
+// items, a batch file's lines) call when a request arrives, refuses it
+// the same way from the route's RouteInfo.
 func TestValidation(t *testing.T) {
 	b := newTest(t, &fakeBackend{}, 1, BatchConfig{}, WithRoute(Route{Name: "e", Op: OpEmbedding, Backend: "be", MaxInputBytes: 10}))
+	routes := map[string]RouteInfo{}
+	for _, ri := range b.Routes() {
+		routes[ri.Name] = ri
+	}
 	ok := func() *Request { return req("ok", PriorityNormal) }
 	tests := []struct {
 		name  string
@@ -38,6 +46,11 @@ func TestValidation(t *testing.T) {
 		{"priority", func(r *Request) { r.Priority = 9 }, "priority", "unknown"},
 		{"id", func(r *Request) { r.ID = strings.Repeat("i", 129) }, "id", "at most 128 bytes"},
 		{"metadata", func(r *Request) { r.Metadata = map[string]string{"k": strings.Repeat("v", 513)} }, "metadata[k]", "at most 512 bytes"},
+		{"n", func(r *Request) { r.Params.MutableRich().N = 9 }, "params.n", "1 to 8, got 9"},
+		{"presence_penalty", func(r *Request) { r.Params.MutableRich().PresencePenalty = ptr[float32](3) }, "params.presence_penalty", "-2 to 2, got 3"},
+		{"frequency_penalty", func(r *Request) { r.Params.MutableRich().FrequencyPenalty = ptr[float32](-2.5) }, "params.frequency_penalty", "-2 to 2, got -2.5"},
+		{"top_logprobs", func(r *Request) { r.Params.MutableRich().TopLogprobs = ptr[int32](21) }, "params.top_logprobs", "0 to 20, got 21"},
+		{"logit_bias", func(r *Request) { r.Params.MutableRich().LogitBias = map[string]float32{"7": 101} }, "params.logit_bias[7]", "-100 to 100, got 101"},
 		{"chat on a completion route", func(r *Request) { r.Input = Input{Op: OpChat, Messages: []Message{{Role: "wizard", Content: "x"}}} }, "input", "takes completion input"},
 	}
 	for _, tt := range tests {
@@ -51,6 +64,14 @@ func TestValidation(t *testing.T) {
 			}
 			if ve.Field != tt.field || !strings.Contains(ve.Reason, tt.limit) {
 				t.Fatalf("got %q, want field %q and %q", err, tt.field, tt.limit)
+			}
+			ri, ok := routes[r.Route]
+			if !ok {
+				return // no route: Submit's refusal only
+			}
+			err = Validate(r, ri)
+			if !errors.As(err, &ve) || !errors.Is(err, ErrInvalid) || ve.Field != tt.field || !strings.Contains(ve.Reason, tt.limit) {
+				t.Fatalf("Validate = %v, want field %q and %q", err, tt.field, tt.limit)
 			}
 		})
 	}

@@ -79,6 +79,9 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
 	if err := m.validateSpec(&spec); err != nil {
 		return nil, err
 	}
+	if err := m.validateSpecParams(&spec); err != nil {
+		return nil, err
+	}
 	t, _ := tenantOf(ctx)
 	if err := admitSpec(t.Access, &spec); err != nil {
 		return nil, err
@@ -310,8 +313,13 @@ func (c *Creator) check(req *ItemRequest) string {
 			return fmt.Sprintf("model %q serves %s requests, not %s", cut(mdl), ri.Op, req.Input.Op)
 		}
 		// The same rule as Submit's, now rather than when the item runs:
-		// a field the model's backends cannot honour is refused by name.
-		if err := batcher.ValidateRich(req.coreRequest(mdl), ri); err != nil {
+		// a parameter out of range, or a field the model's backends
+		// cannot honour, is refused by name and limit. The spec's
+		// defaults apply as they will when it runs (and were checked on
+		// their own by Begin).
+		r := req.coreRequest(mdl)
+		r.Params = mergeParams(r.Params, spec.Params)
+		if err := batcher.Validate(r, ri); err != nil {
 			return fmt.Sprintf("model %q: %s", cut(mdl), spelled(err, req.URL))
 		}
 	}

@@ -27,9 +27,11 @@
 // in the task's encoded request and passed to the core unchanged. A chat
 // line of an OpenAI batch file is read by the front door's decoder
 // (openaiapi.ChatBody). When the job is created each item is checked
-// against its model by the core's own rule (batcher.ValidateRich): what the
-// model's backends cannot honour is an error line naming the field, never
-// run with it dropped. A chat answer's output line is the front door's
+// against its model by the core's own rule, the one Submit applies
+// (batcher.Validate; the spec's defaults by batcher.ValidateParams): a
+// parameter out of its range, or what the model's backends cannot honour,
+// is an error line naming the line, the field and the limit, never run
+// with it dropped. A chat answer's output line is the front door's
 // chat.completion (openaiapi.ChatCompletionBody): the whole message, tool
 // calls, refusal and logprobs included.
 //

@@ -36,7 +36,7 @@ type ItemRequest struct {
 }
 
 // coreRequest returns r as a core request of route: the fields the core
-// reads at validation, for ValidateRich. The run sets the rest (run_request.go).
+// reads at validation, for batcher.Validate. The run sets the rest (run_request.go).
 func (r *ItemRequest) coreRequest(route string) *batcher.Request {
 	req := &batcher.Request{Route: route, Input: r.Input, Params: r.Params, Metadata: r.Metadata}
 	r.setRich(req)

@@ -1,10 +1,12 @@
 package jobs_test
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/batcherhq/batcher/batcher"
 	"github.com/batcherhq/batcher/jobs"
 )
 
@@ -36,10 +38,10 @@ func TestOpenAILineFieldsNamed(t *testing.T) {
 	}
 }
 
-// TestRefusedLinesNameTheirLine: a line the core refuses when it runs (a
-// temperature out of range, which creation does not check) names its line
-// in its error line, as a line refused at creation does; OpenAI's shape
-// is kept (an error of code and message only).
+// TestRefusedLinesNameTheirLine: a line the core's rule refuses (a
+// temperature out of range, checked when the job is created by the rule
+// Submit applies) and one naming an unknown model name their line in their
+// error lines; OpenAI's shape is kept (an error of code and message only).
 func TestRefusedLinesNameTheirLine(t *testing.T) {
 	e := newEnv(t, nil)
 	j := e.create(t, jobs.Spec{Model: "chat"}, 1,
@@ -50,7 +52,7 @@ func TestRefusedLinesNameTheirLine(t *testing.T) {
 		t.Fatalf("job ended %s %+v, want completed with 2 failed", p.State, p.Counts)
 	}
 	want := map[string]string{
-		"hot":  "line 2: body.temperature: must be 0 to 2, got 5",
+		"hot":  `line 2: model "chat": body.temperature: must be 0 to 2, got 5`,
 		"nope": `line 3: model: unknown model "nope"`,
 	}
 	errs := readLines(t, filepath.Join(jobs.JobDir(e.dir, j.ID), jobs.ErrorsFile))
@@ -61,5 +63,52 @@ func TestRefusedLinesNameTheirLine(t *testing.T) {
 		if l.Error == nil || l.Error.Code != jobs.CodeInvalidRequest || l.Error.Message != want[l.CustomID] || l.Response != nil {
 			t.Errorf("error line %s: %+v, want invalid_request %q", l.CustomID, l.Error, want[l.CustomID])
 		}
+	}
+}
+
+// TestCreationChecksParamRanges: an item's parameter out of range is
+// refused when the job is created, naming the line, the custom id, the
+// field and its limit (fail_on_invalid: the creation's error), by the
+// core's rule; so is a spec's default out of range, naming the spec's
+// field, once; a spec's default applies to the items as it will when they
+// run, so an item leaving max_tokens to a default within the model's
+// limit passes.
+func TestCreationChecksParamRanges(t *testing.T) {
+	e := newEnv(t, nil)
+	f := func(v float32) *float32 { return &v }
+	line := func(id, body string) string {
+		return `{"custom_id":"` + id + `","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]` + body + `}}`
+	}
+	for _, tc := range []struct {
+		name string
+		spec jobs.Spec
+		line string
+		want string
+	}{
+		{"temperature", jobs.Spec{Model: "chat"}, line("t", `,"temperature":2.5`), `line 1 (custom_id "t"): model "chat": body.temperature: must be 0 to 2, got 2.5`},
+		{"top_p", jobs.Spec{Model: "chat"}, line("p", `,"top_p":0`), `body.top_p: must be greater than 0 and at most 1, got 0`},
+		{"max_tokens", jobs.Spec{Model: "chat"}, line("m", `,"max_tokens":99999`), `body.max_tokens: must be 1 to 32768, got 99999`},
+		{"n", jobs.Spec{Model: "chat"}, line("n", `,"n":9`), `body.n: must be 1 to 8, got 9`},
+		{"presence_penalty", jobs.Spec{Model: "chat"}, line("pp", `,"presence_penalty":-3`), `body.presence_penalty: must be -2 to 2, got -3`},
+		{"stop", jobs.Spec{Model: "chat"}, line("s", `,"stop":["a","b","c","d","e"]`), `body.stop: must hold at most 4 sequences, got 5`},
+		{"spec temperature", jobs.Spec{Model: "chat", Params: batcher.Params{Temperature: f(3)}}, line("ok", ""),
+			"spec.params.temperature: must be 0 to 2, got 3"},
+		{"spec max_tokens, no model", jobs.Spec{Params: batcher.Params{MaxTokens: 40000}}, line("ok", ""),
+			"spec.params.max_tokens: must be 1 to 32768, got 40000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.spec.FailOnInvalid = true
+			c, err := e.m.Begin(t.Context(), tc.spec)
+			if err == nil {
+				if err = c.AddLine(t.Context(), []byte(tc.line)); err != nil {
+					c.Abort()
+				} else {
+					t.Fatalf("line accepted: %+v", c.Job())
+				}
+			}
+			if !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrInvalid saying %q", err, tc.want)
+			}
+		})
 	}
 }

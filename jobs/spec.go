@@ -1,11 +1,54 @@
 package jobs
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/fieldname"
 )
+
+// validateSpecParams checks the spec's default parameters, and the
+// judge's, by the core's rule (batcher.ValidateParams) on each model
+// they may run on, naming the spec's field: a bad default is one refusal,
+// not an error line per item. With no model in the spec (items name
+// theirs) the ranges alone are checked now, and each item's model when
+// it is added.
+func (m *Manager) validateSpecParams(s *Spec) error {
+	check := func(field string, p *batcher.Params, models ...string) error {
+		infos := []batcher.RouteInfo{{Features: batcher.AllFeatures}}
+		for _, mdl := range models {
+			if ri, ok := m.routeInfo(mdl); ok && mdl != "" {
+				infos = append(infos, ri)
+			}
+		}
+		if len(infos) > 1 {
+			infos = infos[1:]
+		}
+		for _, ri := range infos {
+			if err := batcher.ValidateParams(p, ri); err != nil {
+				var ve *batcher.ValidationError
+				if errors.As(err, &ve) {
+					return fmt.Errorf("%w: %s.%s: %s", ErrInvalid, field, fieldname.Proto(ve.Field), ve.Reason)
+				}
+				return fmt.Errorf("%w: %s: %w", ErrInvalid, field, err)
+			}
+		}
+		return nil
+	}
+	models := []string{s.Model}
+	for _, g := range s.Groups {
+		models = append(models, g.Model)
+	}
+	if err := check("spec", &s.Params, models...); err != nil {
+		return err
+	}
+	if s.Judge != nil {
+		return check("spec.judge", &s.Judge.Params, s.Judge.Model)
+	}
+	return nil
+}
 
 // validateSpec checks a spec, naming the field at fault.
 func (m *Manager) validateSpec(s *Spec) error {
