@@ -106,6 +106,20 @@ func (a *Access) Admit(req *Request) error {
 	return nil
 }
 
+// Admit is a.Admit(req) for a door in front of b: a refusal is counted as
+// a rejection (batcher.requests.rejected, reason forbidden or revoked), as
+// Submit's own are, so that an operator sees every request refused, not
+// only those Submit refused. Doors call it rather than Access.Admit for
+// every request they let in; a door that refuses a whole job's spec
+// (jobs) refuses no request and calls Access.Admit.
+func (b *Batcher) Admit(a *Access, req *Request) error {
+	err := a.Admit(req)
+	if err != nil && b.metrics != nil {
+		b.metrics.refused(b.metrics.rejected, req, err)
+	}
+	return err
+}
+
 // check is Admit's rule on a route and a priority, lowering *p in place
 // in PriorityLower mode.
 func (a *Access) check(route string, p *Priority) error {

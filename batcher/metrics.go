@@ -95,8 +95,9 @@ func outcomeOf(err error) int {
 	return outcomeError
 }
 
-// rejectReason names why Submit refused a request: the values of
-// batcher.reason on batcher.requests.rejected.
+// rejectReason names why Submit, or a door through Batcher.Admit, refused
+// a request: the values of batcher.reason on batcher.requests.rejected
+// (and on batcher.requests.deferred: queue_full, quota).
 func rejectReason(err error) string {
 	switch {
 	case errors.Is(err, ErrInvalid):
@@ -111,6 +112,12 @@ func rejectReason(err error) string {
 		return "canceled"
 	case errors.Is(err, ErrDeadline):
 		return "deadline"
+	case errors.Is(err, ErrQuotaExceeded):
+		return "quota"
+	case errors.Is(err, ErrForbidden):
+		return "forbidden"
+	case errors.Is(err, ErrRevoked):
+		return "revoked"
 	}
 	return "error"
 }

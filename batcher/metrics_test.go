@@ -407,3 +407,52 @@ func TestMetricsCountEachUpstreamCallOfAFanOut(t *testing.T) {
 		t.Errorf("backend stats %+v, want 4 calls carrying 4 requests", st)
 	}
 }
+
+// Every refusal an operator should see is a rejection with its reason: a
+// door's access refusals through Batcher.Admit (a route the tenant may not
+// use, a priority over its ceiling, a revoked credential) and Submit's
+// quota refusals, not "error" and not missing.
+func TestMetricsRejectionReasons(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	be := &fakeBackend{hold: make(chan struct{})}
+	b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1}, WithMeterProvider(mp))
+	if err := b.SetTenants([]TenantPolicy{{Name: "a", Quotas: TenantQuotas{InFlight: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	revoked := make(chan struct{})
+	close(revoked)
+	refusals := []struct {
+		name string
+		a    *Access
+		r    *Request
+		want error
+	}{
+		{"route", &Access{Tenant: "a", Routes: []string{"other"}, MaxPriority: PriorityUrgent}, req("x", PriorityNormal), ErrForbidden},
+		{"priority", &Access{Tenant: "a", MaxPriority: PriorityNormal, PriorityMode: PriorityRefuse}, req("y", PriorityHigh), ErrForbidden},
+		{"revoked", &Access{Tenant: "a", MaxPriority: PriorityUrgent, Revoked: revoked}, req("z", PriorityNormal), ErrRevoked},
+	}
+	for _, c := range refusals {
+		if err := b.Admit(c.a, c.r); !errors.Is(err, c.want) {
+			t.Fatalf("%s: Admit = %v, want %v", c.name, err, c.want)
+		}
+	}
+	held := submit(t, b, treq("a", "1"))
+	if _, err := b.Submit(context.Background(), treq("a", "2")); !errors.Is(err, ErrQuotaExceeded) {
+		t.Fatalf("second of tenant a: %v, want ErrQuotaExceeded", err)
+	}
+	close(be.hold)
+	<-held.Done()
+	wantOK(t, held)
+
+	got := points(t, collect(t, reader)["batcher.requests.rejected"])
+	want := map[string]float64{
+		"batcher.priority=normal,batcher.reason=forbidden,batcher.route=m": 1,
+		"batcher.priority=high,batcher.reason=forbidden,batcher.route=m":   1,
+		"batcher.priority=normal,batcher.reason=revoked,batcher.route=m":   1,
+		"batcher.priority=normal,batcher.reason=quota,batcher.route=m":     1,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("batcher.requests.rejected =\n %v\nwant\n %v", got, want)
+	}
+}

@@ -320,7 +320,7 @@ func parseTimeout(v string) (time.Duration, error) {
 // is cancelled.
 func (h *Handler) run(ctx context.Context, reqs []*batcher.Request, several bool, priorityParam string) ([]batcher.Result, error) {
 	for _, req := range reqs {
-		if err := admit(ctx, req, priorityParam); err != nil {
+		if err := admit(ctx, h.core, req, priorityParam); err != nil {
 			return nil, err // the same for every item: no index
 		}
 	}

@@ -68,7 +68,7 @@ type streamErrorEvent struct {
 // priority refused (priorityParam).
 func (h *Handler) startStream(w http.ResponseWriter, r *http.Request, req *batcher.Request, tier string, errorOf func(error) *Error) *batcher.Call {
 	ctx := r.Context()
-	if err := admit(ctx, req, priorityParam(r, tier)); err != nil {
+	if err := admit(ctx, h.core, req, priorityParam(r, tier)); err != nil {
 		WriteError(w, errorOf(err))
 		return nil
 	}

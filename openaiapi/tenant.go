@@ -58,11 +58,11 @@ func accessOf(ctx context.Context) *batcher.Access {
 //
 // It also gives req its HTTP connection (connOf), for the lane cap's fair
 // share per connection within a tenant, as the gRPC doors give theirs.
-func admit(ctx context.Context, req *batcher.Request, priorityParam string) error {
+func admit(ctx context.Context, core *batcher.Batcher, req *batcher.Request, priorityParam string) error {
 	if req.Conn == nil {
 		req.Conn = connOf(ctx)
 	}
-	if err := accessOf(ctx).Admit(req); err != nil {
+	if err := core.Admit(accessOf(ctx), req); err != nil {
 		return refusal(err, priorityParam)
 	}
 	return nil

@@ -123,7 +123,7 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 		return st.Err()
 	}
 	req.Stream = true
-	if err := s.accessOf(ctx).Admit(req); err != nil {
+	if err := s.core.Admit(s.accessOf(ctx), req); err != nil {
 		return toStatus(err).Err()
 	}
 	req.Conn = connOf(ctx)

@@ -178,7 +178,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 		st.reject(ctx, id, bad)
 		return
 	}
-	if err := st.access.Admit(&it.req); err != nil {
+	if err := st.s.core.Admit(st.access, &it.req); err != nil {
 		reuse(it, true)
 		st.reject(ctx, id, toStatus(err))
 		return

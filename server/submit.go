@@ -22,7 +22,7 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 	if req.Stream {
 		return nil, invalidArgument("request.stream", "Submit answers whole: read a streamed request's deltas with SubmitStreamed or SubmitStream").Err()
 	}
-	if err := s.accessOf(ctx).Admit(req); err != nil {
+	if err := s.core.Admit(s.accessOf(ctx), req); err != nil {
 		return nil, toStatus(err).Err()
 	}
 	req.Conn = connOf(ctx)
