@@ -158,9 +158,6 @@ type metrics struct {
 	opDur     metric.Float64Histogram
 	batchSize metric.Int64Histogram
 	batchFill metric.Float64Histogram
-	upCalls   metric.Int64Counter
-	budgetReq metric.Int64Counter
-	budgetTok metric.Int64Counter
 	ttft      metric.Float64Histogram // gen_ai.server.time_to_first_token (stream.go)
 	tpot      metric.Float64Histogram // gen_ai.server.time_per_output_token
 
@@ -169,8 +166,11 @@ type metrics struct {
 	// removed route's counts do not vanish.
 	routes atomic.Pointer[map[string]*routeMetrics]
 	pairs  atomic.Pointer[map[routeBackend]*pairMetrics]
-	addMu  sync.Mutex
-	reg    metric.Registration
+	// upstream holds each backend's per-batch counts, observed at
+	// collection (observe.go); copy on write under addMu, as routes.
+	upstream atomic.Pointer[map[string]*upstreamCounts]
+	addMu    sync.Mutex
+	reg      metric.Registration
 	// byHand: duration and queueWait are nil, and each request's are
 	// counted in its routeMetrics' histograms, for a MetricsProducer
 	// (histogram.go).
@@ -187,6 +187,7 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 	defer m.addMu.Unlock()
 	routes := maps.Clone(*m.routes.Load())
 	pairs := maps.Clone(*m.pairs.Load())
+	upstream := maps.Clone(*m.upstream.Load())
 	for _, rc := range rcs {
 		if routes[rc.Name] == nil {
 			rm := &routeMetrics{name: rc.Name}
@@ -212,16 +213,20 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 			}
 			op, prov, model := keyGenAIOp.String(genAIOperation(rc.Op)), keyGenAIProvider.String(providerName(t.be)), keyGenAIReqModel.String(t.model)
 			be := keyBackend.String(t.be.name)
+			up := upstream[t.be.name]
+			if up == nil {
+				up = newUpstreamCounts(be)
+				upstream[t.be.name] = up
+			}
 			pm := &pairMetrics{
-				batch:         recOpt(keyRoute.String(rc.Name), be),
-				batchRoute:    recOpt(keyRoute.String(rc.Name)),
-				input:         recOpt(op, prov, model, keyGenAITokenType.String("input"), be),
-				output:        recOpt(op, prov, model, keyGenAITokenType.String("output"), be),
-				budgetBackend: addOpt(be),
-				maxBatch:      float64(rc.Batch.MaxBatchSize),
+				up:         up,
+				batch:      recOpt(keyRoute.String(rc.Name), be),
+				batchRoute: recOpt(keyRoute.String(rc.Name)),
+				input:      recOpt(op, prov, model, keyGenAITokenType.String("input"), be),
+				output:     recOpt(op, prov, model, keyGenAITokenType.String("output"), be),
+				maxBatch:   float64(rc.Batch.MaxBatchSize),
 			}
 			for o := range numOutcomes {
-				pm.calls[o] = addOpt(be, keyOutcome.String(outcomeNames[o]))
 				if o == outcomeOK {
 					pm.op[o] = recOpt(op, prov, model, be)
 				} else {
@@ -234,6 +239,7 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 	}
 	m.routes.Store(&routes)
 	m.pairs.Store(&pairs)
+	m.upstream.Store(&upstream)
 }
 
 // routeMetrics holds one route's attribute sets.
@@ -279,18 +285,49 @@ type routeBackend struct{ route, backend string }
 
 // pairMetrics holds the attribute sets of one route on one of its targets.
 type pairMetrics struct {
-	batch         []metric.RecordOption              // route, backend
-	batchRoute    []metric.RecordOption              // route
-	input         []metric.RecordOption              // gen_ai token usage, input
-	output        []metric.RecordOption              // gen_ai token usage, output
-	calls         [numOutcomes][]metric.AddOption    // backend, outcome
-	op            [numOutcomes][]metric.RecordOption // gen_ai operation duration
-	budgetBackend []metric.AddOption                 // backend
-	maxBatch      float64
+	batch      []metric.RecordOption              // route, backend
+	batchRoute []metric.RecordOption              // route
+	input      []metric.RecordOption              // gen_ai token usage, input
+	output     []metric.RecordOption              // gen_ai token usage, output
+	op         [numOutcomes][]metric.RecordOption // gen_ai operation duration
+	up         *upstreamCounts                    // the backend's, shared by its routes
+	maxBatch   float64
 }
 
-func addOpt(kv ...attribute.KeyValue) []metric.AddOption {
-	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
+// upstreamCounts are one backend's batcher.upstream.calls (by outcome)
+// and budget counters: atomics added after each upstream call and
+// observed when a reader collects (observables.observeUpstream), where a
+// synchronous SDK counter costs a batch a couple of hundred nanoseconds
+// an Add. A series appears as the SDK's would: calls by outcome after its
+// first call, the budget counters after the first batch (at 0 too).
+type upstreamCounts struct {
+	calls      [numOutcomes]atomic.Int64
+	budgetReq  atomic.Int64
+	budgetTok  atomic.Int64
+	budgetSeen atomic.Bool
+	callOpt    [numOutcomes]metric.ObserveOption // backend, outcome
+	budgetOpt  metric.ObserveOption              // backend
+}
+
+func newUpstreamCounts(be attribute.KeyValue) *upstreamCounts {
+	up := &upstreamCounts{budgetOpt: metric.WithAttributeSet(attribute.NewSet(be))}
+	for o := range numOutcomes {
+		up.callOpt[o] = metric.WithAttributeSet(attribute.NewSet(be, keyOutcome.String(outcomeNames[o])))
+	}
+	return up
+}
+
+// budgetUsed adds a batch's budget use.
+func (up *upstreamCounts) budgetUsed(used cost) {
+	if !up.budgetSeen.Load() {
+		up.budgetSeen.Store(true)
+	}
+	if used.requests > 0 { // the SDK drops a negative increment
+		up.budgetReq.Add(int64(used.requests))
+	}
+	if used.tokens > 0 {
+		up.budgetTok.Add(int64(used.tokens))
+	}
 }
 
 func recOpt(kv ...attribute.KeyValue) []metric.RecordOption {
@@ -336,6 +373,7 @@ func newMetrics(mp metric.MeterProvider, producer *MetricsProducer, b *Batcher) 
 	m := &metrics{byHand: producer != nil}
 	m.routes.Store(&map[string]*routeMetrics{})
 	m.pairs.Store(&map[routeBackend]*pairMetrics{})
+	m.upstream.Store(&map[string]*upstreamCounts{})
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := mt.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -363,9 +401,6 @@ func newMetrics(mp metric.MeterProvider, producer *MetricsProducer, b *Batcher) 
 	m.opDur = fhist("gen_ai.client.operation.duration", "s", "Duration of each upstream call (one batch, or one request of a fan-out, or one pack), by backend and outcome.", secondsBuckets)
 	m.batchSize = ihist("batcher.batch.size", "{request}", "Requests in each batch sent upstream.", sizeBuckets)
 	m.batchFill = fhist("batcher.batch.fill_ratio", "1", "Batch size over the route's max batch size.", fillBuckets)
-	m.upCalls = counter("batcher.upstream.calls", "{call}", "Upstream calls (HTTP requests: one per batch, per request of a fan-out, per pack), by backend and outcome.")
-	m.budgetReq = counter("batcher.budget.requests.used", "{request}", "Upstream requests spent against the backend's RPM budget.")
-	m.budgetTok = counter("batcher.budget.tokens.used", "{token}", "Tokens spent against the backend's TPM budget (reported usage, else the reservation).")
 	m.ttft = fhist("gen_ai.server.time_to_first_token", "s", "Streamed requests: time from admission to the first delta, for successful answers.", ttftBuckets)
 	m.tpot = fhist("gen_ai.server.time_per_output_token", "s", "Streamed requests: time per output token after the first, for successful answers.", tpotBuckets)
 	if err := errors.Join(errs...); err != nil {
@@ -471,11 +506,10 @@ func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err e
 		m.batchFill.Record(ctx, float64(n)/pm.maxBatch, pm.batch...)
 	}
 	if r.upCalls.Load() == 0 { // the backend reported no calls: the Dispatch was one
-		m.upCalls.Add(ctx, 1, pm.calls[o]...)
+		pm.up.calls[o].Add(1)
 		m.opDur.Record(ctx, seconds, pm.op[o]...)
 	}
-	m.budgetReq.Add(ctx, int64(used.requests), pm.budgetBackend...)
-	m.budgetTok.Add(ctx, int64(used.tokens), pm.budgetBackend...)
+	pm.up.budgetUsed(used)
 	var in, outTok int64
 	for i := range out {
 		if out[i].Err == nil {
@@ -500,7 +534,7 @@ func (m *metrics) upstreamCall(r *batchRun, d time.Duration, err error) {
 		return
 	}
 	o := outcomeOf(err)
-	m.upCalls.Add(context.Background(), 1, pm.calls[o]...)
+	pm.up.calls[o].Add(1)
 	m.opDur.Record(context.Background(), d.Seconds(), pm.op[o]...)
 }
 

@@ -24,6 +24,7 @@ type observables struct {
 	rpmMax, tpmMax                        metric.Int64ObservableGauge
 	tAdmitted, tCompleted, tRejected      metric.Int64ObservableCounter // by tenant
 	tPending                              metric.Int64ObservableGauge
+	upCalls, budgetReq, budgetTok         metric.Int64ObservableCounter // by backend (and outcome)
 
 	// backendOpts holds the backends' attribute sets, made once per name
 	// (Reconfigure may add names); callbacks may run concurrently for
@@ -41,6 +42,7 @@ func (m *metrics) observe(mt metric.Meter, b *Batcher) error {
 	reg, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		ob.observeLanes(o, b)
 		ob.observeRoutes(o, m)
+		ob.observeUpstream(o, m)
 		o.ObserveInt64(ob.pending, int64(b.Pending()))
 		ob.observeTenants(o, b)
 		o.ObserveInt64(ob.capacity, capN)
@@ -102,6 +104,9 @@ func newObservables(mt metric.Meter) (*observables, error) {
 	ob.tAdmitted = ocounter("batcher.tenant.requests.admitted", "{request}", "Requests admitted, by tenant.")
 	ob.tCompleted = ocounter("batcher.tenant.requests.completed", "{request}", "Requests ended, by tenant and outcome.")
 	ob.tRejected = ocounter("batcher.tenant.quota.rejected", "{request}", "Requests refused by a tenant quota, by tenant and quota (rpm, tpm, queue_share, in_flight).")
+	ob.upCalls = ocounter("batcher.upstream.calls", "{call}", "Upstream calls (HTTP requests: one per batch, per request of a fan-out, per pack), by backend and outcome.")
+	ob.budgetReq = ocounter("batcher.budget.requests.used", "{request}", "Upstream requests spent against the backend's RPM budget.")
+	ob.budgetTok = ocounter("batcher.budget.tokens.used", "{token}", "Tokens spent against the backend's TPM budget (reported usage, else the reservation).")
 	ob.tPending = ogauge("batcher.tenant.requests.pending", "{request}", "Admitted requests without a result, by tenant.")
 	return ob, errors.Join(errs...)
 }
@@ -114,6 +119,7 @@ func (ob *observables) all() []metric.Observable {
 		ob.budgetFails, ob.transitions, ob.breaker, ob.inFlight, ob.concLimit, ob.concMax,
 		ob.rpm, ob.tpm, ob.rpmMax, ob.tpmMax,
 		ob.tAdmitted, ob.tCompleted, ob.tRejected, ob.tPending,
+		ob.upCalls, ob.budgetReq, ob.budgetTok,
 	}
 }
 
@@ -163,6 +169,23 @@ func (ob *observables) observeRoutes(o metric.Observer, m *metrics) {
 					o.ObserveInt64(ob.completed, n, rm.done[p][oc])
 				}
 			}
+		}
+	}
+}
+
+// observeUpstream observes the backends' upstream call and budget
+// counts (upstreamCounts): the series the synchronous counters they
+// replace would have.
+func (ob *observables) observeUpstream(o metric.Observer, m *metrics) {
+	for _, up := range *m.upstream.Load() {
+		for oc := range numOutcomes {
+			if n := up.calls[oc].Load(); n > 0 {
+				o.ObserveInt64(ob.upCalls, n, up.callOpt[oc])
+			}
+		}
+		if up.budgetSeen.Load() {
+			o.ObserveInt64(ob.budgetReq, up.budgetReq.Load(), up.budgetOpt)
+			o.ObserveInt64(ob.budgetTok, up.budgetTok.Load(), up.budgetOpt)
 		}
 	}
 }
