@@ -139,10 +139,10 @@ var (
 // Recording happens at three places: Submit (admitted, rejected; deferred
 // for TrySubmit), Call.finish (completed, the request's total time and
 // queue wait), the batch runner after each upstream call (batch size, fill
-// and wait, the upstream call's duration, outcome and token usage, the
-// budget it used).
-// The
-// rest (queue depth, backends' counters, breaker state, rates) are
+// and wait, the upstream call's duration and token usage; its outcome and
+// the budget it used are atomics, upstreamCounts). The rest (calls by
+// outcome and budget used, queue depth, backends' counters, breaker state,
+// rates) are
 // observed from Lanes and Stats when a reader collects, at no cost on the
 // hot path.
 //
