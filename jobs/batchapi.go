@@ -111,11 +111,11 @@ func (m *Manager) validateDispatch(s *Spec) error {
 		return nil
 	case DispatchBatchAPI:
 		if br, ok := m.cfg.BatchRoutes[s.Model]; !ok || br.Upstream == nil {
-			return fmt.Errorf("%w: spec.dispatch: batch_api needs spec.model to name a route with batch_api enabled, got %q", ErrInvalid, cut(s.Model))
+			return kindErr(ErrInvalid, "spec.dispatch: batch_api needs spec.model to name a route with batch_api enabled, got %q", cut(s.Model))
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: spec.dispatch: online, batch_api or auto, got %q", ErrInvalid, cut(s.Dispatch))
+	return kindErr(ErrInvalid, "spec.dispatch: online, batch_api or auto, got %q", cut(s.Dispatch))
 }
 
 // upstream dispatches one job's tasks through a batch API: it claims them

@@ -188,7 +188,7 @@ func (c *Creator) unique(id string) error {
 	}
 	k := [2]uint64{maphash.String(c.seeds[0], id), maphash.String(c.seeds[1], id)}
 	if first, ok := c.ids[k]; ok {
-		return fmt.Errorf("%w: line %d: custom_id %q is already used by line %d: custom ids must be unique in a job", ErrInvalid, c.items, cut(id), first)
+		return kindErr(ErrInvalid, "line %d: custom_id %q is already used by line %d: custom ids must be unique in a job", c.items, cut(id), first)
 	}
 	c.ids[k] = c.items
 	return nil
@@ -199,7 +199,7 @@ func (c *Creator) next() error {
 		if c.tenantMax {
 			return quotaError(c.job.Tenant, QuotaItemsPerJob, c.maxItems)
 		}
-		return fmt.Errorf("%w: more than %d items (the server's limit)", ErrTooManyItems, c.maxItems)
+		return kindErr(ErrTooManyItems, "more than %d items (the server's limit)", c.maxItems)
 	}
 	c.items++
 	return nil
@@ -208,9 +208,9 @@ func (c *Creator) next() error {
 func (c *Creator) addInvalid(ctx context.Context, customID, msg string) error {
 	if c.job.Spec.FailOnInvalid {
 		if customID != "" {
-			return fmt.Errorf("%w: line %d (custom_id %q): %s", ErrInvalid, c.items, cut(customID), msg)
+			return kindErr(ErrInvalid, "line %d (custom_id %q): %s", c.items, cut(customID), msg)
 		}
-		return fmt.Errorf("%w: line %d: %s", ErrInvalid, c.items, msg)
+		return kindErr(ErrInvalid, "line %d: %s", c.items, msg)
 	}
 	msg = fmt.Sprintf("line %d: %s", c.items, msg)
 	c.invalid++

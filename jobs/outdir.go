@@ -44,7 +44,7 @@ func (m *Manager) validateOutputDir(dir string) error {
 		return nil
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: spec.output_dir: %s", ErrInvalid, fmt.Sprintf(format, args...))
+		return kindErr(ErrInvalid, "spec.output_dir: %s", fmt.Sprintf(format, args...))
 	}
 	switch {
 	case m.cfg.OutputRoot == "":
@@ -72,7 +72,7 @@ func (m *Manager) checkOutputDir(j *Job) error {
 	}
 	defer func() { _ = root.Close() }()
 	if err := root.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("%w: spec.output_dir: cannot make %q under the output root: %w", ErrInvalid, cut(j.Spec.OutputDir), err)
+		return kindErr(ErrInvalid, "spec.output_dir: cannot make %q under the output root: %w", cut(j.Spec.OutputDir), err)
 	}
 	return nil
 }

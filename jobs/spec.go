@@ -53,7 +53,7 @@ func (m *Manager) validateSpecParams(s *Spec) error {
 // validateSpec checks a spec, naming the field at fault.
 func (m *Manager) validateSpec(s *Spec) error {
 	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+		return kindErr(ErrInvalid, "%s: %s", field, fmt.Sprintf(format, args...))
 	}
 	if len(s.Name) > 256 {
 		return bad("spec.name", "at most 256 bytes")

@@ -292,7 +292,7 @@ func (s *sqlStore) ListJobs(ctx context.Context, tenant string, state State, aft
 		err := s.db.QueryRowContext(ctx, s.q(`SELECT created_at FROM jobs WHERE id = ? AND (tenant = ? OR ? = '')`),
 			after, tenant, tenant).Scan(&created)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("%w: page token names no job", ErrInvalid)
+			return nil, kindErr(ErrInvalid, "page token names no job")
 		}
 		if err != nil {
 			return nil, err

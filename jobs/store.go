@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -40,6 +41,43 @@ const errPrefix = "jobs: "
 // anything the caller did.
 func Message(err error) string {
 	return strings.TrimPrefix(err.Error(), errPrefix)
+}
+
+// Reason is err as a door shows it beside a status or code that already
+// says its kind: for a *KindError, the reason alone ("spec.name: at most
+// 256 bytes"), without "jobs: " and the kind's words; otherwise Message.
+func Reason(err error) string {
+	var ke *KindError
+	if errors.As(err, &ke) {
+		return ke.Reason
+	}
+	return Message(err)
+}
+
+// KindError is an error of one of this package's kinds (ErrInvalid,
+// ErrTooManyItems) with its reason apart, for Reason. Its text is the
+// kind's and the reason's ("jobs: invalid: spec.name: at most 256 bytes"),
+// and errors.Is matches the kind and the cause.
+type KindError struct {
+	Kind   error  // ErrInvalid or ErrTooManyItems
+	Reason string // what is wrong, naming the field or line at fault
+	Err    error  // the cause, or nil
+}
+
+// kindErr returns a *KindError of kind whose reason is format's: a %w in
+// format is wrapped, as fmt.Errorf wraps it.
+func kindErr(kind error, format string, args ...any) error {
+	r := fmt.Errorf(format, args...)
+	return &KindError{Kind: kind, Reason: r.Error(), Err: errors.Unwrap(r)}
+}
+
+func (e *KindError) Error() string { return e.Kind.Error() + ": " + e.Reason }
+
+func (e *KindError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
 }
 
 // Store keeps jobs and their tasks. Every implementation passes the

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -60,7 +59,7 @@ func (s *JobService) jobsStatus(err error) error {
 		return status.Error(codes.NotFound, msg)
 	case errors.Is(err, jobs.ErrInvalid), errors.Is(err, jobs.ErrEmpty):
 		// The code says invalid: the message starts with the field at fault.
-		return status.Error(codes.InvalidArgument, strings.TrimPrefix(msg, "invalid: "))
+		return status.Error(codes.InvalidArgument, jobs.Reason(err))
 	case errors.Is(err, batcher.ErrForbidden):
 		// The message names the field or line, and the route or priority
 		// the tenant may not use (batcher.AccessError).

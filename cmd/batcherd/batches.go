@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -112,9 +111,9 @@ func (c *batchCreator) Finish(ctx context.Context) (*openaiapi.BatchJob, error) 
 func (c *batchCreator) Abort() { c.c.Abort() }
 
 // batchErr is a job manager's error as the Batch API's kind, with a
-// message that names the cause as the caller sees it: without the jobs
-// package's "jobs: " and without the kind's own words ("invalid: ",
-// "too many items: "), which the error's status and code already say.
+// message that names the cause as the caller sees it: jobs.Reason, without
+// the jobs package's "jobs: " and the kind's own words, which the error's
+// status and code already say.
 // Any other error is returned as it is (the handler answers 500).
 func batchErr(err error) error {
 	if err == nil {
@@ -136,28 +135,13 @@ func batchErr(err error) error {
 	case errors.Is(err, jobs.ErrEmpty):
 		be.Kind, be.Message = openaiapi.ErrBatchInvalid, "the input file holds no requests"
 	case errors.Is(err, jobs.ErrTooManyItems):
-		be.Kind, be.Message = openaiapi.ErrBatchInvalid, "the input file has "+trimWords(err, "too many items: ")
+		be.Kind, be.Message = openaiapi.ErrBatchInvalid, "the input file has "+jobs.Reason(err)
 	case errors.Is(err, jobs.ErrInvalid):
-		be.Kind, be.Message = openaiapi.ErrBatchInvalid, trimWords(err, "invalid: ")
+		be.Kind, be.Message = openaiapi.ErrBatchInvalid, jobs.Reason(err)
 	case errors.Is(err, jobs.ErrClosed):
 		be.Kind, be.Message = openaiapi.ErrBatchClosed, "server shutting down: retry against another instance"
 	default:
 		return err
 	}
 	return be
-}
-
-// trimWords is err's text without the leading words the jobs package
-// starts it with: its "jobs: " and the kinds' words given.
-func trimWords(err error, words ...string) string {
-	msg := err.Error()
-	for more := true; more; {
-		more = false
-		for _, w := range append(words, "jobs: ") {
-			if strings.HasPrefix(msg, w) {
-				msg, more = msg[len(w):], true
-			}
-		}
-	}
-	return msg
 }

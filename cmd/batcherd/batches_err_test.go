@@ -28,9 +28,9 @@ func TestBatchErrMessages(t *testing.T) {
 		{"jobs quota", &jobs.QuotaError{Tenant: "t", Quota: jobs.QuotaJobs, Limit: 2, RetryAfter: jobs.QuotaRetryAfter},
 			openaiapi.ErrBatchQuota, `tenant "t": quota jobs 2 exceeded: 2 jobs not ended`},
 		{"empty", fmt.Errorf("%w: send at least one item after the spec", jobs.ErrEmpty), openaiapi.ErrBatchInvalid, "the input file holds no requests"},
-		{"too many", fmt.Errorf("%w: more than %d items (the server's limit)", jobs.ErrTooManyItems, 5), openaiapi.ErrBatchInvalid,
+		{"too many", &jobs.KindError{Kind: jobs.ErrTooManyItems, Reason: "more than 5 items (the server's limit)"}, openaiapi.ErrBatchInvalid,
 			"the input file has more than 5 items (the server's limit)"},
-		{"invalid", fmt.Errorf("%w: line %d: %s", jobs.ErrInvalid, 3, "body.messages: must be set"), openaiapi.ErrBatchInvalid, "line 3: body.messages: must be set"},
+		{"invalid", &jobs.KindError{Kind: jobs.ErrInvalid, Reason: "line 3: body.messages: must be set"}, openaiapi.ErrBatchInvalid, "line 3: body.messages: must be set"},
 		{"closed", jobs.ErrClosed, openaiapi.ErrBatchClosed, "server shutting down: retry against another instance"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
