@@ -510,7 +510,7 @@ func (s *Server) serveAnthropicStream(w http.ResponseWriter, r *http.Request, a 
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	s.sst.streams.Add(1)
-	sw := &sseWriter{s: s, w: w, r: r, rc: http.NewResponseController(w)}
+	sw := &sseWriter{streamPace: streamPace{s: s, ctx: r.Context()}, w: w, r: r, rc: http.NewResponseController(w)}
 	defer sw.stop()
 	resp := aa.resp
 	if !sw.wait(c.Latency + time.Duration(a.promptTokens)*c.PerPromptToken) {
@@ -542,54 +542,10 @@ func (s *Server) serveAnthropicStream(w http.ResponseWriter, r *http.Request, a 
 
 // sseWriter writes one streamed answer's events, paced by its timer.
 type sseWriter struct {
-	s  *Server
+	streamPace
 	w  http.ResponseWriter
 	r  *http.Request
 	rc *http.ResponseController
-	t  *time.Timer
-}
-
-func (sw *sseWriter) stop() {
-	if sw.t != nil {
-		sw.t.Stop()
-	}
-}
-
-// gone counts a stream its client closed.
-func (sw *sseWriter) gone() {
-	sw.s.sst.closed.Add(1)
-	if f := sw.s.cfg.OnStreamClosed; f != nil {
-		f()
-	}
-}
-
-// wait waits d; false when the client went away meanwhile. The server's
-// Close aborts the handler.
-func (sw *sseWriter) wait(d time.Duration) bool {
-	ctx := sw.r.Context()
-	if d <= 0 {
-		if ctx.Err() != nil {
-			sw.gone()
-			return false
-		}
-		return true
-	}
-	if sw.t == nil {
-		sw.t = time.NewTimer(d)
-	} else {
-		sw.t.Reset(d)
-	}
-	select {
-	case <-sw.t.C:
-		return true
-	case <-ctx.Done():
-		sw.t.Stop()
-		sw.gone()
-		return false
-	case <-sw.s.closed:
-		sw.t.Stop()
-		panic(http.ErrAbortHandler)
-	}
 }
 
 // send writes and flushes one event; false when the client is gone.

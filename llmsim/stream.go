@@ -155,7 +155,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a *answer) 
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	s.sst.streams.Add(1)
-	o := &streamOut{s: s, sa: sa, w: w, rc: http.NewResponseController(w), ctx: r.Context(),
+	o := &streamOut{streamPace: streamPace{s: s, ctx: r.Context()}, sa: sa, w: w, rc: http.NewResponseController(w),
 		created: c.Now().Unix(), object: "chat.completion.chunk"}
 	if sa.kind == completionStream {
 		o.object = "text_completion"
@@ -210,51 +210,64 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a *answer) 
 
 // streamOut writes one streamed answer's events, at its pace.
 type streamOut struct {
-	s       *Server
+	streamPace
 	sa      *streamAnswer
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	ctx     context.Context
-	t       *time.Timer // the pace's, made at the first wait
 	created int64
 	object  string
 	buf     bytes.Buffer // an event as it is built
 	enc     *json.Encoder
 }
 
-// gone notes that the client went away.
-func (o *streamOut) gone() {
-	o.s.sst.closed.Add(1)
-	if f := o.s.cfg.OnStreamClosed; f != nil {
+// streamPace paces one streamed answer's events and notes a client that
+// left: the OpenAI (streamOut) and Anthropic (sseWriter) writers share it.
+type streamPace struct {
+	s   *Server
+	ctx context.Context // the request's
+	t   *time.Timer     // made at the first wait
+}
+
+// gone counts a stream its client closed.
+func (p *streamPace) gone() {
+	p.s.sst.closed.Add(1)
+	if f := p.s.cfg.OnStreamClosed; f != nil {
 		f()
 	}
 }
 
-// wait waits d; false when the client left (or Close), after which the
-// handler returns at once.
-func (o *streamOut) wait(d time.Duration) bool {
+// wait waits d; false when the client left meanwhile. The server's Close
+// aborts the handler.
+func (p *streamPace) wait(d time.Duration) bool {
 	if d <= 0 {
-		if o.ctx.Err() != nil {
-			o.gone()
+		if p.ctx.Err() != nil {
+			p.gone()
 			return false
 		}
 		return true
 	}
-	if o.t == nil {
-		o.t = time.NewTimer(d)
+	if p.t == nil {
+		p.t = time.NewTimer(d)
 	} else {
-		o.t.Reset(d)
+		p.t.Reset(d)
 	}
 	select {
-	case <-o.t.C:
+	case <-p.t.C:
 		return true
-	case <-o.ctx.Done():
-		o.t.Stop()
-		o.gone()
+	case <-p.ctx.Done():
+		p.t.Stop()
+		p.gone()
 		return false
-	case <-o.s.closed:
-		o.t.Stop()
+	case <-p.s.closed:
+		p.t.Stop()
 		panic(http.ErrAbortHandler)
+	}
+}
+
+// stop stops the timer, if a wait made one.
+func (p *streamPace) stop() {
+	if p.t != nil {
+		p.t.Stop()
 	}
 }
 
