@@ -84,6 +84,20 @@ func (c *Config) Validate() error {
 	return errors.Join(e...)
 }
 
+// uniqueName checks the name of list[i]: set, and no earlier entry's.
+// seen holds each earlier entry's index by name; name joins it.
+func (e *errs) uniqueName(seen map[string]int, list string, i int, name string) {
+	path := fmt.Sprintf("%s[%d].name", list, i)
+	switch j, dup := seen[name]; {
+	case name == "":
+		e.add(path, "must not be empty")
+	case dup:
+		e.add(path, "%q is already the name of %s[%d]", name, list, j)
+	default:
+		seen[name] = i
+	}
+}
+
 // validateBackends checks each backend's name and type and returns the
 // index of each backend by name.
 func (c *Config) validateBackends(e *errs) map[string]int {
@@ -91,14 +105,7 @@ func (c *Config) validateBackends(e *errs) map[string]int {
 	for i := range c.Backends {
 		b := &c.Backends[i]
 		path := fmt.Sprintf("backends[%d]", i)
-		switch j, dup := backends[b.Name]; {
-		case b.Name == "":
-			e.add(path+".name", "must not be empty")
-		case dup:
-			e.add(path+".name", "%q is already the name of backends[%d]", b.Name, j)
-		default:
-			backends[b.Name] = i
-		}
+		e.uniqueName(backends, "backends", i, b.Name)
 		switch b.Type {
 		case TypeSim:
 			if err := b.simConfig().Validate(); err != nil {
@@ -146,14 +153,7 @@ func (c *Config) validateRoutes(backends map[string]int, e *errs) {
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		path := fmt.Sprintf("routes[%d]", i)
-		switch j, dup := routes[r.Name]; {
-		case r.Name == "":
-			e.add(path+".name", "must not be empty")
-		case dup:
-			e.add(path+".name", "%q is already the name of routes[%d]", r.Name, j)
-		default:
-			routes[r.Name] = i
-		}
+		e.uniqueName(routes, "routes", i, r.Name)
 		if _, ok := operations[r.Operation]; !ok {
 			e.add(path+".operation", "must be chat, completion or embedding, got %q", r.Operation)
 		}
