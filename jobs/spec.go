@@ -50,20 +50,22 @@ func (m *Manager) validateSpecParams(s *Spec) error {
 	return nil
 }
 
+// badSpec is an ErrInvalid naming the spec's field at fault.
+func badSpec(field, format string, args ...any) error {
+	return kindErr(ErrInvalid, "%s: %s", field, fmt.Sprintf(format, args...))
+}
+
 // validateSpec checks a spec, naming the field at fault.
 func (m *Manager) validateSpec(s *Spec) error {
-	bad := func(field, format string, args ...any) error {
-		return kindErr(ErrInvalid, "%s: %s", field, fmt.Sprintf(format, args...))
-	}
 	if len(s.Name) > 256 {
-		return bad("spec.name", "at most 256 bytes")
+		return badSpec("spec.name", "at most 256 bytes")
 	}
 	if field, reason := checkMetadata(s.Metadata); field != "" {
-		return bad(field, "%s", reason)
+		return badSpec(field, "%s", reason)
 	}
 	if s.Model != "" {
 		if _, ok := m.route(s.Model); !ok {
-			return bad("spec.model", "unknown model %q", cut(s.Model))
+			return badSpec("spec.model", "unknown model %q", cut(s.Model))
 		}
 	}
 	switch s.Priority {
@@ -71,59 +73,27 @@ func (m *Manager) validateSpec(s *Spec) error {
 		s.Priority = batcher.PriorityDeferrable
 	case batcher.PriorityLow, batcher.PriorityDeferrable:
 	default:
-		return bad("spec.priority", "must be LOW or DEFERRABLE, got %s", s.Priority)
+		return badSpec("spec.priority", "must be LOW or DEFERRABLE, got %s", s.Priority)
 	}
 	if s.MaxRetries != nil && (*s.MaxRetries < 0 || *s.MaxRetries > 100) {
-		return bad("spec.max_retries", "0 to 100, got %d", *s.MaxRetries)
+		return badSpec("spec.max_retries", "0 to 100, got %d", *s.MaxRetries)
 	}
 	if s.RetryDelay < 0 || s.RetryDelay > time.Hour {
-		return bad("spec.retry_delay", "0 to 1h, got %v", s.RetryDelay)
+		return badSpec("spec.retry_delay", "0 to 1h, got %v", s.RetryDelay)
 	}
 	if s.ConcurrentRequests < 0 || s.ConcurrentRequests > 100_000 {
-		return bad("spec.concurrent_requests", "0 to 100000, got %d", s.ConcurrentRequests)
+		return badSpec("spec.concurrent_requests", "0 to 100000, got %d", s.ConcurrentRequests)
 	}
 	if s.CompletionWindow < 0 {
-		return bad("spec.completion_window", "must not be negative, got %v", s.CompletionWindow)
+		return badSpec("spec.completion_window", "must not be negative, got %v", s.CompletionWindow)
 	}
 	if len(s.Groups) > MaxGroups {
-		return bad("spec.run_groups", "at most %d", MaxGroups)
+		return badSpec("spec.run_groups", "at most %d", MaxGroups)
 	}
 	names := map[string]bool{}
 	for i := range s.Groups {
-		g := &s.Groups[i]
-		field := fmt.Sprintf("spec.run_groups[%d]", i)
-		if g.Name == "" {
-			g.Name = fmt.Sprintf("group%d", i)
-		}
-		if names[g.Name] || g.Name == "judge" {
-			return bad(field+".name", "%q used twice (or reserved)", cut(g.Name))
-		}
-		names[g.Name] = true
-		if g.Runs == 0 {
-			g.Runs = 1
-		}
-		if g.Runs < 0 || g.Runs > MaxGroupRuns {
-			return bad(field+".runs", "1 to %d, got %d", MaxGroupRuns, g.Runs)
-		}
-		for _, mdl := range []string{g.Model, g.NextModel} {
-			if _, ok := m.route(mdl); mdl != "" && !ok {
-				return bad(field, "unknown model %q", cut(mdl))
-			}
-		}
-		if t := g.Temperature; t != nil && (*t < 0 || *t > 2) {
-			return bad(field+".temperature", "0 to 2, got %v", *t)
-		}
-		if g.Delay < 0 || g.Delay > time.Hour {
-			return bad(field+".delay", "0 to 1h, got %v", g.Delay)
-		}
-		if g.MaxRetries != nil && (*g.MaxRetries < 0 || *g.MaxRetries > 100) {
-			return bad(field+".max_retries", "0 to 100, got %d", *g.MaxRetries)
-		}
-		if g.RetryDelay < 0 || g.RetryDelay > time.Hour {
-			return bad(field+".retry_delay", "0 to 1h, got %v", g.RetryDelay)
-		}
-		if f := g.BackoffFactor; f != 0 && !(f >= 1 && f <= batcher.MaxBackoffFactor) {
-			return bad(field+".backoff_factor", "0 (the backend's) or 1 to %d, got %v", batcher.MaxBackoffFactor, f)
+		if err := m.validateGroup(i, &s.Groups[i], names); err != nil {
+			return err
 		}
 	}
 	if err := m.validateDispatch(s); err != nil {
@@ -133,18 +103,58 @@ func (m *Manager) validateSpec(s *Spec) error {
 		return err
 	}
 	if s.RPM < 0 {
-		return bad("spec.requests_per_minute", "must not be negative, got %d", s.RPM)
+		return badSpec("spec.requests_per_minute", "must not be negative, got %d", s.RPM)
 	}
 	if s.TPM < 0 {
-		return bad("spec.tokens_per_minute", "must not be negative, got %d", s.TPM)
+		return badSpec("spec.tokens_per_minute", "must not be negative, got %d", s.TPM)
 	}
 	if jd := s.Judge; jd != nil {
 		if _, ok := m.route(jd.Model); !ok {
-			return bad("spec.judge.model", "unknown model %q", cut(jd.Model))
+			return badSpec("spec.judge.model", "unknown model %q", cut(jd.Model))
 		}
 		if err := checkJudgeTemplate(s); err != nil {
-			return bad("spec.judge.prompt_template", "%v", err)
+			return badSpec("spec.judge.prompt_template", "%v", err)
 		}
+	}
+	return nil
+}
+
+// validateGroup checks run group i, g, whose name must not be in names
+// (the earlier groups'), and fills its name and runs when unset.
+func (m *Manager) validateGroup(i int, g *Group, names map[string]bool) error {
+	field := fmt.Sprintf("spec.run_groups[%d]", i)
+	if g.Name == "" {
+		g.Name = fmt.Sprintf("group%d", i)
+	}
+	if names[g.Name] || g.Name == "judge" {
+		return badSpec(field+".name", "%q used twice (or reserved)", cut(g.Name))
+	}
+	names[g.Name] = true
+	if g.Runs == 0 {
+		g.Runs = 1
+	}
+	if g.Runs < 0 || g.Runs > MaxGroupRuns {
+		return badSpec(field+".runs", "1 to %d, got %d", MaxGroupRuns, g.Runs)
+	}
+	for _, mdl := range []string{g.Model, g.NextModel} {
+		if _, ok := m.route(mdl); mdl != "" && !ok {
+			return badSpec(field, "unknown model %q", cut(mdl))
+		}
+	}
+	if t := g.Temperature; t != nil && (*t < 0 || *t > 2) {
+		return badSpec(field+".temperature", "0 to 2, got %v", *t)
+	}
+	if g.Delay < 0 || g.Delay > time.Hour {
+		return badSpec(field+".delay", "0 to 1h, got %v", g.Delay)
+	}
+	if g.MaxRetries != nil && (*g.MaxRetries < 0 || *g.MaxRetries > 100) {
+		return badSpec(field+".max_retries", "0 to 100, got %d", *g.MaxRetries)
+	}
+	if g.RetryDelay < 0 || g.RetryDelay > time.Hour {
+		return badSpec(field+".retry_delay", "0 to 1h, got %v", g.RetryDelay)
+	}
+	if f := g.BackoffFactor; f != 0 && !(f >= 1 && f <= batcher.MaxBackoffFactor) {
+		return badSpec(field+".backoff_factor", "0 (the backend's) or 1 to %d, got %v", batcher.MaxBackoffFactor, f)
 	}
 	return nil
 }
