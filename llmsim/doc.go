@@ -59,7 +59,11 @@
 // completions.go, embeddings.go, models.go, stream.go (server-sent
 // events), packed.go (packed prompts), tools.go (tool calls and JSON
 // output), wire.go (the request and response shapes), text.go (the
-// deterministic text, tokens and embeddings). anthropic.go and
-// anthropic_batches.go serve Anthropic's Messages API and its Message
-// Batches; batchapi.go OpenAI's Files and Batch API.
+// deterministic text, tokens and embeddings). Anthropic's Messages API:
+// anthropic.go (the endpoint, its checks and answer), anthropic_wire.go
+// (its shapes), anthropic_stream.go (its events), anthropic_errors.go (its
+// errors, faults and rate-limit headers), anthropic_batches.go (Message
+// Batches). OpenAI's Batch API: batchapi.go (batches, their checks and
+// BatchStats), batchapi_files.go (/v1/files), batchapi_run.go (a batch's
+// progress and its output and error files).
 package llmsim
