@@ -48,4 +48,10 @@
 //
 // The core (package batcher) does not import Redis: it sees only the
 // batcher.Coordinator interface.
+//
+// Files: fleet.go (Fleet, Open, New, Start, Close), options.go (Option,
+// defaults), heartbeat.go (the heartbeat, local mode and rejoining),
+// budget.go (a backend's shared budget), scripts.go (the Lua scripts that
+// book and settle it), waiters.go (grants delivered to waiting lanes),
+// status.go (Status, Counters), metrics.go (the fleet's instruments).
 package fleet
