@@ -1,6 +1,12 @@
 // Package storetest is the conformance suite every jobs.Store must pass, in
 // the manner of River's riverdrivertest: one set of tests, run against each
 // implementation.
+//
+// Files: storetest.go (Run and the helpers the cases share), jobcases.go
+// (jobs created, listed, counted, moved and deleted), claims.go (claims,
+// leases, group commits, restarts, abandoned jobs), results.go (pending
+// tasks ended, results in done order, judges), tenants.go (tenants and
+// their quotas), postgres.go (a PostgreSQL schema for a test).
 package storetest
 
 import (
