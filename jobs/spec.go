@@ -30,9 +30,9 @@ func (m *Manager) validateSpecParams(s *Spec) error {
 			if err := batcher.ValidateParams(p, ri); err != nil {
 				var ve *batcher.ValidationError
 				if errors.As(err, &ve) {
-					return fmt.Errorf("%w: %s.%s: %s", ErrInvalid, field, fieldname.Proto(ve.Field), ve.Reason)
+					return kindErr(ErrInvalid, "%s.%s: %s", field, fieldname.Proto(ve.Field), ve.Reason)
 				}
-				return fmt.Errorf("%w: %s: %w", ErrInvalid, field, err)
+				return kindErr(ErrInvalid, "%s: %w", field, err)
 			}
 		}
 		return nil
