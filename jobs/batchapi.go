@@ -151,6 +151,9 @@ type upstream struct {
 	idle   chan struct{}
 	// createMu makes the job's create calls take turns (create).
 	createMu sync.Mutex
+	// lastCreate is when the job's last create call returned (guarded
+	// by createMu; createStart).
+	lastCreate time.Time
 	// tries counts the upstream batches each task went back from
 	// (guarded by mu): after maxUpstreamTries it runs online.
 	tries map[int64]int

@@ -70,6 +70,10 @@ func (u *upstream) waitInFlight(ctx context.Context, c *Chunk, held []Task) erro
 //   - and before the create of any later chunk of the job began (the
 //     job's creates take turns, createMu, so no other of its calls was in
 //     flight then),
+//   - and not while the create of another chunk that recorded no batch
+//     was the job's latest (between that create's start and the next
+//     one's): the allowance reaches back over the create before the
+//     chunk's, and a batch made then is that chunk's (ownedByOther),
 //   - holds as many requests as the chunk,
 //   - and is recorded by no chunk of the store.
 //
@@ -114,6 +118,9 @@ func (u *upstream) findCreated(ctx context.Context, c *Chunk, held []Task) (*bat
 		if b.Counts.Total != int64(len(held)) && b.Counts.Total != int64(len(c.Seqs)) {
 			continue
 		}
+		if b.CreatedAt.Before(c.CreateStarted) && ownedByOther(chunks, c.Chunk, b.CreatedAt) {
+			continue
+		}
 		taken, err := u.cs.BatchRecorded(ctx, b.ID)
 		if err != nil {
 			return nil, err
@@ -123,6 +130,25 @@ func (u *upstream) findCreated(ctx context.Context, c *Chunk, held []Task) (*bat
 		}
 	}
 	return nil, nil
+}
+
+// ownedByOther reports whether at, a moment before c's create began, falls
+// in the create window of another chunk that recorded no batch: the
+// latest create start of a chunk other than c at or before at is that
+// chunk's, and nothing began between. Without it two resumed chunks
+// whose creates a kill cut off could both take the first one's batch
+// within createClockAllowance, whichever resumed first, and the other
+// would create its batch again.
+func ownedByOther(chunks []Chunk, c int, at time.Time) bool {
+	var latest *Chunk
+	for i := range chunks {
+		s := chunks[i].CreateStarted
+		if s.IsZero() || s.After(at) || (latest != nil && !s.After(latest.CreateStarted)) {
+			continue
+		}
+		latest = &chunks[i]
+	}
+	return latest != nil && latest.Chunk != c && latest.BatchID == ""
 }
 
 // cancelTwins cancels, on a provider with tags, the batches with c's tags

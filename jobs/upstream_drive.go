@@ -217,7 +217,7 @@ func (u *upstream) createNew(ctx context.Context, c *Chunk, held []Task) (*batch
 		defer func() { _ = f.Close() }()
 		req.Input = f
 	}
-	c.CreateStarted = time.Now()
+	c.CreateStarted = u.createStart()
 	if err := u.cs.SaveChunk(ctx, c); err != nil {
 		return nil, err
 	}
@@ -227,6 +227,7 @@ func (u *upstream) createNew(ctx context.Context, c *Chunk, held []Task) (*batch
 	cctx, cancel := context.WithTimeout(ctx, u.br.CreateTimeout)
 	b, err := u.br.Upstream.Create(cctx, req)
 	cancel()
+	u.lastCreate = time.Now()
 	if err != nil {
 		u.dequeue(c)
 		return nil, err
@@ -237,6 +238,20 @@ func (u *upstream) createNew(ctx context.Context, c *Chunk, held []Task) (*batch
 		return nil, err // the batch is upstream, its id not recorded
 	}
 	return b, nil
+}
+
+// createStart is the start of a create call to record: the store keeps
+// milliseconds, so it waits, if need be, for a millisecond after the one
+// in which the job's last create call returned. A batch that call made
+// then falls before the new start, in the window findCreated gives the
+// earlier chunk. The caller holds createMu.
+func (u *upstream) createStart() time.Time {
+	now := time.Now()
+	if next := u.lastCreate.Truncate(time.Millisecond).Add(time.Millisecond); now.Before(next) {
+		time.Sleep(time.Until(next))
+		now = time.Now()
+	}
+	return now
 }
 
 // enqueue takes c's tokens of the route's budget, waiting for room; it
