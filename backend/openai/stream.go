@@ -211,8 +211,8 @@ var (
 // readStream reads a streamed answer's server-sent events from body,
 // writes each chunk's pieces (of choice 0) to w, and returns how the
 // answer ended, with its tool calls assembled from their pieces (and its
-// text and refusal when keep is set). fail builds the error of a broken stream: msg says what is
-// wrong; cause is errMalformed for a stream that breaks the protocol,
+// text and refusal when keep is set). fail builds the error of a broken
+// stream: msg says what is wrong; cause is errMalformed for a stream that breaks the protocol,
 // errInStream for an error event (msg is the upstream's message), the
 // read error otherwise. A stream must end with "data: [DONE]": one that
 // ends before it was cut.
@@ -232,13 +232,7 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 	for {
 		line, err := readLine(br, &long)
 		if err != nil {
-			if errors.Is(err, errMalformed) {
-				return out, fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
-			}
-			if errors.Is(err, io.EOF) {
-				return out, fail("stream ended before [DONE]", io.ErrUnexpectedEOF)
-			}
-			return out, fail("stream read failed", err)
+			return out, lineError(err, fail)
 		}
 		if len(line) > 0 {
 			field, value, _ := bytes.Cut(line, []byte(":"))
@@ -317,6 +311,18 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 			}
 		}
 	}
+}
+
+// lineError is readStream's error for err, readLine's: an event over the
+// bound is malformed, an end before [DONE] a cut stream.
+func lineError(err error, fail func(msg string, cause error) error) error {
+	switch {
+	case errors.Is(err, errMalformed):
+		return fail(fmt.Sprintf("event over %d bytes", maxEventBytes), errMalformed)
+	case errors.Is(err, io.EOF):
+		return fail("stream ended before [DONE]", io.ErrUnexpectedEOF)
+	}
+	return fail("stream read failed", err)
 }
 
 // toolCalls assembles a streamed answer's tool calls from their pieces.
