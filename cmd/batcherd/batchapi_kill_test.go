@@ -30,11 +30,12 @@ func TestBatchAPIKill9(t *testing.T) {
 		pad       int // bytes of each item's message
 	}
 	var runs []run
-	// One upstream batch of 20 items of 450 KB: a 9 MB file, more than
-	// what was read plus what loopback buffers (4 MB), so the kill cuts
-	// the upload short.
+	// One upstream batch of 50 items of 200 KiB (under a route's default
+	// max_input_bytes, 256 KiB, which CreateJob checks each item against):
+	// a 10 MB file, more than what was read plus what loopback buffers
+	// (4 MB), so the kill cuts the upload short.
 	for _, head := range []int64{4 << 10, 1 << 20, 3 << 20} {
-		runs = append(runs, run{callUpload, 1, head, 20, 20, 450 << 10})
+		runs = append(runs, run{callUpload, 1, head, 50, 50, 200 << 10})
 	}
 	for _, call := range []string{callCreate, callPoll} {
 		for nth := int64(1); nth <= 3; nth++ {
