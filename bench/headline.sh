@@ -9,7 +9,8 @@
 # Families (each writes results/<family>.txt, raw `go test -bench` output):
 #   core    BenchmarkCore, the gRPC unary and stream rows and the memory per
 #           queued request: ROUNDS interleaved rounds (default 5), each
-#           running every benchmark once
+#           running every benchmark once; then bench/doc.sh renders
+#           BENCHMARKS.md's core and gRPC tables from the same file
 #   plain   issue 27's plain path: this tree against BASE (default 2b48a9c,
 #           before the chat surface), binaries alternated 2*ROUNDS times
 #   stream  issue 28: BenchmarkStreamTTFT (a burst) and BenchmarkStreamSteady
@@ -34,6 +35,7 @@ core() {
 		echo "headline: core round $i of $ROUNDS" >&2
 		run $T-bench.test -test.bench 'Core$|GRPCUnary$|GRPCStream$|QueuedMemory$' | tee -a results/core.txt
 	done
+	./doc.sh results/core.txt # the core and gRPC tables below the headline, from the same run
 }
 
 plain() {
