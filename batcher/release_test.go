@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -44,19 +43,7 @@ func (it *reusedReq) OnEvent(ev *Event) {
 // alone in no group and no eviction list must be released, and a request
 // cancelled or evicted (ended by another than its batch) must not be.
 func TestReleasedRequestIsTheSinks(t *testing.T) {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(5, 6))
-	flaky := &fakeBackend{latency: 200 * time.Microsecond, fail: func(b *Batch, out []Response) error {
-		mu.Lock()
-		defer mu.Unlock()
-		switch rng.IntN(8) {
-		case 0:
-			return &UpstreamError{Class: ClassServer, Message: "injected batch failure"}
-		case 1:
-			out[rng.IntN(len(out))].Err = &UpstreamError{Class: ClassServer, Message: "injected item failure"}
-		}
-		return nil
-	}}
+	flaky := flakyBackend(5, 6)
 	b, err := New(
 		WithBackend(BackendConfig{Name: "be", Backend: flaky, MaxConcurrency: 3,
 			Retry:   RetryPolicy{MaxRetries: 1, InitialBackoff: 100 * time.Microsecond, MaxBackoff: time.Millisecond},

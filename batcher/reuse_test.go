@@ -22,19 +22,7 @@ import (
 // carry its own prompt's answer, and every error must be one a caller can
 // get there.
 func TestDoReuseKeepsResultsApart(t *testing.T) {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(3, 4))
-	flaky := &fakeBackend{latency: 200 * time.Microsecond, fail: func(b *Batch, out []Response) error {
-		mu.Lock()
-		defer mu.Unlock()
-		switch rng.IntN(8) {
-		case 0:
-			return &UpstreamError{Class: ClassServer, Message: "injected batch failure"}
-		case 1:
-			out[rng.IntN(len(out))].Err = &UpstreamError{Class: ClassServer, Message: "injected item failure"}
-		}
-		return nil
-	}}
+	flaky := flakyBackend(3, 4)
 	backup := &fakeBackend{}
 	b, err := New(
 		WithBackend(BackendConfig{Name: "be", Backend: flaky, MaxConcurrency: 3,
@@ -241,4 +229,23 @@ func TestRequestSize(t *testing.T) {
 	if n := unsafe.Sizeof(Request{}); n > 256 {
 		t.Errorf("a Request is %d bytes, want at most 256", n)
 	}
+}
+
+// flakyBackend answers after 200 µs and, drawn from a generator seeded
+// with seed1 and seed2, fails one batch in eight whole and one item of
+// another in eight: retries and fallbacks for the reuse tests.
+func flakyBackend(seed1, seed2 uint64) *fakeBackend {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed1, seed2))
+	return &fakeBackend{latency: 200 * time.Microsecond, fail: func(b *Batch, out []Response) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch rng.IntN(8) {
+		case 0:
+			return &UpstreamError{Class: ClassServer, Message: "injected batch failure"}
+		case 1:
+			out[rng.IntN(len(out))].Err = &UpstreamError{Class: ClassServer, Message: "injected item failure"}
+		}
+		return nil
+	}}
 }

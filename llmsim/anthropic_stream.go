@@ -12,11 +12,7 @@ import (
 func (s *Server) serveAnthropicStream(w http.ResponseWriter, r *http.Request, a *answer) {
 	aa := a.anthropic
 	c := &s.cfg
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	s.sst.streams.Add(1)
+	s.startEvents(w)
 	sw := &sseWriter{streamPace: streamPace{s: s, ctx: r.Context()}, w: w, r: r, rc: http.NewResponseController(w)}
 	defer sw.stop()
 	resp := aa.resp

@@ -146,15 +146,21 @@ type chunk struct {
 	Usage   *usage `json:"usage,omitempty"`
 }
 
-// serveStream writes a's answer as events, at the latency model's pace.
-func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a *answer) {
-	sa := a.stream
-	c := &s.cfg
+// startEvents answers 200 with a server-sent event stream's headers and
+// counts the stream: the start of either dialect's streamed answer.
+func (s *Server) startEvents(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	s.sst.streams.Add(1)
+}
+
+// serveStream writes a's answer as events, at the latency model's pace.
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, a *answer) {
+	sa := a.stream
+	c := &s.cfg
+	s.startEvents(w)
 	o := &streamOut{streamPace: streamPace{s: s, ctx: r.Context()}, sa: sa, w: w, rc: http.NewResponseController(w),
 		created: c.Now().Unix(), object: "chat.completion.chunk"}
 	if sa.kind == completionStream {
