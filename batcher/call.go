@@ -251,7 +251,10 @@ func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(&r, now,
 
 // finishAs is finish; byRun says that the caller is a batch run
 // delivering its own upstream result, after which the run, whose
-// deadline watch has stopped, never looks at the call again.
+// deadline watch has stopped, never looks at the call again. The run
+// books the ending of every call it delivers once for the batch
+// (batchRun.deliver), so c.run is left as it is: it names the run, so
+// no other run can claim c.
 //
 // Such a call of Do's may go back to Do's pool: nothing else still holds
 // it. It must not have been in an eviction list (DEFERRABLE and LOW
@@ -354,8 +357,10 @@ func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
-		run.end()
+	if !byRun { // a run that delivers c books its ending itself (batchRun.deliver)
+		if run := c.run.Swap(finishedRun); run != nil && run != finishedRun {
+			run.end()
+		}
 	}
 	if c.tenant != nil {
 		reserved := c.tokens

@@ -86,6 +86,18 @@ func (r *batchRun) end() {
 	r.unref()
 }
 
+// endN is end for n calls at once: those the run delivered itself. The
+// worker's own reference outlives it, so it never recycles the run.
+func (r *batchRun) endN(n int32) {
+	if n == 0 {
+		return
+	}
+	if r.alive.Add(-n) == 0 {
+		r.ctx.cancel()
+	}
+	r.refs.Add(-n)
+}
+
 func (r *batchRun) unref() {
 	if r.refs.Add(-1) == 0 {
 		r.recycle()
@@ -344,8 +356,13 @@ func (r *batchRun) verdict(err error) runVerdict {
 
 // deliver ends each live call with its answer, or sends it back to its
 // lane for a retry or on to a fallback.
+//
+// The calls it ends are booked in the run once for the batch (endN), not
+// one by one in Call.ended: two atomic adds a call on the run's shared
+// line.
 func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 	b := r.b
+	var ended int32
 	for i, c := range r.live {
 		if !c.pending() {
 			continue
@@ -366,7 +383,9 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 		if !c.plain() {
 			var res Result
 			r.result(&res, c, resp, e)
-			c.finishAs(&res, end, true)
+			if c.finishAs(&res, end, true) {
+				ended++
+			}
 			continue
 		}
 		// Written in place, into Do's slot for Do's call.
@@ -374,8 +393,10 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 			r.result(res, c, resp, e)
 			res.Timings.Total = c.since(end)
 			c.ended(res, end, true, nil)
+			ended++
 		}
 	}
+	r.endN(ended)
 }
 
 // result fills in res, c's result from its answer resp, or the error e.
