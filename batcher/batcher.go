@@ -166,8 +166,11 @@ func (b *Batcher) laneFor(key laneKey, rc *routeConfig, req *Request) (*lane, er
 }
 
 // callEnded books a call's terminal result in the admission count.
-func (b *Batcher) callEnded() {
-	if b.pending.Add(-1) == 0 && b.closing.Load() {
+func (b *Batcher) callEnded() { b.callsEnded(1) }
+
+// callsEnded is callEnded for n calls at once.
+func (b *Batcher) callsEnded(n int64) {
+	if b.pending.Add(-n) == 0 && b.closing.Load() {
 		b.drainOnce.Do(func() { close(b.drained) })
 	}
 }

@@ -336,6 +336,25 @@ func (c *Call) decide() *Result {
 // for a dedup group the caller's copy of it, which the group reads after
 // the signal).
 func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
+	settled := c.books(r, now, byRun, sink)
+	// The books first, so that whoever Done wakes sees them settled.
+	c.b.callEnded()
+	group := c.group
+	if c.token {
+		c.recycle = settled && sink == nil
+	}
+	c.signal()
+	if group != nil {
+		// r, not c.result: a Do's slot is Do's again after the send.
+		c.b.dedup.leave(c, r, now)
+	}
+}
+
+// books is ended's part before the count of pending calls and the
+// signal: the metrics, the span, the sink's event, the lane, the timer,
+// the run (unless byRun) and the tenant. It reports whether c is settled
+// (byRun and nothing else reads it: see settled).
+func (c *Call) books(r *Result, now time.Time, byRun bool, sink EventSink) (settled bool) {
 	c.b.metrics.finished(c, r)
 	if c.span != nil {
 		if c.span.IsRecording() { // a span the sampler dropped takes nothing
@@ -346,11 +365,10 @@ func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
 		}
 		c.span.End(trace.WithTimestamp(now))
 	}
-	settled := byRun && c.settled()
+	settled = byRun && c.settled()
 	if sink != nil {
 		sendEvent(sink, &Event{Kind: EventDone, Time: now, Request: c.req, Result: c.result, Released: settled})
 	}
-	// The books first, so that whoever Done wakes sees them settled.
 	if c.queued.Load() {
 		c.lane.Load().forget(c)
 	}
@@ -369,18 +387,17 @@ func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
 		}
 		c.tenant.ended(r.Err, reserved, r.Usage)
 	}
-	c.b.callEnded()
-	group := c.group
+	return settled
+}
+
+// signal wakes c's waiter once its result is written: it sends Do its
+// token (c.recycle, set before, says whether Do may reuse the call), or
+// closes done. From the send on, a recycled call is Do's again: the
+// caller does not touch it any more.
+func (c *Call) signal() {
 	if c.token {
-		c.recycle = settled && sink == nil
-		// From the send on, a recycled call is Do's again: this goroutine
-		// does not touch it any more.
 		c.done <- struct{}{} // never blocks: capacity 1, sent once
 	} else {
 		c.signalDone()
-	}
-	if group != nil {
-		// r, not c.result: a Do's slot is Do's again after the send.
-		c.b.dedup.leave(c, r, now)
 	}
 }

@@ -37,6 +37,7 @@ type batchRun struct {
 	span    trace.Span
 	watch   deadlineWatch
 	flushes []*flushWait // told once the upstream call starts
+	wake    []*Call      // deliver's plain calls, ended but not yet signalled
 	// view is every live call's view of the batch (setViews, viewOf)
 	// unless mixed: the batch holds several tenants' requests, and
 	// tenantIdx and views give each tenant's.
@@ -392,11 +393,33 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 		if res := c.decide(); res != nil {
 			r.result(res, c, resp, e)
 			res.Timings.Total = c.since(end)
-			c.ended(res, end, true, nil)
+			if c.books(res, end, true, nil) && c.token {
+				c.recycle = true
+			}
+			r.wake = append(r.wake, c)
 			ended++
 		}
 	}
+	r.signal()
 	r.endN(ended)
+}
+
+// signal ends deliver's plain calls: their results are written and their
+// books done (Call.books), so their count of pending calls goes at once,
+// and then each waiter is woken (Call.signal), the whole batch in a row.
+// Two passes, rather than Call.ended for each in turn, so that the shared
+// count is written once a batch, and the waiters woken first do not run
+// against the books of their batch-mates.
+func (r *batchRun) signal() {
+	if len(r.wake) == 0 {
+		return
+	}
+	r.b.callsEnded(int64(len(r.wake)))
+	for i, c := range r.wake {
+		r.wake[i] = nil // c may be Do's again from its signal on
+		c.signal()
+	}
+	r.wake = r.wake[:0]
 }
 
 // result fills in res, c's result from its answer resp, or the error e.
