@@ -67,6 +67,14 @@ func monoAt(t time.Time, now mono, nowT time.Time) mono {
 	return now + d
 }
 
+// after returns m plus d, for a positive d, saturating at maxMono.
+func (m mono) after(d time.Duration) mono {
+	if m > maxMono-mono(d) {
+		return maxMono
+	}
+	return m + mono(d)
+}
+
 // time returns m as a time.Time, with a monotonic reading: for events,
 // results and contexts.
 func (k *clock) time(m mono) time.Time { return k.epoch.Add(time.Duration(m)) }

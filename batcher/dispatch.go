@@ -363,6 +363,7 @@ func (r *batchRun) verdict(err error) runVerdict {
 // line.
 func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 	b := r.b
+	endM := b.clock.monoOf(end) // one conversion for the whole batch
 	var ended int32
 	for i, c := range r.live {
 		if !c.pending() {
@@ -374,7 +375,7 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 		if e == nil && err != nil && resp.empty() {
 			e = err
 		}
-		if e != nil && b.clock.monoOf(end) >= c.deadline {
+		if e != nil && endM >= c.deadline {
 			e = ErrDeadline // the batch context ran out with the request's time
 		}
 		if e != nil && c.retryable() && (b.retryLater(c, r, e, end) || b.fallBack(c, r, e, end)) {
@@ -392,7 +393,7 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 		// Written in place, into Do's slot for Do's call.
 		if res := c.decide(); res != nil {
 			r.result(res, c, resp, e)
-			res.Timings.Total = c.since(end)
+			res.Timings.Total = time.Duration(endM - c.admitted) // c.since(end)
 			if c.books(res, end, true, nil) && c.token {
 				c.recycle = true
 			}

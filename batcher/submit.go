@@ -54,7 +54,8 @@ func (b *Batcher) submit(ctx context.Context, req *Request, slot *doSlot) (*Call
 		return nil, err
 	}
 	now := b.clock.now()
-	deadline := b.deadlineFor(ctx, req, now)
+	admitted := b.clock.monoOf(now)
+	deadline := b.deadlineFor(ctx, req, now, admitted)
 	tg, err := b.firstTarget(rc)
 	if err != nil {
 		return nil, err
@@ -66,8 +67,7 @@ func (b *Batcher) submit(ctx context.Context, req *Request, slot *doSlot) (*Call
 		return nil, err
 	}
 	c := b.newCall(req, rc, ts, slot)
-	admitted := b.clock.monoOf(now)
-	c.target, c.admitted, c.deadline, c.tokens = uint8(tg), admitted, monoAt(deadline, admitted, now), tokens
+	c.target, c.admitted, c.deadline, c.tokens = uint8(tg), admitted, deadline, tokens
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
 	}
@@ -118,17 +118,17 @@ func (b *Batcher) route(name string) *routeConfig {
 	return rc
 }
 
-// deadlineFor returns the deadline of a call admitted now: the earliest of
-// the queue timeout, the request's timeout and ctx's deadline.
-func (b *Batcher) deadlineFor(ctx context.Context, req *Request, now time.Time) time.Time {
-	deadline := now.Add(b.cfg.queueTimeout)
+// deadlineFor returns the deadline of a call admitted now (nowM as a
+// mono): the earliest of the queue timeout, the request's timeout and
+// ctx's deadline. It is computed in monos, as the call keeps it: only a
+// ctx deadline is a time.Time to convert (monoAt).
+func (b *Batcher) deadlineFor(ctx context.Context, req *Request, now time.Time, nowM mono) mono {
+	deadline := nowM.after(b.cfg.queueTimeout)
 	if req.Timeout > 0 {
-		if d := now.Add(req.Timeout); d.Before(deadline) {
-			deadline = d
-		}
+		deadline = min(deadline, nowM.after(req.Timeout))
 	}
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	if d, ok := ctx.Deadline(); ok {
+		deadline = min(deadline, monoAt(d, nowM, now))
 	}
 	return deadline
 }
