@@ -140,6 +140,7 @@ func extraFields(body []byte) ([]byte, *Error) {
 		return nil, e
 	}
 	known := knownChatFields()
+	chatFields := fieldsOf(chatRequestType)
 	var extra map[string]json.RawMessage
 	for k, v := range all {
 		if known[k] {
@@ -154,6 +155,12 @@ func extraFields(body []byte) ([]byte, *Error) {
 		}
 		extra[k] = buf.Bytes()
 	}
+	// The known fields' own objects, in sorted order; messages are
+	// unknownMessageField's.
+	delete(all, "messages")
+	if e := unknownInObject(all, chatFields, "", false); e != nil {
+		return nil, e
+	}
 	if extra == nil {
 		return nil, nil
 	}
@@ -163,6 +170,11 @@ func extraFields(body []byte) ([]byte, *Error) {
 	}
 	return b, nil
 }
+
+var (
+	chatRequestType = reflect.TypeFor[chatRequest]()
+	chatMessageType = reflect.TypeFor[chatMessage]()
+)
 
 var knownMessageFields = sync.OnceValue(func() map[string]bool { return jsonFields(reflect.TypeFor[chatMessage]()) })
 
@@ -197,6 +209,10 @@ func unknownMessageField(raw json.RawMessage) *Error {
 		}
 		if first != "" {
 			return badRequest("messages["+strconv.Itoa(i)+"]."+truncate(first), "is not a message field Batcher serves (it reads content, name, role, tool_call_id and tool_calls)")
+		}
+		// Its content parts and tool calls (nested.go).
+		if e := unknownInObject(m, fieldsOf(chatMessageType), "messages["+strconv.Itoa(i)+"]", false); e != nil {
+			return e
 		}
 	}
 	return nil

@@ -143,7 +143,8 @@ func position(body []byte, off int64) (line, col int) {
 // does, then refuses by name a top-level field that v's type does not
 // read, listing those it does: a parameter Batcher would drop could change
 // the answer the caller expects (OpenAI too answers an unrecognized
-// argument 400). A field set to null counts as unset. path names the
+// argument 400), and so for a field inside one of the objects it reads
+// (unknownNested). A field set to null counts as unset. path names the
 // endpoint in the message.
 func decodeKnown(w http.ResponseWriter, r *http.Request, v any, known map[string]bool, limit int64, maxDepth int, path string) *Error {
 	body, e := readBody(w, r, limit)
@@ -164,7 +165,8 @@ func decodeKnown(w http.ResponseWriter, r *http.Request, v any, known map[string
 		}
 	}
 	if first == "" {
-		return nil
+		// The known fields' own objects (nested.go).
+		return unknownInObject(top, fieldsOf(reflect.TypeOf(v).Elem()), "", false)
 	}
 	names := make([]string, 0, len(known))
 	for k := range known {

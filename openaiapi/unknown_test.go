@@ -110,3 +110,56 @@ func TestBatchesCreateUnknownField(t *testing.T) {
 		t.Errorf("null metadata: %d %s", code, body)
 	}
 }
+
+// TestUnknownNestedFieldRefused: a field Batcher does not read inside one
+// of a body's objects (stream_options, a tool and its function, an object
+// tool_choice, response_format and its json_schema, a content part and its
+// image_url, a tool call and its function) is refused naming its path, at
+// the front door and in a batch line, as a top-level or message field is:
+// dropping it would answer another request than the one sent. null counts
+// as unset; free-form objects (parameters, schema, metadata) are the
+// caller's own.
+func TestUnknownNestedFieldRefused(t *testing.T) {
+	e := newEnv(t, newFake())
+	const msg = `"messages":[{"role":"user","content":"x"}]`
+	const tool = `{"type":"function","function":{"name":"f","parameters":{"type":"object","x-any":1}}}`
+	for _, tc := range []struct{ path, body, param string }{
+		{"/chat/completions", `{"model":"chat",` + msg + `,"stream":true,"stream_options":{"include_usage":true,"zz":1}}`, "stream_options.zz"},
+		{"/completions", `{"model":"comp","prompt":"x","stream":true,"stream_options":{"include_usage":true,"zz":1}}`, "stream_options.zz"},
+		{"/chat/completions", `{"model":"chat",` + msg + `,"tools":[` + tool + `,{"type":"function","zz":1,"function":{"name":"g"}}]}`, "tools[1].zz"},
+		{"/chat/completions", `{"model":"chat",` + msg + `,"tools":[{"type":"function","function":{"name":"g","zz":1}}]}`, "tools[0].function.zz"},
+		{"/chat/completions", `{"model":"chat",` + msg + `,"tools":[` + tool + `],"tool_choice":{"type":"function","function":{"name":"f","zz":1}}}`, "tool_choice.function.zz"},
+		{"/chat/completions", `{"model":"chat",` + msg + `,"response_format":{"type":"json_object","zz":1}}`, "response_format.zz"},
+		{"/chat/completions", `{"model":"chat",` + msg + `,"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"},"zz":1}}}`, "response_format.json_schema.zz"},
+		{"/chat/completions", `{"model":"chat","messages":[{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}]}`, "messages[0].content[0].cache_control"},
+		{"/chat/completions", `{"model":"chat","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/y.png","zz":1}}]}]}`, "messages[0].content[0].image_url.zz"},
+		{"/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"},"zz":1}]},{"role":"tool","tool_call_id":"c","content":"ok"}]}`, "messages[1].tool_calls[0].zz"},
+		{"/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}","zz":1}}]},{"role":"tool","tool_call_id":"c","content":"ok"}]}`, "messages[1].tool_calls[0].function.zz"},
+	} {
+		status, _, body := e.post(t, tc.path, tc.body)
+		var got struct {
+			Error struct{ Message, Param, Type string }
+		}
+		_ = json.Unmarshal([]byte(body), &got)
+		if status != http.StatusBadRequest || got.Error.Param != tc.param || got.Error.Type != "invalid_request_error" {
+			t.Errorf("%s %s: %d %s; want 400 invalid_request_error param %q", tc.path, tc.body, status, body, tc.param)
+		}
+		if tc.path != "/chat/completions" || strings.Contains(tc.body, "stream") {
+			continue
+		}
+		if _, ae := openaiapi.ChatBody([]byte(tc.body)); ae == nil || ae.Param != tc.param {
+			t.Errorf("batch line %s: %v; want an error naming %s", tc.body, ae, tc.param)
+		}
+	}
+	ok := `{"model":"chat","messages":[{"role":"user","content":[{"type":"text","text":"x","cache_control":null}]}],` +
+		`"stream_options":null,"metadata":{"a":"b"}}`
+	if status, _, body := e.post(t, "/chat/completions", ok); status != http.StatusOK {
+		t.Errorf("known and null nested fields: %d %s, want 200", status, body)
+	}
+	// The fake serves no tools: past the fields' check, the backend refuses
+	// them whole, so a free-form parameters object passed it.
+	tools := `{"model":"chat",` + msg + `,"tools":[` + tool + `],"tool_choice":{"type":"function","function":{"name":"f"}}}`
+	if status, _, body := e.post(t, "/chat/completions", tools); status != http.StatusBadRequest || !strings.Contains(body, `"param":"tools"`) {
+		t.Errorf("known tool fields: %d %s, want the backend's refusal of tools", status, body)
+	}
+}

@@ -10,8 +10,10 @@ import (
 // Nothing a caller sends is dropped: a chat body's unknown top-level fields
 // go upstream as extra body fields (chattools.go); a completions or
 // embeddings body's are refused by name (decodeKnown), as OpenAI refuses an
-// unrecognized argument; values Batcher cannot serve (n > 1, token inputs,
-// suffix) are refused by name.
+// unrecognized argument; a field inside one of the objects they read
+// (stream_options, tools, content parts...) is refused by its path
+// (nested.go); values Batcher cannot serve (n > 1, token inputs, suffix)
+// are refused by name.
 
 type chatRequest struct {
 	Model               string            `json:"model"`
