@@ -68,3 +68,16 @@ func ctlEnv(t *testing.T, addr string, env []string, args ...string) ctlResult {
 	}
 	return r
 }
+
+// A run whose stream the service refuses says so as submit does, with the
+// code and the service's reason, not as a stream that broke mid-request.
+func TestRunUnauthenticated(t *testing.T) {
+	tenants := writeFile(t, "tenants.yaml", fmt.Sprintf("tenants:\n  - name: team-a\n    tokens: [%s]\n", security.HashToken("s3cret-token-for-team-a")))
+	addr := startBatcherd(t, fastConfig, "--tenants", tenants)
+	in := writeFile(t, "in.jsonl", `{"model":"sim-chat","chat":{"messages":[{"role":"user","content":"Hi"}]}}`+"\n")
+	r := ctlEnv(t, addr, nil, "run", in, "-o", "-")
+	if r.code != exitFailed || !strings.Contains(r.stderr, "run: UNAUTHENTICATED: unauthenticated") ||
+		strings.Contains(r.stderr, "stream ended before") || strings.Contains(r.stderr, "rpc error") {
+		t.Errorf("%+v; want exit 1 with \"run: UNAUTHENTICATED: unauthenticated\"", r)
+	}
+}

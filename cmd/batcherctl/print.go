@@ -34,6 +34,18 @@ func rpcError(what string, err error) error {
 	return fmt.Errorf("%s: %s: %s", what, codeName(st.Code()), st.Message())
 }
 
+// serviceStatus is the status the service answered with, found anywhere
+// in err's chain (unlike status.FromError, whose message for a wrapped
+// status is the whole chain's text).
+func serviceStatus(err error) (*status.Status, bool) {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return nil, false
+	}
+	st := se.GRPCStatus()
+	return st, st != nil && st.Code() != codes.OK
+}
+
 // printJSON writes m as indented protobuf JSON and a newline.
 func printJSON(w io.Writer, m proto.Message) error {
 	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)

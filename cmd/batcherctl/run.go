@@ -291,6 +291,9 @@ func runExit(f *runFlags, sum runfile.Summary, retried int, aborted bool, runErr
 		if !toStdout {
 			hint = "; rerun with --resume to finish"
 		}
+		if st, ok := serviceStatus(runErr); ok { // the service ended the stream
+			return fmt.Errorf("run: %s: %s (%d results written%s)", codeName(st.Code()), st.Message(), sum.Written, hint)
+		}
 		return fmt.Errorf("run did not finish (%d results written%s): %w", sum.Written, hint, runErr)
 	case sum.Failed > 0 && retried > 0:
 		return fmt.Errorf("%d of %d requests failed (%d had failed before and were retried): see the error lines in %s", sum.Failed, sum.Written, retried, where)
