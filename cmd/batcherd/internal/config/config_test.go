@@ -278,7 +278,8 @@ func TestHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v, want flag.ErrHelp", err)
 	}
-	for _, want := range []string{"-listen", "BATCHER_LISTEN", "default 127.0.0.1:50051", "-config", "-drain-timeout", "default 30s"} {
+	for _, want := range []string{"Usage: batcherd [flags]", "gRPC batching gateway", "batcherd.example.yaml", "backends and routes",
+		"-listen", "BATCHER_LISTEN", "default 127.0.0.1:50051", "-config", "-drain-timeout", "default 30s"} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("usage lacks %q:\n%s", want, sb.String())
 		}

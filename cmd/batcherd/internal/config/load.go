@@ -73,6 +73,35 @@ func durSetter(field func(*Config) *Duration) func(*Config, string) error {
 	}
 }
 
+// usageIntro opens -h's text, before the flags.
+const usageIntro = `Usage: batcherd [flags]
+
+batcherd is Batcher's daemon, a gRPC batching gateway in front of LLM and
+model providers: it serves batcher.v1.BatcherService and JobService on
+--listen, an OpenAI-compatible HTTP API on --http-listen, and /metrics, the
+status page and pprof on --admin-listen. Without a config file it serves
+three simulated models (sim-chat, sim-completion, sim-embed). It drains and
+exits on SIGTERM or SIGINT, and reloads its files on SIGHUP.
+
+Settings come from the YAML file (--config), then BATCHER_* variables, then
+flags, each overriding the last. The backends and routes, the cache per
+route and the security limits are set in the file only:
+cmd/batcherd/batcherd.example.yaml documents every setting, and
+docs/configuration.md explains them.
+
+Examples:
+  # The embedded simulated provider on 127.0.0.1:50051
+  batcherd
+
+  # A configuration file, with jobs stored under ./data
+  batcherd --config batcherd.yaml --data-dir ./data
+
+  # Tenants and TLS on every interface
+  batcherd --listen 0.0.0.0:50051 --tenants tenants.yaml --tls-cert server.pem --tls-key server-key.pem
+
+Flags:
+`
+
 // Load resolves the configuration from defaults, the YAML file named by
 // --config or BATCHER_CONFIG, BATCHER_* variables read with lookupEnv, and
 // the flags in args, each overriding the last, then validates it, checking
@@ -82,6 +111,10 @@ func durSetter(field func(*Config) *Duration) func(*Config, string) error {
 func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer) (*Config, error) {
 	fs := flag.NewFlagSet("batcherd", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	fs.Usage = func() {
+		_, _ = io.WriteString(usage, usageIntro)
+		fs.PrintDefaults()
+	}
 	var file string
 	fileSet := false
 	fs.Func("config", "YAML config file (env "+EnvConfig+")", func(v string) error { file, fileSet = v, true; return nil })
