@@ -25,7 +25,8 @@ var errNoFileStore = &Error{Status: http.StatusNotImplemented, Type: TypeInvalid
 	Message: "file storage is not configured on this server (set its data directory)"}
 
 // uploadFile serves POST /v1/files: a multipart form with a purpose and a
-// file, as the SDKs send it. The file must be JSONL (purpose batch).
+// file, as the SDKs send it. The file must be JSONL (purpose batch); any
+// other field is refused by name.
 func (h *Handler) uploadFile(w http.ResponseWriter, r *http.Request) {
 	store := h.cfg.files
 	if store == nil {
@@ -85,6 +86,12 @@ func (h *Handler) uploadFile(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			stored = &f
+		default: // not dropped: the caller asked for something not served
+			name := part.FormName()
+			_ = part.Close()
+			remove()
+			WriteError(w, badRequest(truncate(name), "is not a field of POST /v1/files, which reads purpose and file"))
+			return
 		}
 		_ = part.Close()
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"mime/multipart"
 	"os"
 	"path/filepath"
 	"slices"
@@ -429,5 +430,34 @@ func TestFilesListAfterDeleted(t *testing.T) {
 	}
 	if code, _, body := send(t, http.MethodGet, url+"/files?after="+want[1], "", tenantHeader, "a"); code != 200 {
 		t.Errorf("after a fresh tombstone: %d %s, want 200", code, body)
+	}
+}
+
+// A form field POST /v1/files does not read (OpenAI's expires_after, a
+// typo) is refused naming it, and nothing is stored: Batcher keeps files
+// by its own rule, not the one the caller asked for.
+func TestFilesUnknownFormField(t *testing.T) {
+	e := newEnv(t, newFake())
+	for _, order := range []string{"before", "after"} {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		_ = mw.WriteField("purpose", "batch")
+		if order == "before" {
+			_ = mw.WriteField("expires_after[seconds]", "3600")
+		}
+		fw, _ := mw.CreateFormFile("file", "x.jsonl")
+		_, _ = fw.Write([]byte(batchJSONL))
+		if order == "after" {
+			_ = mw.WriteField("expires_after[seconds]", "3600")
+		}
+		_ = mw.Close()
+		code, _, body := e.post(t, "/files", b.String(), "Content-Type", mw.FormDataContentType())
+		if code != http.StatusBadRequest || !strings.Contains(body, `"param":"expires_after[seconds]"`) {
+			t.Errorf("unknown field %s the file: %d %s; want 400 naming expires_after[seconds]", order, code, body)
+		}
+		checkErrorShape(t, body)
+	}
+	if left, err := os.ReadDir(e.dir); err != nil || len(left) != 0 {
+		t.Errorf("refused uploads left %d entries in the store (%v): %v", len(left), err, left)
 	}
 }
