@@ -49,7 +49,13 @@ prints the whole Completion (usage, batch, timings) in protobuf JSON.
 The prompt is the arguments joined by spaces, or standard input when there
 are none or the only one is "-". The request waits in the service's batches
 like any other; --priority URGENT sends it at once. With --stream the answer
-is printed as the model generates it, token by token (chat and completion).`,
+is printed as the model generates it, token by token (chat and completion).
+
+A refusal that says when to retry (RESOURCE_EXHAUSTED or UNAVAILABLE with a
+RetryInfo: a tenant's rpm quota, a full queue) is sent again after the delay
+it gives, up to 3 times in all, without --stream; so an over-quota submit
+waits silently. --timeout bounds the wait: the refusal is then printed at
+once.`,
 		Example: `  batcherctl submit -m sim-chat "Write a haiku about queues"
   batcherctl submit -m sim-chat --system "Answer in French" --max-tokens 64 Hello
   echo "the quick brown fox" | batcherctl submit -m sim-embed --op embedding

@@ -142,6 +142,11 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%v: exit %d, no examples:\n%s%s", args, r.code, r.stdout, r.stderr)
 		}
 	}
+	// submit's retries of a quota's refusal are said, or a user over quota
+	// sees it hang.
+	if r := ctl(t, "127.0.0.1:1", "", "submit", "--help"); !strings.Contains(r.stdout, "RetryInfo") || !strings.Contains(r.stdout, "--timeout bounds the wait") {
+		t.Errorf("submit --help does not say it retries a quota's refusal:\n%s", r.stdout)
+	}
 }
 
 func TestTLSFlags(t *testing.T) {
