@@ -16,6 +16,9 @@ func (h *Handler) chat(w http.ResponseWriter, r *http.Request) {
 	if e == nil {
 		e = decode(raw, &body, h.cfg.maxDepth)
 	}
+	if e == nil {
+		e = streamOptionsSet(body.Stream, body.StreamOptions)
+	}
 	if e != nil {
 		WriteError(w, e)
 		return
@@ -152,4 +155,14 @@ func setResultHeaders(w http.ResponseWriter, id string, res *batcher.Result) {
 	if res.Cached {
 		h.Set(CacheHeader, "hit")
 	}
+}
+
+// streamOptionsSet refuses stream_options on a request that does not
+// stream, as OpenAI does: what it asks for (a usage chunk) would be
+// dropped.
+func streamOptionsSet(stream bool, o *streamOptions) *Error {
+	if o != nil && !stream {
+		return badRequest("stream_options", "is only allowed when stream is true")
+	}
+	return nil
 }

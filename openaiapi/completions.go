@@ -14,7 +14,11 @@ import (
 // requests that batch with other callers', answered as choices in order.
 func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 	var body completionRequest
-	if e := decodeKnown(w, r, &body, knownCompletionFields(), h.cfg.maxBody, h.cfg.maxDepth, "/v1/completions"); e != nil {
+	e := decodeKnown(w, r, &body, knownCompletionFields(), h.cfg.maxBody, h.cfg.maxDepth, "/v1/completions")
+	if e == nil {
+		e = streamOptionsSet(body.Stream, body.StreamOptions)
+	}
+	if e != nil {
 		WriteError(w, e)
 		return
 	}

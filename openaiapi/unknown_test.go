@@ -163,3 +163,29 @@ func TestUnknownNestedFieldRefused(t *testing.T) {
 		t.Errorf("known tool fields: %d %s, want the backend's refusal of tools", status, body)
 	}
 }
+
+// TestStreamOptionsWithoutStream: stream_options on a request that does not
+// stream would be dropped (include_usage asks for a chunk there is no
+// stream to carry), so it is refused naming it, as OpenAI refuses it; null
+// is unset.
+func TestStreamOptionsWithoutStream(t *testing.T) {
+	e := newEnv(t, newFake())
+	for _, tc := range []struct{ path, body string }{
+		{"/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}`},
+		{"/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"x"}],"stream":false,"stream_options":{}}`},
+		{"/completions", `{"model":"comp","prompt":"x","stream_options":{"include_usage":true}}`},
+	} {
+		status, _, body := e.post(t, tc.path, tc.body)
+		if status != http.StatusBadRequest || !strings.Contains(body, `"param":"stream_options"`) || !strings.Contains(body, "invalid_request_error") {
+			t.Errorf("%s %s: %d %s; want 400 naming stream_options", tc.path, tc.body, status, body)
+		}
+	}
+	for _, tc := range []struct{ path, body string }{
+		{"/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"x"}],"stream_options":null}`},
+		{"/completions", `{"model":"comp","prompt":"x","stream_options":null}`},
+	} {
+		if status, _, body := e.post(t, tc.path, tc.body); status != http.StatusOK {
+			t.Errorf("%s %s: %d %s, want 200", tc.path, tc.body, status, body)
+		}
+	}
+}
