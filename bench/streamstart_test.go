@@ -15,6 +15,7 @@ import (
 	"github.com/batcherhq/batcher/backend/openai"
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/internal/upstream"
 	"github.com/batcherhq/batcher/llmsim"
 	"github.com/batcherhq/batcher/server"
 	"google.golang.org/protobuf/proto"
@@ -54,7 +55,10 @@ func benchStreamStart(b *testing.B, through bool) {
 		defer tg.stop()
 		chat = func(ctx context.Context, i int) error { return startThrough(ctx, tg.client, i) }
 	} else {
-		hc := &http.Client{Transport: &http.Transport{}}
+		// The backend's transport and read buffer, as the rig's direct
+		// client has (newStreamRig, streamRig.direct): the difference of
+		// the two paths is then what lies between.
+		hc := &http.Client{Transport: upstream.NewTransport(openai.DefaultMaxIdleConns, nil)}
 		defer hc.CloseIdleConnections()
 		chat = func(ctx context.Context, i int) error { return startDirect(ctx, hc, url, i) }
 	}
@@ -153,7 +157,7 @@ func startDirect(ctx context.Context, hc *http.Client, url string, i int) error 
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	br := bufio.NewReader(resp.Body)
+	br := bufio.NewReaderSize(resp.Body, 1024)
 	for {
 		line, err := br.ReadBytes('\n')
 		if err != nil {
