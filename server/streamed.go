@@ -136,11 +136,10 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 		s.logUnexpected(ctx, st.Code(), req.ID, err)
 		return st.Err()
 	}
-	defer c.Cancel() // a no-op once it ended; else the caller left: close upstream
-	// The caller's leaving cancels the call at once (closing its upstream
-	// call), and the call's end wakes the relay: it waits on that one
-	// channel, which costs a delta less than a select with ctx.Done.
-	defer context.AfterFunc(ctx, c.Cancel)()
+	// A no-op once the call ended; else the caller left (relay saw ctx
+	// end) or a Send failed: the call is cancelled and its upstream call
+	// closed at once.
+	defer c.Cancel()
 	snd := &streamedSender{ss: ss, id: req.ID}
 	defer snd.stop()
 	c.SendDeltasTo(snd)
@@ -214,14 +213,23 @@ func (s *streamedSender) TrySendDelta(d *batcher.Delta) bool {
 }
 
 // relay sends the deltas that wait in the call's buffer as they come,
-// until the call has its result and every delta was taken.
+// until the call has its result and every delta was taken, or until ctx
+// ends (the caller left): it then returns ctx's status, and the handler's
+// deferred Cancel closes the upstream call. It watches ctx itself, in the
+// select it waits in, rather than through a context.AfterFunc: most deltas
+// go straight from the upstream's reader (TrySendDelta) and never wake it,
+// so the select costs next to nothing, where an AfterFunc cost every
+// stream a context, a registration in the RPC's context and its removal.
 func (s *streamedSender) relay(ctx context.Context, c *batcher.Call) error {
-	ready := c.DeltasReady()
+	ready, done := c.DeltasReady(), ctx.Done()
 	// A take is one delta, or a few joined: they fit on the stack.
 	var buf [4]batcher.Delta
 	ds := buf[:0]
 	for more := true; more; {
-		<-ready
+		select {
+		case <-ready:
+		case <-done:
+		}
 		if err := ctx.Err(); err != nil {
 			return status.FromContextError(err).Err()
 		}

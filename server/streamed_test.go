@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
@@ -167,6 +168,37 @@ func TestSubmitStreamCancelMidStream(t *testing.T) {
 	c := s.until(func(m *batcherv1.SubmitStreamResponse) bool { return m.GetCompletion() != nil }).GetCompletion()
 	if codes.Code(c.GetError().GetCode()) != codes.Canceled || !c.GetPartial() || c.GetText() != "echo: " {
 		t.Fatalf("completion %v, want CANCELLED, partial", c)
+	}
+}
+
+// TestSubmitStreamedCallerLeaves: a SubmitStreamed caller that goes away
+// mid-answer (its RPC cancelled) closes the upstream call at once.
+func TestSubmitStreamedCallerLeaves(t *testing.T) {
+	sf := newStreamFake()
+	sf.gate = make(chan struct{}) // held after the first delta
+	e := newStreamEnv(t, sf)
+	// No deadline: only the caller's leaving may end the call.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rs, err := e.client.SubmitStreamed(ctx, &batcherv1.SubmitStreamedRequest{Request: streamedReq("", "never finished")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rs.Recv()
+	if err != nil || m.GetDelta().GetText() != "echo: " {
+		t.Fatalf("first message %v, %v: want the first delta", m, err)
+	}
+	cancel()
+	select {
+	case err := <-sf.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("upstream call ended with %v, want its context cancelled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream call is still open 10s after its caller left")
+	}
+	if _, err := rs.Recv(); status.Code(err) != codes.Canceled {
+		t.Fatalf("after the cancel: %v, want CANCELLED", err)
 	}
 }
 
