@@ -142,7 +142,8 @@ func BenchmarkStreamSteady(b *testing.B) {
 // BenchmarkStream2000 is issue 28's last two figures: 2,000 concurrent
 // streamed chats through one batcherd, each checked to end with its whole
 // answer; and memory per open streamed request: the live heap (HeapAlloc
-// after a GC) with the 2,000 held mid-answer at llmsim, minus before, over 2,000.
+// once it settles: settle) with the 2,000 held mid-answer at llmsim, minus
+// before, over 2,000.
 // That heap counts llmsim's handlers and the load client's streams too, so
 // the same is measured for 2,000 chats held straight at llmsim, and
 // bytes/stream-batcher is the difference: what batcherd holds (with the
