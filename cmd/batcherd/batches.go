@@ -67,7 +67,8 @@ func (b batchJobs) job(j *jobs.Job, err error) (*openaiapi.BatchJob, error) {
 	return b.batch(j), nil
 }
 
-// batchStatus is each job state's batch status.
+// batchStatus is each job state's batch status. A queued job that has
+// not run yet is shown validating instead (batchJobStatus).
 var batchStatus = map[jobs.State]string{
 	jobs.StateValidating: openaiapi.BatchValidating, jobs.StateQueued: openaiapi.BatchInProgress,
 	jobs.StateRunning: openaiapi.BatchInProgress, jobs.StateFinalizing: openaiapi.BatchFinalizing,
@@ -76,9 +77,22 @@ var batchStatus = map[jobs.State]string{
 	jobs.StateExpired: openaiapi.BatchExpired,
 }
 
+// batchJobStatus is j's batch status. OpenAI's batches go validating,
+// in_progress (in_progress_at: when they began to run), finalizing, then
+// an end; a job queued behind others has its input validated but has not
+// begun to run, so it stays validating until it first runs (StartedAt),
+// and in_progress is never shown without in_progress_at.
+func batchJobStatus(j *jobs.Job) string {
+	s := batchStatus[j.State]
+	if s == openaiapi.BatchInProgress && j.StartedAt.IsZero() {
+		return openaiapi.BatchValidating
+	}
+	return s
+}
+
 // batch is j as the Batch API shows it.
 func (b batchJobs) batch(j *jobs.Job) *openaiapi.BatchJob {
-	out := &openaiapi.BatchJob{ID: j.ID, Tenant: j.Tenant, Metadata: j.Spec.Metadata, Status: batchStatus[j.State], Error: j.Error,
+	out := &openaiapi.BatchJob{ID: j.ID, Tenant: j.Tenant, Metadata: j.Spec.Metadata, Status: batchJobStatus(j), Error: j.Error,
 		Total: j.Counts.Total, Completed: j.Counts.Succeeded, Failed: j.Counts.Failed + j.Counts.Expired + j.Counts.Cancelled,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, FinalizingAt: j.FinalizingAt, CancellingAt: j.CancellingAt,
 		Deadline: j.Deadline(), EndedAt: j.EndedAt}
