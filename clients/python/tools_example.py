@@ -1,6 +1,10 @@
-"""A tool-call round trip, then a strict JSON Schema answer (batcherd
-listening on 127.0.0.1:50051; its embedded sim calls the function that
-tool_choice names, with arguments that follow the function's schema)."""
+"""A tool-call round trip, then a strict JSON Schema answer (batcherd's
+embedded sim calls the function that tool_choice names, with arguments that
+follow the function's schema). batcherd's address is the first argument,
+else $BATCHER_ADDR, else 127.0.0.1:50051."""
+
+import os
+import sys
 
 import batcher_client as bc
 
@@ -16,7 +20,8 @@ def get_weather(city, unit):  # the caller's own function
     return {"city": city, "temperature": 21 if unit == "celsius" else 70, "unit": unit}
 
 
-with bc.Client("127.0.0.1:50051", timeout=30) as c:
+target = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("BATCHER_ADDR", "127.0.0.1:50051")
+with bc.Client(target, timeout=30) as c:
     question = "What is the weather in Paris?"
     # 1. The model answers with a call of get_weather.
     first = c.submit(bc.chat("sim-chat", question, tools=[weather], tool_choice="get_weather"))
