@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // resolveRoutes checks and resolves routes against the backends in set.
@@ -113,6 +114,9 @@ type RouteInfo struct {
 	// what it honours: Validate's refusal of a field the route's own
 	// backend takes names the fallback that cannot.
 	Targets []TargetInfo
+	// Window is how long a NORMAL request waits for its batch to fill
+	// (BatchConfig.Window, or its Delays' NORMAL delay).
+	Window time.Duration
 }
 
 // TargetInfo is one target of a route: its backend and what it honours.
@@ -127,7 +131,8 @@ func (b *Batcher) Routes() []RouteInfo {
 	out := make([]RouteInfo, 0, len(routes))
 	for _, rc := range routes {
 		out = append(out, RouteInfo{Name: rc.Name, Op: rc.Op, Backend: rc.Backend, DefaultMaxTokens: rc.DefaultMaxTokens,
-			MaxTokensLimit: rc.MaxTokensLimit, MaxInputBytes: rc.MaxInputBytes, Features: rc.features, Targets: rc.targetInfo()})
+			MaxTokensLimit: rc.MaxTokensLimit, MaxInputBytes: rc.MaxInputBytes, Features: rc.features, Targets: rc.targetInfo(),
+			Window: rc.delays[PriorityNormal]})
 	}
 	return out
 }

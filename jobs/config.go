@@ -18,6 +18,9 @@ type Core interface {
 	// TrySubmit, not Submit: a task the core cannot take now waits in the
 	// run's backlog, so its refusal is no rejection.
 	TrySubmit(ctx context.Context, req *batcher.Request) (*batcher.Call, error)
+	// FlushCalls sends the given calls still queued without waiting out
+	// their delay: a job's last requests (run_tail.go).
+	FlushCalls(ctx context.Context, calls ...*batcher.Call) error
 	Routes() []batcher.RouteInfo
 	AgingStep() time.Duration
 }

@@ -129,6 +129,10 @@ type run struct {
 	paceC     <-chan time.Time
 	paceAt    time.Time
 
+	// tail holds the job's last requests no longer than their routes'
+	// normal window (run_tail.go).
+	tail tail
+
 	// up, when set, dispatches the job's tasks through a provider's batch
 	// API (batchapi.go) on goroutines of its own; the loop then claims
 	// nothing itself and runs online only what up hands back.
@@ -242,6 +246,7 @@ func (r *run) loop() {
 		if r.paceTimer != nil {
 			r.paceTimer.Stop()
 		}
+		r.tail.stop()
 	}()
 	for r.phase != phaseOver {
 		if r.step() {
@@ -331,6 +336,7 @@ func (r *run) step() bool {
 	}
 	if r.phase == phaseRunning {
 		r.fill()
+		r.armTail()
 	}
 	if !r.drained() {
 		return r.phase == phaseOver
@@ -372,6 +378,8 @@ func (r *run) await(w *wakers) {
 		r.unchecked()
 	case <-r.paceC:
 		r.paceC = nil // fill runs at the top of the loop
+	case <-r.tail.c:
+		r.flushTail()
 	case res := <-r.commitDone:
 		r.committed(res)
 		if len(r.pending) >= r.commitSize() {

@@ -173,6 +173,7 @@ func (r *run) submit(t *Task, model string) admission {
 		return admitted
 	}
 	r.calls[t.Seq] = f
+	r.submitted()
 	return admitted
 }
 
