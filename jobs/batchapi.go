@@ -58,7 +58,8 @@ type BatchRoute struct {
 	MaxEnqueuedTokens int64
 	// CreateTimeout bounds one create call; it is also how long a restart
 	// waits, after a create call a kill cut off began, for the batch it
-	// may still make before creating one (twins.go). Default
+	// may still make before creating one, looking for it meanwhile
+	// (twins.go). Default
 	// DefaultBatchCreateTimeout.
 	CreateTimeout time.Duration
 }

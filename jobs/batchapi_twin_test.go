@@ -31,6 +31,25 @@ type heldCreate struct {
 	// chunk 0 (a twin), not on its first look for the batch.
 	late bool
 	once sync.Once
+	// twin is the id of the first batch made for chunk 0: the held
+	// create's, since the restarted manager's create of chunk 0 is served
+	// only once the held one landed. With late, llmsim holds it in
+	// progress (hold) until the manager cancels it, so that the manager's
+	// look for twins finds it running however late that look comes.
+	twin     atomic.Pointer[string]
+	holdTwin chan struct{}
+}
+
+// hold is llmsim's Config.HoldBatch.
+func (h *heldCreate) hold(id string, meta map[string]string, _ int) <-chan struct{} {
+	if !h.late || meta["batcher_chunk"] != "0" {
+		return nil
+	}
+	h.twin.CompareAndSwap(nil, &id)
+	if *h.twin.Load() == id {
+		return h.holdTwin
+	}
+	return nil
 }
 
 func (h *heldCreate) wrap(sim http.Handler) http.Handler {
@@ -73,15 +92,19 @@ func (h *heldCreate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // TestBatchAPICreateInFlight: the first manager stops while its create
 // call of chunk 0 is held in flight (the provider finishes it later).
-//   - waits: the restarted manager finds no batch of chunk 0's, waits
-//     until the old call can no longer be in flight (CreateTimeout after
-//     its recorded start), finds the batch the old call made and creates
-//     none: no batch created twice.
+//   - waits: the restarted manager finds no batch of chunk 0's (that look
+//     releases the held call), keeps looking while the old call may still
+//     be in flight (CreateTimeout after its recorded start: an hour here),
+//     takes the batch the old call made once it lands and creates none:
+//     no batch created twice.
 //   - twin: with a bound too short for the provider, the restarted
 //     manager creates chunk 0's batch again before the old one lands; it
-//     cancels the twin and never reads its output.
+//     cancels the twin (which llmsim holds in progress until then) and
+//     never reads its output.
 //
-// Either way every custom id is on exactly one line.
+// Either way every custom id is on exactly one line. Nothing waits for a
+// time: the held call lands on the manager's own request, batches end at
+// their first look, and the twin runs until the manager cancels it.
 func TestBatchAPICreateInFlight(t *testing.T) {
 	for _, late := range []bool{false, true} {
 		name := "waits"
@@ -89,19 +112,10 @@ func TestBatchAPICreateInFlight(t *testing.T) {
 			name = "twin"
 		}
 		t.Run(name, func(t *testing.T) {
-			h := &heldCreate{held: make(chan struct{}), release: make(chan struct{}), landed: make(chan struct{}), late: late}
+			h := &heldCreate{held: make(chan struct{}), release: make(chan struct{}), landed: make(chan struct{}),
+				late: late, holdTwin: make(chan struct{})}
 			h.armed.Store(true)
-			// Batches run long enough that the twin is still running
-			// when the restarted manager records chunk 0's batch and looks
-			// for twins: a twin that has ended is not cancelled (it is
-			// only left unread). For twin, 5 s: under load the look can
-			// come more than 1 s after the twin landed, when it has ended
-			// (seen: 4 batches created, 0 cancelled).
-			batchTime := time.Second
-			if late {
-				batchTime = 5 * time.Second
-			}
-			e := newBatchEnvWrapped(t, openSQLite, llmsim.Config{BatchTime: batchTime, Seed: 9}, h.wrap)
+			e := newBatchEnvWrapped(t, openSQLite, llmsim.Config{Seed: 9, HoldBatch: h.hold}, h.wrap)
 			t.Cleanup(h.free)
 			e.route = func(br *jobs.BatchRoute) { br.CreateTimeout = time.Minute } // the held call stays in flight
 			m, stop := e.manager(t, nil)
@@ -114,7 +128,7 @@ func TestBatchAPICreateInFlight(t *testing.T) {
 			}
 			stop()
 			h.stopped.Store(true)
-			bound := 8 * time.Second // from the held call's start: past the stop and restart
+			bound := time.Hour // from the held call's start: never reached
 			if late {
 				bound = time.Millisecond
 			}

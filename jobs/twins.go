@@ -16,8 +16,8 @@ import (
 // the provider: the batch it makes appears later. Chunk.CreateStarted,
 // recorded before the call, bounds when: the call gives up at
 // CreateStarted + BatchRoute.CreateTimeout. A resumed chunk that finds no
-// batch of its own (findCreated) waits until then and looks again before
-// it creates one (waitInFlight). A batch that still lands later (the
+// batch of its own (findCreated) waits until then, looking again meanwhile,
+// before it creates one (waitInFlight). A batch that still lands later (the
 // provider finished a create its client had abandoned) is a twin: on a
 // provider with tags, the chunk cancels every batch with its tags other
 // than the one it recorded, and never reads their output (cancelTwins).
@@ -37,29 +37,32 @@ func (u *upstream) chunkTags(c *Chunk) map[string]string {
 
 // waitInFlight waits, for a chunk whose create call an earlier try began
 // and which finds no batch of its own, until that call can no longer be
-// in flight (CreateStarted + CreateTimeout).
+// in flight (CreateStarted + CreateTimeout), looking again for the batch
+// it may still make meanwhile, at PollMin and backing off to PollMax: the
+// chunk takes that batch as soon as it lands, not at the bound.
 func (u *upstream) waitInFlight(ctx context.Context, c *Chunk, held []Task) error {
 	if c.CreateStarted.IsZero() {
 		return nil
 	}
 	until := c.CreateStarted.Add(u.br.CreateTimeout)
-	if !time.Now().Before(until) {
-		return nil
+	delay := u.br.PollMin
+	for time.Now().Before(until) {
+		u.createMu.Lock()
+		b, err := u.findCreated(ctx, c, held)
+		u.createMu.Unlock()
+		if err != nil || b != nil {
+			return err
+		}
+		t := time.NewTimer(min(delay, time.Until(until)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, u.br.PollMax)
 	}
-	u.createMu.Lock()
-	b, err := u.findCreated(ctx, c, held)
-	u.createMu.Unlock()
-	if err != nil || b != nil {
-		return err
-	}
-	t := time.NewTimer(time.Until(until))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return nil
 }
 
 // findCreated returns the batch an earlier try created for c, or nil. On

@@ -29,7 +29,8 @@ import (
 // BatchFailRate and BatchExpireRate, drawn per request, make errored (500
 // api_error) and expired lines. The batch runs in the background as soon
 // as it is created, one request after another, spread evenly over
-// BatchTime (its processing time: it ends no sooner).
+// BatchTime (its processing time: it ends no sooner); Config.HoldBatch may
+// hold it before any request.
 
 // AnthropicBatchMaxRequests is Anthropic's bound on one batch's requests.
 const AnthropicBatchMaxRequests = 100_000
@@ -128,6 +129,14 @@ func (s *Server) runMessageBatch(ctx context.Context, b *anthropicBatch, version
 	for i := range b.ids {
 		if !pace(ctx, start, s.cfg.BatchTime*time.Duration(i)/time.Duration(len(b.ids))) {
 			break
+		}
+		if h := s.cfg.HoldBatch; h != nil {
+			if ch := h(b.id, nil, i); ch != nil {
+				select {
+				case <-ch:
+				case <-ctx.Done(): // cancelled, or the server closed
+				}
+			}
 		}
 		ab.mu.Lock()
 		stop := b.cancelled

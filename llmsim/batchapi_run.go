@@ -18,6 +18,9 @@ func (s *Server) advance(b *simBatch) {
 	if b.lines == nil {
 		return // ended (or failed at validation)
 	}
+	if b.Status == "in_progress" && s.held(b.ID, b.Metadata, int(b.RequestCounts.Completed)) {
+		return
+	}
 	now := s.cfg.Now()
 	el := now.Sub(b.created)
 	if b.Status == "in_progress" && el < s.cfg.BatchTime {
@@ -29,6 +32,23 @@ func (s *Server) advance(b *simBatch) {
 		done = int(int64(len(b.lines)) * int64(el) / int64(max(s.cfg.BatchTime, 1)))
 	}
 	s.finish(b, done, now)
+}
+
+// held reports whether Config.HoldBatch holds the batch now.
+func (s *Server) held(id string, metadata map[string]string, done int) bool {
+	if s.cfg.HoldBatch == nil {
+		return false
+	}
+	ch := s.cfg.HoldBatch(id, metadata, done)
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return false
+	default:
+		return true
+	}
 }
 
 type outLine struct {

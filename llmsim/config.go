@@ -114,6 +114,14 @@ type Config struct {
 	BatchMaxRequests  int
 	BatchMaxFileBytes int64
 	BatchQueueTokens  int64
+	// HoldBatch, when set, is asked before a batch goes on, with its id,
+	// metadata (nil for a Message Batch) and how many of its requests have
+	// run: a Message Batch before each request, an OpenAI batch in
+	// progress at each look (its creation's answer included). A channel it
+	// returns (nil: none) holds the batch in progress where it is until
+	// the channel is closed or the batch is cancelled (tests hold a batch
+	// at a point of their choosing, rather than for a time).
+	HoldBatch func(id string, metadata map[string]string, done int) <-chan struct{}
 
 	// Now, when set, is the clock of the rate limits and of the batch API
 	// (tests).

@@ -34,7 +34,8 @@
 // failed and of expired lines, OpenAI's file limits (50,000 requests and
 // 200 MB) and an enqueued-token limit; BatchStats counts uploads and
 // creations, by file name and by metadata, so that tests can see a file
-// uploaded or a batch created twice.
+// uploaded or a batch created twice. HoldBatch holds a batch (of either
+// API) in progress until a test lets it go on.
 //
 // Guarantees:
 //   - output depends only on the input: Reply and Embedding say what any
