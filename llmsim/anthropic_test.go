@@ -188,3 +188,70 @@ func TestMessageBatchTakesBatchTime(t *testing.T) {
 		t.Errorf("ended after %v (processing seen %v), want at least BatchTime %v", el, seenProcessing, bt)
 	}
 }
+
+// HoldBatch holds a message batch before the request it names, with the
+// requests before it answered, until its channel closes; the batch then
+// runs to its end.
+func TestMessageBatchHeld(t *testing.T) {
+	reached, release := make(chan string, 1), make(chan struct{})
+	hold := func(id string, _ map[string]string, done int) <-chan struct{} {
+		if done != 2 {
+			return nil
+		}
+		reached <- id
+		return release
+	}
+	_, url := start(t, Config{HoldBatch: hold})
+	params := map[string]any{"model": "sim-chat", "max_tokens": 5, "messages": []any{map[string]any{"role": "user", "content": "hi"}}}
+	var reqs []any
+	for i := range 4 {
+		reqs = append(reqs, map[string]any{"custom_id": fmt.Sprintf("r%d", i), "params": params})
+	}
+	resp, body := post(t, url+"/v1/messages/batches", map[string]any{"requests": reqs}, "anthropic-version", "2023-06-01")
+	var b struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	type view struct {
+		Status string         `json:"processing_status"`
+		Counts map[string]int `json:"request_counts"`
+	}
+	get := func() view {
+		req, _ := http.NewRequest(http.MethodGet, url+"/v1/messages/batches/"+b.ID, nil)
+		req.Header.Set("anthropic-version", "2023-06-01")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = res.Body.Close() }()
+		var v view
+		if err := json.NewDecoder(res.Body).Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	select {
+	case id := <-reached:
+		if id != b.ID {
+			t.Fatalf("held %q, want %q", id, b.ID)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("HoldBatch was never asked at the batch's third request")
+	}
+	if v := get(); v.Status != "in_progress" || v.Counts["succeeded"] != 2 || v.Counts["processing"] != 2 {
+		t.Fatalf("held halfway: %+v, want in_progress with 2 succeeded and 2 processing", v)
+	}
+	close(release)
+	for {
+		v := get()
+		if v.Status == "ended" {
+			if v.Counts["succeeded"] != 4 {
+				t.Errorf("ended %+v, want 4 succeeded", v)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling, as a client does
+	}
+}
