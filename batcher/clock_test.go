@@ -1,6 +1,8 @@
 package batcher
 
 import (
+	"context"
+	"math"
 	"testing"
 	"time"
 )
@@ -32,5 +34,69 @@ func TestMono(t *testing.T) {
 	}
 	if got := monoAt(time.Time{}, nowM, now); got >= nowM {
 		t.Errorf("monoAt(zero time) = %d, want before now (%d)", got, nowM)
+	}
+}
+
+// TestDeadlineForMatchesTimes: deadlineFor, which works in monos, gives
+// the instant the same choice made on time.Times gives (the earliest of
+// the queue timeout, the request's timeout and ctx's deadline, converted
+// once by monoAt), at the edges too: no ctx deadline, one earlier or
+// later than the others, one without a monotonic reading, one long past,
+// and timeouts so long that now plus them is beyond the last mono.
+func TestDeadlineForMatchesTimes(t *testing.T) {
+	b := &Batcher{clock: newClock(), cfg: &config{}}
+	now := b.clock.now()
+	nowM := b.clock.monoOf(now)
+	old := func(ctx context.Context, req *Request) mono {
+		deadline := now.Add(b.cfg.queueTimeout)
+		if req.Timeout > 0 {
+			if d := now.Add(req.Timeout); d.Before(deadline) {
+				deadline = d
+			}
+		}
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		return monoAt(deadline, nowM, now)
+	}
+	huge := time.Duration(math.MaxInt64)
+	ctxs := map[string]time.Time{
+		"none":                {},
+		"earlier":             now.Add(time.Millisecond),
+		"between":             now.Add(3 * time.Second),
+		"later":               now.Add(time.Hour),
+		"wall-only earlier":   now.Add(time.Millisecond).Round(0),
+		"wall-only year 9999": time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC),
+		"long past":           now.Add(-time.Hour),
+		"zero time":           time.Time{}.Add(1), // a deadline, not "none"
+	}
+	for _, qt := range []time.Duration{5 * time.Second, huge, huge - 1, time.Duration(maxMono - nowM)} {
+		for _, rt := range []time.Duration{0, time.Second, 10 * time.Second, MaxTimeout, huge} {
+			for name, d := range ctxs {
+				b.cfg.queueTimeout = qt
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if !d.IsZero() {
+					ctx, cancel = context.WithDeadline(ctx, d)
+				}
+				req := &Request{Timeout: rt}
+				if got, want := b.deadlineFor(ctx, req, now, nowM), old(ctx, req); got != want {
+					t.Errorf("queue %v, request %v, ctx %s: deadline now+%v, want now+%v",
+						qt, rt, name, time.Duration(got-nowM), time.Duration(want-nowM))
+				}
+				cancel()
+			}
+		}
+	}
+	if got := nowM.after(huge); got != maxMono {
+		t.Errorf("now.after(max duration) = %d, want maxMono", got)
+	}
+	if got := (maxMono - 1).after(2); got != maxMono {
+		t.Errorf("(maxMono-1).after(2) = %d, want maxMono", got)
+	}
+	if got := (maxMono - 2).after(2); got != maxMono {
+		t.Errorf("(maxMono-2).after(2) = %d, want maxMono", got)
+	}
+	if got := nowM.after(0); got != nowM {
+		t.Errorf("now.after(0) = %d, want now (%d)", got, nowM)
 	}
 }
