@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -18,8 +19,9 @@ import (
 // decodeCodec is grpc's proto codec with one change: a request of any
 // batcher.v1 service (BatcherService, JobService, AdminService) that does
 // not decode (garbage, a truncated message, invalid
-// UTF-8 in a string) becomes the caller's INVALID_ARGUMENT rather than
-// grpc-go's INTERNAL "failed to unmarshal", which blames the server.
+// UTF-8 in a string, a field its type does not declare) becomes the
+// caller's INVALID_ARGUMENT rather than grpc-go's INTERNAL "failed to
+// unmarshal", which blames the server, or the request served without it.
 //
 // grpc-go turns every codec error into INTERNAL, so the codec does not fail
 // for those messages: it records the error against the message, and the
@@ -38,10 +40,19 @@ func newDecodeCodec() *decodeCodec {
 
 func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.CodecV2.Unmarshal(data, v)
+	m, isProto := v.(proto.Message)
+	if err == nil && isProto {
+		// A field the message's type does not declare would be dropped:
+		// refused as a message that does not decode (unknown.go). Other
+		// services' messages keep theirs.
+		if hasUnknown(m) && ours(m) {
+			err = errors.New(unknownField(m.ProtoReflect()))
+		}
+	}
 	if err == nil {
 		return nil
 	}
-	if m, ok := v.(proto.Message); ok && ours(m) {
+	if isProto && ours(m) {
 		c.nbad.Add(1) // before the entry: take never misses it
 		c.bad.Store(v, err)
 		return nil

@@ -22,7 +22,9 @@
 //     budget of answers owed (WithMaxPendingMessages) past which streams
 //     that owe answers are not read, so that callers who stop reading are
 //     pushed back by flow control instead of growing the server's memory;
-//   - a request whose bytes do not decode gets INVALID_ARGUMENT (codec.go);
+//   - a request whose bytes do not decode, or that carries a field its
+//     message type does not declare, gets INVALID_ARGUMENT naming it
+//     (codec.go, unknown.go): nothing a caller sent is dropped;
 //   - Shutdown drains in order (health NOT_SERVING and health watches
 //     ended, core drain, streams send what they owe and end), so that
 //     grpc.Server.GracefulStop can return; Drain and Deliver split it, so
