@@ -10,7 +10,7 @@ import (
 )
 
 // TestStreamCompletionsReused checks that a stream's items, which the
-// sender puts back once their Completions are sent (itemPool), carry only
+// sender puts back once their Completions are sent (stream.reuse), carry only
 // their own request's fields, in the request the core reads and in the
 // Completion: failed and succeeded requests alternate on one stream, one
 // at a time, so that each is built in an item that carried another kind
@@ -52,5 +52,34 @@ func TestStreamCompletionsReused(t *testing.T) {
 	_ = s.CloseSend()
 	if _, err := s.drain(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSpareItemsBounded checks the server's store of spare stream items:
+// it keeps at most its max, hands back what it kept, then new items.
+func TestSpareItemsBounded(t *testing.T) {
+	p := &spareItems{max: 3}
+	var list *item
+	kept := map[*item]bool{}
+	for range 5 {
+		it := new(item)
+		it.next = list
+		list = it
+	}
+	p.put(list)
+	if p.n != 3 {
+		t.Fatalf("store holds %d items, want its max 3", p.n)
+	}
+	for it := p.head; it != nil; it = it.next {
+		kept[it] = true
+	}
+	for i := range 4 {
+		it := p.get()
+		if it.next != nil {
+			t.Fatalf("get %d: item still linked", i)
+		}
+		if got, want := kept[it], i < 3; got != want {
+			t.Fatalf("get %d: from the store %v, want %v", i, got, want)
+		}
 	}
 }

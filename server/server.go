@@ -196,7 +196,8 @@ type Server struct {
 	streams  sync.WaitGroup
 	live     map[*stream]struct{} // open streams, for StreamStats
 
-	budget *budget // answers owed on streams, server-wide (limits.go)
+	budget *budget     // answers owed on streams, server-wide (limits.go)
+	items  *spareItems // the streams' cleared items, between streams (stream.go)
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed once the core has drained: streams end
@@ -239,6 +240,7 @@ func New(core *batcher.Batcher, opts ...Option) (*Server, error) {
 		closing:      make(chan struct{}),
 		watchesEnd:   make(chan struct{}),
 		budget:       newBudget(cfg.maxPending),
+		items:        &spareItems{max: cfg.maxPending},
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(healthService, healthpb.HealthCheckResponse_SERVING)

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +108,14 @@ type stream struct {
 	ended  atomic.Pointer[item]
 	nEnded atomic.Int64
 
+	// free is a stack of the stream's own cleared items (reuse pushes,
+	// linked by item.next); the receiver takes it whole into spare, which
+	// is the receiver's, and takes its items from there (newItem). nFree
+	// counts both, give or take the pushes under way.
+	free  atomic.Pointer[item]
+	spare *item
+	nFree atomic.Int32
+
 	mu        sync.Mutex
 	out       []*batcherv1.SubmitStreamResponse // to send, in order
 	streaming []*batcher.Call                   // streamed requests with deltas waiting (sent before out)
@@ -125,15 +132,15 @@ type stream struct {
 	rejected  int64
 
 	// Sender-owned.
-	sent      []*item   // the items whose Completions the last take sends, to reuse once sent
 	lastTerm  int64     // completed+failed at the previous summary
 	lastSumAt time.Time // time of the previous summary
 }
 
 // item is one request of the stream, its EventSink, the core's slot for
 // its result, and the Completion the stream answers it with, in one block. req is what the core holds;
-// done is filled at the request's end (onEvent). Items come from itemPool
-// and go back once the sender has sent done, when the core let go
+// done is filled at the request's end (onEvent). Items come from the
+// stream's free items or the server's spare ones (newItem) and go back once the sender
+// has sent done, when the core let go
 // of req (batcher.Event.Released: the request ended with its batch's
 // answer) and the receiver is done with it (it stored call): a stream's
 // request then allocates nothing here (BenchmarkGRPCStream). An item the
@@ -148,7 +155,8 @@ type item struct {
 	// receiver touches the item no more once it stored call.
 	call atomic.Pointer[batcher.Call]
 	// next links the ended stack (stream.ended): set by onEvent before the
-	// push, read by the sender after it took the stack.
+	// push, read by the sender after it took the stack; and, once the item
+	// is cleared, the stream's free items (stream.free).
 	next *item
 	// released: the core reads req no more (batcher.Event.Released); set
 	// by onEvent before the push.
@@ -157,25 +165,101 @@ type item struct {
 	done     streamCompletion // filled by onEvent; the sender's once pushed
 }
 
-// itemPool holds the streams' items for reuse (see item).
-var itemPool = sync.Pool{New: func() any { return new(item) }}
+// spareItems holds the streams' cleared items between streams: a
+// stream takes from it when it has none of its own free, and puts its own
+// back when it ends. It keeps at most max (the server-wide budget of
+// answers owed, which bounds the items in flight on all streams at once),
+// so what it retains is bounded; a sync.Pool kept missing, since every
+// garbage collection empties one over two cycles, and under load one runs
+// every few thousand requests.
+type spareItems struct {
+	mu   sync.Mutex
+	head *item // linked by item.next
+	n    int
+	max  int
+}
 
-// newItem returns a cleared item of st.
+// get returns a cleared item, from the store or new.
+func (p *spareItems) get() *item {
+	p.mu.Lock()
+	it := p.head
+	if it != nil {
+		p.head, it.next = it.next, nil
+		p.n--
+	}
+	p.mu.Unlock()
+	if it == nil {
+		it = new(item)
+	}
+	return it
+}
+
+// put keeps the cleared items of list (linked by next) while there is
+// room; the rest are the garbage collector's.
+func (p *spareItems) put(list *item) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for it := list; it != nil && p.n < p.max; {
+		next := it.next
+		it.next = p.head
+		p.head = it
+		p.n++
+		it = next
+	}
+}
+
+// maxFreeItems bounds a stream's own free items (stream.free); items past
+// it go to the server's spare items.
+const maxFreeItems = 64
+
+// newItem returns a cleared item of st: one of its own free items, else
+// one of the server's spare ones. Only the receiver calls it.
 func (st *stream) newItem() *item {
-	it := itemPool.Get().(*item)
+	if st.spare == nil {
+		st.spare = st.free.Swap(nil)
+	}
+	it := st.spare
+	if it != nil {
+		st.spare = it.next
+		it.next = nil
+		st.nFree.Add(-1)
+	} else {
+		it = st.s.items.get()
+	}
 	it.st = st
 	return it
 }
 
-// reuse puts it back in items when nobody but the caller can reach it any
-// more: it was never submitted (fresh), or its Completion was sent, the
-// core released its request and the receiver stored its call.
-func reuse(it *item, fresh bool) {
+// reuse puts it back among st's free items (past maxFreeItems, among
+// the server's) when nobody but the caller can reach it any more: it was
+// never submitted (fresh), or its Completion was sent, the core released
+// its request and the receiver stored its call.
+func (st *stream) reuse(it *item, fresh bool) {
 	if !fresh && (!it.released || it.call.Load() == nil) {
 		return // the garbage collector's
 	}
 	*it = item{}
-	itemPool.Put(it)
+	if st.nFree.Load() >= maxFreeItems {
+		st.s.items.put(it)
+		return
+	}
+	st.nFree.Add(1)
+	for {
+		head := st.free.Load()
+		it.next = head
+		if st.free.CompareAndSwap(head, it) {
+			return
+		}
+	}
+}
+
+// spillFree gives the stream's free items that list and the free stack
+// hold to the server, for the streams to come. The sender calls it as it
+// returns, the receiver (with its spare) as it does: neither puts an item
+// back afterwards, so whichever ends last leaves the stack empty.
+func (st *stream) spillFree(list *item) {
+	st.s.items.put(list)
+	st.s.items.put(st.free.Swap(nil))
 }
 
 // OnEvent implements batcher.EventSink for the stream (onEvent).
@@ -203,6 +287,7 @@ func (st *stream) run() error {
 		st.receive()
 	}()
 	defer st.close()
+	defer st.spillFree(nil)
 
 	st.lastSumAt = time.Now()
 	ticker := time.NewTicker(st.s.cfg.interval)
@@ -238,7 +323,7 @@ func (st *stream) run() error {
 		case <-st.ctx.Done():
 			return status.FromContextError(st.ctx.Err()).Err()
 		}
-		msgs, streaming, end, final, endErr := st.take(shutting, buf)
+		msgs, done, streaming, end, final, endErr := st.take(shutting, buf)
 		// Deltas first: every delta of a request precedes its Completion
 		// (the core notifies before it ends the call; see DeltasReady).
 		if err := st.sendDeltas(streaming); err != nil {
@@ -255,14 +340,20 @@ func (st *stream) run() error {
 			}
 			msgs[i] = nil
 		}
+		// The Completions of the requests that ended, oldest first; each
+		// item goes back once its Completion is sent.
+		for it := done; it != nil; {
+			if err := st.gs.Send(&it.done.r); err != nil {
+				return err
+			}
+			answered++
+			next := it.next
+			st.reuse(it, false)
+			it = next
+		}
 		// One release for the lot: the receiver, and the streams waiting
 		// on the server-wide budget, wake once per take, not per message.
 		st.releaseN(answered)
-		for i, it := range st.sent {
-			reuse(it, false)
-			st.sent[i] = nil
-		}
-		st.sent = st.sent[:0]
 		buf = msgs[:0]
 		if !end {
 			continue
@@ -277,15 +368,16 @@ func (st *stream) run() error {
 }
 
 // take swaps out the messages to send for buf, the sender's drained
-// buffer, and says whether the stream ends after them, whether a final
+// buffer, takes the items whose requests ended (done, oldest first, linked
+// by next), and says whether the stream ends after them, whether a final
 // summary is owed, and the stream's status. Once no request is in flight
 // and nothing more can be accepted, no message can be added to out, so out
 // is the last of them.
 //
-// The Completions of the requests that ended come last, after out and the
+// The Completions of the requests that ended go last, after out and the
 // deltas: the stack is taken before the lock, so that every event and
 // delta a request had before its end is in this take too.
-func (st *stream) take(shutting bool, buf []*batcherv1.SubmitStreamResponse) (msgs []*batcherv1.SubmitStreamResponse, ready []*batcher.Call, end, final bool, err error) {
+func (st *stream) take(shutting bool, buf []*batcherv1.SubmitStreamResponse) (msgs []*batcherv1.SubmitStreamResponse, done *item, ready []*batcher.Call, end, final bool, err error) {
 	ended := st.ended.Swap(nil)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -295,32 +387,30 @@ func (st *stream) take(shutting bool, buf []*batcherv1.SubmitStreamResponse) (ms
 	}
 	ready, st.streaming, st.spareStr = st.streaming, st.spareStr, nil
 	if ended != nil {
-		n := len(msgs)
-		msgs = st.endedLocked(ended, msgs)
-		st.nEnded.Add(int64(n - len(msgs)))
+		var n int64
+		done, n = st.endedLocked(ended)
+		st.nEnded.Add(-n)
 	}
 	switch {
 	case st.firstErr != nil: // nothing was accepted: no summary owed
-		return msgs, ready, true, false, st.firstErr.Err()
+		return msgs, done, ready, true, false, st.firstErr.Err()
 	case len(st.items) > 0:
-		return msgs, ready, false, false, nil
+		return msgs, done, ready, false, false, nil
 	case st.recvDone:
-		return msgs, ready, true, true, st.recvErr
+		return msgs, done, ready, true, true, st.recvErr
 	case st.revoked:
-		return msgs, ready, true, true, status.Error(grpccodes.Unauthenticated, "unauthenticated: credential revoked")
+		return msgs, done, ready, true, true, status.Error(grpccodes.Unauthenticated, "unauthenticated: credential revoked")
 	case shutting:
-		return msgs, ready, true, true, status.Error(grpccodes.Unavailable, "server shutting down")
+		return msgs, done, ready, true, true, status.Error(grpccodes.Unavailable, "server shutting down")
 	}
-	return msgs, ready, false, false, nil
+	return msgs, done, ready, false, false, nil
 }
 
 // endedLocked does the books of the ended stack's items (newest first)
-// and appends their Completions to msgs, oldest first.
-func (st *stream) endedLocked(ended *item, msgs []*batcherv1.SubmitStreamResponse) []*batcherv1.SubmitStreamResponse {
-	start := len(msgs)
-	for it := ended; it != nil; {
+// and returns them oldest first, linked by next, and how many there are.
+func (st *stream) endedLocked(ended *item) (oldest *item, n int64) {
+	for it := ended; it != nil; n++ {
 		next := it.next
-		it.next = nil
 		if st.items[it.req.ID] == it {
 			delete(st.items, it.req.ID)
 		}
@@ -329,12 +419,11 @@ func (st *stream) endedLocked(ended *item, msgs []*batcherv1.SubmitStreamRespons
 		} else {
 			st.failed++
 		}
-		msgs = append(msgs, &it.done.r)
-		st.sent = append(st.sent, it) // the sender puts it back once sent
+		it.next = oldest // reversed in place
+		oldest = it
 		it = next
 	}
-	slices.Reverse(msgs[start:])
-	return msgs
+	return oldest, n
 }
 
 // summary builds a StreamSummary; only the sender calls it.

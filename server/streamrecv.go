@@ -24,6 +24,8 @@ import (
 func (st *stream) receive() {
 	first := true
 	defer func() {
+		st.spillFree(st.spare)
+		st.spare = nil
 		if p := recover(); p != nil {
 			st.s.log.ErrorContext(st.ctx, "server: stream receiver panicked", "panic", fmt.Sprint(p))
 			st.endReceive(errPanic)
@@ -174,25 +176,25 @@ func (st *stream) request(pr *batcherv1.Request) {
 	ctx := st.itemContext(pr)
 	it := st.newItem()
 	if bad := toCore(pr, &it.req); bad != nil {
-		reuse(it, true)
+		st.reuse(it, true)
 		st.reject(ctx, id, bad)
 		return
 	}
 	if err := st.s.core.Admit(st.access, &it.req); err != nil {
-		reuse(it, true)
+		st.reuse(it, true)
 		st.reject(ctx, id, toStatus(err))
 		return
 	}
 	it.req.Conn = st.conn
 	if id == "" {
-		reuse(it, true)
+		st.reuse(it, true)
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return
 	}
 	st.mu.Lock()
 	if _, dup := st.items[id]; dup {
 		st.mu.Unlock()
-		reuse(it, true)
+		st.reuse(it, true)
 		st.reject(ctx, id, invalidArgument("request.id", "duplicate: "+strconv.Quote(clip.String(id))+" is already in flight on this stream"))
 		return
 	}
