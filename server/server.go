@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
@@ -298,11 +299,26 @@ func (s *Server) enterStream() error {
 	return nil
 }
 
-// newID returns an id for a Submit request that came without one.
+// newID returns an id for a request that came without one.
 func (s *Server) newID() string {
-	var buf [48]byte
-	b := append(buf[:0], s.idPrefix...)
-	return string(strconv.AppendUint(b, s.idSeq.Add(1), 36)) // one allocation
+	var buf idBuf
+	return string(s.appendID(buf[:0])) // one allocation
+}
+
+// idBuf holds an id newID makes: the prefix (17 bytes) and a base-36
+// uint64 (at most 13).
+type idBuf [32]byte
+
+// newIDIn is newID written into buf, which the id shares: no allocation
+// of its own. buf must never change afterwards, and the id keeps buf's
+// whole block alive wherever it is kept.
+func (s *Server) newIDIn(buf *idBuf) string {
+	b := s.appendID(buf[:0])
+	return unsafe.String(&b[0], len(b))
+}
+
+func (s *Server) appendID(b []byte) []byte {
+	return strconv.AppendUint(append(b, s.idPrefix...), s.idSeq.Add(1), 36)
 }
 
 // NewGRPCServer returns a grpc.Server with the service's interceptors:

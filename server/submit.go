@@ -27,7 +27,7 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 	}
 	req.Conn = connOf(ctx)
 	if req.ID == "" {
-		req.ID = s.newID()
+		req.ID = s.newIDIn(&m.id)
 	}
 	res, err := s.core.Do(ctx, req)
 	if err != nil {
@@ -39,13 +39,16 @@ func (s *Server) Submit(ctx context.Context, in *batcherv1.SubmitRequest) (*batc
 	return &m.r, nil
 }
 
-// submitReply is a Submit's core request, its SubmitResponse and its
-// Completion in one allocation. The core holds req until the call's end;
-// the block lives that long.
+// submitReply is a Submit's core request, its SubmitResponse, its
+// Completion and the id the server gives a request that came without one,
+// in one allocation. The core holds req until the call's end; the block
+// lives that long, and as long as anything keeps the id. Nothing writes id
+// once the id string is made from it.
 type submitReply struct {
 	req batcher.Request
 	r   batcherv1.SubmitResponse
 	c   completionMsg
+	id  idBuf
 }
 
 // logUnexpected logs the cause of a failure whose status hides it.
