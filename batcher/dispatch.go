@@ -178,7 +178,7 @@ func (r *batchRun) run() {
 	end, err := r.call(ctx, start)
 	v := r.verdict(err)
 	r.be.release(r.pm, v.used, v.lesson, v.info, nil)
-	r.b.metrics.dispatched(r, r.out, end.Sub(start).Seconds(), err, v.used)
+	r.b.metrics.dispatched(r, r.out, end.Sub(start), err, v.used)
 	r.deliver(err, end, end.Sub(start))
 	if ticket.Release != nil {
 		ticket.Release(r.outcome(v, err))

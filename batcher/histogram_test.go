@@ -3,8 +3,10 @@ package batcher
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -44,13 +46,12 @@ func finishAll(b *Batcher, route string, p Priority, err error, durations, queue
 	}
 }
 
-// TestMetricsProducerMatchesSDK records the same measurements through the
-// SDK and through a MetricsProducer and checks that a reader collects the
-// same two histograms from both: names, descriptions, units, attribute
-// sets, bounds, bucket counts, counts, sums, min and max. The values
-// include every bucket bound exactly (the bound's own bucket), zero, and
-// values past the last bound.
-func TestMetricsProducerMatchesSDK(t *testing.T) {
+// recordEverything records through b's metrics the same measurements of
+// every histogram: each bucket bound exactly (the bound's own bucket),
+// one above and one below it, zero, and values past the last bound; and
+// the request counts that go with them.
+func recordEverything(t *testing.T, b *Batcher) {
+	t.Helper()
 	var durations, queued []time.Duration
 	for i, s := range secondsBuckets {
 		d := time.Duration(s * float64(time.Second))
@@ -59,50 +60,129 @@ func TestMetricsProducerMatchesSDK(t *testing.T) {
 	}
 	durations = append(durations, 0, 121*time.Second, time.Hour)
 	queued = append(queued, 0, time.Minute, 3*time.Hour)
+	finishAll(b, "m", PriorityHigh, nil, durations, queued)
+	finishAll(b, "m", PriorityLow, ErrDeadline, durations[:5], queued[:5])
+	finishAll(b, "n", PriorityNormal, &UpstreamError{Class: ClassRateLimit}, durations[3:9], queued[3:9])
 
+	run := func(route string, wait time.Duration) *batchRun {
+		rc := (*b.routes.Load())[route]
+		c := &Call{attempts: 1, dispatched: true, batchWait: wait}
+		return &batchRun{b: b, be: rc.targets[0].be, lane: &lane{route: rc}, batch: Batch{Route: route}, calls: []*Call{c}}
+	}
+	var sizes []int
+	for _, s := range append(sizeBuckets, tokenBuckets...) {
+		sizes = append(sizes, int(s)-1, int(s), int(s)+1)
+	}
+	for i, n := range sizes {
+		d := durations[i%len(durations)]
+		out := make([]Response, n%700)
+		if len(out) > 0 {
+			out[0].Usage = Usage{PromptTokens: int32(n), CompletionTokens: int32(sizes[len(sizes)-1-i])}
+		}
+		var err error
+		if i%5 == 4 {
+			err = &UpstreamError{Class: ClassServer}
+		}
+		r := run([]string{"m", "n"}[i%2], queued[i%len(queued)])
+		if i%7 == 6 { // the backend reports its calls
+			r.upstreamCall(d, nil)
+			r.upstreamCall(d/3, err)
+		}
+		b.metrics.dispatched(r, out, d, err, cost{requests: 1})
+	}
+	for i, s := range append(slices.Clone(ttftBuckets), tpotBuckets...) {
+		d := time.Duration(s * float64(time.Second))
+		rc := (*b.routes.Load())[[]string{"m", "n"}[i%2]]
+		c := &Call{req: &Request{Route: rc.Name}, b: b, rc: rc}
+		for j, ft := range []time.Duration{d - 1, d, d + 1} {
+			b.metrics.streamed(c, &Result{Backend: "be", Usage: Usage{CompletionTokens: int32(2 + j + i%3)},
+				Timings: Timings{FirstToken: ft, Total: ft + d*time.Duration(1+j+i%3)}})
+		}
+	}
+}
+
+// TestMetricsProducerMatchesSDK records the same measurements through the
+// SDK and through a MetricsProducer and checks that a reader collects the
+// same histograms from both: names, descriptions, units, value types,
+// attribute sets, bounds, bucket counts, counts, sums, min and max; and
+// the same request counts, which by hand the durations count.
+func TestMetricsProducerMatchesSDK(t *testing.T) {
 	got := map[bool]map[string]metricdata.Metrics{}
 	for _, byHand := range []bool{false, true} {
 		b, reader := histogramCore(t, byHand)
-		finishAll(b, "m", PriorityHigh, nil, durations, queued)
-		finishAll(b, "m", PriorityLow, ErrDeadline, durations[:5], queued[:5])
-		finishAll(b, "n", PriorityNormal, &UpstreamError{Class: ClassRateLimit}, durations[3:9], queued[3:9])
+		recordEverything(t, b)
 		got[byHand] = collect(t, reader)
 	}
-	for _, name := range []string{durationName, queueWaitName} {
-		sdk, hand := got[false][name], got[true][name]
-		if hand.Name != sdk.Name || hand.Description != sdk.Description || hand.Unit != sdk.Unit {
-			t.Errorf("%s: name, description, unit %q %q %q, want the SDK's %q %q %q", name, hand.Name, hand.Description, hand.Unit, sdk.Name, sdk.Description, sdk.Unit)
+	for _, d := range histDefs {
+		sdk, hand := got[false][d.name], got[true][d.name]
+		if hand.Name != sdk.Name || hand.Description != sdk.Description || hand.Unit != sdk.Unit || sdk.Name != d.name {
+			t.Errorf("%s: name, description, unit %q %q %q, want the SDK's %q %q %q", d.name, hand.Name, hand.Description, hand.Unit, sdk.Name, sdk.Description, sdk.Unit)
 		}
-		sh, ok1 := sdk.Data.(metricdata.Histogram[float64])
-		hh, ok2 := hand.Data.(metricdata.Histogram[float64])
-		if !ok1 || !ok2 {
-			t.Fatalf("%s: data %T (SDK) and %T (by hand), want float64 histograms", name, sdk.Data, hand.Data)
+		switch sh := sdk.Data.(type) {
+		case metricdata.Histogram[float64]:
+			hh, _ := hand.Data.(metricdata.Histogram[float64])
+			sameHistogram(t, d.name, hh, sh)
+		case metricdata.Histogram[int64]:
+			hh, _ := hand.Data.(metricdata.Histogram[int64])
+			sameHistogram(t, d.name, hh, sh)
+		default:
+			t.Errorf("%s: SDK data %T", d.name, sdk.Data)
 		}
-		if hh.Temporality != sh.Temporality {
-			t.Errorf("%s: temporality %v, want %v", name, hh.Temporality, sh.Temporality)
+	}
+	for _, name := range []string{"batcher.requests.completed", "batcher.requests.admitted", "batcher.upstream.calls"} {
+		g, w := sumPoints(got[true][name].Data.(metricdata.Sum[int64])), sumPoints(got[false][name].Data.(metricdata.Sum[int64]))
+		if !maps.Equal(g, w) || len(w) == 0 {
+			t.Errorf("%s: %v, want the SDK's %v", name, g, w)
 		}
-		want := map[string]metricdata.HistogramDataPoint[float64]{}
-		for _, dp := range sh.DataPoints {
-			want[fmt.Sprint(dp.Attributes.ToSlice())] = dp
+	}
+}
+
+// sameHistogram checks that hand has the data points of sdk, sums within
+// rounding (by hand, seconds are added up in nanoseconds).
+func sameHistogram[N int64 | float64](t *testing.T, name string, hand, sdk metricdata.Histogram[N]) {
+	t.Helper()
+	if hand.Temporality != sdk.Temporality {
+		t.Errorf("%s: temporality %v, want %v", name, hand.Temporality, sdk.Temporality)
+	}
+	want := map[string]metricdata.HistogramDataPoint[N]{}
+	for _, dp := range sdk.DataPoints {
+		want[fmt.Sprint(dp.Attributes.ToSlice())] = dp
+	}
+	if len(hand.DataPoints) != len(want) || len(want) == 0 {
+		t.Errorf("%s: %d data points, want the SDK's %d", name, len(hand.DataPoints), len(want))
+	}
+	for _, dp := range hand.DataPoints {
+		key := fmt.Sprint(dp.Attributes.ToSlice())
+		w, ok := want[key]
+		if !ok {
+			t.Errorf("%s: data point %v not in the SDK's", name, dp.Attributes.ToSlice())
+			continue
 		}
-		if len(hh.DataPoints) != len(want) || len(want) == 0 {
-			t.Errorf("%s: %d data points, want the SDK's %d", name, len(hh.DataPoints), len(want))
+		if !slices.Equal(dp.Bounds, w.Bounds) || !slices.Equal(dp.BucketCounts, w.BucketCounts) || dp.Count != w.Count {
+			t.Errorf("%s %v: bounds %v counts %v count %d, want %v %v %d", name, key, dp.Bounds, dp.BucketCounts, dp.Count, w.Bounds, w.BucketCounts, w.Count)
 		}
-		for _, dp := range hh.DataPoints {
-			key := fmt.Sprint(dp.Attributes.ToSlice())
-			w, ok := want[key]
-			if !ok {
-				t.Errorf("%s: data point %v not in the SDK's", name, dp.Attributes.ToSlice())
-				continue
-			}
-			if !slices.Equal(dp.Bounds, w.Bounds) || !slices.Equal(dp.BucketCounts, w.BucketCounts) || dp.Count != w.Count {
-				t.Errorf("%s %v: bounds %v counts %v count %d, want %v %v %d", name, key, dp.Bounds, dp.BucketCounts, dp.Count, w.Bounds, w.BucketCounts, w.Count)
-			}
-			if math.Abs(dp.Sum-w.Sum) > 1e-9*math.Max(1, w.Sum) {
-				t.Errorf("%s %v: sum %v, want %v", name, key, dp.Sum, w.Sum)
-			}
-			if dp.Min != w.Min || dp.Max != w.Max {
-				t.Errorf("%s %v: min %v max %v, want %v %v", name, key, dp.Min, dp.Max, w.Min, w.Max)
+		if math.Abs(float64(dp.Sum-w.Sum)) > 1e-9*math.Max(1, float64(w.Sum)) {
+			t.Errorf("%s %v: sum %v, want %v", name, key, dp.Sum, w.Sum)
+		}
+		if dp.Min != w.Min || dp.Max != w.Max {
+			t.Errorf("%s %v: min %v max %v, want %v %v", name, key, dp.Min, dp.Max, w.Min, w.Max)
+		}
+	}
+}
+
+// TestHistogramIntBounds checks the integer bounds a histogram searches
+// against the SDK's search of the value it would record, around every
+// bound of every histogram held in integers.
+func TestHistogramIntBounds(t *testing.T) {
+	for _, d := range histDefs {
+		if d.kind == kindFloat {
+			continue
+		}
+		for i, ib := range d.intBounds {
+			for _, v := range []int64{ib - 1, ib, ib + 1, int64(d.bounds[i] * 1e9), int64(d.bounds[i])} {
+				if got, want := bucketOf(d.intBounds, v), sort.SearchFloat64s(d.bounds, d.asFloat(v)); got != want {
+					t.Errorf("%s: %d in bucket %d, want the SDK's %d", d.name, v, got, want)
+				}
 			}
 		}
 	}
@@ -145,7 +225,7 @@ func TestMetricsProducerConcurrentSafe(t *testing.T) {
 	<-collected
 	var n uint64
 	var sum float64
-	for _, dp := range collect(t, reader)[durationName].Data.(metricdata.Histogram[float64]).DataPoints {
+	for _, dp := range collect(t, reader)[histDuration.name].Data.(metricdata.Histogram[float64]).DataPoints {
 		n += dp.Count
 		sum += dp.Sum
 	}
@@ -169,7 +249,7 @@ func TestMetricsProducerAddsCores(t *testing.T) {
 		b := newTest(t, &fakeBackend{}, 1, BatchConfig{}, WithMeterProvider(mp), WithMetricsProducer(p))
 		finishAll(b, "m", PriorityHigh, nil, []time.Duration{d}, []time.Duration{d})
 	}
-	dps := collect(t, reader)[durationName].Data.(metricdata.Histogram[float64]).DataPoints
+	dps := collect(t, reader)[histDuration.name].Data.(metricdata.Histogram[float64]).DataPoints
 	if len(dps) != 1 {
 		t.Fatalf("%d data points, want 1", len(dps))
 	}

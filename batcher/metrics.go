@@ -126,11 +126,10 @@ func rejectReason(err error) string {
 // window is tens of milliseconds; an upstream call up to the attempt
 // timeout); batch sizes in powers of two; fill ratios in tenths.
 var (
-	secondsBucketsArr = [...]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
-	secondsBuckets    = secondsBucketsArr[:]
-	sizeBuckets       = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
-	fillBuckets       = []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
-	tokenBuckets      = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}
+	secondsBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+	sizeBuckets    = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+	fillBuckets    = []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
+	tokenBuckets   = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}
 )
 
 // metrics are the core's instruments. A nil *metrics records nothing: every
@@ -142,24 +141,19 @@ var (
 // and wait, the upstream call's duration and token usage; its outcome and
 // the budget it used are atomics, upstreamCounts). The rest (calls by
 // outcome and budget used, queue depth, backends' counters, breaker state,
-// rates) are
-// observed from Lanes and Stats when a reader collects, at no cost on the
-// hot path.
+// rates) are observed from Lanes and Stats when a reader collects, at no
+// cost on the hot path.
 //
 // Attribute sets are built once, in New, for every route, priority and
-// outcome, so that recording allocates nothing.
+// outcome, so that recording allocates nothing. With a MetricsProducer
+// (byHand) the histograms are counted by the core (histogram.go) and the
+// completed counts are the request durations' counts.
 type metrics struct {
-	rejected  metric.Int64Counter
-	deferred  metric.Int64Counter
-	duration  metric.Float64Histogram // batcher.request.duration
-	queueWait metric.Float64Histogram
-	batchWait metric.Float64Histogram
-	tokens    metric.Int64Histogram // gen_ai.client.token.usage
-	opDur     metric.Float64Histogram
-	batchSize metric.Int64Histogram
-	batchFill metric.Float64Histogram
-	ttft      metric.Float64Histogram // gen_ai.server.time_to_first_token (stream.go)
-	tpot      metric.Float64Histogram // gen_ai.server.time_per_output_token
+	rejected metric.Int64Counter
+	deferred metric.Int64Counter
+	// The histograms (histDefs): SDK instruments, or with a
+	// MetricsProducer counted by hand.
+	duration, queueWait, batchWait, tokens, opDur, batchSize, batchFill, ttft, tpot hist
 
 	// routes and pairs are replaced whole (copy on write) when SetRoutes
 	// adds routes, under addMu; entries are never removed, so that a
@@ -171,10 +165,24 @@ type metrics struct {
 	upstream atomic.Pointer[map[string]*upstreamCounts]
 	addMu    sync.Mutex
 	reg      metric.Registration
-	// byHand: duration and queueWait are nil, and each request's are
-	// counted in its routeMetrics' histograms, for a MetricsProducer
-	// (histogram.go).
-	byHand bool
+	byHand   bool
+
+	handMu sync.Mutex
+	hand   []*histogram // byHand: every series made so far; guarded by handMu
+}
+
+// listHistogram lists a series made by hand, for Produce.
+func (m *metrics) listHistogram(h *histogram) {
+	m.handMu.Lock()
+	defer m.handMu.Unlock()
+	m.hand = append(m.hand, h)
+}
+
+// handHistograms returns the series made by hand so far.
+func (m *metrics) handHistograms() []*histogram {
+	m.handMu.Lock()
+	defer m.handMu.Unlock()
+	return m.hand
 }
 
 func (m *metrics) route(name string) *routeMetrics { return (*m.routes.Load())[name] }
@@ -190,18 +198,7 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 	upstream := maps.Clone(*m.upstream.Load())
 	for _, rc := range rcs {
 		if routes[rc.Name] == nil {
-			rm := &routeMetrics{name: rc.Name}
-			for p := range numPriorities {
-				route, prio := keyRoute.String(rc.Name), keyPriority.String(Priority(p).String())
-				rm.byPrio[p] = metric.WithAttributeSet(attribute.NewSet(route, prio))
-				rm.byPrioRec[p] = recOpt(route, prio)
-				for o := range numOutcomes {
-					set := attribute.NewSet(route, prio, keyOutcome.String(outcomeNames[o]))
-					rm.done[p][o] = metric.WithAttributeSet(set)
-					rm.doneRec[p][o] = []metric.RecordOption{metric.WithAttributeSet(set)}
-				}
-			}
-			routes[rc.Name] = rm
+			routes[rc.Name] = m.newRouteMetrics(rc.Name)
 		}
 		rc.metrics = routes[rc.Name] // rc is not published yet
 		for i := range rc.targets {
@@ -218,19 +215,22 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 				up = newUpstreamCounts(be)
 				upstream[t.be.name] = up
 			}
-			pm := &pairMetrics{
-				up:         up,
-				batch:      recOpt(keyRoute.String(rc.Name), be),
-				batchRoute: recOpt(keyRoute.String(rc.Name)),
-				input:      recOpt(op, prov, model, keyGenAITokenType.String("input"), be),
-				output:     recOpt(op, prov, model, keyGenAITokenType.String("output"), be),
-				maxBatch:   float64(rc.Batch.MaxBatchSize),
-			}
+			pm := &pairMetrics{up: up, maxBatch: float64(rc.Batch.MaxBatchSize)}
+			route := keyRoute.String(rc.Name)
+			batch := attribute.NewSet(route, be)
+			pm.batchSize.init(&m.batchSize, batch)
+			pm.batchFill.init(&m.batchFill, batch)
+			pm.batchWait.init(&m.batchWait, attribute.NewSet(route))
+			pm.input.init(&m.tokens, attribute.NewSet(op, prov, model, keyGenAITokenType.String("input"), be))
+			pm.output.init(&m.tokens, attribute.NewSet(op, prov, model, keyGenAITokenType.String("output"), be))
+			ok := attribute.NewSet(op, prov, model, be)
+			pm.ttft.init(&m.ttft, ok)
+			pm.tpot.init(&m.tpot, ok)
 			for o := range numOutcomes {
 				if o == outcomeOK {
-					pm.op[o] = recOpt(op, prov, model, be)
+					pm.opDur[o].init(&m.opDur, ok)
 				} else {
-					pm.op[o] = recOpt(op, prov, model, be, keyErrType.String(outcomeNames[o]))
+					pm.opDur[o].init(&m.opDur, attribute.NewSet(op, prov, model, be, keyErrType.String(outcomeNames[o])))
 				}
 			}
 			pairs[k] = pm
@@ -242,56 +242,63 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 	m.upstream.Store(&upstream)
 }
 
-// routeMetrics holds one route's attribute sets.
+// routeMetrics holds one route's counts and series.
 //
 // The admitted and completed counts are atomics, observed when a reader
 // collects: an atomic add costs a request a few nanoseconds where a
-// synchronous SDK counter costs it a couple of hundred, and the 5% budget
-// for metrics is spent on the histograms, which need the SDK's
-// aggregation.
+// synchronous SDK counter costs it a couple of hundred. admitted, which
+// producers add to, has a cache line of its own apart from what the
+// goroutines that end requests add to.
 type routeMetrics struct {
-	name      string
-	admitted  [numPriorities]atomic.Int64
+	name     string
+	admitted [numPriorities]atomic.Int64
+	_        [64]byte
+	// completed is counted without a MetricsProducer; with one, the
+	// series of durations count the same.
 	completed [numPriorities][numOutcomes]atomic.Int64
-	byPrio    [numPriorities]metric.ObserveOption               // route, priority
-	byPrioRec [numPriorities][]metric.RecordOption              // route, priority
-	done      [numPriorities][numOutcomes]metric.ObserveOption  // route, priority, outcome
-	doneRec   [numPriorities][numOutcomes][]metric.RecordOption // route, priority, outcome
+	byPrio    [numPriorities]metric.ObserveOption              // route, priority
+	done      [numPriorities][numOutcomes]metric.ObserveOption // route, priority, outcome
 
-	// With a MetricsProducer: the series of batcher.request.duration and
-	// queue_wait, made at their first measurement.
-	durations  [numPriorities][numOutcomes]atomic.Pointer[histogram]
-	queueWaits [numPriorities]atomic.Pointer[histogram]
+	durations  [numPriorities][numOutcomes]series // batcher.request.duration
+	queueWaits [numPriorities]series              // batcher.request.queue_wait
 }
 
-// duration and queueWait return rm's series of batcher.request.duration
-// for priority p and outcome o, and of queue_wait for p, made with their
-// attribute sets at the first measurement.
-func (rm *routeMetrics) duration(p Priority, o int) *histogram {
-	if h := rm.durations[p][o].Load(); h != nil {
-		return h
+func (m *metrics) newRouteMetrics(name string) *routeMetrics {
+	rm := &routeMetrics{name: name}
+	for p := range numPriorities {
+		route, prio := keyRoute.String(name), keyPriority.String(Priority(p).String())
+		set := attribute.NewSet(route, prio)
+		rm.byPrio[p] = metric.WithAttributeSet(set)
+		rm.queueWaits[p].init(&m.queueWait, set)
+		for o := range numOutcomes {
+			set := attribute.NewSet(route, prio, keyOutcome.String(outcomeNames[o]))
+			rm.done[p][o] = metric.WithAttributeSet(set)
+			rm.durations[p][o].init(&m.duration, set)
+		}
 	}
-	return newSeries(&rm.durations[p][o], keyRoute.String(rm.name), keyPriority.String(p.String()), keyOutcome.String(outcomeNames[o]))
+	return rm
 }
 
-func (rm *routeMetrics) queueWait(p Priority) *histogram {
-	if h := rm.queueWaits[p].Load(); h != nil {
-		return h
+// completedCount returns the requests of priority p that ended with
+// outcome o.
+func (rm *routeMetrics) completedCount(p, o int) int64 {
+	if s := &rm.durations[p][o]; s.inst.m != nil {
+		return s.count()
 	}
-	return newSeries(&rm.queueWaits[p], keyRoute.String(rm.name), keyPriority.String(p.String()))
+	return rm.completed[p][o].Load()
 }
 
 type routeBackend struct{ route, backend string }
 
-// pairMetrics holds the attribute sets of one route on one of its targets.
+// pairMetrics holds the series of one route on one of its targets.
 type pairMetrics struct {
-	batch      []metric.RecordOption              // route, backend
-	batchRoute []metric.RecordOption              // route
-	input      []metric.RecordOption              // gen_ai token usage, input
-	output     []metric.RecordOption              // gen_ai token usage, output
-	op         [numOutcomes][]metric.RecordOption // gen_ai operation duration
-	up         *upstreamCounts                    // the backend's, shared by its routes
-	maxBatch   float64
+	batchSize, batchFill series              // route, backend
+	batchWait            series              // route
+	input, output        series              // gen_ai token usage
+	opDur                [numOutcomes]series // gen_ai operation duration
+	ttft, tpot           series              // gen_ai.server.*: the operation's, ok
+	up                   *upstreamCounts     // the backend's, shared by its routes
+	maxBatch             float64
 }
 
 // upstreamCounts are one backend's batcher.upstream.calls (by outcome)
@@ -330,10 +337,6 @@ func (up *upstreamCounts) budgetUsed(used cost) {
 	}
 }
 
-func recOpt(kv ...attribute.KeyValue) []metric.RecordOption {
-	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
-}
-
 // genAIOperation is the gen_ai.operation.name of an operation.
 func genAIOperation(op Operation) string {
 	switch op {
@@ -363,8 +366,25 @@ func providerName(be *backendState) string {
 	return be.name
 }
 
+// newHist makes h an instrument of def: the SDK's on mt, or by hand.
+func (m *metrics) newHist(mt metric.Meter, h *hist, def *histDef) error {
+	h.def = def
+	if m.byHand {
+		h.m = m
+		return nil
+	}
+	unit, desc, bounds := metric.WithUnit(def.unit), metric.WithDescription(def.desc), metric.WithExplicitBucketBoundaries(def.bounds...)
+	var err error
+	if def.kind == kindInt {
+		h.i, err = mt.Int64Histogram(def.name, unit, desc, bounds)
+	} else {
+		h.f, err = mt.Float64Histogram(def.name, unit, desc, bounds)
+	}
+	return err
+}
+
 // newMetrics creates the core's instruments on mp; nil mp: none. With
-// producer, the per-request histograms are counted for it instead.
+// producer, the histograms are counted for it instead.
 func newMetrics(mp metric.MeterProvider, producer *MetricsProducer, b *Batcher) (*metrics, error) {
 	if mp == nil {
 		return nil, nil
@@ -380,29 +400,18 @@ func newMetrics(mp metric.MeterProvider, producer *MetricsProducer, b *Batcher) 
 		errs = append(errs, err)
 		return c
 	}
-	fhist := func(name, unit, desc string, buckets []float64) metric.Float64Histogram {
-		h, err := mt.Float64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
-		errs = append(errs, err)
-		return h
-	}
-	ihist := func(name, unit, desc string, buckets []float64) metric.Int64Histogram {
-		h, err := mt.Int64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(buckets...))
-		errs = append(errs, err)
-		return h
-	}
 	m.rejected = counter("batcher.requests.rejected", "{request}", "Requests refused at admission, by route, priority and reason.")
 	m.deferred = counter("batcher.requests.deferred", "{request}", "Refusals at admission that the caller keeps and offers again (TrySubmit: a job's backlog), by route, priority and reason; not rejections.")
-	if !m.byHand {
-		m.duration = fhist(durationName, "s", durationDesc, secondsBuckets)
-		m.queueWait = fhist(queueWaitName, "s", queueWaitDesc, secondsBuckets)
+	for _, h := range []struct {
+		inst *hist
+		def  *histDef
+	}{
+		{&m.duration, histDuration}, {&m.queueWait, histQueueWait}, {&m.batchWait, histBatchWait},
+		{&m.tokens, histTokens}, {&m.opDur, histOpDur}, {&m.batchSize, histBatchSize},
+		{&m.batchFill, histBatchFill}, {&m.ttft, histTTFT}, {&m.tpot, histTPOT},
+	} {
+		errs = append(errs, m.newHist(mt, h.inst, h.def))
 	}
-	m.batchWait = fhist("batcher.batch.wait", "s", "Time a batch accumulated: from its oldest request's admission until it formed.", secondsBuckets)
-	m.tokens = ihist("gen_ai.client.token.usage", "{token}", "Tokens used by each upstream call (one batch), input and output, as the upstream reported them.", tokenBuckets)
-	m.opDur = fhist("gen_ai.client.operation.duration", "s", "Duration of each upstream call (one batch, or one request of a fan-out, or one pack), by backend and outcome.", secondsBuckets)
-	m.batchSize = ihist("batcher.batch.size", "{request}", "Requests in each batch sent upstream.", sizeBuckets)
-	m.batchFill = fhist("batcher.batch.fill_ratio", "1", "Batch size over the route's max batch size.", fillBuckets)
-	m.ttft = fhist("gen_ai.server.time_to_first_token", "s", "Streamed requests: time from admission to the first delta, for successful answers.", ttftBuckets)
-	m.tpot = fhist("gen_ai.server.time_per_output_token", "s", "Streamed requests: time per output token after the first, for successful answers.", tpotBuckets)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -460,19 +469,12 @@ func (m *metrics) finished(c *Call, r *Result) {
 	rm := c.rc.metrics
 	p := c.prio
 	o := outcomeOf(r.Err)
-	ctx := context.Background()
-	rm.completed[p][o].Add(1)
-	switch {
-	case m.byHand:
-		rm.duration(p, o).record(r.Timings.Total)
-		if r.Timings.Queued > 0 {
-			rm.queueWait(p).record(r.Timings.Queued)
-		}
-	default:
-		m.duration.Record(ctx, r.Timings.Total.Seconds(), rm.doneRec[p][o]...)
-		if r.Timings.Queued > 0 {
-			m.queueWait.Record(ctx, r.Timings.Queued.Seconds(), rm.byPrioRec[p]...)
-		}
+	if !m.byHand { // by hand, the duration's series counts it
+		rm.completed[p][o].Add(1)
+	}
+	rm.durations[p][o].seconds(r.Timings.Total)
+	if r.Timings.Queued > 0 {
+		rm.queueWaits[p].seconds(r.Timings.Queued)
 	}
 	if c.stream != nil && r.Err == nil {
 		m.streamed(c, r)
@@ -480,19 +482,17 @@ func (m *metrics) finished(c *Call, r *Result) {
 }
 
 // dispatched records one upstream call of run r: its requests' responses
-// out, its duration in seconds, its error, and the budget it used.
-func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err error, used cost) {
+// out, its duration d, its error, and the budget it used.
+func (m *metrics) dispatched(r *batchRun, out []Response, d time.Duration, err error, used cost) {
 	if m == nil {
 		return
 	}
-	n := len(out)
 	pm := r.pairMetrics()
 	if pm == nil {
 		return
 	}
-	ctx := context.Background()
-	o := outcomeOf(err)
-	m.batchSize.Record(ctx, int64(n), pm.batch...)
+	n := len(out)
+	pm.batchSize.int(int64(n))
 	// The batch's wait: its oldest first-attempt request's, from admission
 	// until the batch formed.
 	var wait time.Duration
@@ -501,13 +501,14 @@ func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err e
 			wait = max(wait, c.batchWait)
 		}
 	}
-	m.batchWait.Record(ctx, wait.Seconds(), pm.batchRoute...)
+	pm.batchWait.seconds(wait)
 	if pm.maxBatch > 0 {
-		m.batchFill.Record(ctx, float64(n)/pm.maxBatch, pm.batch...)
+		pm.batchFill.float(float64(n) / pm.maxBatch)
 	}
 	if r.upCalls.Load() == 0 { // the backend reported no calls: the Dispatch was one
+		o := outcomeOf(err)
 		pm.up.calls[o].Add(1)
-		m.opDur.Record(ctx, seconds, pm.op[o]...)
+		pm.opDur[o].seconds(d)
 	}
 	pm.up.budgetUsed(used)
 	var in, outTok int64
@@ -518,8 +519,8 @@ func (m *metrics) dispatched(r *batchRun, out []Response, seconds float64, err e
 		}
 	}
 	if in > 0 || outTok > 0 {
-		m.tokens.Record(ctx, in, pm.input...)
-		m.tokens.Record(ctx, outTok, pm.output...)
+		pm.input.int(in)
+		pm.output.int(outTok)
 	}
 }
 
@@ -535,10 +536,10 @@ func (m *metrics) upstreamCall(r *batchRun, d time.Duration, err error) {
 	}
 	o := outcomeOf(err)
 	pm.up.calls[o].Add(1)
-	m.opDur.Record(context.Background(), d.Seconds(), pm.op[o]...)
+	pm.opDur[o].seconds(d)
 }
 
-// pairMetrics returns the attribute sets of r's route on r's backend: its
+// pairMetrics returns the series of r's route on r's backend: its
 // lane's target's.
 func (r *batchRun) pairMetrics() *pairMetrics {
 	return r.lane.route.targets[r.lane.key.target].metrics

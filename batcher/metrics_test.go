@@ -31,6 +31,33 @@ func collect(t *testing.T, r sdkmetric.Reader) map[string]metricdata.Metrics {
 	return out
 }
 
+// meterFor returns a reader and the option that makes a core record its
+// metrics for it: through the SDK, or with byHand its histograms counted
+// for a MetricsProducer, as batcherd runs.
+func meterFor(t *testing.T, byHand bool) (sdkmetric.Reader, Option) {
+	t.Helper()
+	var p *MetricsProducer
+	var readerOpts []sdkmetric.ManualReaderOption
+	if byHand {
+		p = NewMetricsProducer()
+		readerOpts = append(readerOpts, sdkmetric.WithProducer(p))
+	}
+	reader := sdkmetric.NewManualReader(readerOpts...)
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return reader, func(c *config) {
+		WithMeterProvider(mp)(c)
+		WithMetricsProducer(p)(c)
+	}
+}
+
+// bothWays runs test through the SDK and by hand.
+func bothWays(t *testing.T, test func(t *testing.T, byHand bool)) {
+	for _, byHand := range []bool{false, true} {
+		t.Run(fmt.Sprintf("byHand=%v", byHand), func(t *testing.T) { test(t, byHand) })
+	}
+}
+
 // points returns a metric's data points as attribute-set strings mapped to
 // their value: the sum for counters and gauges, the count for histograms.
 func points(t *testing.T, m metricdata.Metrics) map[string]float64 {
@@ -71,10 +98,13 @@ func points(t *testing.T, m metricdata.Metrics) map[string]float64 {
 }
 
 func TestMetricsRecordRequestsBatchesAndUpstream(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	bothWays(t, testMetricsRecordRequestsBatchesAndUpstream)
+}
+
+func testMetricsRecordRequestsBatchesAndUpstream(t *testing.T, byHand bool) {
+	reader, mp := meterFor(t, byHand)
 	be := &fakeBackend{hold: make(chan struct{}), started: make(chan *Batch, 2)}
-	b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 4, MinBatchSize: 4}, WithMeterProvider(mp))
+	b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 4, MinBatchSize: 4}, mp)
 
 	var calls []*Call
 	for i := range 4 {
@@ -153,9 +183,10 @@ func TestMetricsRecordRequestsBatchesAndUpstream(t *testing.T) {
 	}
 }
 
-func TestMetricsOutcomes(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+func TestMetricsOutcomes(t *testing.T) { bothWays(t, testMetricsOutcomes) }
+
+func testMetricsOutcomes(t *testing.T, byHand bool) {
+	reader, mp := meterFor(t, byHand)
 	// x's call is held upstream until x has been cancelled, so that x ends
 	// cancelled whether or not it left before the cancel.
 	release := make(chan struct{})
@@ -165,7 +196,7 @@ func TestMetricsOutcomes(t *testing.T) {
 		}
 		return &UpstreamError{Class: ClassAuth, Message: "no"}
 	}}
-	b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1}, WithMeterProvider(mp))
+	b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1}, mp)
 	a := submit(t, b, req("a", PriorityNormal))
 	if err := a.Result().Err; ClassOf(err) != ClassAuth { // not retried
 		t.Fatalf("err %v, want an auth failure", err)
@@ -191,13 +222,14 @@ func TestMetricsOutcomes(t *testing.T) {
 // temperatures (a lane each) and unknown routes: no attribute value may
 // carry any of them, and the number of series stays within what the
 // configuration allows.
-func TestMetricsCardinalityBounded(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+func TestMetricsCardinalityBounded(t *testing.T) { bothWays(t, testMetricsCardinalityBounded) }
+
+func testMetricsCardinalityBounded(t *testing.T, byHand bool) {
+	reader, mp := meterFor(t, byHand)
 	b, err := New(
 		WithBackend(BackendConfig{Name: "be", Backend: &fakeBackend{}, MaxConcurrency: 4}),
 		WithRoute(Route{Name: "m", Op: OpChat, Backend: "be", Batch: BatchConfig{MaxBatchSize: 8, Window: 1e6}}),
-		WithMeterProvider(mp))
+		mp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,9 +399,12 @@ func (fanOutBackend) Dispatch(_ context.Context, b *Batch, out []Response) error
 // A batch that goes upstream as one call per request counts as that many
 // calls, each with its own outcome, and saves none.
 func TestMetricsCountEachUpstreamCallOfAFanOut(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	b := newTest(t, fanOutBackend{}, 1, BatchConfig{MaxBatchSize: 4, MinBatchSize: 4}, WithMeterProvider(mp))
+	bothWays(t, testMetricsCountEachUpstreamCallOfAFanOut)
+}
+
+func testMetricsCountEachUpstreamCallOfAFanOut(t *testing.T, byHand bool) {
+	reader, mp := meterFor(t, byHand)
+	b := newTest(t, fanOutBackend{}, 1, BatchConfig{MaxBatchSize: 4, MinBatchSize: 4}, mp)
 	var calls []*Call
 	for _, id := range []string{"a", "b", "bad", "c"} {
 		calls = append(calls, submit(t, b, req(id, PriorityHigh)))

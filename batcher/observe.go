@@ -165,7 +165,7 @@ func (ob *observables) observeRoutes(o metric.Observer, m *metrics) {
 		for p := range numPriorities {
 			o.ObserveInt64(ob.admitted, rm.admitted[p].Load(), rm.byPrio[p])
 			for oc := range numOutcomes {
-				if n := rm.completed[p][oc].Load(); n > 0 || oc == outcomeOK {
+				if n := rm.completedCount(p, oc); n > 0 || oc == outcomeOK {
 					o.ObserveInt64(ob.completed, n, rm.done[p][oc])
 				}
 			}

@@ -99,9 +99,7 @@ func (m *metrics) streamed(c *Call, r *Result) {
 	if pm == nil {
 		return
 	}
-	ctx := context.Background()
-	opts := pm.op[outcomeOK]
-	m.ttft.Record(ctx, r.Timings.FirstToken.Seconds(), opts...)
+	pm.ttft.seconds(r.Timings.FirstToken)
 	// After the first token: by the tokens the backend counted, else by the
 	// deltas (one token each, as most providers send them).
 	n := int(r.Usage.CompletionTokens)
@@ -109,7 +107,7 @@ func (m *metrics) streamed(c *Call, r *Result) {
 		n = c.stream.deltas // stable: the stream is closed
 	}
 	if n > 1 {
-		m.tpot.Record(ctx, (r.Timings.Total-r.Timings.FirstToken).Seconds()/float64(n-1), opts...)
+		pm.tpot.float((r.Timings.Total - r.Timings.FirstToken).Seconds() / float64(n-1))
 	}
 }
 

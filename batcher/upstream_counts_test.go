@@ -62,7 +62,7 @@ func TestUpstreamCountsMatchSDK(t *testing.T) {
 			r.upstreamCall(time.Millisecond, err)
 			refCall(err)
 		}
-		b.metrics.dispatched(r, make([]Response, i+1), 0.01, ob.err, ob.used)
+		b.metrics.dispatched(r, make([]Response, i+1), 10*time.Millisecond, ob.err, ob.used)
 		if len(ob.reported) == 0 {
 			refCall(ob.err)
 		}

@@ -53,7 +53,7 @@ type Telemetry struct {
 	// MeterProvider is always set.
 	MeterProvider *sdkmetric.MeterProvider
 	// CoreMetrics is registered on every reader of MeterProvider: the
-	// core counts its per-request histograms for it (CoreOptions).
+	// core counts its histograms for it (CoreOptions).
 	CoreMetrics *batcher.MetricsProducer
 	// TracerProvider is nil unless traces are exported: then nothing makes
 	// spans at all.
@@ -135,7 +135,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 }
 
 // CoreOptions are the options that make a core record its metrics into
-// t: the MeterProvider and the producer of its per-request histograms.
+// t: the MeterProvider and the producer of its histograms.
 func (t *Telemetry) CoreOptions() []batcher.Option {
 	return []batcher.Option{batcher.WithMeterProvider(t.MeterProvider), batcher.WithMetricsProducer(t.CoreMetrics)}
 }

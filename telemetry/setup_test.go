@@ -116,8 +116,8 @@ func (s *metricSink) Export(_ context.Context, r *metricpb.ExportMetricsServiceR
 }
 
 // TestSetupHandsTheCoreHistogramsToEveryReader runs one request through a
-// core built with CoreOptions and finds its duration and queue wait, which
-// the core counts for its MetricsProducer, in both readers: the Prometheus
+// core built with CoreOptions and finds its histograms, which the core
+// counts for its MetricsProducer, in both readers: the Prometheus
 // registry and an OTLP export.
 func TestSetupHandsTheCoreHistogramsToEveryReader(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -136,6 +136,7 @@ func TestSetupHandsTheCoreHistogramsToEveryReader(t *testing.T) {
 	be := batcher.BackendFunc(func(_ context.Context, _ *batcher.Batch, out []batcher.Response) error {
 		for i := range out {
 			out[i].Text = "ok"
+			out[i].Usage = batcher.Usage{PromptTokens: 3, CompletionTokens: 1}
 		}
 		return nil
 	})
@@ -168,10 +169,20 @@ func TestSetupHandsTheCoreHistogramsToEveryReader(t *testing.T) {
 	}
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
-	for _, name := range []string{"batcher.request.duration", "batcher.request.queue_wait"} {
-		promName := strings.ReplaceAll(name, ".", "_") + "_seconds"
-		if prom[promName] != 1 || ms.counts[name] != 1 {
-			t.Errorf("%s: count %d in Prometheus (%s), %d over OTLP, want 1 and 1", name, prom[promName], promName, ms.counts[name])
+	for _, h := range []struct {
+		name, promName string
+		want           uint64
+	}{
+		{"batcher.request.duration", "batcher_request_duration_seconds", 1},
+		{"batcher.request.queue_wait", "batcher_request_queue_wait_seconds", 1},
+		{"batcher.batch.size", "batcher_batch_size", 1},
+		{"batcher.batch.wait", "batcher_batch_wait_seconds", 1},
+		{"batcher.batch.fill_ratio", "batcher_batch_fill_ratio", 1},
+		{"gen_ai.client.operation.duration", "gen_ai_client_operation_duration_seconds", 1},
+		{"gen_ai.client.token.usage", "gen_ai_client_token_usage", 2}, // input and output
+	} {
+		if prom[h.promName] != h.want || ms.counts[h.name] != h.want {
+			t.Errorf("%s: count %d in Prometheus (%s), %d over OTLP, want %d and %d", h.name, prom[h.promName], h.promName, ms.counts[h.name], h.want, h.want)
 		}
 	}
 }
