@@ -49,27 +49,9 @@ func TestJobItemsUseTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	m, err := jobs.New(jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
-		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{core: core, m: m, dir: dir}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Errorf("manager shutdown: %v", err)
-		}
-		if err := core.Shutdown(ctx); err != nil {
-			t.Errorf("core shutdown: %v", err)
-		}
-		_ = rc.Close(ctx)
-	})
+	t.Cleanup(func() { _ = rc.Close(context.Background()) }) // after envOn's, which runs first
+	e := envOn(t, core)
+	m := e.m
 	run := func() int64 {
 		t.Helper()
 		before := be.items.Load()

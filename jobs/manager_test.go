@@ -61,6 +61,33 @@ func (g *gate) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher.Res
 	return nil
 }
 
+// envOn is a started manager over core on a SQLite store in a temporary
+// directory, with the tests' short commit and poll intervals; the test's
+// cleanup shuts the manager and then core down.
+func envOn(t *testing.T, core *batcher.Batcher) *env {
+	t.Helper()
+	dir := t.TempDir()
+	m, err := jobs.New(jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
+		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Errorf("manager shutdown: %v", err)
+		}
+		if err := core.Shutdown(ctx); err != nil {
+			t.Errorf("core shutdown: %v", err)
+		}
+	})
+	return &env{core: core, m: m, dir: dir}
+}
+
 func newEnv(t *testing.T, mut func(*jobs.Config)) *env {
 	t.Helper()
 	p, err := sim.New(sim.Config{BaseLatency: time.Millisecond})

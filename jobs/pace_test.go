@@ -75,26 +75,7 @@ func newStampsEnv(t *testing.T) (*env, *stamps) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	m, err := jobs.New(jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
-		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Errorf("manager shutdown: %v", err)
-		}
-		if err := core.Shutdown(ctx); err != nil {
-			t.Errorf("core shutdown: %v", err)
-		}
-	})
-	return &env{core: core, m: m, dir: dir}, s
+	return envOn(t, core), s
 }
 
 // Seed 000's per-group delay: a group's runs start at least delay apart,

@@ -111,20 +111,9 @@ var knownChatFields = sync.OnceValue(func() map[string]bool { return jsonFields(
 // embedded structs included.
 func jsonFields(t reflect.Type) map[string]bool {
 	known := map[string]bool{}
-	var add func(t reflect.Type)
-	add = func(t reflect.Type) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if f.Anonymous {
-				add(f.Type)
-				continue
-			}
-			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-				known[name] = true
-			}
-		}
+	for name := range fieldsOf(t).types {
+		known[name] = true
 	}
-	add(t)
 	return known
 }
 
