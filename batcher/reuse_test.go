@@ -231,13 +231,18 @@ func TestRequestSize(t *testing.T) {
 	}
 }
 
-// flakyBackend answers after 200 µs and, drawn from a generator seeded
-// with seed1 and seed2, fails one batch in eight whole and one item of
-// another in eight: retries and fallbacks for the reuse tests.
+// flakyBackend answers after 200 µs and fails as flakyFail does:
+// retries and fallbacks for the reuse tests.
 func flakyBackend(seed1, seed2 uint64) *fakeBackend {
+	return &fakeBackend{latency: 200 * time.Microsecond, fail: flakyFail(seed1, seed2)}
+}
+
+// flakyFail, drawn from a generator seeded with seed1 and seed2, fails
+// one batch in eight whole and one item of another in eight.
+func flakyFail(seed1, seed2 uint64) func(*Batch, []Response) error {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed1, seed2))
-	return &fakeBackend{latency: 200 * time.Microsecond, fail: func(b *Batch, out []Response) error {
+	return func(b *Batch, out []Response) error {
 		mu.Lock()
 		defer mu.Unlock()
 		switch rng.IntN(8) {
@@ -247,5 +252,5 @@ func flakyBackend(seed1, seed2 uint64) *fakeBackend {
 			out[rng.IntN(len(out))].Err = &UpstreamError{Class: ClassServer, Message: "injected item failure"}
 		}
 		return nil
-	}}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,35 +32,27 @@ func TestRunBooksBalanceOnEveryPath(t *testing.T) {
 func runBooksRound(t *testing.T, round int, abort bool) {
 	var (
 		atDelivery sync.Map // request ID -> func(): fired by the backend as it returns
-		mu         sync.Mutex
-		rng        = rand.New(rand.NewPCG(uint64(round), 9))
+		flaky      = flakyFail(uint64(round), 9)
 	)
-	// cancelOnReturn fires the cancels registered for b's requests, each on
-	// its own goroutine, and sometimes fails the batch or one request.
-	cancelOnReturn := func(b *Batch, out []Response) error {
+	// fire fires the cancels registered for b's requests, each on its own
+	// goroutine.
+	fire := func(b *Batch) {
 		for _, r := range b.Requests {
 			if f, ok := atDelivery.LoadAndDelete(r.ID); ok {
 				go f.(func())()
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch rng.IntN(8) {
-		case 0:
-			return &UpstreamError{Class: ClassServer, Message: "injected batch failure"}
-		case 1:
-			out[rng.IntN(len(out))].Err = &UpstreamError{Class: ClassServer, Message: "injected item failure"}
-		}
-		return nil
+	}
+	// cancelOnReturn fires them and sometimes fails the batch or one
+	// request.
+	cancelOnReturn := func(b *Batch, out []Response) error {
+		fire(b)
+		return flaky(b, out)
 	}
 	main := &fakeStreamer{words: []string{"a", "b", "c"}}
 	main.latency, main.fail = 100*time.Microsecond, cancelOnReturn
-	backup := &fakeBackend{fail: func(b *Batch, out []Response) error {
-		for _, r := range b.Requests {
-			if f, ok := atDelivery.LoadAndDelete(r.ID); ok {
-				go f.(func())()
-			}
-		}
+	backup := &fakeBackend{fail: func(b *Batch, _ []Response) error {
+		fire(b)
 		return nil
 	}}
 	b, err := New(
