@@ -244,13 +244,18 @@ func TestMessageBatchHeld(t *testing.T) {
 		t.Fatalf("held halfway: %+v, want in_progress with 2 succeeded and 2 processing", v)
 	}
 	close(release)
-	for {
+	// Released, it runs its last two requests on its own: a client sees
+	// the end only by looking.
+	for deadline := time.Now().Add(time.Minute); ; {
 		v := get()
 		if v.Status == "ended" {
 			if v.Counts["succeeded"] != 4 {
 				t.Errorf("ended %+v, want 4 succeeded", v)
 			}
 			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("released a minute ago, still %+v", v)
 		}
 		time.Sleep(10 * time.Millisecond) // polling, as a client does
 	}
