@@ -33,10 +33,13 @@ func (p *Provider) Features(_, _ string, op batcher.Operation) batcher.Features 
 // answerChat turns the generated completion c of a chat request into its
 // answer: a tool call when the request's tools and messages call for one,
 // JSON when its response format asks for it, n choices and logprobs when
-// asked. It returns an *batcher.UpstreamError for a schema that does not
+// asked. It also returns the tokens the choices generated, all of them
+// (a provider bills every choice, and the core charges budgets and quotas
+// what the usage says), and the longest choice's, which sets the call's
+// latency. It returns an *batcher.UpstreamError for a schema that does not
 // compile, as a provider answers 400.
-func (p *Provider) answerChat(model string, r *batcher.Request, c completion, maxTokens int32, sample uint64) (batcher.Response, error) {
-	resp := batcher.Response{Text: c.text, FinishReason: c.finish}
+func (p *Provider) answerChat(model string, r *batcher.Request, c completion, maxTokens int32, sample uint64) (resp batcher.Response, generated, longest int32, err error) {
+	resp = batcher.Response{Text: c.text, FinishReason: c.finish}
 	n := max(int(r.Params.RichParams().N), 1)
 	choices := make([]batcher.Choice, n)
 	for k := range choices {
@@ -46,9 +49,11 @@ func (p *Provider) answerChat(model string, r *batcher.Request, c completion, ma
 		}
 		ch, err := p.choice(r, ck, uint64(k))
 		if err != nil {
-			return batcher.Response{}, err
+			return batcher.Response{}, 0, 0, err
 		}
 		choices[k] = ch
+		generated += ck.tokens
+		longest = max(longest, ck.tokens)
 	}
 	ch := &choices[0]
 	var all []batcher.Choice
@@ -57,7 +62,7 @@ func (p *Provider) answerChat(model string, r *batcher.Request, c completion, ma
 	}
 	resp.Text, resp.FinishReason = ch.Text, ch.FinishReason
 	resp.Chat = batcher.NewChatOutput(ch.ToolCalls, "", ch.Logprobs, all)
-	return resp, nil
+	return resp, generated, longest, nil
 }
 
 // choice is one choice's answer.

@@ -142,6 +142,30 @@ func TestChoicesLogprobsAndImages(t *testing.T) {
 	}
 }
 
+// TestChoicesUsage: the usage of a chat with n choices counts the tokens of
+// every choice, as a provider bills them; the core charges budgets, quotas
+// and jobs' costs what it says.
+func TestChoicesUsage(t *testing.T) {
+	b := newChat(t)
+	in := batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: "tell me about queues"}}}
+	one := do(t, b, &batcher.Request{Route: "c", Input: in, Params: batcher.Params{Rich: &batcher.RichParams{N: 1, Logprobs: true}}})
+	res := do(t, b, &batcher.Request{Route: "c", Input: in, Params: batcher.Params{Rich: &batcher.RichParams{N: 3, Logprobs: true}}})
+	choices := res.ChatOutput().Choices
+	if len(choices) != 3 {
+		t.Fatalf("choices = %+v", choices)
+	}
+	var words int32
+	for _, ch := range choices {
+		words += int32(len(strings.Fields(ch.Text)))
+	}
+	if res.Usage.CompletionTokens != words || res.Usage.CompletionTokens <= one.Usage.CompletionTokens {
+		t.Fatalf("usage = %+v for 3 choices of %d words in all; one choice's usage = %+v", res.Usage, words, one.Usage)
+	}
+	if res.Usage.PromptTokens != one.Usage.PromptTokens {
+		t.Fatalf("prompt tokens = %d, want %d: the prompt is sent once", res.Usage.PromptTokens, one.Usage.PromptTokens)
+	}
+}
+
 // TestSimRefusesWhatItCannotHonour: what the sim could only ignore is
 // refused by name, never dropped.
 func TestSimRefusesWhatItCannotHonour(t *testing.T) {

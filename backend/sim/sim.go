@@ -281,18 +281,20 @@ func (p *Provider) answer(model string, op batcher.Operation, reqs []*batcher.Re
 			}
 			c := generate(model, in, &r.Params, resolved[i], sample)
 			u.CompletionTokens = c.tokens
-			longest = max(longest, c.tokens)
 			out[i] = batcher.Response{Text: c.text, FinishReason: c.finish, Usage: u}
 			if op == batcher.OpChat && r.Rich() {
-				resp, err := p.answerChat(model, r, c, resolved[i], sample)
+				resp, generated, slowest, err := p.answerChat(model, r, c, resolved[i], sample)
 				if err != nil {
 					p.stats.itemFailures.Add(1)
 					out[i] = batcher.Response{Err: err}
 					continue
 				}
+				u.CompletionTokens = generated
 				resp.Usage = u
 				out[i] = resp
+				c.tokens = slowest
 			}
+			longest = max(longest, c.tokens)
 		}
 		promptSum += int64(u.PromptTokens)
 		completionSum += int64(u.CompletionTokens)
