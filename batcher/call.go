@@ -336,6 +336,7 @@ func (c *Call) decide() *Result {
 // for a dedup group the caller's copy of it, which the group reads after
 // the signal).
 func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
+	c.b.metrics.finished(c, r)
 	settled := c.books(r, now, byRun, sink)
 	// The books first, so that whoever Done wakes sees them settled.
 	c.b.callEnded()
@@ -351,11 +352,11 @@ func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
 }
 
 // books is ended's part before the count of pending calls and the
-// signal: the metrics, the span, the sink's event, the lane, the timer,
-// the run (unless byRun) and the tenant. It reports whether c is settled
-// (byRun and nothing else reads it: see settled).
+// signal, after the metrics (which a batch run tallies for the batch):
+// the span, the sink's event, the lane, the timer, the run (unless
+// byRun) and the tenant. It reports whether c is settled (byRun and
+// nothing else reads it: see settled).
 func (c *Call) books(r *Result, now time.Time, byRun bool, sink EventSink) (settled bool) {
-	c.b.metrics.finished(c, r)
 	if c.span != nil {
 		if c.span.IsRecording() { // a span the sampler dropped takes nothing
 			if r.Err != nil {

@@ -38,6 +38,7 @@ type batchRun struct {
 	watch   deadlineWatch
 	flushes []*flushWait // told once the upstream call starts
 	wake    []*Call      // deliver's plain calls, ended but not yet signalled
+	tallies tallies      // deliver's plain calls' histograms, added before they wake
 	// view is every live call's view of the batch (setViews, viewOf)
 	// unless mixed: the batch holds several tenants' requests, and
 	// tenantIdx and views give each tenant's.
@@ -394,6 +395,7 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 		if res := c.decide(); res != nil {
 			r.result(res, c, resp, e)
 			res.Timings.Total = time.Duration(endM - c.admitted) // c.since(end)
+			b.metrics.finishedBy(r, c, res)
 			if c.books(res, end, true, nil) && c.token {
 				c.recycle = true
 			}
@@ -401,6 +403,7 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 			ended++
 		}
 	}
+	r.tallies.flush()
 	r.signal()
 	r.endN(ended)
 }

@@ -299,13 +299,19 @@ func newHistogram(def *histDef, attrs attribute.Set) *histogram {
 func (h *histogram) recordInt(v int64) {
 	h.counts[bucketOf(h.def.intBounds, v)].Add(1)
 	h.sum.Add(v)
-	if v < h.min.Load() {
-		for lo := h.min.Load(); v < lo && !h.min.CompareAndSwap(lo, v); lo = h.min.Load() {
-		}
+	h.lower(v)
+	h.raise(v)
+}
+
+// lower makes v h's min if it is below it (kindSeconds, kindInt).
+func (h *histogram) lower(v int64) {
+	for lo := h.min.Load(); v < lo && !h.min.CompareAndSwap(lo, v); lo = h.min.Load() {
 	}
-	if v > h.max.Load() {
-		for hi := h.max.Load(); v > hi && !h.max.CompareAndSwap(hi, v); hi = h.max.Load() {
-		}
+}
+
+// raise makes v h's max if it is above it (kindSeconds, kindInt).
+func (h *histogram) raise(v int64) {
+	for hi := h.max.Load(); v > hi && !h.max.CompareAndSwap(hi, v); hi = h.max.Load() {
 	}
 }
 

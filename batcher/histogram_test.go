@@ -23,6 +23,13 @@ var _ sdkmetric.Producer = (*MetricsProducer)(nil)
 // registered on reader.
 func histogramCore(t *testing.T, byHand bool) (*Batcher, sdkmetric.Reader) {
 	t.Helper()
+	return histogramCoreOn(t, byHand, &fakeBackend{}, BatchConfig{})
+}
+
+// histogramCoreOn is histogramCore with route m's backend be and batch
+// settings bc.
+func histogramCoreOn(t *testing.T, byHand bool, be Backend, bc BatchConfig) (*Batcher, sdkmetric.Reader) {
+	t.Helper()
 	opts := []Option{WithRoute(Route{Name: "n", Op: OpCompletion, Backend: "be"})}
 	var readerOpts []sdkmetric.ManualReaderOption
 	if byHand {
@@ -33,7 +40,7 @@ func histogramCore(t *testing.T, byHand bool) (*Batcher, sdkmetric.Reader) {
 	reader := sdkmetric.NewManualReader(readerOpts...)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	return newTest(t, &fakeBackend{}, 1, BatchConfig{}, append(opts, WithMeterProvider(mp))...), reader
+	return newTest(t, be, 1, bc, append(opts, WithMeterProvider(mp))...), reader
 }
 
 // finishAll records the end of a call on route with priority p, error
