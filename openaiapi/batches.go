@@ -231,19 +231,19 @@ func (a *batchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, "/v1/batches"), "/")
 	parts := strings.Split(rest, "/")
 	switch {
-	case rest == "" && r.Method == http.MethodPost:
-		a.create(w, r)
-	case rest == "" && r.Method == http.MethodGet:
-		a.list(w, r)
-	case len(parts) == 1 && r.Method == http.MethodGet:
-		a.get(w, r, parts[0])
-	case len(parts) == 2 && parts[1] == "cancel" && r.Method == http.MethodPost:
-		a.cancel(w, r, parts[0])
+	case rest == "":
+		methods(w, r, endpoint{http.MethodGet, a.list, batchListParams}, endpoint{http.MethodPost, a.create, nil})
+	case len(parts) == 1:
+		methods(w, r, endpoint{http.MethodGet, func(w http.ResponseWriter, r *http.Request) { a.get(w, r, parts[0]) }, nil})
+	case len(parts) == 2 && parts[1] == "cancel":
+		methods(w, r, endpoint{http.MethodPost, func(w http.ResponseWriter, r *http.Request) { a.cancel(w, r, parts[0]) }, nil})
 	default:
-		WriteError(w, &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest,
-			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		WriteError(w, notFound("", "unknown_url", "Invalid URL (%s %s)", r.Method, truncate(r.URL.Path)))
 	}
 }
+
+// batchListParams are the query parameters of GET /v1/batches.
+var batchListParams = []string{"limit", "after"}
 
 // batchRequest is POST /v1/batches's body.
 type batchRequest struct {

@@ -430,9 +430,6 @@ func TestBatchesReadAndList(t *testing.T) {
 			t.Errorf("list ?%s: %d %s, want 400 naming %s", tt.query, code, body, tt.param)
 		}
 	}
-	if code, _, body := e.do(t, http.MethodDelete, "/v1/batches/b1", ""); code != 404 || !strings.Contains(body, "no route DELETE /v1/batches/b1") {
-		t.Errorf("DELETE: %d %s", code, body)
-	}
 }
 
 // TestBatchesOutputFiles: an ended batch's non-empty output files are

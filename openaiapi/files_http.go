@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"io"
-	"maps"
 	"mime"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -245,23 +243,16 @@ type fileListQuery struct {
 	after   string
 }
 
+// fileListParams are the query parameters of GET /v1/files.
+var fileListParams = []string{"purpose", "limit", "order", "after"}
+
 // parseFileListQuery reads GET /v1/files's query: purpose, limit, order
 // and after, each at most once; anything else is refused by name.
 func parseFileListQuery(raw string) (fileListQuery, *Error) {
 	q := fileListQuery{limit: MaxFileListLimit}
-	vals, err := url.ParseQuery(raw)
-	if err != nil {
-		return q, badRequest("", "malformed query string: %v", err)
-	}
-	names := slices.Sorted(maps.Keys(vals))
-	for _, name := range names {
-		vs := vals[name]
-		if !slices.Contains([]string{"purpose", "limit", "order", "after"}, name) {
-			return q, badRequest(truncate(name), "unknown query parameter %q: GET /v1/files takes purpose, limit, order and after", truncate(name))
-		}
-		if len(vs) > 1 {
-			return q, badRequest(name, "%s must be given once, got %d values", name, len(vs))
-		}
+	vals, e := checkQuery(raw, "GET /v1/files", fileListParams...)
+	if e != nil {
+		return q, e
 	}
 	if v := vals.Get("purpose"); v != "" {
 		if !slices.Contains(filePurposes, v) {

@@ -148,26 +148,26 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case p == "/v1/chat/completions":
-		h.method(w, r, http.MethodPost, h.chat)
+		method(w, r, http.MethodPost, h.chat)
 	case p == "/v1/completions":
-		h.method(w, r, http.MethodPost, h.completions)
+		method(w, r, http.MethodPost, h.completions)
 	case p == "/v1/embeddings":
-		h.method(w, r, http.MethodPost, h.embeddings)
+		method(w, r, http.MethodPost, h.embeddings)
 	case p == "/v1/models":
-		h.method(w, r, http.MethodGet, h.listModels)
+		method(w, r, http.MethodGet, h.listModels)
 	case strings.HasPrefix(p, "/v1/models/"):
-		h.method(w, r, http.MethodGet, h.getModel)
+		method(w, r, http.MethodGet, h.getModel)
 	case p == "/v1/files":
-		h.methods(w, r, endpoint{http.MethodGet, h.listFiles}, endpoint{http.MethodPost, h.uploadFile})
+		methods(w, r, endpoint{http.MethodGet, h.listFiles, fileListParams}, endpoint{http.MethodPost, h.uploadFile, nil})
 	case strings.HasPrefix(p, "/v1/files/"):
 		rest := strings.TrimPrefix(p, "/v1/files/")
 		if id, ok := strings.CutSuffix(rest, "/content"); ok {
-			h.method(w, r, http.MethodGet, func(w http.ResponseWriter, r *http.Request) { h.fileContent(w, r, id) })
+			method(w, r, http.MethodGet, func(w http.ResponseWriter, r *http.Request) { h.fileContent(w, r, id) })
 			return
 		}
-		h.methods(w, r,
-			endpoint{http.MethodGet, func(w http.ResponseWriter, r *http.Request) { h.getFile(w, r, rest) }},
-			endpoint{http.MethodDelete, func(w http.ResponseWriter, r *http.Request) { h.deleteFile(w, r, rest) }})
+		methods(w, r,
+			endpoint{http.MethodGet, func(w http.ResponseWriter, r *http.Request) { h.getFile(w, r, rest) }, nil},
+			endpoint{http.MethodDelete, func(w http.ResponseWriter, r *http.Request) { h.deleteFile(w, r, rest) }, nil})
 	case (p == "/v1/batches" || strings.HasPrefix(p, "/v1/batches/")) && h.cfg.batches != nil:
 		h.cfg.batches.ServeHTTP(w, r)
 	default:
@@ -175,21 +175,30 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *Handler) method(w http.ResponseWriter, r *http.Request, want string, serve http.HandlerFunc) {
-	h.methods(w, r, endpoint{want, serve})
+// method serves r with serve when r's method is want (an endpoint that
+// takes no query parameters); see methods.
+func method(w http.ResponseWriter, r *http.Request, want string, serve http.HandlerFunc) {
+	methods(w, r, endpoint{want, serve, nil})
 }
 
-// endpoint is a path's handler for one method.
+// endpoint is a path's handler for one method, and the query parameters it
+// reads (nil: none).
 type endpoint struct {
 	method string
 	serve  http.HandlerFunc
+	query  []string
 }
 
-// methods serves r with the endpoint of its method, or answers 405 with
-// every method the path takes in Allow and in the message.
-func (h *Handler) methods(w http.ResponseWriter, r *http.Request, eps ...endpoint) {
+// methods serves r with the endpoint of its method once its query holds
+// only parameters that endpoint reads, or answers 405 with every method
+// the path takes in Allow and in the message.
+func methods(w http.ResponseWriter, r *http.Request, eps ...endpoint) {
 	for _, ep := range eps {
 		if r.Method == ep.method {
+			if _, e := checkQuery(r.URL.RawQuery, r.Method+" "+truncate(r.URL.Path), ep.query...); e != nil {
+				WriteError(w, e)
+				return
+			}
 			ep.serve(w, r)
 			return
 		}
