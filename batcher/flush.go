@@ -30,22 +30,43 @@ func (b *Batcher) Flush(ctx context.Context) error {
 // The flush is asked for before FlushCalls waits: with a ctx that is
 // already done it returns at once, and the calls still leave.
 func (b *Batcher) FlushCalls(ctx context.Context, calls ...*Call) error {
-	byLane := make(map[*lane][]*Call)
-	for _, c := range calls {
-		if c == nil || !c.queued.Load() {
-			continue
-		}
-		if l := c.lane.Load(); l != nil {
-			byLane[l] = append(byLane[l], c)
-		}
+	first, firstCalls, others := callsByLane(calls)
+	if first == nil {
+		return nil
 	}
-	waits := make([]*flushWait, 0, len(byLane))
-	for l, cs := range byLane {
+	waits := make([]*flushWait, 0, 1+len(others))
+	fw := newFlushWait(ctx, firstCalls)
+	waits = append(waits, fw)
+	first.flush(fw)
+	for l, cs := range others {
 		fw := newFlushWait(ctx, cs)
 		waits = append(waits, fw)
 		l.flush(fw)
 	}
 	return waitFlushed(ctx, waits)
+}
+
+// callsByLane sorts the queued calls of calls by lane: those of the first
+// lane met (nil: none is queued), and those of any other lane by lane.
+// Most flushes name the calls of one lane (a stream's requests for one
+// model, flushed as the caller half-closes), which then need no map.
+func callsByLane(calls []*Call) (first *lane, firstCalls []*Call, others map[*lane][]*Call) {
+	for _, c := range calls {
+		if c == nil || !c.queued.Load() {
+			continue
+		}
+		switch l := c.lane.Load(); {
+		case l == nil:
+		case first == nil || l == first:
+			first, firstCalls = l, append(firstCalls, c)
+		default:
+			if others == nil {
+				others = make(map[*lane][]*Call)
+			}
+			others[l] = append(others[l], c)
+		}
+	}
+	return first, firstCalls, others
 }
 
 // newFlushWait returns the flush of calls (nil: every queued call) for a

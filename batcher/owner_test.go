@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -162,6 +163,47 @@ func TestFlushCallsOnlyThose(t *testing.T) {
 		}
 		if isDone(other) {
 			t.Fatal("FlushCalls sent another caller's request")
+		}
+		if err := b.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-other.Done()
+		wantOK(t, other)
+	})
+}
+
+// TestFlushCallsAcrossLanes: FlushCalls given calls of two lanes, mixed,
+// sends each lane's in a batch of its own and waits for both.
+func TestFlushCallsAcrossLanes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MaxBatchSize: 10, MinBatchSize: 10, Window: time.Hour, MaxWait: time.Hour})
+		hot, cold := float32(0.9), float32(0)
+		var mine []*Call
+		for i, id := range []string{"h1", "c1", "h2", "c2"} {
+			r := req(id, PriorityNormal)
+			r.Params.Temperature = &hot
+			if i%2 == 1 {
+				r.Params.Temperature = &cold
+			}
+			mine = append(mine, submit(t, b, r))
+		}
+		other := submit(t, b, req("o", PriorityNormal)) // a third lane: no temperature
+		if err := b.FlushCalls(context.Background(), append(mine, nil)...); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		got := be.batchIDs()
+		slices.SortFunc(got, func(a, b []string) int { return slices.Compare(a, b) })
+		want := [][]string{{"c1", "c2"}, {"h1", "h2"}}
+		if len(got) != 2 || !slices.Equal(got[0], want[0]) || !slices.Equal(got[1], want[1]) {
+			t.Fatalf("batches %v, want %v", got, want)
+		}
+		if isDone(other) {
+			t.Fatal("FlushCalls sent another caller's request")
+		}
+		for _, c := range mine {
+			wantOK(t, c)
 		}
 		if err := b.Flush(context.Background()); err != nil {
 			t.Fatal(err)
