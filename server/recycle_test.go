@@ -83,3 +83,21 @@ func TestSpareItemsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestItemsMapClearedForTheNextStream checks that a stream's items map
+// goes back to itemMaps only once both the sender and the receiver are
+// done with it, and empty: a stream closed with requests in flight must
+// not hand their ids to the next stream, which would refuse them as
+// duplicates.
+func TestItemsMapClearedForTheNextStream(t *testing.T) {
+	st := &stream{items: map[string]*item{"a": new(item)}, peak: 1}
+	m := st.items
+	st.leave()
+	if len(m) != 1 || st.items == nil {
+		t.Fatal("the first to leave emptied the map the other still reads")
+	}
+	st.leave()
+	if len(m) != 0 || st.items != nil {
+		t.Fatalf("after both left: %d items, map kept %v; want it cleared and let go", len(m), st.items != nil)
+	}
+}

@@ -39,7 +39,7 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 		nudge:      make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
-		items:      make(map[string]*item),
+		items:      itemMaps.Get().(map[string]*item),
 		// The first message may change it.
 		interval: s.cfg.interval,
 	}
@@ -121,6 +121,8 @@ type stream struct {
 	streaming []*batcher.Call                   // streamed requests with deltas waiting (sent before out)
 	spareStr  []*batcher.Call                   // streaming's other buffer, sender-owned between takes
 	items     map[string]*item                  // accepted (or being submitted) and not yet taken ended, by id
+	peak      int                               // the most items has held (leave)
+	left      atomic.Int32                      // the sender and the receiver that are done with items (leave)
 	closed    bool                              // the sender is gone: drop messages, cancel late admissions
 	recvDone  bool                              // the receiver stopped reading
 	recvErr   error                             // why, when it was not a half-close
@@ -208,6 +210,32 @@ func (p *spareItems) put(list *item) {
 	}
 }
 
+// itemMaps holds the items maps (stream.items) of ended streams, empty,
+// for the streams to come: a stream's map grows as its requests come in,
+// six times on the way to a hundred in flight, and a stream of a few
+// hundred requests paid for that growth on each of them.
+var itemMaps = sync.Pool{New: func() any { return make(map[string]*item) }}
+
+// maxPooledItems bounds the peak size of the items maps kept in itemMaps:
+// clearing a map costs as much as its largest size, and a pooled map keeps
+// its room.
+const maxPooledItems = 1024
+
+// leave is called by the sender and the receiver once each is done with
+// items; the second gives the map to itemMaps. Nobody else reads it.
+func (st *stream) leave() {
+	if st.left.Add(1) < 2 {
+		return
+	}
+	m := st.items
+	st.items = nil
+	if st.peak > maxPooledItems {
+		return
+	}
+	clear(m)
+	itemMaps.Put(m)
+}
+
 // maxFreeItems bounds a stream's own free items (stream.free); items past
 // it go to the server's spare items.
 const maxFreeItems = 64
@@ -284,8 +312,10 @@ func (st *stream) run() error {
 	st.s.streams.Add(1) // the handler's count is held: never 0 here
 	go func() {
 		defer st.s.streams.Done()
+		defer st.leave()
 		st.receive()
 	}()
+	defer st.leave() // after close, which reads items
 	defer st.close()
 	defer st.spillFree(nil)
 

@@ -199,6 +199,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 		return
 	}
 	st.items[id] = it
+	st.peak = max(st.peak, len(st.items))
 	st.submitted++
 	st.mu.Unlock()
 
