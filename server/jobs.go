@@ -381,8 +381,10 @@ func progressToProto(p *jobs.Progress) *batcherv1.JobProgress {
 
 func (s *JobService) job(j *jobs.Job, p *jobs.Progress) *batcherv1.Job {
 	if p == nil {
-		pp := jobs.Progress{ID: j.ID, State: j.State, Counts: j.Counts, TokensIn: j.TokensIn, TokensOut: j.TokensOut,
-			Cost: j.Cost, Saving: j.Saving(), ETA: -1, Time: time.Now()}
+		// What GetJob reports, less the upstream batches (a read of the
+		// store per job): elapsed, success rate, rates and groups come from
+		// the job itself, so ListJobs and CancelJob do not say 0s.
+		pp := s.m.ProgressOf(j)
 		p = &pp
 	}
 	out := &batcherv1.Job{Id: j.ID, Spec: specToProto(&j.Spec), Progress: progressToProto(p),

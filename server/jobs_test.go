@@ -307,6 +307,45 @@ func TestJobServiceCancel(t *testing.T) {
 	}
 }
 
+// TestEndedJobProgressOnEveryCall: ListJobs and CancelJob report an ended
+// job's progress as GetJob does (its elapsed time, success rate and rates
+// over its whole run), not an elapsed of 0s and no rates.
+func TestEndedJobProgressOnEveryCall(t *testing.T) {
+	e := newJobsEnv(t, newFake(), 0)
+	resp, err := e.createJob(t, &batcherv1.JobSpec{Model: routeChat},
+		&batcherv1.JobItems{Requests: []*batcherv1.Request{chatRequest("a", "x"), chatRequest("b", "y"), {Id: "bad", Model: routeChat, Priority: 99}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetJob().GetId()
+	if ps := e.watch(t, id); ps[len(ps)-1].GetState() != batcherv1.JobState_JOB_STATE_COMPLETED {
+		t.Fatalf("watch ended at %v", ps[len(ps)-1])
+	}
+	got, err := e.jobs.GetJob(t.Context(), &batcherv1.GetJobRequest{Id: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := got.GetJob().GetProgress()
+	if want.GetElapsed().AsDuration() <= 0 || want.GetSuccessRate() == 0 || want.GetItemsPerHour() == 0 {
+		t.Fatalf("GetJob's progress %v: want an elapsed time, a success rate and a rate", want)
+	}
+	list, err := e.jobs.ListJobs(t.Context(), &batcherv1.ListJobsRequest{})
+	if err != nil || len(list.GetJobs()) != 1 {
+		t.Fatalf("ListJobs = %v, %v", list, err)
+	}
+	c, err := e.jobs.CancelJob(t.Context(), &batcherv1.CancelJobRequest{Id: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]*batcherv1.JobProgress{"ListJobs": list.GetJobs()[0].GetProgress(), "CancelJob": c.GetJob().GetProgress()} {
+		if p.GetState() != want.GetState() || p.GetElapsed().AsDuration() != want.GetElapsed().AsDuration() ||
+			p.GetSuccessRate() != want.GetSuccessRate() || p.GetItemsPerHour() != want.GetItemsPerHour() ||
+			p.GetTokensPerSecond() != want.GetTokensPerSecond() || p.GetEta().AsDuration() != 0 || p.GetEta() == nil {
+			t.Errorf("%s's progress %v, want GetJob's %v", name, p, want)
+		}
+	}
+}
+
 // Every spec field a caller sets comes back on the job: nothing is dropped
 // between the wire and the jobs package.
 func TestJobSpecRoundTrip(t *testing.T) {
