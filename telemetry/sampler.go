@@ -182,7 +182,9 @@ var errStopped = context.Canceled
 
 // Sample takes a snapshot at now and keeps it.
 func (s *Sampler) Sample(now time.Time) Snapshot {
-	snap := Snapshot{Time: now}
+	// The lists are empty, never null, in the JSON dashboards read: a
+	// reader iterating lanes would fail on an idle batcherd.
+	snap := Snapshot{Time: now, Lanes: []Lane{}, Backends: []Backend{}, Jobs: []Job{}}
 	for _, l := range s.src.Lanes() {
 		snap.Lanes = append(snap.Lanes, Lane{Name: l.Name, Route: l.Route, Backend: l.Backend, Queued: l.Queued, InFlight: l.InFlight})
 	}
@@ -214,7 +216,9 @@ func (s *Sampler) Sample(now time.Time) Snapshot {
 		snap.Streams = s.src.Streams()
 	}
 	if s.src.Jobs != nil {
-		snap.Jobs = s.src.Jobs()
+		if js := s.src.Jobs(); js != nil {
+			snap.Jobs = js
+		}
 	}
 	if s.src.Fleet != nil {
 		snap.Fleet = s.src.Fleet()

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/batcherhq/batcher/batcher"
 )
 
 // The snapshot's JSON, which dashboards read, has snake_case names, and
@@ -76,5 +78,29 @@ func TestSnapshotJSON(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, snap) {
 		t.Errorf("read back %+v\nwant %+v", back, snap)
+	}
+}
+
+// TestSnapshotListsNeverNull: an idle batcherd's snapshot (no lanes, no
+// jobs) has empty lists, not nulls, in its JSON: a dashboard iterates them.
+func TestSnapshotListsNeverNull(t *testing.T) {
+	s := NewSampler(Sources{
+		Lanes:    func() []batcher.LaneStats { return nil },
+		Backends: func() []batcher.BackendStats { return nil },
+		Jobs:     func() []Job { return nil },
+	}, time.Second, 0)
+	defer s.Stop()
+	b, err := json.Marshal(s.Sample(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tree map[string]any
+	if err := json.Unmarshal(b, &tree); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"lanes", "backends", "jobs"} {
+		if l, ok := tree[k].([]any); !ok || len(l) != 0 {
+			t.Errorf("%s = %#v, want [] in %s", k, tree[k], b)
+		}
 	}
 }
