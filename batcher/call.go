@@ -55,9 +55,9 @@ var closedDone = func() chan struct{} {
 // it is computed (due), not kept, and so is its view of its batch (the
 // run's, batchRun.viewOf). The Result is not in the call either: a Do's
 // lives in Do's pooled slot, any other call's is made when it ends. So a
-// queued call is 256 bytes, four cache lines (a call is written and read
-// by several goroutines, so each line it spans costs on every request; a
-// 240-byte Result inside it made it 512).
+// queued call is 224 bytes, four or five cache lines (a call is written
+// and read by several goroutines, so each line it spans costs on every
+// request; a 240-byte Result inside it made it 512).
 type Call struct {
 	req      *Request
 	b        *Batcher
