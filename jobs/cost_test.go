@@ -207,3 +207,55 @@ func TestUpstreamProgress(t *testing.T) {
 		t.Errorf("an online job's upstream progress: %+v (%v), want none", p2.Upstream, err)
 	}
 }
+
+// TestCancelledBacklogCountedOnItsRoute: tasks a job's pacer held in its
+// backlog when it was cancelled are counted in batcher_job_tasks_total on
+// their route, like those cancelled in flight, not on a route "".
+func TestCancelledBacklogCountedOnItsRoute(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	e := newEnv(t, func(c *jobs.Config) { c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)) })
+	// One request a second: the first starts, the next ones wait in the
+	// backlog for the pacer.
+	j := e.create(t, jobs.Spec{Model: "chat", RPM: 60, ConcurrentRequests: 8}, 20)
+	ctx := t.Context()
+	for {
+		p, _, err := e.m.Progress(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Counts.Succeeded > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no item succeeded")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, err := e.m.Cancel(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := e.wait(t, j.ID); p.State != jobs.StateCancelled || p.Counts.Cancelled == 0 {
+		t.Fatalf("ended %s %+v, want cancelled items", p.State, p.Counts)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	byRoute := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if mt.Name != "batcher.job.tasks" {
+				continue
+			}
+			for _, dp := range mt.Data.(metricdata.Sum[int64]).DataPoints {
+				route, _ := dp.Attributes.Value("batcher.route")
+				state, _ := dp.Attributes.Value("batcher.job.task.state")
+				byRoute[route.AsString()+"/"+state.AsString()] += dp.Value
+			}
+		}
+	}
+	if byRoute["chat/cancelled"] == 0 || len(byRoute) != 2 {
+		t.Errorf("batcher.job.tasks by route/state = %v, want chat/succeeded and chat/cancelled only", byRoute)
+	}
+}

@@ -33,8 +33,7 @@ func (r *run) endPending() {
 	r.unchecked()
 	// Claimed tasks not yet admitted end too.
 	for i := range r.backlog {
-		f := &inflight{task: r.backlog[i]}
-		r.pending = append(r.pending, r.outcome(f, batcher.Result{Err: batcher.ErrCanceled}))
+		r.pending = append(r.pending, r.outcome(r.unrun(r.backlog[i]), batcher.Result{Err: batcher.ErrCanceled}))
 	}
 	r.backlog = nil
 }

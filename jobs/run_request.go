@@ -31,11 +31,9 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 		Metadata: ir.Metadata,
 	}
 	ir.setRich(req)
-	model := cmp.Or(ir.Model, spec.Model)
 	switch {
 	case t.Group >= 0 && t.Group < len(spec.Groups):
 		g := &spec.Groups[t.Group]
-		model = cmp.Or(g.Model, model)
 		if g.Temperature != nil {
 			req.Params.Temperature = g.Temperature
 		}
@@ -44,7 +42,6 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 			req.Params.Seed = &seed
 		}
 	case t.Group == GroupJudge && spec.Judge != nil:
-		model = spec.Judge.Model
 		prompt, err := r.judgePrompt(ctx, t, &ir)
 		if err != nil {
 			return f, nil, err
@@ -54,16 +51,15 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 		// The judge reads the runs' outputs: the item's tools and format
 		// are the runs', not its own.
 		(&ItemRequest{}).setRich(req)
-		if op, _ := r.m.route(model); op == batcher.OpCompletion {
+		if op, _ := r.m.route(spec.Judge.Model); op == batcher.OpCompletion {
 			req.Input = batcher.Input{Op: batcher.OpCompletion, Prompt: prompt}
 		} else {
 			req.Input = batcher.Input{Op: batcher.OpChat, Messages: []batcher.Message{{Role: "user", Content: prompt}}}
 		}
 		f.url, f.tier = "", ""
 	}
-	model = cmp.Or(override, model)
-	f.model = model
-	req.Route = model
+	f.model = r.routeOf(t, ir.Model, override)
+	req.Route = f.model
 	req.Retry = r.retry(t)
 	if dl := r.job.Deadline(); !dl.IsZero() {
 		// The window bounds the job; one call is bounded by the core's
@@ -72,6 +68,36 @@ func (r *run) request(ctx context.Context, t *Task, override string) (*inflight,
 		req.Timeout = min(max(time.Until(dl), time.Millisecond), batcher.MaxTimeout)
 	}
 	return f, req, nil
+}
+
+// routeOf is the route task t runs on: override (its group's next model)
+// when set, else the judge's model for a judge task, else its group's
+// model, the item's (itemModel) or the job's, the first that is set.
+func (r *run) routeOf(t *Task, itemModel, override string) string {
+	spec := &r.job.Spec
+	model := cmp.Or(itemModel, spec.Model)
+	switch {
+	case t.Group >= 0 && t.Group < len(spec.Groups):
+		model = cmp.Or(spec.Groups[t.Group].Model, model)
+	case t.Group == GroupJudge && spec.Judge != nil:
+		model = spec.Judge.Model
+	}
+	return cmp.Or(override, model)
+}
+
+// unrun is the inflight of a claimed task that ends without running (a
+// cancel or an expiry ending the backlog): its route, URL and service
+// tier as request sets them, so that its outcome is counted on its route,
+// without building its request (a judge's prompt reads the store).
+func (r *run) unrun(t Task) *inflight {
+	f := &inflight{task: t}
+	var ir ItemRequest
+	// A judge task stores no request; one that does not decode goes by
+	// the job's route, as its request would fail anyway.
+	_ = json.Unmarshal(t.Request, &ir)
+	f.url, f.tier = ir.URL, ir.ServiceTier
+	f.model = r.routeOf(&t, ir.Model, t.Model)
+	return f
 }
 
 // retry is a task's override of its backend's retry policy: its group's
