@@ -77,7 +77,10 @@ func outcomeOf(err error) int {
 	}
 	var ue *UpstreamError
 	switch {
-	case errors.Is(err, ErrCanceled):
+	// A backend's call the caller abandoned (a streamed answer whose
+	// client left) ends with the context's error: canceled, not an
+	// upstream "error" an operator would page on.
+	case errors.Is(err, ErrCanceled), errors.Is(err, context.Canceled):
 		return outcomeCanceled
 	case errors.Is(err, ErrDeadline):
 		return outcomeDeadline

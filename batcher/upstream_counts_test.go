@@ -96,3 +96,27 @@ func sumPoints(s metricdata.Sum[int64]) map[string]int64 {
 	}
 	return out
 }
+
+// TestAbandonedCallCountedCanceled: an upstream call that ends with the
+// context's cancellation (a streamed answer whose caller left) is counted
+// with outcome and error.type "canceled", not "error".
+func TestAbandonedCallCountedCanceled(t *testing.T) {
+	b, reader := histogramCore(t, false)
+	rc := (*b.routes.Load())["n"]
+	r := &batchRun{b: b, be: rc.targets[0].be, lane: &lane{route: rc}, batch: Batch{Route: "n"}}
+	r.upstreamCall(time.Millisecond, fmt.Errorf("sim: stream: %w", context.Canceled))
+	got := collect(t, reader)
+	calls := map[string]int64{}
+	for _, dp := range got["batcher.upstream.calls"].Data.(metricdata.Sum[int64]).DataPoints {
+		o, _ := dp.Attributes.Value(keyOutcome)
+		calls[o.AsString()] += dp.Value
+	}
+	durs := map[string]uint64{}
+	for _, dp := range got["gen_ai.client.operation.duration"].Data.(metricdata.Histogram[float64]).DataPoints {
+		o, _ := dp.Attributes.Value(keyErrType)
+		durs[o.AsString()] += dp.Count
+	}
+	if calls["canceled"] != 1 || calls["error"] != 0 || durs["canceled"] != 1 || durs["error"] != 0 {
+		t.Errorf("upstream calls by outcome %v, operation durations by error.type %v: want the call canceled", calls, durs)
+	}
+}
