@@ -333,6 +333,39 @@ func TestDedupKeepsRichApart(t *testing.T) {
 	}
 }
 
+// TestEstimateCountsEveryChoice: a request for n choices may generate
+// max_tokens for each, and a provider bills them all (the sim's usage
+// counts every choice), so its estimate counts them all: a reply that
+// uses more than its estimate is not charged the rest, and a tenant's tpm
+// quota would pass n times its limit.
+func TestEstimateCountsEveryChoice(t *testing.T) {
+	b, err := New(
+		WithBackend(BackendConfig{Name: "be", Backend: featured{&fakeBackend{}, AllFeatures}, MaxConcurrency: 1}),
+		WithRoute(Route{Name: "c", Op: OpChat, Backend: "be"}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shutdownAtEnd(t, b)
+	if err := b.SetTenants([]TenantPolicy{{Name: "a", Quotas: TenantQuotas{TPM: 250}}}); err != nil {
+		t.Fatal(err)
+	}
+	one, three := toolReq("one"), toolReq("three")
+	for _, r := range []*Request{one, three} {
+		r.Tenant = "a"
+		r.Params.MaxTokens = 100
+	}
+	three.Params.MutableRich().N = 3
+	if d := three.EstimatedTokens(0) - one.EstimatedTokens(0); d != 200 {
+		t.Errorf("three choices of 100 tokens estimate %d more than one, want 200", d)
+	}
+	_, err = b.Submit(context.Background(), three)
+	var qe *QuotaError
+	if !errors.As(err, &qe) || qe.Quota != QuotaTPM || qe.Need < 300 {
+		t.Fatalf("three choices of up to 100 tokens under a tpm quota of 250: %v, want refused as needing 300 or more", err)
+	}
+}
+
 // TestEstimateCountsRich: tool definitions and schemas count, and an
 // image counts as image tokens, not as its data URL's bytes.
 func TestEstimateCountsRich(t *testing.T) {

@@ -354,7 +354,9 @@ func estimateTokens(r *Request, rc *routeConfig) int {
 
 // EstimatedTokens guesses r's cost before the upstream counts it, as the
 // backends' TPM limits do: about four bytes a token of input, plus the
-// tokens it may generate (its max_tokens, or defaultMaxTokens when unset).
+// tokens it may generate (its max_tokens, or defaultMaxTokens when unset)
+// for each of its choices (Params.Rich.N): a provider bills every choice,
+// and a reply that uses more than the estimate is not charged the rest.
 func (r *Request) EstimatedTokens(defaultMaxTokens int32) int {
 	n := r.Input.Size()/4 + 1
 	// richTokens counts tools, a schema and images, so it is 0 without
@@ -367,7 +369,7 @@ func (r *Request) EstimatedTokens(defaultMaxTokens int32) int {
 		if mt == 0 {
 			mt = defaultMaxTokens
 		}
-		n += int(mt)
+		n += int(mt) * int(max(r.Params.rich().N, 1))
 	}
 	return n
 }
