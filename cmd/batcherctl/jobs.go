@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -376,17 +378,26 @@ unless the job completed.`,
 
 func newJobsResultsCmd(a *app) *cobra.Command {
 	var file string
+	var force bool
 	c := &cobra.Command{
 		Use:   "results ID",
 		Short: "Write a job's results as JSONL",
 		Long: `results writes the job's finished items, in item order, one JSON object
-(protobuf JSON of JobResult) a line, to stdout or --output.`,
+(protobuf JSON of JobResult) a line, to stdout or --output. As with run,
+an existing --output file is an error without --force.`,
 		Example: "  batcherctl jobs results job_7ea308f3105a729ad74b > results.jsonl\n  batcherctl jobs results job_7ea308f3105a729ad74b -o results.jsonl",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			if file != "" && file != "-" {
-				f, err := os.Create(file)
+				flag := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+				if force {
+					flag = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+				}
+				f, err := os.OpenFile(file, flag, 0o644)
+				if errors.Is(err, fs.ErrExist) {
+					return usageError("%s exists: pass --force to overwrite it", file)
+				}
 				if err != nil {
 					return err
 				}
@@ -417,6 +428,7 @@ func newJobsResultsCmd(a *app) *cobra.Command {
 		},
 	}
 	c.Flags().StringVarP(&file, "output", "o", "", "write to this file (default: stdout)")
+	c.Flags().BoolVar(&force, "force", false, "overwrite an existing --output file")
 	return c
 }
 

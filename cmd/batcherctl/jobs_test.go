@@ -70,6 +70,19 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 	if r2 := ctl(t, addr, "", "jobs", "results", id); r2.stdout != string(b) {
 		t.Fatalf("results to stdout differ from the file:\n%s\nvs\n%s", r2.stdout, b)
 	}
+	// An existing file is not overwritten without --force, as with run.
+	if r = ctl(t, addr, "", "jobs", "results", id, "-o", out); r.code != 2 || !strings.Contains(r.stderr, "exists: pass --force") {
+		t.Fatalf("results over an existing file: %+v, want exit 2 naming --force", r)
+	}
+	if err := os.WriteFile(out, []byte("old and longer than any line of results would ever be\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r = ctl(t, addr, "", "jobs", "results", id, "-o", out, "--force"); r.code != 0 {
+		t.Fatalf("results --force: %+v", r)
+	}
+	if b2, _ := os.ReadFile(out); string(b2) != string(b) {
+		t.Fatalf("results --force left %q, want the results alone", b2)
+	}
 
 	// A big job, cancelled at once.
 	r = ctl(t, addr, jobLines(2000), "jobs", "create", "-", "-m", "sim-chat", "--name", "big")

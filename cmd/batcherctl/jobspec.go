@@ -109,7 +109,11 @@ func parseGroup(s string) (*batcherv1.RunGroup, error) {
 			g.NextModel = v
 		case "runs":
 			var n int64
-			n, err = strconv.ParseInt(v, 10, 32)
+			if n, err = strconv.ParseInt(v, 10, 32); err == nil && n < 1 {
+				// The wire's 0 means "not set" (one run): a 0 written
+				// here would silently become 1.
+				err = fmt.Errorf("must be at least 1, got %d", n)
+			}
 			g.Runs = int32(n)
 		case "temperature":
 			var t float64

@@ -22,6 +22,8 @@ func TestParseGroup(t *testing.T) {
 		"model=m":          "name: must be set",
 		"name=a,runs":      `"runs" is not key=value`,
 		"name=a,runs=x":    "runs: strconv.ParseInt",
+		"name=a,runs=0":    "runs: must be at least 1, got 0",
+		"name=a,runs=-2":   "runs: must be at least 1, got -2",
 		"name=a,delay=5":   "delay: time: missing unit",
 		"name=a,colour=r":  `unknown key "colour"`,
 		"name=a,backoff=q": "backoff: strconv.ParseFloat",

@@ -92,8 +92,9 @@ func writeStats(b *strings.Builder, s *batcherv1.StatsSnapshot) {
 	fmt.Fprintf(b, "%s\n", s.GetTime().AsTime().Format(time.RFC3339))
 	fmt.Fprintf(b, "LANES\n")
 	for _, l := range s.GetLanes() {
-		fmt.Fprintf(b, "  %s\troute=%s backend=%s queued=%d/%d/%d/%d/%d in_flight=%d\n", l.GetName(), l.GetRoute(), l.GetBackend(),
-			l.GetQueuedUrgent(), l.GetQueuedHigh(), l.GetQueuedNormal(), l.GetQueuedLow(), l.GetQueuedDeferrable(), l.GetInFlight())
+		u, h, n, lo, d := l.GetQueuedUrgent(), l.GetQueuedHigh(), l.GetQueuedNormal(), l.GetQueuedLow(), l.GetQueuedDeferrable()
+		fmt.Fprintf(b, "  %s\troute=%s backend=%s queued=%d (urgent=%d high=%d normal=%d low=%d deferrable=%d) in_flight=%d\n",
+			l.GetName(), l.GetRoute(), l.GetBackend(), u+h+n+lo+d, u, h, n, lo, d, l.GetInFlight())
 	}
 	fmt.Fprintf(b, "BACKENDS\n")
 	for _, be := range s.GetBackends() {

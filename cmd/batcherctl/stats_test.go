@@ -9,9 +9,11 @@ import (
 
 // stats shows a job's counts as batcherctl jobs names them, its cost and
 // saving, a backend's batch-API traffic apart from its online calls, and a
-// backend without an RPM or TPM budget as unlimited, not as a limit of 0.
+// backend without an RPM or TPM budget as unlimited, not as a limit of 0,
+// and a lane's queue by name of priority.
 func TestWriteStatsShowsCostAndBatchAPI(t *testing.T) {
 	s := &batcherv1.StatsSnapshot{
+		Lanes: []*batcherv1.LaneStats{{Name: "chat/sim", Route: "chat", Backend: "sim", QueuedHigh: 1, QueuedNormal: 2, QueuedDeferrable: 4, InFlight: 3}},
 		Backends: []*batcherv1.BackendStats{{Name: "sim", Calls: 5, Requests: 5, BatchApiBatches: 3, BatchApiRequests: 300},
 			{Name: "spare"}, {Name: "live", Streaming: 2, Streamed: 9},
 			{Name: "capped", InFlight: 1, ConcurrencyLimit: 4, RpmUsed: 9, RpmLimit: 60, TpmUsed: 1200, TpmLimit: 90000}},
@@ -23,6 +25,7 @@ func TestWriteStatsShowsCostAndBatchAPI(t *testing.T) {
 	writeStats(&b, s)
 	out := b.String()
 	for _, want := range []string{
+		"chat/sim\troute=chat backend=sim queued=7 (urgent=0 high=1 normal=2 low=0 deferrable=4) in_flight=3\n",
 		"calls=5 requests=5 rate_limited=0 retries=0 batch_api_batches=3 batch_api_requests=300\n",
 		"spare\tbreaker= in_flight=0/0 rpm=0/unlimited tpm=0/unlimited calls=0 requests=0 rate_limited=0 retries=0\n",
 		"j1\tnightly running 252/300 done, 240 succeeded, 12 failed, 0.0 items/s, eta 0s, cost $1.5000, saved $1.2500\n",
