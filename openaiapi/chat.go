@@ -77,6 +77,11 @@ func chatToCore(body *chatRequest) (*batcher.Request, *Error) {
 	}
 	g := genParams{maxTokens: body.MaxCompletionTokens, maxParam: "max_completion_tokens",
 		temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed}
+	if m, o := body.MaxCompletionTokens, body.MaxTokens; m != nil && o != nil && *m != *o {
+		// max_tokens is the older name of the same cap: two values would
+		// drop one of the caller's.
+		return nil, badRequest("max_tokens", "is %d and max_completion_tokens %d: set one (max_tokens is the older name of max_completion_tokens)", *o, *m)
+	}
 	if g.maxTokens == nil {
 		g.maxTokens, g.maxParam = body.MaxTokens, "max_tokens"
 	}

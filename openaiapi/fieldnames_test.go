@@ -10,8 +10,9 @@ import (
 // TestFrontDoorNamesFieldsAsSent: a bad field deep in a chat request is
 // named in the 400's param as the caller's JSON spelled it (OpenAI's
 // names: a tool call's function.name, an image_url part, a json_schema's
-// schema, max_completion_tokens when that set the cap), never in the
-// core's spelling; streamed or not.
+// schema, max_completion_tokens when that set the cap, max_tokens when
+// it contradicts max_completion_tokens), never in the core's spelling;
+// streamed or not.
 func TestFrontDoorNamesFieldsAsSent(t *testing.T) {
 	e := newEnv(t, newFake())
 	user := `{"role":"user","content":"hi"}`
@@ -35,6 +36,7 @@ func TestFrontDoorNamesFieldsAsSent(t *testing.T) {
 			"response_format.json_schema.schema"},
 		{"max_tokens over the limit", `"messages":[` + user + `],"max_tokens":100000000`, "max_tokens"},
 		{"max_completion_tokens over the limit", `"messages":[` + user + `],"max_completion_tokens":100000000`, "max_completion_tokens"},
+		{"max_tokens and max_completion_tokens differ", `"messages":[` + user + `],"max_tokens":5,"max_completion_tokens":7`, "max_tokens"},
 	} {
 		for _, stream := range []bool{false, true} {
 			body := `{"model":"chat",` + tt.body + `}`
@@ -52,5 +54,9 @@ func TestFrontDoorNamesFieldsAsSent(t *testing.T) {
 				t.Errorf("%s (stream %v): %d param %q (%s); want 400 param %q", tt.name, stream, code, got.Error.Param, got.Error.Message, tt.param)
 			}
 		}
+	}
+	// The two names of the cap, given the same value, are one cap.
+	if code, _, out := e.post(t, "/chat/completions", `{"model":"chat","messages":[`+user+`],"max_tokens":5,"max_completion_tokens":5}`); code != http.StatusOK {
+		t.Errorf("max_tokens and max_completion_tokens both 5: %d %s, want 200", code, out)
 	}
 }
