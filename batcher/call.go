@@ -99,6 +99,7 @@ type Call struct {
 	// these with the call's other fields instead of the request's lines.
 	prio    Priority
 	hasSink bool
+	slotted bool                     // its memory is its sink's CallHolder slot: released by CallReleased
 	run     atomic.Pointer[batchRun] // the batch carrying it now, if any
 
 	stream *streamState // a streamed request's delta buffer; set once at admission
@@ -267,6 +268,19 @@ func (c *Call) finish(r Result, now time.Time) bool { return c.finishAs(&r, now,
 // the pool. r is the caller's, which finishAs may change (its
 // Timings.Total): passed by pointer, since a Result is 30 words.
 func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
+	decided, holder := c.finishHeld(r, now, byRun)
+	if holder != nil {
+		// The last touch: from here the call is its holder's again.
+		holder.CallReleased()
+	}
+	return decided
+}
+
+// finishHeld is finishAs under the events' lock. It returns, besides
+// whether it decided the result, the sink to tell that the call is
+// released (CallHolder), or nil; the caller tells it once the lock is
+// let go, which is the core's last touch of the call.
+func (c *Call) finishHeld(r *Result, now time.Time, byRun bool) (bool, CallHolder) {
 	if c.progress {
 		c.evMu.Lock()
 		defer c.evMu.Unlock()
@@ -279,7 +293,7 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		c.cacheStore(r)
 	}
 	if !c.state.CompareAndSwap(callPending, callDone) {
-		return false // c's request may be its sink's again (Event.Released): unread
+		return false, nil // c's request may be its sink's again (Event.Released): unread
 	}
 	var sink EventSink
 	if c.hasSink {
@@ -293,8 +307,12 @@ func (c *Call) finishAs(r *Result, now time.Time, byRun bool) bool {
 		c.result = new(Result)
 	}
 	*c.result = *r
-	c.ended(r, now, byRun, sink)
-	return true
+	slotted := c.slotted // read before the signal, after which a Do's call is Do's again
+	if c.ended(r, now, byRun, sink) && slotted {
+		h, _ := sink.(CallHolder) // slotted: it is one
+		return true, h
+	}
+	return true, nil
 }
 
 // settled reports whether nothing in the core but the caller of ended
@@ -334,8 +352,8 @@ func (c *Call) decide() *Result {
 // ended is finishAs's second half, once the state moved: the books, the
 // span, the sink's event and the signal. r is the result (c.result, or
 // for a dedup group the caller's copy of it, which the group reads after
-// the signal).
-func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
+// the signal). It reports whether c was settled (books).
+func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) bool {
 	c.b.metrics.finished(c, r)
 	settled := c.books(r, now, byRun, sink)
 	// The books first, so that whoever Done wakes sees them settled.
@@ -349,6 +367,7 @@ func (c *Call) ended(r *Result, now time.Time, byRun bool, sink EventSink) {
 		// r, not c.result: a Do's slot is Do's again after the send.
 		c.b.dedup.leave(c, r, now)
 	}
+	return settled
 }
 
 // books is ended's part before the count of pending calls and the

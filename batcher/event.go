@@ -97,3 +97,18 @@ func wantsProgress(sink EventSink) bool {
 type ResultHolder interface {
 	ResultSlot() *Result
 }
+
+// CallHolder is an optional interface of an EventSink that pools its
+// requests (Event.Released) and wants to pool their Calls with them. The
+// core builds the request's Call in the one CallSlot returns (a zero
+// Call, or one whose CallReleased came), instead of allocating one; it
+// asks once, when Submit admits the request. After an EventDone that
+// released the request, and only then, the core calls CallReleased once
+// it touches the Call no more: the slot may then be reused, once Submit
+// has returned and the holder's own uses of the Call (Cancel, FlushCalls,
+// whose flush a lane handles later, Done) are over. Without a release it
+// never calls it, and the Call must be left to the garbage collector.
+type CallHolder interface {
+	CallSlot() *Call
+	CallReleased()
+}

@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"context"
+	"sync/atomic"
 )
 
 // Flush sends every lane's queued requests now, without waiting out their
@@ -45,6 +46,43 @@ func (b *Batcher) FlushCalls(ctx context.Context, calls ...*Call) error {
 	}
 	return waitFlushed(ctx, waits)
 }
+
+// FlushCallsThen is FlushCalls with a context that is already done: it
+// asks for the flush and returns. A lane reads the calls until it has
+// handled the flush; then runs once no lane will (on a lane's goroutine,
+// or before FlushCallsThen returns when none of the calls is queued), and
+// must not block. A caller that pools its Calls (CallHolder) holds those
+// it flushes until then.
+func (b *Batcher) FlushCallsThen(then func(), calls ...*Call) {
+	first, firstCalls, others := callsByLane(calls)
+	if first == nil {
+		then()
+		return
+	}
+	var left atomic.Int32
+	left.Store(int32(1 + len(others)))
+	each := func() {
+		if left.Add(-1) == 0 {
+			then()
+		}
+	}
+	flush := func(l *lane, cs []*Call) {
+		fw := newFlushWait(noWait, cs)
+		fw.then = each
+		l.flush(fw)
+	}
+	flush(first, firstCalls)
+	for l, cs := range others {
+		flush(l, cs)
+	}
+}
+
+// noWait is a context that is already done: a flush nobody waits for.
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // callsByLane sorts the queued calls of calls by lane: those of the first
 // lane met (nil: none is queued), and those of any other lane by lane.

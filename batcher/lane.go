@@ -39,12 +39,23 @@ type flushWait struct {
 	left     atomic.Int32 // flushed calls not yet sent or ended
 	done     chan struct{}
 	unwaited bool // nobody waits: the lane books none of its calls (newFlushWait)
+	// then, if set, runs once fw is done: for an unwaited flush, once its
+	// lane handled the message and reads calls no more (FlushCallsThen).
+	then func()
 }
 
 // sent books one of fw's calls leaving: sent upstream, or ended.
 func (fw *flushWait) sent() {
 	if fw.left.Add(-1) == 0 {
-		close(fw.done)
+		fw.finish()
+	}
+}
+
+// finish ends the flush for its waiter.
+func (fw *flushWait) finish() {
+	close(fw.done)
+	if fw.then != nil {
+		fw.then()
 	}
 }
 
@@ -231,6 +242,6 @@ func (l *lane) refuse(err error) { l.send(msg{kind: msgRefused, err: err}) }
 // flush asks the owner to send fw's calls now. A closed lane holds none.
 func (l *lane) flush(fw *flushWait) {
 	if !l.send(msg{kind: msgFlush, fw: fw}) {
-		close(fw.done)
+		fw.finish()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -172,22 +173,30 @@ func TestFlushCallsOnlyThose(t *testing.T) {
 	})
 }
 
+// inTwoLanes submits a request for each id, their temperatures
+// alternating between two values, which puts them in two lanes.
+func inTwoLanes(t *testing.T, b *Batcher, ids ...string) []*Call {
+	t.Helper()
+	hot, cold := float32(0.9), float32(0)
+	var calls []*Call
+	for i, id := range ids {
+		r := req(id, PriorityNormal)
+		r.Params.Temperature = &hot
+		if i%2 == 1 {
+			r.Params.Temperature = &cold
+		}
+		calls = append(calls, submit(t, b, r))
+	}
+	return calls
+}
+
 // TestFlushCallsAcrossLanes: FlushCalls given calls of two lanes, mixed,
 // sends each lane's in a batch of its own and waits for both.
 func TestFlushCallsAcrossLanes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &fakeBackend{}
 		b := newTest(t, be, 4, BatchConfig{MaxBatchSize: 10, MinBatchSize: 10, Window: time.Hour, MaxWait: time.Hour})
-		hot, cold := float32(0.9), float32(0)
-		var mine []*Call
-		for i, id := range []string{"h1", "c1", "h2", "c2"} {
-			r := req(id, PriorityNormal)
-			r.Params.Temperature = &hot
-			if i%2 == 1 {
-				r.Params.Temperature = &cold
-			}
-			mine = append(mine, submit(t, b, r))
-		}
+		mine := inTwoLanes(t, b, "h1", "c1", "h2", "c2")
 		other := submit(t, b, req("o", PriorityNormal)) // a third lane: no temperature
 		if err := b.FlushCalls(context.Background(), append(mine, nil)...); err != nil {
 			t.Fatal(err)
@@ -210,6 +219,30 @@ func TestFlushCallsAcrossLanes(t *testing.T) {
 		}
 		<-other.Done()
 		wantOK(t, other)
+	})
+}
+
+// TestFlushCallsThen: FlushCallsThen returns at once, runs then once,
+// after every lane of the calls handled the flush (so the calls have
+// left for their batches), and at once when none of them is queued.
+func TestFlushCallsThen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MaxBatchSize: 10, MinBatchSize: 10, Window: time.Hour, MaxWait: time.Hour})
+		mine := inTwoLanes(t, b, "h1", "c1")
+		var ran atomic.Int32
+		b.FlushCallsThen(func() { ran.Add(1) }, mine...)
+		synctest.Wait()
+		if n := ran.Load(); n != 1 {
+			t.Fatalf("then ran %d times, want once", n)
+		}
+		for _, c := range mine {
+			wantOK(t, c)
+		}
+		b.FlushCallsThen(func() { ran.Add(1) }, mine...) // ended: none queued
+		if n := ran.Load(); n != 2 {
+			t.Fatalf("then ran %d times in all, want a second time before FlushCallsThen returned", n)
+		}
 	})
 }
 

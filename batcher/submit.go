@@ -198,6 +198,12 @@ func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, slot *
 		done, result = slot.token, &slot.res
 		c, slot.call = slot.call, nil
 	}
+	slotted := false
+	if c == nil && req.Sink != nil {
+		if h, ok := req.Sink.(CallHolder); ok {
+			c, slotted = h.CallSlot(), true
+		}
+	}
 	if c == nil {
 		c = new(Call)
 	}
@@ -214,6 +220,7 @@ func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, slot *
 		hasSink:  req.Sink != nil,
 		progress: req.Sink != nil && wantsProgress(req.Sink),
 		named:    req.Tenant != "",
+		slotted:  slotted,
 	}
 	if req.Sink != nil && slot == nil {
 		if h, ok := req.Sink.(ResultHolder); ok {
