@@ -1,7 +1,9 @@
 package server
 
 import (
+	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -100,4 +102,72 @@ func TestItemsMapClearedForTheNextStream(t *testing.T) {
 	if len(m) != 0 || st.items != nil {
 		t.Fatalf("after both left: %d items, map kept %v; want it cleared and let go", len(m), st.items != nil)
 	}
+}
+
+// TestStreamCallSlotsConcurrentSafe races what may touch a stream
+// request's Call while its item, Call included, is reused for the next
+// request (item.refs): cancels by id, Flush messages and half-closes on
+// several streams at once, against the core ending their batches. Run
+// with -race. A Call cancelled or flushed after it went to another
+// request would end that request CANCELLED or send it early: every
+// request must end once, CANCELLED only when it was cancelled, and
+// otherwise with its own answer.
+func TestStreamCallSlotsConcurrentSafe(t *testing.T) {
+	e := newEnv(t, newFake())
+	const streams, perStream = 4, 150
+	var wg sync.WaitGroup
+	for k := range streams {
+		wg.Go(func() {
+			s := e.openStream(t, testCtx(t))
+			cancelled := map[string]bool{}
+			sendErr := make(chan error, 1)
+			go func() {
+				defer close(sendErr)
+				for i := range perStream {
+					id := fmt.Sprintf("s%d-r%d", k, i)
+					msgs := []*batcherv1.SubmitStreamRequest{reqMsg(chatReq(id, id))}
+					switch i % 5 {
+					case 1:
+						msgs = append(msgs, cancelMsg(fmt.Sprintf("s%d-r%d", k, i-1)))
+					case 3:
+						msgs = append(msgs, flushMsg)
+					}
+					for _, m := range msgs {
+						if err := s.Send(m); err != nil {
+							sendErr <- err
+							return
+						}
+					}
+				}
+				sendErr <- s.CloseSend()
+			}()
+			for i := 1; i < perStream; i += 5 {
+				cancelled[fmt.Sprintf("s%d-r%d", k, i-1)] = true
+			}
+			msgs, err := s.drain()
+			if err != nil {
+				t.Errorf("stream %d ended with %v", k, err)
+				return
+			}
+			if err := <-sendErr; err != nil {
+				t.Errorf("stream %d: Send: %v", k, err)
+				return
+			}
+			ta := tallyOf(msgs)
+			if len(ta.completions) != perStream || len(ta.dupDone) != 0 {
+				t.Errorf("stream %d: %d completions (%v duplicated), want %d", k, len(ta.completions), ta.dupDone, perStream)
+			}
+			for id, c := range ta.completions {
+				switch code := codes.Code(c.GetError().GetCode()); {
+				case code == codes.Canceled && !cancelled[id]:
+					t.Errorf("%s: CANCELLED, but nobody cancelled it", id)
+				case c.GetError() == nil && c.GetText() != "echo: "+id:
+					t.Errorf("%s: answer %q, want its own", id, c.GetText())
+				case c.GetError() != nil && code != codes.Canceled:
+					t.Errorf("%s: %v", id, c.GetError())
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -138,16 +138,19 @@ type stream struct {
 	lastSumAt time.Time // time of the previous summary
 }
 
-// item is one request of the stream, its EventSink, the core's slot for
-// its result, and the Completion the stream answers it with, in one block. req is what the core holds;
+// item is one request of the stream, its EventSink, the core's slots for
+// its result and its Call, and the Completion the stream answers it with,
+// in one block (the Call apart, see slot). req is what the core holds;
 // done is filled at the request's end (onEvent). Items come from the
-// stream's free items or the server's spare ones (newItem) and go back once the sender
-// has sent done, when the core let go
-// of req (batcher.Event.Released: the request ended with its batch's
-// answer) and the receiver is done with it (it stored call): a stream's
-// request then allocates nothing here (BenchmarkGRPCStream). An item the
-// core may still read (a request cancelled, timed out or ended by a
-// shutdown) is left to the garbage collector, its Completion with it.
+// stream's free items or the server's spare ones (newItem) and go back
+// once nobody holds them (refs): the sender has sent done, the core let
+// go of the call (batcher.CallHolder's CallReleased, which follows an
+// EventDone with Released: the request ended with its batch's answer) and
+// the receiver is done with it (it stored call). A stream's request then
+// allocates nothing here (BenchmarkGRPCStream). An item the core may
+// still read (a request cancelled, timed out or ended by a shutdown) is
+// never released and is left to the garbage collector, its Completion
+// and its Call with it.
 type item struct {
 	req batcher.Request
 	st  *stream
@@ -160,11 +163,18 @@ type item struct {
 	// push, read by the sender after it took the stack; and, once the item
 	// is cleared, the stream's free items (stream.free).
 	next *item
-	// released: the core reads req no more (batcher.Event.Released); set
-	// by onEvent before the push.
-	released bool
-	res      batcher.Result   // the core's result slot (ResultSlot)
-	done     streamCompletion // filled by onEvent; the sender's once pushed
+	// refs counts who holds a submitted item: the sender until it has
+	// sent done, the core until CallReleased, the receiver until it
+	// stored call, and the receiver again for each use of call outside mu
+	// (pin), until a flush of it is handled (flushOwn). Whoever drops the
+	// last puts the item back (unref).
+	refs atomic.Int32
+	// slot is the Call the core builds the request's call in
+	// (CallSlot); it stays with the item when the item is reused. The
+	// receiver sets it; whoever puts the item back reads it.
+	slot *batcher.Call
+	res  batcher.Result   // the core's result slot (ResultSlot)
+	done streamCompletion // filled by onEvent; the sender's once pushed
 }
 
 // spareItems holds the streams' cleared items between streams: a
@@ -258,15 +268,19 @@ func (st *stream) newItem() *item {
 	return it
 }
 
+// unref drops one hold on a submitted item (refs); the last puts it back.
+func (it *item) unref() {
+	if it.refs.Add(-1) == 0 {
+		it.st.reuse(it)
+	}
+}
+
 // reuse puts it back among st's free items (past maxFreeItems, among
 // the server's) when nobody but the caller can reach it any more: it was
-// never submitted (fresh), or its Completion was sent, the core released
-// its request and the receiver stored its call.
-func (st *stream) reuse(it *item, fresh bool) {
-	if !fresh && (!it.released || it.call.Load() == nil) {
-		return // the garbage collector's
-	}
-	*it = item{}
+// never submitted, or nobody holds it (refs). Its Call slot goes with
+// it.
+func (st *stream) reuse(it *item) {
+	*it = item{slot: it.slot}
 	if st.nFree.Load() >= maxFreeItems {
 		st.s.items.put(it)
 		return
@@ -284,7 +298,9 @@ func (st *stream) reuse(it *item, fresh bool) {
 // spillFree gives the stream's free items that list and the free stack
 // hold to the server, for the streams to come. The sender calls it as it
 // returns, the receiver (with its spare) as it does: neither puts an item
-// back afterwards, so whichever ends last leaves the stack empty.
+// back afterwards. The core may (CallReleased, a request ending after
+// the sender left): such an item stays on the stack, for the garbage
+// collector.
 func (st *stream) spillFree(list *item) {
 	st.s.items.put(list)
 	st.s.items.put(st.free.Swap(nil))
@@ -299,6 +315,20 @@ func (it *item) WantsProgress() bool { return it.st.WantsProgress() }
 // ResultSlot implements batcher.ResultHolder: the core keeps the
 // request's result in the item, which is pooled with it.
 func (it *item) ResultSlot() *batcher.Result { return &it.res }
+
+// CallSlot implements batcher.CallHolder: the core builds the request's
+// Call in the item's slot, which is pooled with it. Only the receiver's
+// Submit asks.
+func (it *item) CallSlot() *batcher.Call {
+	if it.slot == nil {
+		it.slot = new(batcher.Call)
+	}
+	return it.slot
+}
+
+// CallReleased implements batcher.CallHolder: the core's hold on the item
+// ends.
+func (it *item) CallReleased() { it.unref() }
 
 // DeltasReady implements batcher.DeltaNotifier for the stream.
 func (it *item) DeltasReady(c *batcher.Call) { it.st.DeltasReady(c) }
@@ -378,7 +408,7 @@ func (st *stream) run() error {
 			}
 			answered++
 			next := it.next
-			st.reuse(it, false)
+			it.unref()
 			it = next
 		}
 		// One release for the lot: the receiver, and the streams waiting
@@ -584,7 +614,6 @@ func (st *stream) onEvent(it *item, ev *batcher.Event) {
 	sc := &it.done // EventDone comes once
 	sc.k.Completion = sc.c.fill(ev.Request, ev.Result)
 	sc.r.Kind = &sc.k
-	it.released = ev.Released
 	// No lock (see stream). Counted before the push, so that the count
 	// never goes below 0.
 	st.nEnded.Add(1)

@@ -118,39 +118,47 @@ func (st *stream) endReceive(err error) {
 
 // flushOwn sends this stream's queued requests now, and no other
 // caller's: they leave in their lanes' next batches, which other callers'
-// requests still fill. It does not wait for them to be sent.
+// requests still fill. It does not wait for them to be sent. Their lanes
+// read their calls until they have handled the flush: the items stay
+// held until then.
 func (st *stream) flushOwn() {
-	if calls := st.calls(); len(calls) > 0 {
-		_ = st.s.core.FlushCalls(noWait, calls...)
-	}
+	items, calls := st.pin()
+	st.s.core.FlushCallsThen(func() { unpin(items) }, calls...)
 }
 
-// calls returns the stream's accepted requests that the core holds.
-func (st *stream) calls() []*batcher.Call {
+// pin returns the stream's accepted requests that the core holds, and
+// their calls, each item held (refs) so that it is not reused while the
+// caller uses its call outside mu: unpin them after.
+func (st *stream) pin() ([]*item, []*batcher.Call) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	items := make([]*item, 0, len(st.items))
 	calls := make([]*batcher.Call, 0, len(st.items))
 	for _, it := range st.items {
+		// In items: the sender still holds it, so refs is not 0.
 		if c := it.call.Load(); c != nil {
+			it.refs.Add(1)
+			items = append(items, it)
 			calls = append(calls, c)
 		}
 	}
-	return calls
+	return items, calls
 }
 
-// noWait is a context that is already done: FlushCalls asks for the flush
-// and returns without waiting for it.
-var noWait = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
+// unpin drops the holds pin took.
+func unpin(items []*item) {
+	for _, it := range items {
+		it.unref()
+	}
+}
 
 // cancelAll cancels every accepted request.
 func (st *stream) cancelAll() {
-	for _, c := range st.calls() {
+	items, calls := st.pin()
+	for _, c := range calls {
 		c.Cancel()
 	}
+	unpin(items)
 }
 
 // handle handles a message after the first.
@@ -176,25 +184,25 @@ func (st *stream) request(pr *batcherv1.Request) {
 	ctx := st.itemContext(pr)
 	it := st.newItem()
 	if bad := toCore(pr, &it.req); bad != nil {
-		st.reuse(it, true)
+		st.reuse(it)
 		st.reject(ctx, id, bad)
 		return
 	}
 	if err := st.s.core.Admit(st.access, &it.req); err != nil {
-		st.reuse(it, true)
+		st.reuse(it)
 		st.reject(ctx, id, toStatus(err))
 		return
 	}
 	it.req.Conn = st.conn
 	if id == "" {
-		st.reuse(it, true)
+		st.reuse(it)
 		st.reject(ctx, id, invalidArgument("request.id", "must be set on a stream, where completions carry it"))
 		return
 	}
 	st.mu.Lock()
 	if _, dup := st.items[id]; dup {
 		st.mu.Unlock()
-		st.reuse(it, true)
+		st.reuse(it)
 		st.reject(ctx, id, invalidArgument("request.id", "duplicate: "+strconv.Quote(clip.String(id))+" is already in flight on this stream"))
 		return
 	}
@@ -202,6 +210,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 	st.peak = max(st.peak, len(st.items))
 	st.submitted++
 	st.mu.Unlock()
+	it.refs.Store(3) // the sender's, the core's and the receiver's (item.refs)
 
 	it.req.Sink = it
 	c, err := st.s.core.Submit(ctx, &it.req)
@@ -223,6 +232,7 @@ func (st *stream) request(pr *batcherv1.Request) {
 	if st.gone.Load() {
 		c.Cancel()
 	}
+	it.unref()
 }
 
 // cancel cancels the request with the given id.
@@ -231,7 +241,9 @@ func (st *stream) cancel(id string) {
 	var c *batcher.Call
 	it := st.items[id]
 	if it != nil {
-		c = it.call.Load()
+		if c = it.call.Load(); c != nil {
+			it.refs.Add(1) // in items: not 0; held while c is used
+		}
 	}
 	st.mu.Unlock()
 	if it == nil {
@@ -243,6 +255,7 @@ func (st *stream) cancel(id string) {
 	st.release()
 	if c != nil {
 		c.Cancel() // its Completion carries CANCELLED
+		it.unref()
 	}
 }
 
