@@ -218,7 +218,7 @@ func (m *metrics) addRoutes(rcs map[string]*routeConfig) {
 				up = newUpstreamCounts(be)
 				upstream[t.be.name] = up
 			}
-			pm := &pairMetrics{up: up, maxBatch: float64(rc.Batch.MaxBatchSize)}
+			pm := &pairMetrics{up: up}
 			route := keyRoute.String(rc.Name)
 			batch := attribute.NewSet(route, be)
 			pm.batchSize.init(&m.batchSize, batch)
@@ -301,7 +301,6 @@ type pairMetrics struct {
 	opDur                [numOutcomes]series // gen_ai operation duration
 	ttft, tpot           series              // gen_ai.server.*: the operation's, ok
 	up                   *upstreamCounts     // the backend's, shared by its routes
-	maxBatch             float64
 }
 
 // upstreamCounts are one backend's batcher.upstream.calls (by outcome)
@@ -505,8 +504,10 @@ func (m *metrics) dispatched(r *batchRun, out []Response, d time.Duration, err e
 		}
 	}
 	pm.batchWait.seconds(wait)
-	if pm.maxBatch > 0 {
-		pm.batchFill.float(float64(n) / pm.maxBatch)
+	// The pair's series outlive a SetRoutes that changes the max batch
+	// size; the fill is of the size the batch was cut under, its lane's.
+	if size := r.lane.route.Batch.MaxBatchSize; size > 0 {
+		pm.batchFill.float(float64(n) / float64(size))
 	}
 	if r.upCalls.Load() == 0 { // the backend reported no calls: the Dispatch was one
 		o := outcomeOf(err)

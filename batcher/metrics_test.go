@@ -183,6 +183,38 @@ func testMetricsRecordRequestsBatchesAndUpstream(t *testing.T, byHand bool) {
 	}
 }
 
+// A batch's fill ratio is of the max batch size it was cut under: after
+// SetRoutes changes the size, the route's next batches count against the
+// new one, not the size the route's series were made with.
+func TestMetricsFillRatioFollowsSetRoutes(t *testing.T) {
+	bothWays(t, testMetricsFillRatioFollowsSetRoutes)
+}
+
+func testMetricsFillRatioFollowsSetRoutes(t *testing.T, byHand bool) {
+	reader, mp := meterFor(t, byHand)
+	b := newTest(t, &fakeBackend{}, 1, BatchConfig{MaxBatchSize: 4, MinBatchSize: 4}, mp)
+	run := func(n int) {
+		t.Helper()
+		var calls []*Call
+		for i := range n {
+			calls = append(calls, submit(t, b, req(fmt.Sprint(i), PriorityNormal)))
+		}
+		for _, c := range calls {
+			<-c.Done()
+			wantOK(t, c)
+		}
+	}
+	run(4) // one full batch of 4
+	if err := b.SetRoutes(Route{Name: "m", Op: OpCompletion, Backend: "be", Batch: BatchConfig{MaxBatchSize: 2, MinBatchSize: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	run(2) // one full batch of 2
+	fill := collect(t, reader)["batcher.batch.fill_ratio"].Data.(metricdata.Histogram[float64]).DataPoints[0]
+	if fill.Count != 2 || fill.Sum != 2 { // 4/4 + 2/2
+		t.Errorf("fill ratio count %d sum %v, want 2 full batches (sum 2)", fill.Count, fill.Sum)
+	}
+}
+
 func TestMetricsOutcomes(t *testing.T) { bothWays(t, testMetricsOutcomes) }
 
 func testMetricsOutcomes(t *testing.T, byHand bool) {
