@@ -208,7 +208,7 @@ func newTwinMetric(mp metric.MeterProvider) (*twinMetric, error) {
 	if mp == nil {
 		return nil, nil
 	}
-	ctr, err := mp.Meter(meterName).Int64Counter("batcher.upstream_twins",
+	ctr, err := mp.Meter(meterName).Int64Counter("batcher.upstream_twins", metric.WithUnit("{batch}"),
 		metric.WithDescription("Upstream batches found created twice for one chunk of a job (a create call cut off in flight that the provider finished), cancelled unread, by route."))
 	if err != nil {
 		return nil, err

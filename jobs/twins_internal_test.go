@@ -1,40 +1,39 @@
 package jobs
 
 import (
+	"context"
 	"testing"
-	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// TestOwnedByOther: a batch made before a chunk's create began is the
-// chunk's only when no other chunk without a recorded batch was creating
-// then. The kill of TestBatchAPIAnthropicResume/created leaves chunk 1's
-// batch unrecorded and chunk 2's create begun after it: chunk 2, resumed
-// first, must not take chunk 1's batch through the clock allowance.
-func TestOwnedByOther(t *testing.T) {
-	t0 := time.UnixMilli(1_000_000)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	chunks := []Chunk{
-		{Chunk: 0, CreateStarted: at(0), BatchID: "b0"},
-		{Chunk: 1, CreateStarted: at(100)}, // made a batch, not recorded
-		{Chunk: 2, CreateStarted: at(200)}, // killed before its call
-		{Chunk: 3},                         // no create yet
+// TestTwinMetricUnit: batcher.upstream_twins counts upstream batches, so
+// by the OpenTelemetry conventions for counts its unit is the annotation
+// {batch} (the Prometheus exporter drops it: the name stays
+// batcher_upstream_twins_total).
+func TestTwinMetricUnit(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	tm, err := newTwinMetric(mp)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		chunk int
-		at    time.Time
-		want  bool
-	}{
-		{2, at(150), true},  // chunk 1's window: not chunk 2's
-		{2, at(100), true},  // the start itself is chunk 1's
-		{2, at(50), false},  // chunk 0's, which recorded its batch
-		{2, at(-50), false}, // before any create: the allowance holds
-		{1, at(50), false},  // chunk 0 recorded its batch
-		{1, at(-50), false}, // before any create
-		{3, at(250), true},  // chunk 2's window, unrecorded
-		{0, at(-50), false}, // no create began before
-	} {
-		if got := ownedByOther(chunks, tc.chunk, tc.at); got != tc.want {
-			t.Errorf("chunk %d, batch at %v: owned by another %v, want %v", tc.chunk, tc.at.Sub(t0), got, tc.want)
+	tm.add("chat")
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "batcher.upstream_twins" {
+				if m.Unit != "{batch}" {
+					t.Errorf("unit %q, want {batch}", m.Unit)
+				}
+				return
+			}
 		}
 	}
+	t.Fatal("batcher.upstream_twins not recorded")
 }
