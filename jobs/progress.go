@@ -156,8 +156,17 @@ func progressOf(j *Job, tr *rateTracker, now time.Time) Progress {
 	if tr == nil {
 		return p
 	}
-	tr.observe(now, ended, j.TokensIn+j.TokensOut)
-	if perS, tokS, ok := tr.rates(); ok {
+	tokens := j.TokensIn + j.TokensOut
+	tr.observe(now, ended, tokens)
+	perS, tokS, ok := tr.rates()
+	if !ok {
+		// The window has one sample on a job's first look (batcherctl
+		// jobs get, the first line of jobs watch), which left the rate and
+		// ETA unknown for a job that had ended half its items: until the
+		// window fills, the rate is the job's average since it started.
+		perS, tokS, ok = averageRates(p.Elapsed, ended, tokens)
+	}
+	if ok {
 		p.ItemsPerH = perS * 3600
 		p.TokensPerS = tokS
 		if left := j.Counts.Total - ended; perS > 0 {
@@ -165,4 +174,15 @@ func progressOf(j *Job, tr *rateTracker, now time.Time) Progress {
 		}
 	}
 	return p
+}
+
+// averageRates returns ended and tokens per second over a job's elapsed
+// time, once it has run half a second (as the window needs) and ended an
+// item: before that it has no rate to tell.
+func averageRates(elapsed time.Duration, ended, tokens int64) (endedPerS, tokensPerS float64, ok bool) {
+	s := elapsed.Seconds()
+	if s < 0.5 || ended == 0 {
+		return 0, 0, false
+	}
+	return float64(ended) / s, float64(tokens) / s, true
 }

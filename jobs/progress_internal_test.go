@@ -1,0 +1,30 @@
+package jobs
+
+import (
+	"testing"
+	"time"
+)
+
+// TestProgressFirstSampleHasARate: the window needs two samples half a
+// second apart, and a job's first look (batcherctl jobs get, the first
+// line of jobs watch) has one. A job that has run for a while and ended
+// items has a known rate all the same: its average since it started.
+func TestProgressFirstSampleHasARate(t *testing.T) {
+	now := time.Now()
+	j := &Job{ID: "j", State: StateRunning, StartedAt: now.Add(-10 * time.Second), TokensIn: 300, TokensOut: 200,
+		Counts: Counts{Total: 100, Pending: 40, Running: 10, Succeeded: 45, Failed: 5}}
+	p := progressOf(j, &rateTracker{window: DefaultRateWindow}, now)
+	if p.ItemsPerH != 5*3600 || p.TokensPerS != 50 || p.ETA != 10*time.Second {
+		t.Errorf("first sample: %v items/h, %v tokens/s, ETA %v; want 18000 (50 ended in 10s), 50, 10s", p.ItemsPerH, p.TokensPerS, p.ETA)
+	}
+
+	// Nothing ended yet, or not yet started: no rate to tell.
+	for name, j := range map[string]*Job{
+		"none ended":  {ID: "j", State: StateRunning, StartedAt: now.Add(-10 * time.Second), Counts: Counts{Total: 100, Pending: 100}},
+		"not started": {ID: "j", State: StateQueued, Counts: Counts{Total: 100, Pending: 100}},
+	} {
+		if p := progressOf(j, &rateTracker{window: DefaultRateWindow}, now); p.ETA >= 0 || p.ItemsPerH != 0 {
+			t.Errorf("%s: ETA %v, %v items/h; want unknown, 0", name, p.ETA, p.ItemsPerH)
+		}
+	}
+}
