@@ -383,8 +383,9 @@ func newJobsResultsCmd(a *app) *cobra.Command {
 		Use:   "results ID",
 		Short: "Write a job's results as JSONL",
 		Long: `results writes the job's finished items, in item order, one JSON object
-(protobuf JSON of JobResult) a line, to stdout or --output. As with run,
-an existing --output file is an error without --force.`,
+(protobuf JSON of JobResult, always with its item and run, 0 included) a
+line, to stdout or --output. As with run, an existing --output file is an
+error without --force.`,
 		Example: "  batcherctl jobs results job_7ea308f3105a729ad74b > results.jsonl\n  batcherctl jobs results job_7ea308f3105a729ad74b -o results.jsonl",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -410,7 +411,7 @@ an existing --output file is an error without --force.`,
 					if err != nil {
 						return rpcError("jobs results "+args[0], err)
 					}
-					b, err := protojson.Marshal(r)
+					b, err := resultJSON(r)
 					if err != nil {
 						return err
 					}

@@ -56,11 +56,15 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var res struct {
-			CustomID string `json:"customId"`
-			Outcome  string `json:"outcome"`
+			Item     *string `json:"item"`
+			CustomID string  `json:"customId"`
+			Outcome  string  `json:"outcome"`
 		}
 		if err := json.Unmarshal([]byte(line), &res); err != nil {
 			t.Fatalf("result line %q: %v", line, err)
+		}
+		if res.Item == nil || "req-"+*res.Item != res.CustomID { // item 0 included
+			t.Errorf("result line %q: its item is not its input's index", line)
 		}
 		seen[res.CustomID] = true
 	}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -54,4 +56,27 @@ func printJSON(w io.Writer, m proto.Message) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// resultJSON is r as a line of batcherctl jobs results: its protobuf JSON,
+// with the item and run always present. Protobuf JSON leaves out zero
+// values, which left the first input's lines (item 0) and every first run
+// (run 0) without the index a reader keys results on.
+func resultJSON(r *batcherv1.JobResult) ([]byte, error) {
+	b, err := protojson.Marshal(r)
+	if err != nil || (r.GetItem() != 0 && r.GetRun() != 0) {
+		return b, err
+	}
+	rest := bytes.TrimSpace(b)[1:] // after the '{'
+	line := []byte{'{'}
+	if r.GetItem() == 0 {
+		line = append(line, `"item":"0",`...)
+	}
+	if r.GetRun() == 0 {
+		line = append(line, `"run":0,`...)
+	}
+	if t := bytes.TrimSpace(rest); len(t) > 0 && t[0] == '}' { // r is empty
+		line = line[:len(line)-1]
+	}
+	return append(line, rest...), nil
 }
