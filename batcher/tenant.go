@@ -70,12 +70,38 @@ type QuotaError struct {
 	Need int
 }
 
+// Error names the tenant, the quota as the tenants file spells it, and
+// its limit in words, such as `tenant "team-a": quota rpm exceeded: limit
+// 1 request a minute`.
 func (e *QuotaError) Error() string {
-	msg := fmt.Sprintf("tenant %q: quota %s %d exceeded", e.Tenant, e.Quota, e.Limit)
+	msg := fmt.Sprintf("tenant %q: quota %s exceeded: limit %s", e.Tenant, e.Quota, quotaLimitText(e.Quota, e.Limit))
 	if e.Need > 0 {
-		msg += fmt.Sprintf(": the request's estimated %d tokens are more than the whole quota", e.Need)
+		msg += fmt.Sprintf("; the request's estimated %s more than the whole quota", plural(int64(e.Need), "token is", "tokens are"))
 	}
 	return msg
+}
+
+// quotaLimitText is a quota's limit n in words.
+func quotaLimitText(quota string, n int64) string {
+	switch quota {
+	case QuotaRPM:
+		return plural(n, "request", "requests") + " a minute"
+	case QuotaTPM:
+		return plural(n, "token", "tokens") + " a minute"
+	case QuotaQueueShare:
+		return plural(n, "queued request", "queued requests")
+	case QuotaInFlight:
+		return plural(n, "request", "requests") + " in flight"
+	}
+	return fmt.Sprint(n)
+}
+
+// plural is n followed by one when n is 1, by many otherwise.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // Unwrap makes errors.Is(err, ErrQuotaExceeded) hold.

@@ -136,7 +136,7 @@ func TestQuotaInFlight(t *testing.T) {
 		if !errors.As(err, &qe) || !errors.Is(err, ErrQuotaExceeded) || qe.Quota != QuotaInFlight || qe.RetryAfter != QuotaRetryDelay {
 			t.Fatalf("third: %v, want an in_flight QuotaError", err)
 		}
-		if want := `tenant "a": quota in_flight 2 exceeded`; err.Error() != want {
+		if want := `tenant "a": quota in_flight exceeded: limit 2 requests in flight`; err.Error() != want {
 			t.Fatalf("message %q, want %q", err, want)
 		}
 		other := submit(t, b, treq("b", "b1")) // another tenant is not held back
@@ -166,7 +166,7 @@ func TestQuotaQueueShare(t *testing.T) {
 			submit(t, b, treq("a", fmt.Sprint(i)))
 		}
 		_, err := b.Submit(context.Background(), treq("a", "x"))
-		if want := `tenant "a": quota queue_share 2 exceeded`; err == nil || err.Error() != want {
+		if want := `tenant "a": quota queue_share exceeded: limit 2 queued requests`; err == nil || err.Error() != want {
 			t.Fatalf("got %v, want %s", err, want)
 		}
 		close(be.hold)
@@ -183,7 +183,7 @@ func TestQuotaRPM(t *testing.T) {
 		submit(t, b, treq("a", "2"))
 		_, err := b.Submit(context.Background(), treq("a", "3"))
 		var qe *QuotaError
-		if !errors.As(err, &qe) || qe.Quota != QuotaRPM || err.Error() != `tenant "a": quota rpm 2 exceeded` {
+		if !errors.As(err, &qe) || qe.Quota != QuotaRPM || err.Error() != `tenant "a": quota rpm exceeded: limit 2 requests a minute` {
 			t.Fatalf("third: %v", err)
 		}
 		if qe.RetryAfter <= 0 || qe.RetryAfter > 30*time.Second {
@@ -212,7 +212,7 @@ func TestQuotaTPM(t *testing.T) {
 		submit(t, b, r("2", 40))
 		_, err := b.Submit(context.Background(), r("3", 40))
 		var qe *QuotaError
-		if !errors.As(err, &qe) || qe.Quota != QuotaTPM || qe.RetryAfter <= 0 || err.Error() != `tenant "a": quota tpm 100 exceeded` {
+		if !errors.As(err, &qe) || qe.Quota != QuotaTPM || qe.RetryAfter <= 0 || err.Error() != `tenant "a": quota tpm exceeded: limit 100 tokens a minute` {
 			t.Fatalf("third: %v", err)
 		}
 		// Larger than the whole quota: no retry can pass, and it says so.
@@ -372,5 +372,27 @@ func TestMetricsTenantLabelBounded(t *testing.T) {
 	}
 	if got := points(t, ms["batcher.tenant.requests.pending"])["batcher.tenant=a"]; got != 0 {
 		t.Fatalf("pending for a: %v", got)
+	}
+}
+
+// TestQuotaErrorReads: a quota refusal names the tenant, the quota as the
+// tenants file spells it and its limit in words, singular and plural.
+func TestQuotaErrorReads(t *testing.T) {
+	for _, c := range []struct {
+		e    QuotaError
+		want string
+	}{
+		{QuotaError{Tenant: "a", Quota: QuotaRPM, Limit: 1}, `tenant "a": quota rpm exceeded: limit 1 request a minute`},
+		{QuotaError{Tenant: "a", Quota: QuotaRPM, Limit: 60}, `tenant "a": quota rpm exceeded: limit 60 requests a minute`},
+		{QuotaError{Tenant: "a", Quota: QuotaTPM, Limit: 1}, `tenant "a": quota tpm exceeded: limit 1 token a minute`},
+		{QuotaError{Tenant: "a", Quota: QuotaTPM, Limit: 100, Need: 300}, `tenant "a": quota tpm exceeded: limit 100 tokens a minute; the request's estimated 300 tokens are more than the whole quota`},
+		{QuotaError{Tenant: "a", Quota: QuotaInFlight, Limit: 1}, `tenant "a": quota in_flight exceeded: limit 1 request in flight`},
+		{QuotaError{Tenant: "a", Quota: QuotaInFlight, Limit: 8}, `tenant "a": quota in_flight exceeded: limit 8 requests in flight`},
+		{QuotaError{Tenant: "a", Quota: QuotaQueueShare, Limit: 1}, `tenant "a": quota queue_share exceeded: limit 1 queued request`},
+		{QuotaError{Tenant: "a", Quota: QuotaQueueShare, Limit: 5}, `tenant "a": quota queue_share exceeded: limit 5 queued requests`},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("%+v:\n got %s\nwant %s", c.e, got, c.want)
+		}
 	}
 }

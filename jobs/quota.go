@@ -30,12 +30,21 @@ type QuotaError struct {
 	RetryAfter time.Duration
 }
 
+// Error names the tenant, the quota as the tenants file spells it, and
+// its limit, such as `tenant "team-a": quota jobs exceeded: limit 1 job
+// not ended at once`.
 func (e *QuotaError) Error() string {
-	msg := fmt.Sprintf("tenant %q: quota %s %d exceeded", e.Tenant, e.Quota, e.Limit)
+	msg := fmt.Sprintf("tenant %q: quota %s exceeded: ", e.Tenant, e.Quota)
 	if e.Quota == QuotaJobs {
-		return msg + fmt.Sprintf(": %d jobs not ended", e.Limit)
+		if e.Limit == 1 {
+			return msg + "limit 1 job not ended at once"
+		}
+		return msg + fmt.Sprintf("limit %d jobs not ended at once", e.Limit)
 	}
-	return msg + fmt.Sprintf(": the job has more than %d items", e.Limit)
+	if e.Limit == 1 {
+		return msg + "the job has more than the limit of 1 item"
+	}
+	return msg + fmt.Sprintf("the job has more than the limit of %d items", e.Limit)
 }
 
 // Is reports whether target is one of the kinds e is.

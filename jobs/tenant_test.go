@@ -99,7 +99,7 @@ func TestTenantQuotas(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.m.Begin(ctx, jobs.Spec{Model: "chat"})
-	if !errors.Is(err, jobs.ErrQuota) || !strings.Contains(err.Error(), "jobs not ended") {
+	if !errors.Is(err, jobs.ErrQuota) || !strings.Contains(err.Error(), "limit 1 job not ended at once") {
 		t.Fatalf("a second job under a jobs quota of 1 = %v", err)
 	}
 	// Both refusals are typed: the tenant, the quota and its limit, and

@@ -58,7 +58,7 @@ func toStatus(err error) *status.Status {
 		return status.New(codes.Unauthenticated, "unauthenticated: credential revoked")
 	case errors.Is(err, batcher.ErrQuotaExceeded):
 		// The message names the caller's own tenant and the quota, for
-		// example `tenant "team-a": quota tpm 20000 exceeded`.
+		// example `tenant "team-a": quota tpm exceeded: limit 20000 tokens a minute`.
 		var qe *batcher.QuotaError
 		if errors.As(err, &qe) {
 			st := status.New(codes.ResourceExhausted, qe.Error())

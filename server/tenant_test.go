@@ -34,7 +34,7 @@ func TestTenantQuotaOverGRPC(t *testing.T) {
 	}
 	_, err := e.client.Submit(ctx, &batcherv1.SubmitRequest{Request: chatReq("2", "hi")})
 	st := status.Convert(err)
-	if st.Code() != codes.ResourceExhausted || st.Message() != `tenant "team-a": quota rpm 1 exceeded` {
+	if st.Code() != codes.ResourceExhausted || st.Message() != `tenant "team-a": quota rpm exceeded: limit 1 request a minute` {
 		t.Fatalf("second Submit: %v", err)
 	}
 	var retry *errdetails.RetryInfo

@@ -86,7 +86,8 @@ Memory is bounded by --window: at most that many requests are sent and not
 yet written, which is also the size of the buffer that puts results back in
 input order. Ctrl-C waits for them all: lower --window for a slow model.
 A tenant with an in_flight quota has every request past it refused
-(RESOURCE_EXHAUSTED "quota in_flight N exceeded" lines): set --window to N.`,
+(RESOURCE_EXHAUSTED "quota in_flight exceeded: limit N requests in flight"
+lines): set --window to N.`,
 		Example: `  # Results to a file, progress on the terminal
   batcherctl run prompts.jsonl -o results.jsonl
 

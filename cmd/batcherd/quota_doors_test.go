@@ -43,13 +43,13 @@ func TestEveryDoorRefusesOverQuota(t *testing.T) {
 		quota string // as the message names it
 		code  string // the HTTP error's code
 	}{
-		{"Submit", func() refusal { return e.submit(t, tok, chatItem("sim-chat")) }, "quota rpm 1 exceeded", ""},
-		{"SubmitStream", func() refusal { return e.stream(t, tok, chatItem("sim-chat")) }, "quota rpm 1 exceeded", ""},
-		{"front door", func() refusal { return e.post(t, tok, "/v1/chat/completions", chat, "") }, "quota rpm 1 exceeded", "quota_exceeded"},
-		{"jobs", func() refusal { return e.createJob(t, tok, &batcherv1.JobSpec{Model: "sim-chat"}, items(chatItem(""))) }, "quota jobs 1 exceeded", ""},
+		{"Submit", func() refusal { return e.submit(t, tok, chatItem("sim-chat")) }, "quota rpm exceeded: limit 1 request a minute", ""},
+		{"SubmitStream", func() refusal { return e.stream(t, tok, chatItem("sim-chat")) }, "quota rpm exceeded: limit 1 request a minute", ""},
+		{"front door", func() refusal { return e.post(t, tok, "/v1/chat/completions", chat, "") }, "quota rpm exceeded: limit 1 request a minute", "quota_exceeded"},
+		{"jobs", func() refusal { return e.createJob(t, tok, &batcherv1.JobSpec{Model: "sim-chat"}, items(chatItem(""))) }, "quota jobs exceeded: limit 1 job not ended at once", ""},
 		{"/v1/batches", func() refusal {
 			return e.batch(t, tok, "/v1/chat/completions", batchLine("a", "/v1/chat/completions", chat))
-		}, "quota jobs 1 exceeded", "jobs_quota"},
+		}, "quota jobs exceeded: limit 1 job not ended at once", "jobs_quota"},
 	} {
 		t.Run(door.name, func(t *testing.T) {
 			r := door.call()
