@@ -46,7 +46,7 @@ func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		// refused as a message that does not decode (unknown.go). Other
 		// services' messages keep theirs.
 		if hasUnknown(m) && ours(m) {
-			err = errors.New(unknownField(m.ProtoReflect()))
+			err = unknownFieldError(unknownField(m.ProtoReflect()))
 		}
 	}
 	if err == nil {
@@ -60,6 +60,14 @@ func (c *decodeCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return err
 }
 
+// unknownFieldError is a message that decoded whole but for a field its
+// type does not declare (unknownField's text): unlike bytes that do not
+// decode, the rest of the message can be trusted, so a stream's request
+// that carries one can be refused alone (decodeStream).
+type unknownFieldError string
+
+func (e unknownFieldError) Error() string { return string(e) }
+
 // ours reports whether m is a message of this service's package, whose
 // decoding errors the interceptors answer.
 func ours(m proto.Message) bool {
@@ -69,28 +77,29 @@ func ours(m proto.Message) bool {
 // batcherPackage is the proto package of every service NewGRPCServer serves.
 var batcherPackage = (&batcherv1.SubmitRequest{}).ProtoReflect().Descriptor().ParentFile().Package()
 
-// take returns, and forgets, the decoding error recorded for m.
-func (c *decodeCodec) take(m any) *status.Status {
+// take returns, and forgets, the decoding error recorded for m, with its
+// status.
+func (c *decodeCodec) take(m any) (*status.Status, error) {
 	// Unmarshal stored the entry on this goroutine's message before the
 	// interceptor runs, so a zero count means no entry for m.
 	if c.nbad.Load() == 0 {
-		return nil
+		return nil, nil
 	}
 	pm, ok := m.(proto.Message)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	err, ok := c.bad.LoadAndDelete(pm)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	c.nbad.Add(-1)
 	name := pm.ProtoReflect().Descriptor().FullName()
-	return status.New(codes.InvalidArgument, "message does not decode as a "+string(name)+": "+err.(error).Error())
+	return status.New(codes.InvalidArgument, "message does not decode as a "+string(name)+": "+err.(error).Error()), err.(error)
 }
 
 func (c *decodeCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if st := c.take(req); st != nil {
+	if st, _ := c.take(req); st != nil {
 		return nil, st.Err()
 	}
 	return h(ctx, req)
@@ -101,7 +110,14 @@ func (c *decodeCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServer
 }
 
 // decodeStream answers a received message that did not decode with
-// INVALID_ARGUMENT, which ends the stream as any failed receive does.
+// INVALID_ARGUMENT, which ends the stream as any failed receive does:
+// bytes that do not decode cannot be told from one request to the next.
+//
+// A SubmitStream request that decoded whole but for a field its type does
+// not declare is that request's alone: ending the stream failed every
+// other request in flight on it. Its refusal goes to the stream's handler
+// (streamRefusals), which answers it as the request's own Rejection,
+// carrying its id.
 type decodeStream struct {
 	grpc.ServerStream
 	c *decodeCodec
@@ -111,8 +127,47 @@ func (s *decodeStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if st := s.c.take(m); st != nil {
-		return st.Err()
+	st, err := s.c.take(m)
+	if st == nil {
+		return nil
 	}
-	return nil
+	var uf unknownFieldError
+	if sr, ok := m.(*batcherv1.SubmitStreamRequest); ok && errors.As(err, &uf) {
+		if r := sr.GetRequest(); r != nil {
+			streamRefusals.put(r, st)
+			return nil
+		}
+	}
+	return st.Err()
+}
+
+// streamRefusals holds, between decodeStream's RecvMsg and the SubmitStream
+// handler's next step (stream.request takes it before anything else, on
+// the same goroutine), the refusal of each stream request that carries a
+// field its type does not declare. The key is the message grpc decoded
+// into, new for each receive.
+var streamRefusals refusals
+
+// refusals is a set of requests refused before their handler saw them.
+type refusals struct {
+	m sync.Map     // *batcherv1.Request -> *status.Status
+	n atomic.Int64 // entries in m: take skips the map while it is 0
+}
+
+func (f *refusals) put(r *batcherv1.Request, st *status.Status) {
+	f.n.Add(1) // before the entry: take never misses it
+	f.m.Store(r, st)
+}
+
+// take returns, and forgets, r's refusal; nil when it has none.
+func (f *refusals) take(r *batcherv1.Request) *status.Status {
+	if f.n.Load() == 0 {
+		return nil
+	}
+	st, ok := f.m.LoadAndDelete(r)
+	if !ok {
+		return nil
+	}
+	f.n.Add(-1)
+	return st.(*status.Status)
 }

@@ -24,7 +24,9 @@
 //     pushed back by flow control instead of growing the server's memory;
 //   - a request whose bytes do not decode, or that carries a field its
 //     message type does not declare, gets INVALID_ARGUMENT naming it
-//     (codec.go, unknown.go): nothing a caller sent is dropped;
+//     (codec.go, unknown.go): nothing a caller sent is dropped; on
+//     SubmitStream a request with such a field is its own Rejection, and
+//     the stream goes on;
 //   - Shutdown drains in order (health NOT_SERVING and health watches
 //     ended, core drain, streams send what they owe and end), so that
 //     grpc.Server.GracefulStop can return; Drain and Deliver split it, so

@@ -182,6 +182,10 @@ func (st *stream) handle(msg *batcherv1.SubmitStreamRequest) {
 func (st *stream) request(pr *batcherv1.Request) {
 	id := pr.GetId()
 	ctx := st.itemContext(pr)
+	if bad := streamRefusals.take(pr); bad != nil { // a field its type does not declare (codec.go)
+		st.reject(ctx, id, bad)
+		return
+	}
 	it := st.newItem()
 	if bad := toCore(pr, &it.req); bad != nil {
 		st.reuse(it)

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -70,20 +72,43 @@ func TestUnknownFieldIsRefused(t *testing.T) {
 				_, err := e.client.Submit(ctx, &batcherv1.SubmitRequest{Request: c.req()})
 				check(t, err, c.where, c.typ)
 			})
+			// On a stream the request is refused alone, by its id: the
+			// requests beside it are served and the stream ends OK.
 			t.Run("SubmitStream", func(t *testing.T) {
 				s, err := e.client.SubmitStream(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := s.Send(reqMsg(c.req())); err != nil {
-					t.Fatal(err)
-				}
-				for { // the stream ends with the refusal; a summary may come first
-					if _, err = s.Recv(); err != nil {
-						break
+				bad := c.req()
+				bad.Id = "bad"
+				for _, m := range []*batcherv1.SubmitStreamRequest{reqMsg(chatReq("before", "a")), reqMsg(bad), reqMsg(chatReq("after", "b"))} {
+					if err := s.Send(m); err != nil {
+						t.Fatal(err)
 					}
 				}
-				check(t, err, c.where, c.typ)
+				if err := s.CloseSend(); err != nil {
+					t.Fatal(err)
+				}
+				var msgs []*batcherv1.SubmitStreamResponse
+				for {
+					m, err := s.Recv()
+					if err != nil {
+						if !errors.Is(err, io.EOF) {
+							t.Fatalf("the stream ended with %v, want OK", err)
+						}
+						break
+					}
+					msgs = append(msgs, m)
+				}
+				ta := tallyOf(msgs)
+				if rs := ta.rejections["bad"]; len(rs) != 1 {
+					t.Fatalf("rejections of bad: %v, want one", rs)
+				} else {
+					check(t, status.ErrorProto(rs[0].GetError()), c.where, c.typ)
+				}
+				if len(ta.completions) != 2 || ta.completions["before"].GetText() != "echo: a" || ta.completions["after"].GetText() != "echo: b" {
+					t.Errorf("completions %v, want before's and after's served", ta.completions)
+				}
 			})
 			t.Run("SubmitStreamed", func(t *testing.T) {
 				r := c.req()
