@@ -39,6 +39,7 @@ type batchRun struct {
 	flushes []*flushWait // told once the upstream call starts
 	wake    []*Call      // deliver's plain calls, ended but not yet signalled
 	tallies tallies      // deliver's plain calls' histograms, added before they wake
+	later   []int32      // deliver's other calls (r.live's indices), ended after the wake
 	// view is every live call's view of the batch (setViews, viewOf)
 	// unless mixed: the batch holds several tenants' requests, and
 	// tenantIdx and views give each tenant's.
@@ -363,49 +364,68 @@ func (r *batchRun) verdict(err error) runVerdict {
 // one by one in Call.ended: two atomic adds a call on the run's shared
 // line.
 func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
-	b := r.b
-	endM := b.clock.monoOf(end) // one conversion for the whole batch
+	endM := r.b.clock.monoOf(end) // one conversion for the whole batch
 	var ended int32
 	for i, c := range r.live {
-		if !c.pending() {
-			continue
-		}
-		c.upstream += elapsed
-		resp := &r.out[i]
-		e := resp.Err
-		if e == nil && err != nil && resp.empty() {
-			e = err
-		}
-		if e != nil && endM >= c.deadline {
-			e = ErrDeadline // the batch context ran out with the request's time
-		}
-		if e != nil && c.retryable() && (b.retryLater(c, r, e, end) || b.fallBack(c, r, e, end)) {
-			r.end() // the run lets go of it
-			continue
-		}
 		if !c.plain() {
-			var res Result
-			r.result(&res, c, resp, e)
-			if c.finishAs(&res, end, true) {
-				ended++
-			}
+			// After the plain calls' wake-up: a sink's event runs on this
+			// goroutine, and a slow one held every plain caller of the batch.
+			r.later = append(r.later, int32(i))
 			continue
 		}
-		// Written in place, into Do's slot for Do's call.
-		if res := c.decide(); res != nil {
-			r.result(res, c, resp, e)
-			res.Timings.Total = time.Duration(endM - c.admitted) // c.since(end)
-			b.metrics.finishedBy(r, c, res)
-			if c.books(res, end, true, nil) && c.token {
-				c.recycle = true
-			}
-			r.wake = append(r.wake, c)
-			ended++
-		}
+		ended += r.deliverCall(i, c, true, err, end, endM, elapsed)
 	}
 	r.tallies.flush()
 	r.signal()
+	for j, i := range r.later {
+		r.later[j] = 0
+		ended += r.deliverCall(int(i), r.live[i], false, err, end, endM, elapsed)
+	}
+	r.later = r.later[:0]
 	r.endN(ended)
+}
+
+// deliverCall is deliver's part for the run's ith live call c, plain as
+// deliver found it: it retries c, or ends it (a plain call's wake-up
+// waits for signal). It returns 1 when it ended c, 0 otherwise.
+func (r *batchRun) deliverCall(i int, c *Call, plain bool, err error, end time.Time, endM mono, elapsed time.Duration) int32 {
+	if !c.pending() {
+		return 0
+	}
+	c.upstream += elapsed
+	resp := &r.out[i]
+	e := resp.Err
+	if e == nil && err != nil && resp.empty() {
+		e = err
+	}
+	if e != nil && endM >= c.deadline {
+		e = ErrDeadline // the batch context ran out with the request's time
+	}
+	if e != nil && c.retryable() && (r.b.retryLater(c, r, e, end) || r.b.fallBack(c, r, e, end)) {
+		r.end() // the run lets go of it
+		return 0
+	}
+	if !plain {
+		var res Result
+		r.result(&res, c, resp, e)
+		if c.finishAs(&res, end, true) {
+			return 1
+		}
+		return 0
+	}
+	// Written in place, into Do's slot for Do's call.
+	res := c.decide()
+	if res == nil {
+		return 0
+	}
+	r.result(res, c, resp, e)
+	res.Timings.Total = time.Duration(endM - c.admitted) // c.since(end)
+	r.b.metrics.finishedBy(r, c, res)
+	if c.books(res, end, true, nil) && c.token {
+		c.recycle = true
+	}
+	r.wake = append(r.wake, c)
+	return 1
 }
 
 // signal ends deliver's plain calls: their results are written and their
