@@ -34,7 +34,6 @@ var (
 	contentPartsType = reflect.TypeFor[[]contentPart]()
 	toolChoiceType   = reflect.TypeFor[wireToolChoice]()
 	toolChoiceObj    = reflect.TypeFor[toolChoiceObject]()
-	toolCallsType    = reflect.TypeFor[[]wireToolCall]()
 )
 
 // structFields are a struct type's JSON field names, mapped to their
