@@ -218,19 +218,19 @@ func TestCancelledBacklogCountedOnItsRoute(t *testing.T) {
 	// backlog for the pacer.
 	j := e.create(t, jobs.Spec{Model: "chat", RPM: 60, ConcurrentRequests: 8}, 20)
 	ctx := t.Context()
-	for {
-		p, _, err := e.m.Progress(ctx, j.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
+	// Watched as env.wait watches a job; errFirst stops it at the first
+	// success.
+	errFirst := errors.New("an item succeeded")
+	if err := e.m.Watch(ctx, j.ID, 20*time.Millisecond, func(p jobs.Progress) error {
 		if p.Counts.Succeeded > 0 {
-			break
+			return errFirst
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("no item succeeded")
-		case <-time.After(5 * time.Millisecond):
+		if p.State.Terminal() {
+			t.Fatalf("the job ended %s before an item succeeded", p.State)
 		}
+		return nil
+	}); !errors.Is(err, errFirst) {
+		t.Fatalf("watching for a first success: %v", err)
 	}
 	if _, err := e.m.Cancel(ctx, j.ID); err != nil {
 		t.Fatal(err)
