@@ -66,6 +66,12 @@ class BatcherServiceServicer(object):
         finishes every accepted request, sends a last summary and ends the stream
         with OK.
 
+        A bad request, one carrying a field its type does not declare included, is
+        refused alone: a Rejection with its id and a status naming the field, while
+        the stream and its other requests go on. Only a message that does not
+        decode at all, or StreamOptions the server cannot honour, ends the stream
+        with INVALID_ARGUMENT.
+
         Each stream has a bounded in-flight window: while it is full the server
         stops reading the stream, so gRPC flow control pushes back on the caller
         instead of requests failing.
