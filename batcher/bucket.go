@@ -21,7 +21,9 @@ func perSecond(perMinute int) int { return max(1, perMinute/60) }
 // reserved, an upstream that says it has more left than we thought) go to
 // credit, which the next reservations draw on first. Credit never lifts
 // the bucket past its burst: what the limiter holds plus the credit is
-// capped at the burst whenever either is read.
+// capped at the burst whenever either is read. A reply that used more
+// tokens than reserved is charged the rest when its permit ends, into
+// debt: the next reservations wait for it.
 type bucket struct {
 	lim        *rate.Limiter // nil: no limit known (yet)
 	perMinute  int           // the configured rate; 0: learned from headers
@@ -102,26 +104,39 @@ func (b *bucket) take(now time.Time, n int) *reservation {
 	if b.lim == nil {
 		return nil
 	}
-	res := &reservation{taken: n, at: now}
+	return &reservation{taken: n, at: now, r: b.charge(now, n)}
+}
+
+// charge spends n tokens at now: credit first, then the limiter (into debt
+// past its burst). It returns the limiter's first reservation, if any.
+func (b *bucket) charge(now time.Time, n int) *rate.Reservation {
 	b.spent += uint64(max(n, 0))
 	b.tokensAt(now) // caps the credit
 	fromCredit := math.Floor(min(float64(n), b.credit))
 	b.credit -= fromCredit
 	rest := n - int(fromCredit)
 	burst := b.lim.Burst()
-	for first := true; rest > 0; first = false {
+	var first *rate.Reservation
+	for ; rest > 0; rest -= burst {
 		r := b.lim.ReserveN(now, min(rest, burst))
-		if first {
-			res.r = r
+		if first == nil {
+			first = r
 		}
-		rest -= burst
 	}
-	return res
+	return first
 }
 
-// refund gives back what res took beyond used.
+// refund settles res against used, what the call spent: it gives back
+// what res took beyond used, and charges what used took beyond res (a
+// reply longer than its estimate), into debt, so that the budget counts
+// what the upstream will.
 func (b *bucket) refund(now time.Time, res *reservation, used int) {
-	if b.lim == nil || res == nil || used >= res.taken {
+	if b.lim == nil || res == nil || used == res.taken {
+		return
+	}
+	if used > res.taken {
+		b.charge(now, used-res.taken)
+		res.taken = used
 		return
 	}
 	back := res.taken - max(used, 0)

@@ -40,6 +40,29 @@ func TestBucketRefund(t *testing.T) {
 	}
 }
 
+// TestBucketChargesOveruse: a call that spent more than its reservation
+// (a reply longer than its estimate) is charged the rest when it
+// settles, into debt, and a later settlement of the same reservation
+// counts from there.
+func TestBucketChargesOveruse(t *testing.T) {
+	now := time.Now()
+	b := newBucket(60, 10, true) // 1 a second, burst 10
+	r := b.take(now, 3)
+	b.refund(now, r, 8)
+	if got := b.tokensAt(now); got != 2 {
+		t.Fatalf("after reserving 3 and using 8 of a full 10: %v tokens, want 2", got)
+	}
+	b.refund(now, r, 8) // settled already: nothing more
+	if got := b.tokensAt(now); got != 2 {
+		t.Fatalf("after settling the same use twice: %v tokens, want 2", got)
+	}
+	r = b.take(now, 1)
+	b.refund(now, r, 20) // past what is left: into debt
+	if got := b.tokensAt(now); got > -17.9 || got < -18.1 {
+		t.Fatalf("after using 20 of a reservation of 1 with 2 left: %v tokens, want about -18", got)
+	}
+}
+
 // dispatchLog records each dispatch's start and cost.
 type dispatchLog struct {
 	mu      sync.Mutex
@@ -149,6 +172,33 @@ func TestReservationSettledAgainstUsage(t *testing.T) {
 		// Reserved (2+1+40)×2 = 86, used 4: 82 refunded.
 		if got := tokens(); got != before-4 {
 			t.Fatalf("token bucket holds %v, want %v: the reservation was not settled against usage", got, before-4)
+		}
+	})
+}
+
+// TestReservationChargedForOveruse: a batch whose replies used more
+// tokens than it reserved (a prompt estimated low) is charged the rest,
+// so that the TPM budget counts what the upstream counts.
+func TestReservationChargedForOveruse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{fail: func(_ *Batch, out []Response) error {
+			for i := range out {
+				out[i].Usage = Usage{PromptTokens: 500, CompletionTokens: 100}
+			}
+			return nil
+		}}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1}, withLimits("be", 0, 6000))
+		bs := b.backends.Load().byName["be"]
+		tokens := func() (n float64) {
+			bs.query(func() { n = bs.tpm.tokensAt(time.Now()) })
+			return n
+		}
+		before := tokens()
+		r := req("long", PriorityNormal)
+		r.Params.MaxTokens = 40 // reserved 2+1+40 = 43, used 600
+		wantOKDo(t, b, r)
+		if got := tokens(); got != before-600 {
+			t.Fatalf("token bucket holds %v, want %v: the batch was not charged what it used past its reservation", got, before-600)
 		}
 	})
 }
