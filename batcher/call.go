@@ -405,7 +405,7 @@ func (c *Call) books(r *Result, now time.Time, byRun bool, sink EventSink) (sett
 		if r.Cached {
 			reserved = 0 // its hold went back whole (serveHit)
 		}
-		c.tenant.ended(r.Err, reserved, r.Usage)
+		c.tenant.ended(now, r.Err, reserved, r.Usage)
 	}
 	return settled
 }

@@ -419,14 +419,34 @@ func (h *tenantHold) spareLate(tokens int) {
 	*h = tenantHold{}
 }
 
-// ended books the end of one of ts's requests with err. reserved is what
-// its admission took of the TPM quota; a reply that reports using fewer
-// tokens gives the rest back.
-func (ts *tenantState) ended(err error, reserved int, u Usage) {
+// ended books the end at now of one of ts's requests with err. reserved
+// is what its admission took of the TPM quota (0: nothing to settle, as
+// for an answer from the cache); a reply that reports using fewer tokens
+// gives the rest back, one that used more is charged the rest.
+func (ts *tenantState) ended(now time.Time, err error, reserved int, u Usage) {
 	ts.pending.Add(-1)
 	ts.completed[outcomeOf(err)].Add(1)
-	if used := int64(u.Total()); used > 0 && used < int64(reserved) {
+	used := int64(u.Total())
+	switch {
+	case used <= 0 || reserved <= 0:
+	case used < int64(reserved):
 		ts.refundTPM(int64(reserved) - used)
+	case used > int64(reserved):
+		ts.chargeTPM(now, used-int64(reserved))
+	}
+}
+
+// chargeTPM takes n tokens a request used beyond what its admission
+// reserved (a prompt estimated low) from ts's TPM quota: credit first,
+// then the bucket, into debt, so that the next admissions wait for them.
+func (ts *tenantState) chargeTPM(now time.Time, n int64) {
+	lim := ts.lim.Load().tpm
+	if lim == nil {
+		return
+	}
+	n -= takeCredit(&ts.tpmCredit, n)
+	for burst := int64(lim.Burst()); n > 0; n -= burst {
+		lim.ReserveN(now, int(min(n, burst)))
 	}
 }
 

@@ -259,6 +259,40 @@ func TestQuotaTPMRefund(t *testing.T) {
 	})
 }
 
+// TestQuotaTPMChargesOveruse: a request whose reply reports more tokens
+// than its admission reserved (a prompt estimated low) is charged the
+// rest on its tenant's TPM quota, so the quota counts what was used.
+func TestQuotaTPMChargesOveruse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{fail: func(_ *Batch, out []Response) error {
+			for i := range out {
+				out[i].Usage = Usage{PromptTokens: 120, CompletionTokens: 30}
+			}
+			return nil
+		}}
+		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1})
+		if err := b.SetTenants([]TenantPolicy{{Name: "a", Quotas: TenantQuotas{TPM: 100}}}); err != nil {
+			t.Fatal(err)
+		}
+		r := func(id string) *Request {
+			x := treq("a", id)
+			x.Params.MaxTokens = 40 // about 43 tokens reserved
+			return x
+		}
+		c := submit(t, b, r("long"))
+		<-c.Done()
+		if err := c.Result().Err; err != nil {
+			t.Fatal(err)
+		}
+		// 150 used of a quota of 100: the next request waits for the debt.
+		_, err := b.Submit(context.Background(), r("next"))
+		var qe *QuotaError
+		if !errors.As(err, &qe) || qe.Quota != QuotaTPM || qe.RetryAfter <= 0 {
+			t.Fatalf("a request after one that used 150 tokens of a quota of 100: %v, want a tpm QuotaError with a RetryAfter", err)
+		}
+	})
+}
+
 func TestQuotaGivenBackWhenQueueFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &fakeBackend{hold: make(chan struct{})}
