@@ -335,9 +335,10 @@ func TestDedupKeepsRichApart(t *testing.T) {
 
 // TestEstimateCountsEveryChoice: a request for n choices may generate
 // max_tokens for each, and a provider bills them all (the sim's usage
-// counts every choice), so its estimate counts them all: a reply that
-// uses more than its estimate is not charged the rest, and a tenant's tpm
-// quota would pass n times its limit.
+// counts every choice), so its estimate counts them all: admission checks
+// the estimate against a tenant's tpm quota, and an estimate of one
+// choice would admit a request n times past it (the overuse is charged
+// only once the reply reports it).
 func TestEstimateCountsEveryChoice(t *testing.T) {
 	b, err := New(
 		WithBackend(BackendConfig{Name: "be", Backend: featured{&fakeBackend{}, AllFeatures}, MaxConcurrency: 1}),

@@ -362,8 +362,9 @@ func estimateTokens(r *Request, rc *routeConfig) int {
 // EstimatedTokens guesses r's cost before the upstream counts it, as the
 // backends' TPM limits do: about four bytes a token of input, plus the
 // tokens it may generate (its max_tokens, or defaultMaxTokens when unset)
-// for each of its choices (Params.Rich.N): a provider bills every choice,
-// and a reply that uses more than the estimate is not charged the rest.
+// for each of its choices (Params.Rich.N): a provider bills every choice.
+// The budgets and quotas charged the estimate settle it against the usage
+// the reply reports, both ways (bucket.refund, tenantState.ended).
 func (r *Request) EstimatedTokens(defaultMaxTokens int32) int {
 	n := r.Input.Size()/4 + 1
 	// richTokens counts tools, a schema and images, so it is 0 without
