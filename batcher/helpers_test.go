@@ -34,6 +34,16 @@ type fakeBackend struct {
 	ctxErrs []error    // ctx.Err() seen by each Dispatch when it returned
 }
 
+// reporting returns a fakeBackend whose every reply reports usage u.
+func reporting(u Usage) *fakeBackend {
+	return &fakeBackend{fail: func(_ *Batch, out []Response) error {
+		for i := range out {
+			out[i].Usage = u
+		}
+		return nil
+	}}
+}
+
 // failsFirst returns a fakeBackend whose first Dispatch fails with a
 // retryable server error; the rest succeed.
 func failsFirst() *fakeBackend {

@@ -181,13 +181,7 @@ func TestReservationSettledAgainstUsage(t *testing.T) {
 // so that the TPM budget counts what the upstream counts.
 func TestReservationChargedForOveruse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		be := &fakeBackend{fail: func(_ *Batch, out []Response) error {
-			for i := range out {
-				out[i].Usage = Usage{PromptTokens: 500, CompletionTokens: 100}
-			}
-			return nil
-		}}
-		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1}, withLimits("be", 0, 6000))
+		b := newTest(t, reporting(Usage{PromptTokens: 500, CompletionTokens: 100}), 1, BatchConfig{MaxBatchSize: 1, MinBatchSize: 1}, withLimits("be", 0, 6000))
 		bs := b.backends.Load().byName["be"]
 		tokens := func() (n float64) {
 			bs.query(func() { n = bs.tpm.tokensAt(time.Now()) })

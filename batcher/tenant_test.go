@@ -264,13 +264,7 @@ func TestQuotaTPMRefund(t *testing.T) {
 // rest on its tenant's TPM quota, so the quota counts what was used.
 func TestQuotaTPMChargesOveruse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		be := &fakeBackend{fail: func(_ *Batch, out []Response) error {
-			for i := range out {
-				out[i].Usage = Usage{PromptTokens: 120, CompletionTokens: 30}
-			}
-			return nil
-		}}
-		b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 1})
+		b := newTest(t, reporting(Usage{PromptTokens: 120, CompletionTokens: 30}), 1, BatchConfig{MaxBatchSize: 1})
 		if err := b.SetTenants([]TenantPolicy{{Name: "a", Quotas: TenantQuotas{TPM: 100}}}); err != nil {
 			t.Fatal(err)
 		}
