@@ -35,14 +35,8 @@ func TestBacklogIsNotRejection(t *testing.T) {
 	}
 	dir := t.TempDir()
 	store := openSQLite(t, dir)
-	m, err := jobs.New(jobs.Config{Store: store, Core: core, DataDir: dir, Exclusive: true,
+	m := started(t, jobs.Config{Store: store, Core: core, DataDir: dir, Exclusive: true,
 		CommitInterval: 5 * time.Millisecond, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	e := &env{core: core, sim: p, store: store, m: m, dir: dir}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

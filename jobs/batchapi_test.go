@@ -105,16 +105,10 @@ func (e *batchEnv) manager(t *testing.T, hook func(string, int, string) bool) (m
 	if e.route != nil {
 		e.route(&br)
 	}
-	m, err := jobs.New(jobs.Config{Store: store, Core: e.core, DataDir: e.dir, Exclusive: !e.pg,
+	m = started(t, jobs.Config{Store: store, Core: e.core, DataDir: e.dir, Exclusive: !e.pg,
 		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 		BatchRoutes: map[string]jobs.BatchRoute{"chat": br},
 		BatchHook:   hook, Prices: e.prices, MeterProvider: e.mp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

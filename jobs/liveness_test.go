@@ -104,14 +104,8 @@ func TestRestartTakesOverADeadOwnersClaims(t *testing.T) {
 	if got, err := store.Claim(t.Context(), id, "previous-life", 20, time.Hour); err != nil || len(got) != 20 {
 		t.Fatalf("claim: %d, %v", len(got), err)
 	}
-	m, err := jobs.New(jobs.Config{Store: store, Core: e.core, DataDir: t.TempDir(), Lease: time.Hour,
+	m := started(t, jobs.Config{Store: store, Core: e.core, DataDir: t.TempDir(), Lease: time.Hour,
 		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -120,7 +114,7 @@ func TestRestartTakesOverADeadOwnersClaims(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var last jobs.Progress
-	err = m.Watch(ctx, id, 20*time.Millisecond, func(p jobs.Progress) error { last = p; return nil })
+	err := m.Watch(ctx, id, 20*time.Millisecond, func(p jobs.Progress) error { last = p; return nil })
 	if err != nil || last.Counts.Succeeded != 20 {
 		t.Fatalf("Watch = %v, last %+v: the dead owner's claims did not come back (lease 1h)", err, last.Counts)
 	}

@@ -61,20 +61,28 @@ func (g *gate) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher.Res
 	return nil
 }
 
-// envOn is a started manager over core on a SQLite store in a temporary
-// directory, with the tests' short commit and poll intervals; the test's
-// cleanup shuts the manager and then core down.
-func envOn(t *testing.T, core *batcher.Batcher) *env {
+// started is a manager made of cfg and started, failing the test if
+// either fails; shutting it down is the caller's.
+func started(t *testing.T, cfg jobs.Config) *jobs.Manager {
 	t.Helper()
-	dir := t.TempDir()
-	m, err := jobs.New(jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
-		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	m, err := jobs.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// envOn is a started manager over core on a SQLite store in a temporary
+// directory, with the tests' short commit and poll intervals; the test's
+// cleanup shuts the manager and then core down.
+func envOn(t *testing.T, core *batcher.Batcher) *env {
+	t.Helper()
+	dir := t.TempDir()
+	m := started(t, jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
+		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -127,13 +135,7 @@ func newEnv(t *testing.T, mut func(*jobs.Config)) *env {
 	if mut != nil {
 		mut(&cfg)
 	}
-	m, err := jobs.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	m := started(t, cfg)
 	e := &env{core: core, sim: p, gate: g, store: store, m: m, dir: dir}
 	t.Cleanup(func() {
 		select {
@@ -583,14 +585,8 @@ func TestRetryDelayAloneKeepsTheBackendsRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	m, err := jobs.New(jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
+	m := started(t, jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
 		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	e := &env{core: core, gate: g, m: m, dir: dir}
 	t.Cleanup(func() {
 		close(g.open)
@@ -631,13 +627,7 @@ func TestAbandonedJobsDroppedOnSharedStore(t *testing.T) {
 	if err := store.CreateJob(t.Context(), dead, 0); err != nil {
 		t.Fatal(err)
 	}
-	m, err := jobs.New(jobs.Config{Store: store, Core: e.core, DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	m := started(t, jobs.Config{Store: store, Core: e.core, DataDir: dir})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -90,13 +90,7 @@ func TestUrgentLatencyWhileAJobRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	m, err := jobs.New(jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	m := started(t, jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true})
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
