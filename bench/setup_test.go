@@ -94,16 +94,16 @@ func (bd built) asBatcherd(f func()) {
 	f()
 }
 
-// build builds st's grpc.Server and the options it adds to a core and a
-// server.Server.
+// build builds st's grpc.Server, with extra after st's own server options,
+// and the options it adds to a core and a server.Server.
 //
 // otelgrpc takes its MeterProvider from the global one when its handler is
 // built, so build sets the global provider for that moment and puts back
 // the no-op one TestMain set, which every other server here is built with.
-func (st setup) build(tb testing.TB) built {
+func (st setup) build(tb testing.TB, extra ...grpc.ServerOption) built {
 	tb.Helper()
 	if !st.interceptors {
-		return built{gs: grpc.NewServer(), cleanup: func() {}}
+		return built{gs: grpc.NewServer(extra...), cleanup: func() {}}
 	}
 	var (
 		bd       built
@@ -142,7 +142,7 @@ func (st setup) build(tb testing.TB) built {
 		otel.SetMeterProvider(tel.MeterProvider)
 		defer otel.SetMeterProvider(metricnoop.NewMeterProvider())
 	}
-	bd.gs = server.NewGRPCServer(noop.NewTracerProvider(), gsOpts...)
+	bd.gs = server.NewGRPCServer(noop.NewTracerProvider(), append(gsOpts, extra...)...)
 	bd.cleanup = func() {
 		for _, f := range cleanups {
 			f()
@@ -202,7 +202,7 @@ func TestBatcherdSetupRecordsMetrics(t *testing.T) {
 // chat through the stream rig, the core's gen_ai client duration is in
 // batcherd's registry.
 func TestStreamRigRecordsUpstreamMetrics(t *testing.T) {
-	rig := newStreamRig(t, 1, 1)
+	rig := newStreamRig(t, 1, 1, false)
 	defer rig.stop()
 	rs := rig.run(t.Context(), 1, "metrics", true, nil)
 	rig.measure(t, rs)
@@ -216,4 +216,26 @@ func TestStreamRigRecordsUpstreamMetrics(t *testing.T) {
 		}
 	}
 	t.Error("no gen_ai_client_operation_duration_seconds after a streamed chat through the stream rig")
+}
+
+// TestStreamRigStampsHops checks that the stamped rig notes each hop of a
+// chat through batcherd, in the order the chat passes them: its handler
+// starts, decodes the request, the core dispatches it, llmsim gets it.
+func TestStreamRigStampsHops(t *testing.T) {
+	const n = 3
+	rig := newStreamRig(t, n, 1, true)
+	defer rig.stop()
+	rs := rig.run(t.Context(), n, "hops", true, nil)
+	rig.measure(t, rs)
+	h := rig.hops(rs, true)
+	if len(h.sent) != n || len(h.handler) != n || len(h.decoded) != n || len(h.dispatched) != n || len(h.arrived) != n {
+		t.Fatalf("hops of %d chats: %d sent, %d handler, %d decoded, %d dispatched, %d arrived",
+			n, len(h.sent), len(h.handler), len(h.decoded), len(h.dispatched), len(h.arrived))
+	}
+	for i, c := range rs {
+		if h.sent[i] < 0 || h.handler[i] <= 0 || h.handler[i] > h.decoded[i] || h.decoded[i] > h.dispatched[i] || h.dispatched[i] > h.arrived[i] {
+			t.Errorf("chat %q: sent %v, handler %v, decoded %v, dispatched %v, arrived %v after its start: want them in that order",
+				c.key, h.sent[i], h.handler[i], h.decoded[i], h.dispatched[i], h.arrived[i])
+		}
+	}
 }

@@ -32,12 +32,13 @@ func BenchmarkStreamTTFT(b *testing.B) {
 }
 
 func benchStreamTTFT(b *testing.B, n int) {
-	rig := newStreamRig(b, n, 1)
+	rig := newStreamRig(b, n, 1, true)
 	defer rig.stop()
 	ctx := context.Background()
 	rig.run(ctx, n, "warm-d", false, nil)
 	rig.run(ctx, n, "warm-t", true, nil)
-	var dT, tT, dD, tD, dUp, tUp, tDisp []time.Duration
+	var dT, tT, dD, tD []time.Duration
+	var dHops, tHops hops
 	var dCPU, tCPU time.Duration // the process's CPU time in each side's rounds
 	i := 0
 	for b.Loop() {
@@ -48,29 +49,48 @@ func benchStreamTTFT(b *testing.B, n int) {
 		dCPU += c1 - c0
 		a, d := rig.measure(b, rs)
 		dT, dD = append(dT, a...), append(dD, d...)
-		_, up := rig.hops(rs, false)
-		dUp = append(dUp, up...)
+		dHops.add(rig.hops(rs, false))
 		c0 = processCPU(b)
 		rs = rig.run(ctx, n, fmt.Sprint("t", i), true, nil)
 		tCPU += processCPU(b) - c0
 		a, d = rig.measure(b, rs)
 		tT, tD = append(tT, a...), append(tD, d...)
-		disp, up := rig.hops(rs, true)
-		tUp, tDisp = append(tUp, up...), append(tDisp, disp...)
+		tHops.add(rig.hops(rs, true))
 	}
-	// Where the added time to first token goes: from a chat's start to the
-	// core's dispatch, and to its request reaching llmsim.
-	b.ReportMetric(ms(pct(tDisp, 0.5)), "hop-dispatch-batcher-p50-ms")
-	b.ReportMetric(ms(pct(tUp, 0.5)), "hop-upstream-batcher-p50-ms")
-	b.ReportMetric(ms(pct(dUp, 0.5)), "hop-upstream-direct-p50-ms")
+	// Where the added time to first token goes, from a chat's start: to
+	// the client's SubmitStreamed returning (the request queued on the
+	// connection), to batcherd's handler starting (the HTTP/2 connection
+	// both ways, the server's reader, the worker pool), to its request
+	// decoded, to the core's dispatch, and to its request reaching llmsim.
+	for _, p := range []struct {
+		name string
+		q    float64
+	}{{"p50", 0.5}, {"p99", 0.99}} {
+		b.ReportMetric(ms(pct(tHops.sent, p.q)), "hop-sent-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tHops.handler, p.q)), "hop-handler-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tHops.decoded, p.q)), "hop-decoded-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tHops.dispatched, p.q)), "hop-dispatch-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(tHops.arrived, p.q)), "hop-upstream-batcher-"+p.name+"-ms")
+		b.ReportMetric(ms(pct(dHops.arrived, p.q)), "hop-upstream-direct-"+p.name+"-ms")
+	}
 	// CPU per chat, llmsim and the load client included on both sides: the
 	// difference is what a chat through Batcher costs in CPU, which a burst
 	// of n chats starting at once queues behind on this machine's cores.
+	// The through side's includes the rig's stamps (a few map inserts).
 	chats := float64(i * n)
 	b.ReportMetric(ms(dCPU)/chats, "cpu-direct-ms/chat")
 	b.ReportMetric(ms(tCPU)/chats, "cpu-batcher-ms/chat")
 	b.ReportMetric(ms(tCPU-dCPU)/chats, "cpu-added-ms/chat")
 	reportStream(b, "", dT, tT, dD, tD)
+}
+
+// add appends o's samples to h's.
+func (h *hops) add(o hops) {
+	h.sent = append(h.sent, o.sent...)
+	h.handler = append(h.handler, o.handler...)
+	h.decoded = append(h.decoded, o.decoded...)
+	h.dispatched = append(h.dispatched, o.dispatched...)
+	h.arrived = append(h.arrived, o.arrived...)
 }
 
 // reportStream reports time to first token and per-delta delivery, direct
@@ -104,7 +124,7 @@ func reportStream(b *testing.B, prefix string, dT, tT, dD, tD []time.Duration) {
 func BenchmarkStreamSteady(b *testing.B) {
 	const n = 100
 	b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) {
-		rig := newStreamRig(b, n, 1)
+		rig := newStreamRig(b, n, 1, false)
 		defer rig.stop()
 		ctx := context.Background()
 		rig.run(ctx, n, "warm-d", false, nil)
@@ -152,7 +172,7 @@ func BenchmarkStreamSteady(b *testing.B) {
 // read buffer: newStreamRig, streamRig.direct). Target: at most 16 KiB.
 func BenchmarkStream2000(b *testing.B) {
 	const n = 2000
-	rig := newStreamRig(b, n, 4)
+	rig := newStreamRig(b, n, 4, false)
 	defer rig.stop()
 	ctx := context.Background()
 	held := func(through bool, tag string) (perStream float64, stacks float64) {

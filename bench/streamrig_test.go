@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -176,6 +177,7 @@ type recv struct {
 type chatResult struct {
 	key   string
 	start time.Time
+	sent  time.Time // through batcherd: when SubmitStreamed returned
 	recvs []recv
 	text  string
 	err   error
@@ -190,6 +192,10 @@ type streamRig struct {
 	core  *batcher.Batcher
 	mu    sync.Mutex
 	disp  map[string]time.Time // when the core handed each chat to the backend
+	// hdl and dec are, for each chat through batcherd, when its gRPC
+	// handler started and when its request was decoded (handlerStamps;
+	// written only when newStreamRig was asked for them).
+	hdl, dec map[string]time.Time
 	// metrics gathers batcherd's MeterProvider: the core's, otelgrpc's
 	// and the backend's upstream calls'.
 	metrics prometheus.Gatherer
@@ -208,13 +214,17 @@ func (r *streamRig) forget(n int) {
 	r.tap.mu.Unlock()
 	r.mu.Lock()
 	r.disp = make(map[string]time.Time, n)
+	r.hdl, r.dec = make(map[string]time.Time, n), make(map[string]time.Time, n)
 	r.mu.Unlock()
 }
 
 // newStreamRig starts llmsim and batcherd with room for n concurrent
 // streamed chats, and conns client connections to batcherd (a connection
 // carries at most security.DefaultMaxConcurrentStreams RPCs at once).
-func newStreamRig(tb testing.TB, n, conns int) *streamRig {
+// With stamp, batcherd's server also has handlerStamps, which notes when
+// each chat's handler started and its request was decoded (streamRig.hops);
+// without, its stack is batcherd's alone, as the memory figure needs.
+func newStreamRig(tb testing.TB, n, conns int, stamp bool) *streamRig {
 	tb.Helper()
 	sim, err := llmsim.New(llmsim.Config{Latency: streamTTFT, PerToken: streamPerToken, ReplyTokens: streamReply})
 	if err != nil {
@@ -231,11 +241,16 @@ func newStreamRig(tb testing.TB, n, conns int) *streamRig {
 	// backend's 1 KiB it counted 6 KB a stream that Batcher's side lacks.
 	idle := min(n, openai.DefaultMaxIdleConns)
 	rig := &streamRig{tap: tap, url: ts.URL + "/v1", disp: make(map[string]time.Time),
+		hdl: make(map[string]time.Time), dec: make(map[string]time.Time),
 		hc: &http.Client{Transport: upstream.NewTransport(idle, nil)}}
 	rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
+	var extra []grpc.ServerOption
+	if stamp {
+		extra = append(extra, grpc.StatsHandler(handlerStamps{rig}))
+	}
 	// The backend as batcherd builds it by default: no transport tuning
 	// beyond what production gets, and batcherd's MeterProvider.
-	bd := setupBatcherd.build(tb)
+	bd := setupBatcherd.build(tb, extra...)
 	rig.metrics = bd.metrics
 	var be *openai.Backend
 	bd.asBatcherd(func() { be, err = openai.New(openai.Config{BaseURL: rig.url}) })
@@ -316,21 +331,71 @@ func (s stampedBackend) Stream(ctx context.Context, b *batcher.Batch, w batcher.
 	return s.Backend.Stream(ctx, b, w)
 }
 
-// hops returns, for chats through batcherd (through) or direct, how long
-// after its start each chat was dispatched by the core (through only) and
-// reached llmsim.
-func (r *streamRig) hops(rs []chatResult, through bool) (dispatched, arrived []time.Duration) {
+// handlerStamps is a gRPC stats handler that notes, for each chat through
+// batcherd, when its handler started (TagRPC, which grpc-go calls first on
+// the handler's goroutine, here after otelgrpc's) and when its request was
+// decoded (InPayload), keyed like the dispatch stamps (the chat's prompt).
+type handlerStamps struct{ rig *streamRig }
+
+type handlerStartKey struct{}
+
+func (h handlerStamps) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return context.WithValue(ctx, handlerStartKey{}, time.Now())
+}
+
+func (h handlerStamps) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	in, ok := s.(*stats.InPayload)
+	if !ok {
+		return
+	}
+	req, ok := in.Payload.(*batcherv1.SubmitStreamedRequest)
+	if !ok {
+		return
+	}
+	m := req.GetRequest().GetChat().GetMessages()
+	start, ok := ctx.Value(handlerStartKey{}).(time.Time)
+	if len(m) == 0 || !ok {
+		return
+	}
+	key := m[len(m)-1].GetContent()
+	h.rig.mu.Lock()
+	h.rig.hdl[key], h.rig.dec[key] = start, in.RecvTime
+	h.rig.mu.Unlock()
+}
+
+func (handlerStamps) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (handlerStamps) HandleConn(context.Context, stats.ConnStats)                       {}
+
+// hops is where the time before a chat's request reached llmsim went: for
+// each chat, how long after its start it reached each stamp.
+type hops struct {
+	sent       []time.Duration // the client's SubmitStreamed returned (through)
+	handler    []time.Duration // batcherd's handler started (through, stamped rig)
+	decoded    []time.Duration // and had decoded the request (through, stamped rig)
+	dispatched []time.Duration // the core dispatched it (through)
+	arrived    []time.Duration // its request reached llmsim
+}
+
+// hops returns the stamps of rs, chats through batcherd (through) or
+// direct.
+func (r *streamRig) hops(rs []chatResult, through bool) hops {
 	r.tap.mu.Lock()
 	defer r.tap.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var h hops
 	for _, c := range rs {
 		if through {
-			dispatched = append(dispatched, r.disp[c.key].Sub(c.start))
+			h.sent = append(h.sent, c.sent.Sub(c.start))
+			h.dispatched = append(h.dispatched, r.disp[c.key].Sub(c.start))
+			if t, ok := r.hdl[c.key]; ok {
+				h.handler = append(h.handler, t.Sub(c.start))
+				h.decoded = append(h.decoded, r.dec[c.key].Sub(c.start))
+			}
 		}
-		arrived = append(arrived, r.tap.arr[c.key].Sub(c.start))
+		h.arrived = append(h.arrived, r.tap.arr[c.key].Sub(c.start))
 	}
-	return dispatched, arrived
+	return h
 }
 
 // direct streams one chat straight from llmsim.
@@ -401,6 +466,7 @@ func (r *streamRig) through(ctx context.Context, conn *target, prompt string, on
 		Model: "chat", Params: &batcherv1.GenerationParams{MaxTokens: proto.Int32(streamMaxTokens)},
 		Input: &batcherv1.Request_Chat{Chat: &batcherv1.ChatInput{Messages: []*batcherv1.ChatMessage{{Role: "user", Content: prompt}}}},
 	}})
+	res.sent = time.Now()
 	if err != nil {
 		res.err = err
 		return res
