@@ -2,6 +2,7 @@ package openaiapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -50,6 +51,51 @@ func TestMetricsWithoutTracing(t *testing.T) {
 	call(http.MethodGet, "/models", "", "b.example:2222")
 	call(http.MethodGet, "/models", "", "c.example")
 
+	routes := callsByRoute(t, reader)
+	if routes["/v1/chat/completions"] != 1 || routes["/v1/models"] != 2 || len(routes) != 2 {
+		t.Errorf("calls by http.route %v, want /v1/chat/completions 1 and /v1/models 2", routes)
+	}
+}
+
+// TestMetricsBatchesByTemplate: the Batch API's retrieve and cancel are two
+// http.route templates, as the files' paths are, and a path under
+// /v1/batches/ that is neither is "unknown". They were one "/v1/batches/..."
+// series, which told a poll from a cancel by method alone.
+func TestMetricsBatchesByTemplate(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	e := newEnv(t, newFake(), withHandler(openaiapi.WithMeterProvider(mp), openaiapi.WithBatches(ok)))
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, "/batches/batch_1"},
+		{http.MethodGet, "/batches/batch_2"},
+		{http.MethodPost, "/batches/batch_1/cancel"},
+		{http.MethodGet, "/batches/batch_1/results/x"},
+		{http.MethodGet, "/batches"},
+	} {
+		req, err := http.NewRequestWithContext(testCtx(t), c.method, e.url+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+	}
+	got := callsByRoute(t, reader)
+	want := map[string]uint64{"/v1/batches/{id}": 2, "/v1/batches/{id}/cancel": 1, "unknown": 1, "/v1/batches": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("calls by http.route %v, want %v", got, want)
+	}
+}
+
+// callsByRoute collects reader and counts http.server.request.duration's
+// calls by http.route, checking every point's server address and port.
+func callsByRoute(t *testing.T, reader sdkmetric.Reader) map[string]uint64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(testCtx(t), &rm); err != nil {
 		t.Fatal(err)
@@ -81,7 +127,5 @@ func TestMetricsWithoutTracing(t *testing.T) {
 	if !found {
 		t.Fatal("no http.server.request.duration recorded without a tracer provider")
 	}
-	if routes["/v1/chat/completions"] != 1 || routes["/v1/models"] != 2 || len(routes) != 2 {
-		t.Errorf("calls by http.route %v, want /v1/chat/completions 1 and /v1/models 2", routes)
-	}
+	return routes
 }
