@@ -109,6 +109,11 @@ loopback address; use --tls otherwise).`,
 	_ = pf.MarkHidden("cpuprofile")
 	var stopProfile func()
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		// A negative bound would otherwise pass as "none" (callContext sets
+		// a deadline only above 0): refuse it, as --progress-interval does.
+		if a.timeout < 0 {
+			return usageError("--timeout: must not be negative (0: none), got %v", a.timeout)
+		}
 		if cpuProfile == "" {
 			return nil
 		}

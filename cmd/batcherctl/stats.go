@@ -32,6 +32,11 @@ turn. --once prints one snapshot and exits.`,
   batcherctl stats --interval 5s > stats.log`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if interval < 0 {
+				// Below 0 would be sent as unset and sample at the
+				// service's interval, not what was asked.
+				return usageError("--interval: must not be negative (0: the service's), got %v", interval)
+			}
 			conn, err := a.dial()
 			if err != nil {
 				return err

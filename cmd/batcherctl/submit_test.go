@@ -89,6 +89,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"--addr", "192.0.2.1:50051", "--token", "t", "health"}, "refusing to send a token in plaintext to 192.0.2.1:50051"},
 		{[]string{"--nope"}, "unknown flag: --nope"},
 		{[]string{"--tls-cert", "c.pem", "health"}, "--tls-cert and --tls-key go together"},
+		{[]string{"--timeout", "-1s", "submit", "-m", "x", "Hi"}, "--timeout: must not be negative (0: none), got -1s"},
+		{[]string{"--timeout", "-5m", "health"}, "--timeout: must not be negative"},
+		{[]string{"stats", "--interval", "-1s", "--once"}, "--interval: must not be negative (0: the service's), got -1s"},
 	} {
 		addr := "127.0.0.1:1"
 		if tc.args[0] == "--addr" {
