@@ -90,3 +90,38 @@ func (k *clock) now() time.Time {
 	}
 	return base.Add(d)
 }
+
+// nowMono returns the current time as a mono: one monotonic reading and
+// no time.Time to build, for Submit, which needs a time.Time only for a
+// tenant, the cache, a sink's events or a ctx deadline (admission).
+func (k *clock) nowMono() mono { return mono(time.Since(k.epoch)) }
+
+// timeAt returns mono m, a recent reading of nowMono, as now would have
+// returned it at m: base's wall reading plus the monotonic time since.
+func (k *clock) timeAt(m mono) time.Time {
+	base := k.base.Load()
+	d := time.Duration(m - k.monoOf(*base))
+	if d < 0 || d >= clockResync {
+		t := time.Now()
+		k.base.Store(&t)
+		return t.Add(time.Duration(m - k.monoOf(t)))
+	}
+	return base.Add(d)
+}
+
+// admittedAt is the instant Submit admits a request at: its mono, read
+// once, and its time.Time, built from it the first time it is asked for
+// (time), which a plain request never does.
+type admittedAt struct {
+	k *clock
+	m mono
+	t time.Time
+}
+
+// time returns the admission as a time.Time.
+func (a *admittedAt) time() time.Time {
+	if a.t.IsZero() {
+		a.t = a.k.timeAt(a.m)
+	}
+	return a.t
+}

@@ -79,7 +79,7 @@ func TestDeadlineForMatchesTimes(t *testing.T) {
 					ctx, cancel = context.WithDeadline(ctx, d)
 				}
 				req := &Request{Timeout: rt}
-				if got, want := b.deadlineFor(ctx, req, now, nowM), old(ctx, req); got != want {
+				if got, want := b.deadlineFor(ctx, req, &admittedAt{k: b.clock, m: nowM, t: now}), old(ctx, req); got != want {
 					t.Errorf("queue %v, request %v, ctx %s: deadline now+%v, want now+%v",
 						qt, rt, name, time.Duration(got-nowM), time.Duration(want-nowM))
 				}
@@ -98,5 +98,37 @@ func TestDeadlineForMatchesTimes(t *testing.T) {
 	}
 	if got := nowM.after(0); got != nowM {
 		t.Errorf("now.after(0) = %d, want now (%d)", got, nowM)
+	}
+}
+
+// TestTimeAtIsTheMono: the time.Time an admission builds from its mono
+// stands for that mono exactly (Sub and Before agree with it), and its
+// wall reading is base's plus the monotonic time since, as now's is, also
+// when base is stale and read again.
+func TestTimeAtIsTheMono(t *testing.T) {
+	k := newClock()
+	for _, stale := range []bool{false, true} {
+		if stale {
+			old := k.base.Load().Add(-2 * clockResync)
+			k.base.Store(&old)
+		}
+		before := time.Now()
+		m := k.nowMono()
+		a := admittedAt{k: k, m: m}
+		at := a.time()
+		after := time.Now()
+		if got := k.monoOf(at); got != m {
+			t.Errorf("stale %v: monoOf(time()) = %d, want the mono %d", stale, got, m)
+		}
+		if at.Before(before) || at.After(after) {
+			t.Errorf("stale %v: time() = %v, not within [%v, %v]", stale, at, before, after)
+		}
+		base := k.base.Load()
+		if wall, want := at.Round(0), base.Round(0).Add(at.Sub(*base)); !wall.Equal(want) {
+			t.Errorf("stale %v: wall reading %v, want base's plus the time since, %v", stale, wall, want)
+		}
+		if a.time() != at {
+			t.Errorf("stale %v: a second time() built another time", stale)
+		}
 	}
 }

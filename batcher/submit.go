@@ -53,25 +53,24 @@ func (b *Batcher) submit(ctx context.Context, req *Request, slot *doSlot) (*Call
 	if err != nil {
 		return nil, err
 	}
-	now := b.clock.now()
-	admitted := b.clock.monoOf(now)
-	deadline := b.deadlineFor(ctx, req, now, admitted)
+	at := admittedAt{k: b.clock, m: b.clock.nowMono()}
+	deadline := b.deadlineFor(ctx, req, &at)
 	tg, err := b.firstTarget(rc)
 	if err != nil {
 		return nil, err
 	}
 	tokens := estimateTokens(req, rc)
 	ts := b.tenantOf(req)
-	hold, err := b.count(req, ts, now, tokens)
+	hold, err := b.count(req, ts, &at, tokens)
 	if err != nil {
 		return nil, err
 	}
 	c := b.newCall(req, rc, ts, slot)
-	c.target, c.admitted, c.deadline, c.tokens = uint8(tg), admitted, deadline, tokens
+	c.target, c.admitted, c.deadline, c.tokens = uint8(tg), at.m, deadline, tokens
 	if b.tracer != nil {
 		c.span = b.startRequestSpan(ctx, req)
 	}
-	if err := b.place(c, now, &hold); err != nil {
+	if err := b.place(c, &at, &hold); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -118,17 +117,18 @@ func (b *Batcher) route(name string) *routeConfig {
 	return rc
 }
 
-// deadlineFor returns the deadline of a call admitted now (nowM as a
-// mono): the earliest of the queue timeout, the request's timeout and
-// ctx's deadline. It is computed in monos, as the call keeps it: only a
-// ctx deadline is a time.Time to convert (monoAt).
-func (b *Batcher) deadlineFor(ctx context.Context, req *Request, now time.Time, nowM mono) mono {
+// deadlineFor returns the deadline of a call admitted at at: the
+// earliest of the queue timeout, the request's timeout and ctx's
+// deadline. It is computed in monos, as the call keeps it: only a ctx
+// deadline is a time.Time to convert (monoAt).
+func (b *Batcher) deadlineFor(ctx context.Context, req *Request, at *admittedAt) mono {
+	nowM := at.m
 	deadline := nowM.after(b.cfg.queueTimeout)
 	if req.Timeout > 0 {
 		deadline = min(deadline, nowM.after(req.Timeout))
 	}
 	if d, ok := ctx.Deadline(); ok {
-		deadline = min(deadline, monoAt(d, nowM, now))
+		deadline = min(deadline, monoAt(d, nowM, at.time()))
 	}
 	return deadline
 }
@@ -149,11 +149,13 @@ func (b *Batcher) firstTarget(rc *routeConfig) (int, error) {
 
 // count admits a request to its tenant's quotas and then to the shared
 // queue, and returns what it took of the quotas. A refusal takes nothing.
-func (b *Batcher) count(req *Request, ts *tenantState, now time.Time, tokens int) (tenantHold, error) {
+func (b *Batcher) count(req *Request, ts *tenantState, at *admittedAt, tokens int) (tenantHold, error) {
 	// The tenant's quotas before the shared queue: a tenant over its own
 	// limits takes no place there (and evicts nobody).
 	var hold tenantHold
+	var now time.Time // only a tenant's hold reads it (undo ignores an empty hold)
 	if ts != nil {
+		now = at.time()
 		var err error
 		if hold, err = ts.admit(now, tokens); err != nil {
 			return tenantHold{}, err
@@ -236,9 +238,9 @@ func (b *Batcher) newCall(req *Request, rc *routeConfig, ts *tenantState, slot *
 // place takes an admitted call the rest of its way in: it is served from
 // the cache, joins an identical call in flight, or is queued in its lane.
 // An error means it was not admitted after all.
-func (b *Batcher) place(c *Call, now time.Time, hold *tenantHold) error {
+func (b *Batcher) place(c *Call, at *admittedAt, hold *tenantHold) error {
 	req, rc := c.req, c.rc
-	if lookup, store := b.cacheWanted(req, rc); store && b.cacheAdmit(c, lookup, now, hold) {
+	if lookup, store := b.cacheWanted(req, rc); store && b.cacheAdmit(c, lookup, at.time(), hold) {
 		return nil // served from the cache, or being looked up in its shared layer
 	}
 	hot := &rc.hot[c.target]
@@ -247,7 +249,7 @@ func (b *Batcher) place(c *Call, now time.Time, hold *tenantHold) error {
 		var err error
 		if l, err = b.laneFor(keyOf(req, rc, c.target), rc, req); err != nil {
 			b.callEnded() // not admitted
-			hold.undo(now)
+			hold.undo(at.time())
 			if c.span != nil {
 				c.span.End()
 			}
@@ -259,7 +261,7 @@ func (b *Batcher) place(c *Call, now time.Time, hold *tenantHold) error {
 		c.tenant.admitted.Add(1)
 	}
 	if c.progress { // checked here: building the Event costs even when emit drops it
-		c.emit(Event{Kind: EventQueued, Time: now, Lane: l.name})
+		c.emit(Event{Kind: EventQueued, Time: at.time(), Lane: l.name})
 	}
 	// Identical means every parameter equal, also those the lane ignores.
 	if !req.Stream && dedupable(req) {
@@ -267,7 +269,7 @@ func (b *Batcher) place(c *Call, now time.Time, hold *tenantHold) error {
 			rc.targets[c.target].be.stats.dedupHits.Add(1)
 			return nil
 		}
-		if c.cache != nil && b.cacheLeads(c, now, hold) {
+		if c.cache != nil && b.cacheLeads(c, at.time(), hold) {
 			return nil // an identical leader stored its answer since the lookup
 		}
 	}
