@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"testing"
 
 	"go.opentelemetry.io/otel"
@@ -9,6 +10,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(simChildEnv) != "" {
+		os.Exit(serveSimChild())
+	}
 	// Every server is built with no metrics unless its setup has them
 	// (setup.build).
 	otel.SetMeterProvider(metricnoop.NewMeterProvider())

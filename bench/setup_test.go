@@ -202,7 +202,7 @@ func TestBatcherdSetupRecordsMetrics(t *testing.T) {
 // chat through the stream rig, the core's gen_ai client duration is in
 // batcherd's registry.
 func TestStreamRigRecordsUpstreamMetrics(t *testing.T) {
-	rig := newStreamRig(t, 1, 1, false)
+	rig := newStreamRig(t, 1, 1, rigOpts{})
 	defer rig.stop()
 	rs := rig.run(t.Context(), 1, "metrics", true, nil)
 	rig.measure(t, rs)
@@ -223,7 +223,7 @@ func TestStreamRigRecordsUpstreamMetrics(t *testing.T) {
 // starts, decodes the request, the core dispatches it, llmsim gets it.
 func TestStreamRigStampsHops(t *testing.T) {
 	const n = 3
-	rig := newStreamRig(t, n, 1, true)
+	rig := newStreamRig(t, n, 1, rigOpts{stamp: true})
 	defer rig.stop()
 	rs := rig.run(t.Context(), n, "hops", true, nil)
 	rig.measure(t, rs)
@@ -236,6 +236,37 @@ func TestStreamRigStampsHops(t *testing.T) {
 		if h.sent[i] < 0 || h.handler[i] <= 0 || h.handler[i] > h.decoded[i] || h.decoded[i] > h.dispatched[i] || h.dispatched[i] > h.arrived[i] {
 			t.Errorf("chat %q: sent %v, handler %v, decoded %v, dispatched %v, arrived %v after its start: want them in that order",
 				c.key, h.sent[i], h.handler[i], h.decoded[i], h.dispatched[i], h.arrived[i])
+		}
+	}
+}
+
+// TestStreamRigSimApart checks the rig with llmsim in a process of its
+// own: chats through batcherd and direct end whole, each has chunks
+// stamped by llmsim's tap there, every such chunk reaches its client
+// (measure), and the hops of the
+// chats through batcherd, with llmsim's arrival stamps, are in order.
+func TestStreamRigSimApart(t *testing.T) {
+	const n = 3
+	rig := newStreamRig(t, n, 1, rigOpts{stamp: true, simApart: true})
+	defer rig.stop()
+	for _, through := range []bool{false, true} {
+		rs := rig.run(t.Context(), n, fmt.Sprint("apart-", through), through, nil)
+		_, delivery := rig.measure(t, rs)
+		// measure fails on a chunk stamped and not delivered; this fails
+		// on stamps that never came back from llmsim's process.
+		for _, c := range rs {
+			if len(rig.tap.chunks(c.key)) == 0 {
+				t.Errorf("chat %q: no chunk stamped in llmsim's process", c.key)
+			}
+		}
+		if len(delivery) == 0 {
+			t.Errorf("through %v: no chunk delivered", through)
+		}
+		h := rig.hops(rs, through)
+		for i, c := range rs {
+			if h.arrived[i] <= 0 || through && h.dispatched[i] > h.arrived[i] {
+				t.Errorf("chat %q: arrived at llmsim %v after its start (dispatched %v): want after its dispatch", c.key, h.arrived[i], h.dispatched)
+			}
 		}
 	}
 }

@@ -27,12 +27,24 @@ func BenchmarkStreamTTFT(b *testing.B) {
 	// chats=100 is the load; chats=10 the same with less CPU
 	// asked of a shared machine.
 	for _, n := range []int{100, 10} {
-		b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) { benchStreamTTFT(b, n) })
+		b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) { benchStreamTTFT(b, n, rigOpts{stamp: true}) })
 	}
 }
 
-func benchStreamTTFT(b *testing.B, n int) {
-	rig := newStreamRig(b, n, 1, true)
+// BenchmarkStreamTTFTSimApart is BenchmarkStreamTTFT with llmsim in a
+// process of its own, as an upstream is in production (rigOpts.simApart):
+// in this process, llmsim reads the requests of a burst through batcherd
+// only when the Go runtime next polls the network, which a busy process
+// does late, so that its hop-upstream-batcher, and the time to first token
+// Batcher adds, include a wait that an upstream elsewhere does not have.
+// The two processes share this machine's cores.
+func BenchmarkStreamTTFTSimApart(b *testing.B) {
+	const n = 100
+	b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) { benchStreamTTFT(b, n, rigOpts{stamp: true, simApart: true}) })
+}
+
+func benchStreamTTFT(b *testing.B, n int, o rigOpts) {
+	rig := newStreamRig(b, n, 1, o)
 	defer rig.stop()
 	ctx := context.Background()
 	rig.run(ctx, n, "warm-d", false, nil)
@@ -124,7 +136,7 @@ func reportStream(b *testing.B, prefix string, dT, tT, dD, tD []time.Duration) {
 func BenchmarkStreamSteady(b *testing.B) {
 	const n = 100
 	b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) {
-		rig := newStreamRig(b, n, 1, false)
+		rig := newStreamRig(b, n, 1, rigOpts{})
 		defer rig.stop()
 		ctx := context.Background()
 		rig.run(ctx, n, "warm-d", false, nil)
@@ -172,7 +184,7 @@ func BenchmarkStreamSteady(b *testing.B) {
 // read buffer: newStreamRig, streamRig.direct). Target: at most 16 KiB.
 func BenchmarkStream2000(b *testing.B) {
 	const n = 2000
-	rig := newStreamRig(b, n, 4, false)
+	rig := newStreamRig(b, n, 4, rigOpts{})
 	defer rig.stop()
 	ctx := context.Background()
 	held := func(through bool, tag string) (perStream float64, stacks float64) {

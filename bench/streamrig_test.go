@@ -34,14 +34,15 @@ import (
 // Issue 28's figures: token streaming through batcherd against straight to
 // llmsim, in the same run.
 //
-// llmsim runs in this process behind a tap (chunkTap) that timestamps each
-// chunk of an answer as llmsim flushes it, keyed by the chat's prompt. The
-// direct load reads llmsim's server-sent events itself; the load through
-// Batcher calls SubmitStreamed on batcherd's stack (setupBatcherd: security,
-// metrics, otelgrpc, the worker pool) whose core has an openai backend
-// pointed at llmsim. Each delta's delivery is the time from llmsim's flush
-// of a chunk to the client's receipt of the first delta that holds its
-// text (a delta may join several chunks when its sender is behind).
+// llmsim runs behind a tap (chunkTap) that timestamps each chunk of an
+// answer as llmsim flushes it, keyed by the chat's prompt: in this process,
+// or in one of its own (rigOpts.simApart). The direct load reads llmsim's
+// server-sent events itself; the load through Batcher calls SubmitStreamed
+// on batcherd's stack (setupBatcherd: security, metrics, otelgrpc, the
+// worker pool) whose core has an openai backend pointed at llmsim. Each
+// delta's delivery is the time from llmsim's flush of a chunk to the
+// client's receipt of the first delta that holds its text (a delta may
+// join several chunks when its sender is behind).
 
 const (
 	streamTTFT      = 100 * time.Millisecond // llmsim's time to first token
@@ -185,13 +186,16 @@ type chatResult struct {
 
 // streamRig is llmsim behind its tap, and batcherd's stack in front of it.
 type streamRig struct {
-	tap   *chunkTap
-	url   string // llmsim's /v1
-	hc    *http.Client
-	conns []*target // SubmitStreamed clients, one connection each
-	core  *batcher.Batcher
-	mu    sync.Mutex
-	disp  map[string]time.Time // when the core handed each chat to the backend
+	tap *chunkTap
+	url string // llmsim's /v1
+	// stampsURL, when llmsim runs in a process of its own (rigOpts), is
+	// where its tap's stamps are fetched from (pullStamps).
+	stampsURL string
+	hc        *http.Client
+	conns     []*target // SubmitStreamed clients, one connection each
+	core      *batcher.Batcher
+	mu        sync.Mutex
+	disp      map[string]time.Time // when the core handed each chat to the backend
 	// hdl and dec are, for each chat through batcherd, when its gRPC
 	// handler started and when its request was decoded (handlerStamps;
 	// written only when newStreamRig was asked for them).
@@ -218,20 +222,37 @@ func (r *streamRig) forget(n int) {
 	r.mu.Unlock()
 }
 
+// rigOpts are a stream rig's variations.
+type rigOpts struct {
+	// stamp: batcherd's server also has handlerStamps, which notes when
+	// each chat's handler started and its request was decoded
+	// (streamRig.hops); without, its stack is batcherd's alone, as the
+	// memory figure needs.
+	stamp bool
+	// simApart: llmsim and its tap run in a process of their own (this
+	// test binary again: startSimChild), as an upstream does in
+	// production. In this process llmsim reads a request only when the Go
+	// runtime polls the network, which it does when a P has nothing else
+	// to run (or every 10 ms): while a burst through batcherd keeps both
+	// Ps busy, requests the backend has written wait unread, and arrive
+	// at llmsim in clumps, a cost the direct side, whose clients keep the
+	// Ps busy far less, barely pays. Its tap's stamps are fetched after
+	// each round (pullStamps). Not for the memory figure, whose tap holds
+	// answers in this process.
+	simApart bool
+}
+
+// newStreamSim is llmsim as the stream benchmarks configure it.
+func newStreamSim() (*llmsim.Server, error) {
+	return llmsim.New(llmsim.Config{Latency: streamTTFT, PerToken: streamPerToken, ReplyTokens: streamReply})
+}
+
 // newStreamRig starts llmsim and batcherd with room for n concurrent
 // streamed chats, and conns client connections to batcherd (a connection
 // carries at most security.DefaultMaxConcurrentStreams RPCs at once).
-// With stamp, batcherd's server also has handlerStamps, which notes when
-// each chat's handler started and its request was decoded (streamRig.hops);
-// without, its stack is batcherd's alone, as the memory figure needs.
-func newStreamRig(tb testing.TB, n, conns int, stamp bool) *streamRig {
+func newStreamRig(tb testing.TB, n, conns int, o rigOpts) *streamRig {
 	tb.Helper()
-	sim, err := llmsim.New(llmsim.Config{Latency: streamTTFT, PerToken: streamPerToken, ReplyTokens: streamReply})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tap := &chunkTap{next: sim, by: make(map[string][]tapChunk), arr: make(map[string]time.Time)}
-	ts := httptest.NewServer(tap)
+	tap := &chunkTap{by: make(map[string][]tapChunk), arr: make(map[string]time.Time)}
 	// The direct client's transport is the backend's (upstream.NewTransport,
 	// as many idle connections as the backend keeps by default, the same
 	// connection buffers), so that both paths hold (and redial) alike and
@@ -240,19 +261,35 @@ func newStreamRig(tb testing.TB, n, conns int, stamp bool) *streamRig {
 	// none of their buffers; with net/http's 4 KiB buffers against the
 	// backend's 1 KiB it counted 6 KB a stream that Batcher's side lacks.
 	idle := min(n, openai.DefaultMaxIdleConns)
-	rig := &streamRig{tap: tap, url: ts.URL + "/v1", disp: make(map[string]time.Time),
+	rig := &streamRig{tap: tap, disp: make(map[string]time.Time),
 		hdl: make(map[string]time.Time), dec: make(map[string]time.Time),
 		hc: &http.Client{Transport: upstream.NewTransport(idle, nil)}}
-	rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
+	if o.simApart {
+		addr, stop := startSimChild(tb)
+		rig.url, rig.stampsURL = addr+"/v1", addr+"/stamps"
+		rig.stopFn = append(rig.stopFn, stop)
+	} else {
+		sim, err := newStreamSim()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tap.next = sim
+		ts := httptest.NewServer(tap)
+		rig.url = ts.URL + "/v1"
+		rig.stopFn = append(rig.stopFn, func() { sim.Close(); ts.Close() })
+	}
 	var extra []grpc.ServerOption
-	if stamp {
+	if o.stamp {
 		extra = append(extra, grpc.StatsHandler(handlerStamps{rig}))
 	}
 	// The backend as batcherd builds it by default: no transport tuning
 	// beyond what production gets, and batcherd's MeterProvider.
 	bd := setupBatcherd.build(tb, extra...)
 	rig.metrics = bd.metrics
-	var be *openai.Backend
+	var (
+		be  *openai.Backend
+		err error
+	)
 	bd.asBatcherd(func() { be, err = openai.New(openai.Config{BaseURL: rig.url}) })
 	if err != nil {
 		tb.Fatal(err)
@@ -526,6 +563,7 @@ func (r *streamRig) run(ctx context.Context, n int, tag string, through bool, on
 // whole.
 func (r *streamRig) measure(tb testing.TB, rs []chatResult) (ttft, delivery []time.Duration) {
 	tb.Helper()
+	r.pullStamps(tb)
 	for _, c := range rs {
 		if c.err != nil {
 			tb.Fatalf("chat %q: %v", c.key, c.err)
