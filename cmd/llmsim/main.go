@@ -2,8 +2,8 @@
 // /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models, and
 // Anthropic's /v1/messages (the key as x-api-key), with
 // deterministic output, realistic usage, a latency model, RPM and TPM limits
-// and injected faults. Every knob of package llmsim is a flag; run
-// `llmsim -h` for the list.
+// and injected faults. Every knob of package llmsim's Config is a flag
+// (all but its hooks, which are Go functions); run `llmsim -h` for the list.
 //
 //	llmsim -addr 127.0.0.1:8080 -latency 20ms -rpm 600
 //
@@ -60,6 +60,9 @@ Examples:
   # A flaky upstream: 5% of calls fail, 1% hang, 1% have their connection reset
   llmsim -error-rate 0.05 -timeout-rate 0.01 -reset-rate 0.01
 
+  # Streamed answers that break after their first chunk: 2% cut, 1% stalled
+  llmsim -stream-cut-rate 0.02 -stream-stall-rate 0.01
+
   # Callers must send the key held in $SIM_KEY; batches take 30 s to end
   SIM_KEY=sk-local llmsim -api-key-env SIM_KEY -batch-time 30s
 
@@ -107,9 +110,17 @@ func parseFlags(args []string, out io.Writer) (*options, error) {
 	fs.Float64Var(&c.PackMissingRate, "pack-missing-rate", 0, "share of packed items left unanswered")
 	fs.Float64Var(&c.PackMalformedRate, "pack-malformed-rate", 0, "share of packed items answered with a number")
 	fs.Float64Var(&c.PackUnparseableRate, "pack-unparseable-rate", 0, "share of packed calls answered with prose")
+	fs.Float64Var(&c.ToolCallMalformedRate, "tool-call-malformed-rate", 0, "share of calls whose tool call's arguments are cut short (not JSON)")
+	fs.Float64Var(&c.SchemaViolationRate, "schema-violation-rate", 0, "share of json_schema answers and tool calls whose JSON breaks their schema")
+	fs.Float64Var(&c.StreamCutRate, "stream-cut-rate", 0, "share of streamed calls whose connection closes after the first chunk, without [DONE]")
+	fs.Float64Var(&c.StreamStallRate, "stream-stall-rate", 0, "share of streamed calls that stop sending after the first chunk until the client gives up")
+	fs.Float64Var(&c.StreamMalformedRate, "stream-malformed-rate", 0, "share of streamed calls that send a chunk that is not JSON after the first, and end")
 	fs.DurationVar(&c.BatchTime, "batch-time", 0, "how long a batch (/v1/batches, /v1/messages/batches) takes from creation to its end (0: it ends at the first look)")
 	fs.Float64Var(&c.BatchFailRate, "batch-fail-rate", 0, "share of batch lines that fail")
 	fs.Float64Var(&c.BatchExpireRate, "batch-expire-rate", 0, "share of batch lines that expire (their batch ends expired)")
+	fs.IntVar(&c.BatchMaxRequests, "batch-max-requests", llmsim.DefaultBatchMaxRequests, "most lines of one batch input file")
+	fs.Int64Var(&c.BatchMaxFileBytes, "batch-max-file-bytes", llmsim.DefaultBatchMaxFileBytes, "largest batch input file")
+	fs.Int64Var(&c.BatchQueueTokens, "batch-queue-tokens", 0, "tokens the batches not ended may hold; past it a batch fails token_limit_exceeded (0: no bound)")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "how long shutdown waits for calls in flight")
 	if err := fs.Parse(args); err != nil {

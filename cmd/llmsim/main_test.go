@@ -5,12 +5,17 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"go.uber.org/goleak"
+
+	"github.com/batcherhq/batcher/llmsim"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -46,6 +51,9 @@ func TestFlagErrors(t *testing.T) {
 		{"-rpm", "-1"},
 		{"-batch-time", "-1s"},
 		{"-batch-fail-rate", "0.7", "-batch-expire-rate", "0.7"},
+		{"-stream-cut-rate", "0.6", "-stream-stall-rate", "0.6"},
+		{"-schema-violation-rate", "1.5"},
+		{"-batch-max-requests", "-1"},
 		{"-models", "a,,b"},
 		{"-api-key-env", "LLMSIM_TEST_SURELY_UNSET"},
 		{"-shutdown-timeout", "0s"},
@@ -82,5 +90,81 @@ func TestHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) || !strings.HasPrefix(help, "Usage: llmsim [flags]\n\nllmsim serves a simulated model") ||
 		!strings.Contains(help, "Examples:\n  # ") || !strings.Contains(help, "-latency duration") {
 		t.Errorf("-h: %v\n%s", err, help)
+	}
+}
+
+// TestEveryKnobIsAFlag: each field of llmsim.Config that is not a hook (a
+// Go function) has its flag, named in kebab case, so that what the package
+// can simulate can be tried from the command line. The stream faults, the
+// tool-call and schema faults and the batch limits once had none, while
+// docs/chat.md and this command's doc named them.
+func TestEveryKnobIsAFlag(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseFlags([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatal(err)
+	}
+	help := out.String()
+	named := map[string]string{"APIKey": "api-key-env"}
+	ct := reflect.TypeFor[llmsim.Config]()
+	for i := range ct.NumField() {
+		f := ct.Field(i)
+		if f.Type.Kind() == reflect.Func || f.Type == reflect.TypeFor[*slog.Logger]() {
+			continue
+		}
+		name, ok := named[f.Name]
+		if !ok {
+			name = kebab(f.Name)
+		}
+		if !strings.Contains(help, "\n  -"+name+" ") {
+			t.Errorf("Config.%s has no flag -%s", f.Name, name)
+		}
+	}
+}
+
+// kebab turns a Go name into a flag's: MaxRequestBytes max-request-bytes,
+// RPM rpm.
+func kebab(s string) string {
+	r := []rune(s)
+	var b strings.Builder
+	for i, c := range r {
+		if i > 0 && unicode.IsUpper(c) && (unicode.IsLower(r[i-1]) || i+1 < len(r) && unicode.IsLower(r[i+1])) {
+			b.WriteByte('-')
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
+}
+
+// TestStreamCutFlag: -stream-cut-rate 1 cuts every streamed answer after
+// its first chunk, without [DONE].
+func TestStreamCutFlag(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"-addr", "127.0.0.1:0", "-stream-cut-rate", "1"}, io.Discard, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		cancel()
+		t.Fatalf("run: %v", err)
+	}
+	client := &http.Client{Transport: &http.Transport{}}
+	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	client.CloseIdleConnections()
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "data: {") || strings.Contains(string(b), "[DONE]") {
+		t.Errorf("-stream-cut-rate 1: %d\n%s\nwant chunks cut short of [DONE]", resp.StatusCode, b)
 	}
 }
