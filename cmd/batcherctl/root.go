@@ -104,6 +104,35 @@ loopback address; use --tls otherwise).`,
 	pf.StringVar(&a.auth.token, "token", "", "bearer token of a tenant (env "+tokenEnv+"); prefer --token-file, which keeps it out of the process list")
 	pf.StringVar(&a.auth.tokenFile, "token-file", "", "file holding the bearer token on its first line (env "+tokenFileEnv+")")
 
+	a.addRunHooks(root)
+
+	root.AddGroup(
+		&cobra.Group{ID: groupRequests, Title: "Requests:"},
+		&cobra.Group{ID: groupJobs, Title: "Batch jobs:"},
+		&cobra.Group{ID: groupService, Title: "Service:"},
+	)
+	for _, c := range []struct {
+		group string
+		cmd   *cobra.Command
+	}{
+		{groupRequests, newSubmitCmd(a)},
+		{groupRequests, newRunCmd(a)},
+		{groupJobs, newJobsCmd(a)},
+		{groupService, newStatsCmd(a)},
+		{groupService, newHealthCmd(a)},
+	} {
+		c.cmd.GroupID = c.group
+		root.AddCommand(c.cmd)
+	}
+	root.SetHelpCommandGroupID(groupService)
+	root.SetCompletionCommandGroupID(groupService)
+	return root
+}
+
+// addRunHooks adds root's hidden --cpuprofile flag and the hooks around
+// every command: the global flags' checks before it, and the profile.
+func (a *app) addRunHooks(root *cobra.Command) {
+	pf := root.PersistentFlags()
 	var cpuProfile string
 	pf.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file")
 	_ = pf.MarkHidden("cpuprofile")
@@ -133,28 +162,6 @@ loopback address; use --tls otherwise).`,
 			stopProfile()
 		}
 	}
-
-	root.AddGroup(
-		&cobra.Group{ID: groupRequests, Title: "Requests:"},
-		&cobra.Group{ID: groupJobs, Title: "Batch jobs:"},
-		&cobra.Group{ID: groupService, Title: "Service:"},
-	)
-	for _, c := range []struct {
-		group string
-		cmd   *cobra.Command
-	}{
-		{groupRequests, newSubmitCmd(a)},
-		{groupRequests, newRunCmd(a)},
-		{groupJobs, newJobsCmd(a)},
-		{groupService, newStatsCmd(a)},
-		{groupService, newHealthCmd(a)},
-	} {
-		c.cmd.GroupID = c.group
-		root.AddCommand(c.cmd)
-	}
-	root.SetHelpCommandGroupID(groupService)
-	root.SetCompletionCommandGroupID(groupService)
-	return root
 }
 
 // dialOptions are the connection's options from the global flags: the
