@@ -524,14 +524,18 @@ func TestHTTPMiddleware(t *testing.T) {
 	if code, body := get("/v1/x", tokA); code != 200 || body != "search" {
 		t.Fatalf("token A: %d %q", code, body)
 	}
-	if code, body := get("/v1/x", newToken(t)); code != 401 || !strings.Contains(body, `"unauthenticated"`) {
-		t.Fatalf("unknown token: %d %q", code, body)
+	// Refusals carry OpenAI's whole error object, param and code included,
+	// as the front door's own errors do.
+	unauthenticated := `{"error":{"message":"unauthenticated","type":"authentication_error","param":null,"code":"invalid_api_key"}}` + "\n"
+	if code, body := get("/v1/x", newToken(t)); code != 401 || body != unauthenticated {
+		t.Fatalf("unknown token: %d %q, want %q", code, body, unauthenticated)
 	}
-	if code, _ := get("/v1/x", ""); code != 401 {
-		t.Fatalf("no token: %d", code)
+	if code, body := get("/v1/x", ""); code != 401 || body != unauthenticated {
+		t.Fatalf("no token: %d %q", code, body)
 	}
-	if code, _ := get("/admin", tokA); code != 403 {
-		t.Fatalf("admin without the right: %d", code)
+	forbidden := `{"error":{"message":"the admin right is needed","type":"permission_error","param":null,"code":"forbidden"}}` + "\n"
+	if code, body := get("/admin", tokA); code != 403 || body != forbidden {
+		t.Fatalf("admin without the right: %d %q, want %q", code, body, forbidden)
 	}
 	if code, body := get("/admin", tokB); code != 200 || body != "admin" {
 		t.Fatalf("admin: %d %q", code, body)
