@@ -228,18 +228,34 @@ type batchList struct {
 }
 
 func (a *batchAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, "/v1/batches"), "/")
-	parts := strings.Split(rest, "/")
+	id, cancel, ok := splitBatchPath(r.URL.Path)
 	switch {
-	case rest == "":
-		methods(w, r, endpoint{http.MethodGet, a.list, batchListParams}, endpoint{http.MethodPost, a.create, nil})
-	case len(parts) == 1:
-		methods(w, r, endpoint{http.MethodGet, func(w http.ResponseWriter, r *http.Request) { a.get(w, r, parts[0]) }, nil})
-	case len(parts) == 2 && parts[1] == "cancel":
-		methods(w, r, endpoint{http.MethodPost, func(w http.ResponseWriter, r *http.Request) { a.cancel(w, r, parts[0]) }, nil})
-	default:
+	case !ok:
 		WriteError(w, notFound("", "unknown_url", "Invalid URL (%s %s)", r.Method, truncate(r.URL.Path)))
+	case id == "":
+		methods(w, r, endpoint{http.MethodGet, a.list, batchListParams}, endpoint{http.MethodPost, a.create, nil})
+	case !cancel:
+		methods(w, r, endpoint{http.MethodGet, func(w http.ResponseWriter, r *http.Request) { a.get(w, r, id) }, nil})
+	default:
+		methods(w, r, endpoint{http.MethodPost, func(w http.ResponseWriter, r *http.Request) { a.cancel(w, r, id) }, nil})
 	}
+}
+
+// splitBatchPath reads a path at or under /v1/batches as the Batch API
+// serves it, slashes at either end of the rest ignored: the collection
+// (id ""), a batch (id), or its cancel (id, cancel); ok is false for any
+// other. ServeHTTP routes by it and pathTemplate names metrics and spans
+// by it, so that a request is counted under the route that served it.
+func splitBatchPath(p string) (id string, cancel, ok bool) {
+	rest := strings.Trim(strings.TrimPrefix(p, "/v1/batches"), "/")
+	id, op, nested := strings.Cut(rest, "/")
+	switch {
+	case !nested:
+		return id, false, true
+	case op == "cancel":
+		return id, true, true
+	}
+	return "", false, false
 }
 
 // batchListParams are the query parameters of GET /v1/batches.

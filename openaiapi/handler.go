@@ -223,16 +223,18 @@ func pathTemplate(p string) string {
 	case strings.HasPrefix(p, "/v1/models/"):
 		return "/v1/models/{id}"
 	case strings.HasPrefix(p, "/v1/batches/"):
-		// The Batch API's two paths under it, retrieve and cancel, each a
-		// template of its own as the files' are; any other is unknown_url.
-		id, rest, nested := strings.Cut(strings.TrimPrefix(p, "/v1/batches/"), "/")
-		switch {
-		case id != "" && !nested:
-			return "/v1/batches/{id}"
-		case id != "" && rest == "cancel":
+		// The Batch API's paths under it, retrieve and cancel, each a
+		// template of its own as the files' are, read as the Batch API
+		// routes them; any other is unknown_url.
+		switch id, cancel, ok := splitBatchPath(p); {
+		case !ok:
+			return "unknown"
+		case id == "":
+			return "/v1/batches"
+		case cancel:
 			return "/v1/batches/{id}/cancel"
 		}
-		return "unknown"
+		return "/v1/batches/{id}"
 	}
 	switch p {
 	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/files", "/v1/batches":

@@ -59,8 +59,9 @@ func TestMetricsWithoutTracing(t *testing.T) {
 
 // TestMetricsBatchesByTemplate: the Batch API's retrieve and cancel are two
 // http.route templates, as the files' paths are, and a path under
-// /v1/batches/ that is neither is "unknown". They were one "/v1/batches/..."
-// series, which told a poll from a cancel by method alone.
+// /v1/batches/ that is neither is "unknown", each read as the Batch API
+// routes it. They were one "/v1/batches/..." series, which told a poll
+// from a cancel by method alone.
 func TestMetricsBatchesByTemplate(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -73,6 +74,10 @@ func TestMetricsBatchesByTemplate(t *testing.T) {
 		{http.MethodPost, "/batches/batch_1/cancel"},
 		{http.MethodGet, "/batches/batch_1/results/x"},
 		{http.MethodGet, "/batches"},
+		// Slashes at the rest's ends, which the Batch API serves as
+		// without them, are counted where they are served.
+		{http.MethodGet, "/batches/batch_1/"},
+		{http.MethodGet, "/batches/"},
 	} {
 		req, err := http.NewRequestWithContext(testCtx(t), c.method, e.url+c.path, nil)
 		if err != nil {
@@ -86,7 +91,7 @@ func TestMetricsBatchesByTemplate(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 	got := callsByRoute(t, reader)
-	want := map[string]uint64{"/v1/batches/{id}": 2, "/v1/batches/{id}/cancel": 1, "unknown": 1, "/v1/batches": 1}
+	want := map[string]uint64{"/v1/batches/{id}": 3, "/v1/batches/{id}/cancel": 1, "unknown": 1, "/v1/batches": 2}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("calls by http.route %v, want %v", got, want)
 	}
