@@ -12,11 +12,16 @@ import (
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/internal/jsonscan"
 	"github.com/batcherhq/batcher/openaiapi"
 )
 
 // MaxLineBytes bounds one OpenAI batch input line.
 const MaxLineBytes = 4 << 20
+
+// maxLineDepth is how deeply a line is walked for a repeated key:
+// encoding/json's own limit, past which the line is refused anyway.
+const maxLineDepth = 10000
 
 // The endpoints an OpenAI batch line may name.
 const (
@@ -102,6 +107,14 @@ func readOpenAILine(line []byte) (openAILine, error) {
 	}
 	if dec.More() {
 		return l, errors.New("malformed JSON: more than one value on the line")
+	}
+	// The decoder kept a repeated key's last value: the line would run
+	// without what it said first. (A custom_id given twice labels no line.)
+	if path, found := jsonscan.RepeatedKey(line, maxLineDepth); found {
+		if path == "custom_id" {
+			l.CustomID = ""
+		}
+		return l, fmt.Errorf("%s: given more than once; each key of a JSON object must be unique", cut(path))
 	}
 	if l.CustomID == "" {
 		return openAILine{}, errors.New("custom_id: must be set")

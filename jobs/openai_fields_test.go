@@ -13,7 +13,8 @@ import (
 // TestOpenAILineFieldsNamed: a batch line's envelope field other than
 // custom_id, method, url and body is refused by name, not dropped; a
 // completions or embeddings body whose field has the wrong type or range
-// names that field, not "must be a JSON object".
+// names that field, not "must be a JSON object"; a repeated key is refused
+// by its path.
 func TestOpenAILineFieldsNamed(t *testing.T) {
 	for _, tc := range []struct{ line, want string }{
 		{`{"custom_id":"a","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}]},"priority":"urgent"}`,
@@ -30,6 +31,23 @@ func TestOpenAILineFieldsNamed(t *testing.T) {
 		_, _, err := jobs.ParseOpenAILine([]byte(tc.line))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.line, err, tc.want)
+		}
+	}
+	// A repeated key, which the decoder would read as its last value, is
+	// refused by its path, in the envelope and in every kind of body.
+	for _, tc := range []struct{ line, id, want string }{
+		{`{"custom_id":"a","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x","content":"y"}]}}`,
+			"a", "body.messages[0].content: given more than once"},
+		{`{"custom_id":"b","url":"/v1/completions","body":{"prompt":"x","max_tokens":5,"max_tokens":50}}`,
+			"b", "body.max_tokens: given more than once"},
+		{`{"custom_id":"c","url":"/v1/embeddings","body":{"input":"x"},"body":{"input":"y"}}`,
+			"c", "body: given more than once"},
+		{`{"custom_id":"d","custom_id":"e","url":"/v1/embeddings","body":{"input":"x"}}`,
+			"", "custom_id: given more than once"},
+	} {
+		id, _, err := jobs.ParseOpenAILine([]byte(tc.line))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || id != tc.id {
+			t.Errorf("%s: custom_id %q, error %v; want %q and %q", tc.line, id, err, tc.id, tc.want)
 		}
 	}
 	// null is unset, as in a body.

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/batcherhq/batcher/internal/jsonscan"
 )
 
 // readBody reads r's body within limit bytes. Past it: 413.
@@ -29,7 +31,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 // DecodeJSON reads r's body (at most limit bytes, nested at most maxDepth
 // levels) into v, a pointer to a struct, as OpenAI's API does: unknown
 // fields are ignored; malformed JSON is a 400 naming the line, column and
-// byte offset; a value of the wrong type a 400 naming the field. It is
+// byte offset; a value of the wrong type a 400 naming the field; a key an
+// object repeats a 400 naming its path (messages[0].content), where
+// encoding/json would keep the last value and drop the others. It is
 // exported so that handlers mounted beside these (WithBatches) decode
 // alike.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64, maxDepth int) *Error {
@@ -50,7 +54,7 @@ func decode(body []byte, v any, maxDepth int) *Error {
 	}
 	err := json.Unmarshal(body, v)
 	if err == nil {
-		return nil
+		return repeatedKey(body, maxDepth)
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
@@ -71,6 +75,19 @@ func decode(body []byte, v any, maxDepth int) *Error {
 		return badRequest("", "malformed JSON at line %d, column %d (byte %d): unexpected end of input", line, col, len(body))
 	}
 	return badRequest("", "malformed JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// repeatedKey refuses body, which the decoder has accepted, when one of its
+// objects repeats a key: the decoder kept only the last value, and what
+// the caller sent first would be dropped unseen. Free-form objects (a
+// schema, metadata) are held to it too: the backend would keep one value of
+// its own choosing.
+func repeatedKey(body []byte, maxDepth int) *Error {
+	path, found := jsonscan.RepeatedKey(body, maxDepth)
+	if !found {
+		return nil
+	}
+	return badRequest(truncate(path), "given more than once: each key of a JSON object must be unique (only the last value would be read)")
 }
 
 // typeName names a Go type as JSON does.

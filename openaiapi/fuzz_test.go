@@ -22,11 +22,14 @@ var fuzzSeeds = []string{
 	`{"model":"embed","input":["a",{"b":1}]}`,
 	`{"model":1}`, `[]`, `null`, `{"temperature":1e400}`, `{"a":` + "[[[[[[[[[[" + `}`,
 	"{\"model\":\"chat\",\n\"messages\":[}", `{"top_p":-1e39}`, `"\u0000"`, ``,
+	`{"model":"chat","messages":[{"role":"user","content":"a","content":"b"}]}`,
+	`{"model":"embed","input":"x","\u0069nput":"y"}`, `{"model":"comp","prompt":"x","stop":{"a":1,"a":2}}`,
 }
 
 // FuzzDecode: the request decoders and their translation into core
-// requests never panic, answer every failure with a 400 (or 413), and turn
-// what they accept into requests within the limits.
+// requests never panic, answer every failure with a 400 (or 413), accept
+// no body whose object repeats a key, and turn what they accept into
+// requests within the limits.
 func FuzzDecode(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		for op := range 3 {
@@ -47,6 +50,9 @@ func FuzzDecode(f *testing.F) {
 		check := func(e *Error) {
 			if e != nil && e.Status != http.StatusBadRequest {
 				t.Fatalf("status %d for bad input: %v", e.Status, e)
+			}
+			if e == nil && repeatsAKey(body) {
+				t.Fatalf("%q, which repeats a key, accepted", body)
 			}
 		}
 		switch op % 3 {
@@ -85,6 +91,53 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// repeatsAKey reports whether an object of body, valid JSON, holds a key
+// twice, by encoding/json's tokens (keys decoded as it decodes them).
+func repeatsAKey(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type object struct {
+		keys  map[string]bool
+		atKey bool
+	}
+	var stack []*object // nil for an array
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *object
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		if top != nil && top.atKey {
+			if k, ok := tok.(string); ok {
+				if top.keys[k] {
+					return true
+				}
+				top.keys[k], top.atKey = true, false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if n := len(stack); n > 0 && stack[n-1] != nil {
+				stack[n-1].atKey = true
+			}
+			continue
+		case json.Delim('{'):
+			stack = append(stack, &object{keys: map[string]bool{}, atKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, nil)
+			continue
+		}
+		if top != nil {
+			top.atKey = true
+		}
+	}
 }
 
 // FuzzCheckDepth: the depth scan never rejects JSON that nests within the

@@ -9,6 +9,9 @@
 // position is unspecified and the text is to be read another way. What a
 // method accepts is always valid JSON, so a caller's fuzz test can hold its
 // fast path to the slow one.
+//
+// RepeatedKey walks a text of any shape for a key that one of its objects
+// repeats, which encoding/json would read as its last value.
 package jsonscan
 
 import (
