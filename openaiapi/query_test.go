@@ -4,6 +4,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 )
 
 // TestQueryParametersRefusedByName: a query parameter an endpoint does not
@@ -59,5 +62,44 @@ func TestBatchesQueryAndMethods(t *testing.T) {
 	}
 	if code, _, body := e.do(t, http.MethodGet, "/v1/batches/b1/results/x", ""); code != http.StatusNotFound || !strings.Contains(body, `"code":"unknown_url"`) {
 		t.Errorf("unknown path: %d %s; want 404 unknown_url", code, body)
+	}
+}
+
+// TestAPIVersionAccepted: api-version, which Azure-style clients send on
+// every call, is accepted and ignored on every endpoint, alone or beside
+// the parameters a list reads; given twice it is refused as any parameter
+// is, and the others are still refused by name beside it.
+func TestAPIVersionAccepted(t *testing.T) {
+	e := newEnv(t, newFake())
+	const v = "api-version=2024-10-21"
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPost, "/chat/completions?" + v, `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`},
+		{http.MethodPost, "/embeddings?" + v, `{"model":"embed","input":"hi"}`},
+		{http.MethodGet, "/models?" + v, ""},
+		{http.MethodGet, "/files?limit=5&" + v, ""},
+	} {
+		if code, _, body := send(t, tc.method, e.url+tc.path, tc.body); code != http.StatusOK {
+			t.Errorf("%s %s: %d %s, want 200", tc.method, tc.path, code, body)
+		}
+	}
+	for _, tc := range []struct{ path, param, msg string }{
+		{"/models?" + v + "&api-version=2025-01-01", "api-version", "once"},
+		{"/models?" + v + "&owned_by=me", "owned_by", "takes no query parameters (api-version is accepted and ignored)"},
+	} {
+		code, _, body := send(t, http.MethodGet, e.url+tc.path, "")
+		if code != http.StatusBadRequest || !strings.Contains(body, `"param":"`+tc.param+`"`) || !strings.Contains(body, tc.msg) {
+			t.Errorf("GET %s: %d %s; want 400 with param %s and %q", tc.path, code, body, tc.param, tc.msg)
+		}
+	}
+	// As an SDK configured for Azure's query sends it.
+	_, err := e.client.Chat.Completions.New(testCtx(t), openai.ChatCompletionNewParams{
+		Model: "chat", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}},
+		option.WithQuery("api-version", "2024-10-21"))
+	if err != nil {
+		t.Errorf("SDK call with api-version: %v", err)
+	}
+	b := newBatchesEnv(t)
+	if code, _, body := b.do(t, http.MethodGet, "/v1/batches?limit=1&"+v, ""); code != http.StatusOK {
+		t.Errorf("GET /v1/batches with api-version: %d %s, want 200", code, body)
 	}
 }
