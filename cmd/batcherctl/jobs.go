@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/batcherhq/batcher/client"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
@@ -275,11 +274,7 @@ func newJobsListCmd(a *app) *cobra.Command {
 						return rpcError("jobs list", err)
 					}
 					if out == outputJSON {
-						b, err := protojson.Marshal(job)
-						if err != nil {
-							return err
-						}
-						if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
+						if err := printJSONLine(w, job); err != nil {
 							return err
 						}
 						continue
@@ -342,12 +337,7 @@ unless the job completed.`,
 						return nil
 					}
 					if out == outputJSON {
-						b, err := protojson.Marshal(p)
-						if err != nil {
-							return err
-						}
-						_, err = fmt.Fprintf(w, "%s\n", b)
-						return err
+						return printJSONLine(w, p)
 					}
 					if _, err := fmt.Fprintf(w, "%s %s; %s\n", stateName(p.GetState()), countsText(p.GetCounts()), rateText(p)); err != nil {
 						return err
@@ -411,12 +401,7 @@ error without --force.`,
 					if err != nil {
 						return rpcError("jobs results "+args[0], err)
 					}
-					b, err := resultJSON(r)
-					if err != nil {
-						return err
-					}
-					_, _ = bw.Write(b)
-					if err := bw.WriteByte('\n'); err != nil {
+					if err := printJSONLine(bw, r); err != nil {
 						return err
 					}
 				}

@@ -107,8 +107,8 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 		t.Fatalf("list: %+v", r)
 	}
 	r = ctl(t, addr, "", "jobs", "list", "-o", "json")
-	if r.code != 0 || strings.Count(r.stdout, "\n") != 2 {
-		t.Fatalf("list -o json: %+v", r)
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 2 || !strings.Contains(r.stdout, `"failed":"0"`) {
+		t.Fatalf("list -o json: %+v; want two lines with the zero counts", r)
 	}
 
 	r = ctl(t, addr, "", "jobs", "get", id)

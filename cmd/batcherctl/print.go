@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 
-	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -48,9 +46,17 @@ func serviceStatus(err error) (*status.Status, bool) {
 	return st, st != nil && st.Code() != codes.OK
 }
 
+// jsonOutput is how every -o json output marshals: with the zero values of
+// scalar fields (a count of 0, item 0, run 0, false), which protobuf JSON
+// leaves out by default. A machine reading "failed" must find 0, not a
+// missing key it has to know to read as 0. Unset messages stay out.
+var jsonOutput = protojson.MarshalOptions{EmitDefaultValues: true}
+
 // printJSON writes m as indented protobuf JSON and a newline.
 func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	opts := jsonOutput
+	opts.Multiline, opts.Indent = true, "  "
+	b, err := opts.Marshal(m)
 	if err != nil {
 		return err
 	}
@@ -58,25 +64,13 @@ func printJSON(w io.Writer, m proto.Message) error {
 	return err
 }
 
-// resultJSON is r as a line of batcherctl jobs results: its protobuf JSON,
-// with the item and run always present. Protobuf JSON leaves out zero
-// values, which left the first input's lines (item 0) and every first run
-// (run 0) without the index a reader keys results on.
-func resultJSON(r *batcherv1.JobResult) ([]byte, error) {
-	b, err := protojson.Marshal(r)
-	if err != nil || (r.GetItem() != 0 && r.GetRun() != 0) {
-		return b, err
+// printJSONLine writes m as one line of protobuf JSON (jobs list, watch,
+// results), for tools that read a line at a time.
+func printJSONLine(w io.Writer, m proto.Message) error {
+	b, err := jsonOutput.Marshal(m)
+	if err != nil {
+		return err
 	}
-	rest := bytes.TrimSpace(b)[1:] // after the '{'
-	line := []byte{'{'}
-	if r.GetItem() == 0 {
-		line = append(line, `"item":"0",`...)
-	}
-	if r.GetRun() == 0 {
-		line = append(line, `"run":0,`...)
-	}
-	if t := bytes.TrimSpace(rest); len(t) > 0 && t[0] == '}' { // r is empty
-		line = line[:len(line)-1]
-	}
-	return append(line, rest...), nil
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
 }
