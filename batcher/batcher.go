@@ -40,6 +40,9 @@ type Batcher struct {
 	testHookAdmit, testHookCounted func()
 	// testHookClaimed, when set, runs as a batch run claims each call.
 	testHookClaimed func(*Call)
+	// testHookWake, when set, runs as a batch run is about to wake its
+	// plain callers, on the run's goroutine.
+	testHookWake func()
 	aborted         atomic.Bool // the drain deadline passed: whatever is pending ends
 
 	lanesMu     sync.RWMutex

@@ -438,6 +438,9 @@ func (r *batchRun) signal() {
 	if len(r.wake) == 0 {
 		return
 	}
+	if h := r.b.testHookWake; h != nil {
+		h()
+	}
 	r.b.callsEnded(int64(len(r.wake)))
 	for i, c := range r.wake {
 		r.wake[i] = nil // c may be Do's again from its signal on

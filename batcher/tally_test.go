@@ -52,36 +52,40 @@ func TestTallyMatchesRecord(t *testing.T) {
 
 // TestBatchMetricsBeforeAnyWakes: the histograms a batch run tallies for
 // its calls are in their series before it wakes the first caller, who so
-// finds the whole batch's durations recorded.
+// finds the whole batch's durations recorded. The hook reads the series at
+// the instant of the wake-up, on the run's goroutine: a run that added its
+// tallies after waking its callers fails here every time, not only when a
+// woken caller happens to run first.
 func TestBatchMetricsBeforeAnyWakes(t *testing.T) {
-	for range 20 {
-		func() {
-			be := &fakeBackend{hold: make(chan struct{})}
-			b, reader := histogramCoreOn(t, true, be, BatchConfig{MaxBatchSize: 8, MinBatchSize: 8, Window: time.Hour, MaxWait: time.Hour})
-			series := &(*b.routes.Load())["m"].metrics.durations[PriorityNormal][outcomeOK]
-			done := make(chan int64, 8)
-			for i := range 8 {
-				c := submit(t, b, req(fmt.Sprint(i), PriorityNormal))
-				go func() {
-					<-c.Done()
-					done <- series.count()
-				}()
-			}
-			close(be.hold)
-			for range 8 {
-				if n := <-done; n != 8 {
-					t.Errorf("a caller woke with %d of its batch's 8 durations recorded", n)
-				}
-			}
-			var n uint64
-			if h, ok := collect(t, reader)[histDuration.name].Data.(metricdata.Histogram[float64]); ok {
-				for _, dp := range h.DataPoints {
-					n += dp.Count
-				}
-			}
-			if n != 8 {
-				t.Errorf("%d durations collected, want 8", n)
-			}
+	be := &fakeBackend{hold: make(chan struct{})}
+	b, reader := histogramCoreOn(t, true, be, BatchConfig{MaxBatchSize: 8, MinBatchSize: 8, Window: time.Hour, MaxWait: time.Hour})
+	series := &(*b.routes.Load())["m"].metrics.durations[PriorityNormal][outcomeOK]
+	atWake := make(chan int64, 1)
+	b.testHookWake = func() { atWake <- series.count() }
+	done := make(chan int64, 8)
+	for i := range 8 {
+		c := submit(t, b, req(fmt.Sprint(i), PriorityNormal))
+		go func() {
+			<-c.Done()
+			done <- series.count()
 		}()
+	}
+	close(be.hold)
+	if n := <-atWake; n != 8 {
+		t.Errorf("the run woke its callers with %d of the batch's 8 durations recorded", n)
+	}
+	for range 8 {
+		if n := <-done; n != 8 {
+			t.Errorf("a caller woke with %d of its batch's 8 durations recorded", n)
+		}
+	}
+	var n uint64
+	if h, ok := collect(t, reader)[histDuration.name].Data.(metricdata.Histogram[float64]); ok {
+		for _, dp := range h.DataPoints {
+			n += dp.Count
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d durations collected, want 8", n)
 	}
 }
