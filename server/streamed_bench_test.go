@@ -44,8 +44,15 @@ func (f *pacedFake) Stream(ctx context.Context, _ *batcher.Batch, w batcher.Delt
 // bench.BenchmarkStreamTTFT's (each chat's start is counted too, over its
 // 40 deltas). cpu-ns/delta is the process's CPU time (client included) per
 // delta, which a busy machine distorts less than ns/op.
-func BenchmarkSubmitStreamedDelta(b *testing.B) {
-	const perChat = 40
+func BenchmarkSubmitStreamedDelta(b *testing.B) { benchStreamedDeltas(b, 40) }
+
+// BenchmarkSubmitStreamedLongAnswer is BenchmarkSubmitStreamedDelta with
+// answers of 2,000 deltas: a long answer, past the bytes a call may send
+// from the backend's goroutine straight (streamedSender), whose other
+// deltas each wake the handler.
+func BenchmarkSubmitStreamedLongAnswer(b *testing.B) { benchStreamedDeltas(b, 2000) }
+
+func benchStreamedDeltas(b *testing.B, perChat int) {
 	f := &pacedFake{n: perChat, ack: make(chan struct{})}
 	e := newEnv(b, newFake(), withCore(
 		batcher.WithBackend(batcher.BackendConfig{Name: "paced", Backend: f, MaxConcurrency: 1}),
@@ -53,7 +60,7 @@ func BenchmarkSubmitStreamedDelta(b *testing.B) {
 	))
 	ctx := testCtx(b)
 	b.ReportAllocs()
-	c0 := rusageCPU(b)
+	c0, r0 := rusageCPU(b), relayed.Load()
 	b.ResetTimer()
 	deltas := 0
 	for deltas < b.N {
@@ -77,6 +84,7 @@ func BenchmarkSubmitStreamedDelta(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(rusageCPU(b)-c0)/float64(deltas), "cpu-ns/delta")
+	b.ReportMetric(float64(relayed.Load()-r0)/float64(deltas), "relayed/delta")
 }
 
 // rusageCPU returns the process's CPU time so far, user and system.
