@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"unicode/utf8"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
@@ -21,6 +22,9 @@ import (
 // Marshal encodes v as grpc's proto codec does; a text delta of
 // SubmitStreamed or SubmitStream is written by marshalDelta.
 func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if p, ok := v.(*sendProbe); ok {
+		return p.marshal()
+	}
 	if b, ok := marshalDelta(v); ok {
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
@@ -30,7 +34,10 @@ func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) {
 // marshalDelta returns the wire form of v when v is a SubmitStreamedResponse
 // or SubmitStreamResponse that holds a delta of text or refusal only, and
 // false for anything else.
-func marshalDelta(v any) ([]byte, bool) {
+func marshalDelta(v any) ([]byte, bool) { return appendDelta(nil, v) }
+
+// appendDelta is marshalDelta appending to dst.
+func appendDelta(dst []byte, v any) ([]byte, bool) {
 	var d *batcherv1.Delta
 	var field protowire.Number
 	switch m := v.(type) {
@@ -60,7 +67,7 @@ func marshalDelta(v any) ([]byte, bool) {
 	if d.Index != 0 {
 		inner += protowire.SizeTag(2) + protowire.SizeVarint(uint64(int64(d.Index)))
 	}
-	b := make([]byte, 0, protowire.SizeTag(field)+protowire.SizeBytes(inner))
+	b := slices.Grow(dst, protowire.SizeTag(field)+protowire.SizeBytes(inner))
 	b = protowire.AppendTag(b, field, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(inner))
 	b = appendStr(b, 1, d.Id)

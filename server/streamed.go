@@ -141,7 +141,7 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 	// end) or a Send failed: the call is cancelled and its upstream call
 	// closed at once.
 	defer c.Cancel()
-	snd := &streamedSender{ss: ss, id: req.ID}
+	snd := &streamedSender{ss: ss, id: req.ID, probes: probesWork(ctx)}
 	defer snd.stop()
 	c.SendDeltasTo(snd)
 	if err := snd.relay(ctx, c); err != nil {
@@ -180,24 +180,50 @@ type streamedEndMsg struct {
 // so that a delta sent straight never overtakes them; TrySendDelta only
 // tries it, and never waits. A straight send never blocks either: gRPC
 // lets a stream queue its write quota (64 KiB in grpc-go) before SendMsg
-// waits for the caller to read, and TrySendDelta sends only while the
-// call's messages so far count less than straightBudget, half of it. Past
-// that, or while the handler is sending (blocked, perhaps, on a caller
-// that does not read), deltas wait in the core's bounded buffer, whose
-// coalescing and overflow bound a slow caller as before.
+// waits, and TrySendDelta sends only while the bytes the call has queued
+// and gRPC's writer has not yet taken count less than straightBudget,
+// half of it. Past that, or while the handler is sending (blocked,
+// perhaps, on a caller that does not read), deltas wait in the core's
+// bounded buffer, whose coalescing and overflow bound a slow caller as
+// before.
+//
+// What the writer has taken is learnt from probes (sendProbe): every
+// probeAfter bytes one message goes out in a buffer of the sender's own,
+// which gRPC frees once its writer has taken the message's bytes off the
+// stream's queue (and given them back to the write quota); the stream's
+// messages leave that queue in order, so every byte sent before the probe
+// has left it too. Without probes (a compressed stream: its buffers are
+// freed before the writer takes them) nothing is ever known taken, and
+// the budget counts every byte the call sends, as it did before probes.
 type streamedSender struct {
 	ss batcherv1.BatcherService_SubmitStreamedServer
 	id string
+	// probes is whether sends may carry probes: the stream is not
+	// compressed (probesWork). Set before the first send.
+	probes bool
 
 	mu      sync.Mutex
-	sent    int  // bytes of the messages sent so far, counted high (msgBytes)
-	stopped bool // the handler is returning: no Send any more
+	sent    int64 // bytes of the messages sent so far, counted high (msgBytes)
+	stopped bool  // the handler is returning: no Send any more
+
+	// taken is what of sent gRPC's writer has taken off the stream's
+	// queue, as of the last probe freed; probing is true while a probe is
+	// in flight. The probe's Put sets both, on gRPC's writer goroutine or
+	// inside a Send (mu may be held): they are atomics.
+	taken   atomic.Int64
+	probing atomic.Bool
 }
 
-// straightBudget is how many bytes of a call's messages may have gone
-// before TrySendDelta stops sending straight: half of grpc-go's write
-// quota, so that a straight send never waits.
-const straightBudget = 32 << 10
+// straightBudget is how many bytes of a call's messages may wait in the
+// stream's queue (sent, not known taken) before TrySendDelta stops
+// sending straight: half of grpc-go's write quota, so that a straight send
+// never waits. probeAfter is how many such bytes make the next message a
+// probe: a caller that reads keeps the bytes waiting under it, so its
+// deltas all go straight however long the answer.
+const (
+	straightBudget = 32 << 10
+	probeAfter     = 8 << 10
+)
 
 // TrySendDelta implements batcher.DeltaSender.
 func (s *streamedSender) TrySendDelta(d *batcher.Delta) bool {
@@ -205,11 +231,9 @@ func (s *streamedSender) TrySendDelta(d *batcher.Delta) bool {
 		return false // the handler is sending
 	}
 	defer s.mu.Unlock()
-	n := msgBytes(s.id, d)
-	if s.stopped || s.sent+n > straightBudget {
+	if s.stopped || s.sent+int64(msgBytes(s.id, d))-s.taken.Load() > straightBudget {
 		return false
 	}
-	s.sent += n
 	return s.send(d) == nil
 }
 
@@ -245,7 +269,6 @@ func (s *streamedSender) relay(ctx context.Context, c *batcher.Call) error {
 		relayed.Add(int64(len(ds)))
 		var err error
 		for i := range ds {
-			s.sent += msgBytes(s.id, &ds[i])
 			if err = s.send(&ds[i]); err != nil {
 				break
 			}
@@ -264,8 +287,17 @@ func (s *streamedSender) relay(ctx context.Context, c *batcher.Call) error {
 // than the upstream's reader straight: tests and benchmarks read it.
 var relayed atomic.Int64
 
-// send sends d as one Delta message; mu is held.
+// send sends d as one Delta message, a probe when probeAfter bytes wait
+// unknown and none is in flight; mu is held.
 func (s *streamedSender) send(d *batcher.Delta) error {
+	s.sent += int64(msgBytes(s.id, d))
+	if s.probes && s.sent-s.taken.Load() >= probeAfter && s.probing.CompareAndSwap(false, true) {
+		p := &sendProbe{s: s, mark: s.sent}
+		fillDelta(&p.d, s.id, d)
+		p.k.Delta = &p.d
+		p.Kind = &p.k
+		return s.ss.SendMsg(p)
+	}
 	m := new(streamedDeltaMsg)
 	fillDelta(&m.d, s.id, d)
 	m.k.Delta = &m.d

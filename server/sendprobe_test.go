@@ -1,0 +1,128 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/status"
+)
+
+// numberedFake streams n numbered text deltas, each once the caller has
+// received the one before (ack), as a model's tokens come to a caller
+// that keeps up.
+type numberedFake struct {
+	n   int
+	ack chan struct{}
+}
+
+func (f *numberedFake) Dispatch(context.Context, *batcher.Batch, []batcher.Response) error {
+	return errors.New("numberedFake: only streams")
+}
+
+func (f *numberedFake) Stream(ctx context.Context, _ *batcher.Batch, w batcher.DeltaWriter) (batcher.Response, error) {
+	for i := range f.n {
+		if err := w.WriteDelta(&batcher.Delta{Text: strconv.Itoa(i) + " "}); err != nil {
+			return batcher.Response{}, err
+		}
+		select {
+		case <-f.ack:
+		case <-ctx.Done():
+			return batcher.Response{}, ctx.Err()
+		}
+	}
+	return batcher.Response{FinishReason: batcher.FinishStop}, nil
+}
+
+// TestSubmitStreamedLongAnswerStraight: a long answer (about 35 KiB of
+// messages, past the straight budget) to a caller that keeps up. Probes
+// tell the sender that gRPC's writer took what it sent, so the budget
+// never runs out: every text delta goes straight from the upstream's
+// reader (none is relayed by the handler, only the last, which carries
+// the finish reason), one message each, in order, all before the
+// Completion. Without probes (or with a grpc-go whose transport stream
+// lost SendCompress, probesWork) some 2,000 of them would be relayed.
+func TestSubmitStreamedLongAnswerStraight(t *testing.T) {
+	f := &numberedFake{n: 3000, ack: make(chan struct{})}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "numbered", Backend: f}),
+		batcher.WithRoute(batcher.Route{Name: "numbered", Op: batcher.OpChat, Backend: "numbered"}),
+	))
+	r := chatReq("long", "a long answer")
+	r.Model = "numbered"
+	r0 := relayed.Load()
+	rs, err := e.client.SubmitStreamed(testCtx(t), &batcherv1.SubmitStreamedRequest{Request: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want strings.Builder
+	for i := range f.n {
+		want.WriteString(strconv.Itoa(i) + " ")
+	}
+	var c *batcherv1.Completion
+	for i := 0; c == nil; i++ {
+		m, err := rs.Recv()
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if c = m.GetCompletion(); c != nil {
+			break
+		}
+		d := m.GetDelta()
+		if d.GetText() == "" {
+			continue // the last delta: the finish reason
+		}
+		if w := strconv.Itoa(i) + " "; d.GetText() != w {
+			t.Fatalf("delta %d holds %q, want %q", i, d.GetText(), w)
+		}
+		got.WriteString(d.GetText())
+		f.ack <- struct{}{}
+	}
+	if got.String() != want.String() || c.GetText() != want.String() || c.GetError() != nil {
+		t.Fatalf("deltas %d bytes, completion %d bytes (error %v), want %d bytes in both",
+			got.Len(), len(c.GetText()), c.GetError(), want.Len())
+	}
+	if _, err := rs.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the completion: %v, want the RPC's end", err)
+	}
+	if n := relayed.Load() - r0; n > 2 {
+		t.Fatalf("the handler relayed %d of %d deltas: the straight budget ran out", n, f.n+1)
+	}
+}
+
+// TestSubmitStreamedStalledCallerCompressed is TestSubmitStreamedStalledCaller
+// on a compressed stream, whose message buffers gRPC frees before its
+// writer takes the bytes: the sender sends no probes there (probesWork),
+// so no straight send waits on the caller that does not read (a probe's
+// early word would let them run on past the write quota, and the flood
+// would never end).
+func TestSubmitStreamedStalledCallerCompressed(t *testing.T) {
+	flood := &floodStreamer{ended: make(chan struct{})}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
+		batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
+		batcher.WithStreamBuffer(4, 256<<10),
+	))
+	r := chatReq("f", "flood me")
+	r.Model = "flood"
+	rs, err := e.client.SubmitStreamed(testCtx(t), &batcherv1.SubmitStreamedRequest{Request: r}, grpc.UseCompressor(gzip.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-flood.ended // nobody reads: the core cut the flood off
+	text, c, err := readStreamed(t, rs)
+	if status.Code(err) != codes.ResourceExhausted || !c.GetPartial() || codes.Code(c.GetError().GetCode()) != codes.ResourceExhausted {
+		t.Fatalf("RPC %v, completion error %v, partial %v: want RESOURCE_EXHAUSTED, partial", err, c.GetError(), c.GetPartial())
+	}
+	if text != c.GetText() || text == "" {
+		t.Fatalf("deltas hold %d bytes, the completion %d: something was lost", len(text), len(c.GetText()))
+	}
+}
