@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -197,6 +198,7 @@ func TestGroupRetries(t *testing.T) {
 func TestSpecPacingValidation(t *testing.T) {
 	e := newEnv(t, nil)
 	neg := -1
+	nan, hot := float32(math.NaN()), float32(2.5)
 	for _, tc := range []struct {
 		spec jobs.Spec
 		want string
@@ -209,6 +211,11 @@ func TestSpecPacingValidation(t *testing.T) {
 		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{RetryDelay: -1}}}, "spec.run_groups[0].retry_delay"},
 		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{BackoffFactor: 0.5}}}, "spec.run_groups[0].backoff_factor"},
 		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{BackoffFactor: 11}}}, "spec.run_groups[0].backoff_factor"},
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{BackoffFactor: math.NaN()}}}, "spec.run_groups[0].backoff_factor"},
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{Temperature: &hot}}}, "spec.run_groups[0].temperature: 0 to 2, got 2.5"},
+		// NaN once passed the range check and failed the spec's JSON
+		// encoding: INTERNAL instead of INVALID_ARGUMENT.
+		{jobs.Spec{Model: "chat", Groups: []jobs.Group{{Temperature: &nan}}}, "spec.run_groups[0].temperature: 0 to 2, got NaN"},
 	} {
 		_, err := e.m.Begin(t.Context(), tc.spec)
 		if !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

@@ -141,7 +141,9 @@ func (m *Manager) validateGroup(i int, g *Group, names map[string]bool) error {
 			return badSpec(field, "unknown model %q", cut(mdl))
 		}
 	}
-	if t := g.Temperature; t != nil && (*t < 0 || *t > 2) {
+	// Written so that NaN fails too: it passed "< 0 || > 2" and then
+	// failed the spec's JSON encoding, an INTERNAL answer to bad input.
+	if t := g.Temperature; t != nil && !(*t >= 0 && *t <= 2) {
 		return badSpec(field+".temperature", "0 to 2, got %v", *t)
 	}
 	if g.Delay < 0 || g.Delay > time.Hour {
