@@ -83,3 +83,13 @@ func isLoopback(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// unauthenticatedHint says what to check when the service answered
+// UNAUTHENTICATED: that no token was sent, or that the one sent was
+// refused.
+func (a *app) unauthenticatedHint() string {
+	if tok, err := a.resolveToken(); err == nil && tok != "" {
+		return "the service refused the token sent: check that it is a current token of a tenant"
+	}
+	return "no token was sent, and the service wants one: give --token-file, --token, $" + tokenEnv + " or $" + tokenFileEnv
+}

@@ -26,8 +26,10 @@ func TestToken(t *testing.T) {
 		code int
 		want string
 	}{
-		{"none", nil, nil, exitFailed, "UNAUTHENTICATED"},
-		{"wrong", nil, []string{"--token", "nope"}, exitFailed, "UNAUTHENTICATED"},
+		// The service says only "unauthenticated"; batcherctl adds what it sent.
+		{"none", nil, nil, exitFailed, "submit: UNAUTHENTICATED: unauthenticated (no token was sent, and the service wants one: give --token-file, --token, $BATCHERCTL_TOKEN or $BATCHERCTL_TOKEN_FILE)"},
+		{"wrong", nil, []string{"--token", "nope"}, exitFailed, "submit: UNAUTHENTICATED: unauthenticated (the service refused the token sent: check that it is a current token of a tenant)"},
+		{"wrong in env", []string{tokenEnv + "=nope"}, nil, exitFailed, "the service refused the token sent"},
 		{"flag", nil, []string{"--token", tok}, 0, "Hi"},
 		{"file", nil, []string{"--token-file", tokFile}, 0, "Hi"},
 		{"env", []string{tokenEnv + "=" + tok}, nil, 0, "Hi"},
@@ -76,7 +78,7 @@ func TestRunUnauthenticated(t *testing.T) {
 	addr := startBatcherd(t, fastConfig, "--tenants", tenants)
 	in := writeFile(t, "in.jsonl", `{"model":"sim-chat","chat":{"messages":[{"role":"user","content":"Hi"}]}}`+"\n")
 	r := ctlEnv(t, addr, nil, "run", in, "-o", "-")
-	if r.code != exitFailed || !strings.Contains(r.stderr, "run: UNAUTHENTICATED: unauthenticated") ||
+	if r.code != exitFailed || !strings.Contains(r.stderr, "run: UNAUTHENTICATED: unauthenticated") || !strings.Contains(r.stderr, "no token was sent") ||
 		strings.Contains(r.stderr, "stream ended before") || strings.Contains(r.stderr, "rpc error") {
 		t.Errorf("%+v; want exit 1 with \"run: UNAUTHENTICATED: unauthenticated\"", r)
 	}

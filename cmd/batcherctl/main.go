@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"google.golang.org/grpc/codes"
 )
 
 // Exit codes.
@@ -58,11 +60,16 @@ func usageError(format string, args ...any) error {
 
 // execute runs batcherctl with args and returns its exit code.
 func execute(ctx context.Context, args []string, e env) int {
-	root := newRootCmd(e)
+	root, a := newRoot(e)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
+	}
+	if se := (*serviceError)(nil); errors.As(err, &se) && se.code == codes.Unauthenticated {
+		// The service says no more than "unauthenticated", by design; what
+		// batcherctl sent is what the user can act on.
+		err = fmt.Errorf("%w (%s)", err, a.unauthenticatedHint())
 	}
 	code := exitFailed
 	var ee *exitError

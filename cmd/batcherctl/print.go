@@ -31,8 +31,17 @@ func rpcError(what string, err error) error {
 	if !ok {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	return fmt.Errorf("%s: %s: %s", what, codeName(st.Code()), st.Message())
+	return &serviceError{msg: fmt.Sprintf("%s: %s: %s", what, codeName(st.Code()), st.Message()), code: st.Code()}
 }
+
+// serviceError is a call the service refused, described for people, with
+// the status code kept for execute (which adds a hint to UNAUTHENTICATED).
+type serviceError struct {
+	msg  string
+	code codes.Code
+}
+
+func (e *serviceError) Error() string { return e.msg }
 
 // serviceStatus is the status the service answered with, found anywhere
 // in err's chain (unlike status.FromError, whose message for a wrapped

@@ -52,6 +52,13 @@ const (
 )
 
 func newRootCmd(e env) *cobra.Command {
+	root, _ := newRoot(e)
+	return root
+}
+
+// newRoot builds the command tree and returns it with the app whose
+// global flags it parses, which execute reads after a failure.
+func newRoot(e env) (*cobra.Command, *app) {
 	a := &app{env: e}
 	addr := DefaultAddr
 	if v, ok := e.lookupEnv(addrEnv); ok && v != "" {
@@ -126,7 +133,7 @@ loopback address; use --tls otherwise).`,
 	}
 	root.SetHelpCommandGroupID(groupService)
 	root.SetCompletionCommandGroupID(groupService)
-	return root
+	return root, a
 }
 
 // addRunHooks adds root's hidden --cpuprofile flag and the hooks around

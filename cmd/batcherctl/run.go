@@ -293,7 +293,7 @@ func runExit(f *runFlags, sum runfile.Summary, retried int, aborted bool, runErr
 			hint = "; rerun with --resume to finish"
 		}
 		if st, ok := serviceStatus(runErr); ok { // the service ended the stream
-			return fmt.Errorf("run: %s: %s (%d results written%s)", codeName(st.Code()), st.Message(), sum.Written, hint)
+			return &serviceError{msg: fmt.Sprintf("run: %s: %s (%d results written%s)", codeName(st.Code()), st.Message(), sum.Written, hint), code: st.Code()}
 		}
 		return fmt.Errorf("run did not finish (%d results written%s): %w", sum.Written, hint, runErr)
 	case sum.Failed > 0 && retried > 0:
