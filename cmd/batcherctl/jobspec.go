@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -140,6 +141,18 @@ func parseGroup(s string) (*batcherv1.RunGroup, error) {
 			}
 		default:
 			return nil, fmt.Errorf("unknown key %q (name, model, runs, temperature, next-model, delay, retries, retry-delay, backoff)", k)
+		}
+		if ne := (*strconv.NumError)(nil); errors.As(err, &ne) {
+			// strconv's own words ("strconv.ParseInt: parsing ...") name
+			// a Go function, not what the value should be.
+			what := "a number"
+			if k == "runs" || k == "retries" {
+				what = "a whole number"
+			}
+			if errors.Is(ne.Err, strconv.ErrRange) {
+				what += " in range"
+			}
+			err = fmt.Errorf("must be %s, got %q", what, v)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)

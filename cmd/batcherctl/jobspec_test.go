@@ -19,14 +19,17 @@ func TestParseGroup(t *testing.T) {
 		t.Fatalf("parsed %v", g)
 	}
 	for in, want := range map[string]string{
-		"model=m":          "name: must be set",
-		"name=a,runs":      `"runs" is not key=value`,
-		"name=a,runs=x":    "runs: strconv.ParseInt",
-		"name=a,runs=0":    "runs: must be at least 1, got 0",
-		"name=a,runs=-2":   "runs: must be at least 1, got -2",
-		"name=a,delay=5":   "delay: time: missing unit",
-		"name=a,colour=r":  `unknown key "colour"`,
-		"name=a,backoff=q": "backoff: strconv.ParseFloat",
+		"model=m":                   "name: must be set",
+		"name=a,runs":               `"runs" is not key=value`,
+		"name=a,runs=x":             `runs: must be a whole number, got "x"`,
+		"name=a,runs=1.5":           `runs: must be a whole number, got "1.5"`,
+		"name=a,retries=9999999999": `retries: must be a whole number in range, got "9999999999"`,
+		"name=a,temperature=warm":   `temperature: must be a number, got "warm"`,
+		"name=a,runs=0":             "runs: must be at least 1, got 0",
+		"name=a,runs=-2":            "runs: must be at least 1, got -2",
+		"name=a,delay=5":            "delay: time: missing unit",
+		"name=a,colour=r":           `unknown key "colour"`,
+		"name=a,backoff=q":          `backoff: must be a number, got "q"`,
 	} {
 		if _, err := parseGroup(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", in, err, want)
