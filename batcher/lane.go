@@ -18,7 +18,7 @@ const (
 type msgKind uint8
 
 const (
-	msgPush    msgKind = iota // queue c
+	msgPush    msgKind = iota // queue c: sent as a push alone (lane.pushes), never as a msg
 	msgForget                 // c ended: take it out of the queue
 	msgGrant                  // the backend granted pm (nil pm: look at the backend again)
 	msgRefused                // the backend refused the ask with err: its breaker is open, or a budget's wait
@@ -27,7 +27,11 @@ const (
 
 type msg struct {
 	kind msgKind
-	c    *Call
+	// pushes is how many pushes came into the inbox before this message
+	// (lane.pushes' length when it was sent): the owner applies those
+	// first, so that the inbox keeps the order of its two halves.
+	pushes int32
+	c      *Call
 	pm   *permit
 	fw   *flushWait
 	err  error
@@ -84,8 +88,12 @@ type lane struct {
 	be      *backendState
 	trigger chan struct{}
 
-	// The inbox, guarded by inMu.
+	// The inbox, guarded by inMu: the pushes, and every other message.
+	// A push is a call pointer alone, 8 bytes where a msg is 48: the
+	// producers' appends, the most frequent, write one cache line the
+	// owner last read for eight calls instead of about one a call.
 	inMu   sync.Mutex
+	pushes []*Call
 	inbox  []msg
 	closed bool // the owner has exited: senders look the lane up again
 
@@ -115,6 +123,7 @@ type lane struct {
 
 	// Owner-only.
 	spare       []msg                  // the inbox's other half
+	sparePushes []*Call                // the pushes' other half
 	queues      [numQueues]level       // flushed, then by urgency; may hold tombstones (nil)
 	spareFlows  []*flow                // flows to reuse
 	heap        deadlineHeap           // every queued call, earliest deadline first
@@ -178,6 +187,7 @@ func (l *lane) send(m msg) bool {
 		l.inMu.Unlock()
 		return false
 	}
+	m.pushes = int32(len(l.pushes))
 	l.inbox = append(l.inbox, m)
 	l.inMu.Unlock()
 	l.nudge()
@@ -200,7 +210,7 @@ func (l *lane) push(c *Call) bool {
 	c.lane.Store(l)
 	c.queued.Store(true)
 	l.queuedBy[p].Add(1) // counted from the push, so Lanes sees it at once
-	l.inbox = append(l.inbox, msg{kind: msgPush, c: c})
+	l.pushes = append(l.pushes, c)
 	size := l.size.Add(1)
 	l.inMu.Unlock()
 	if l.wakeFor(due, deadline, size) {

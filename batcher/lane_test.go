@@ -526,3 +526,42 @@ func TestUnwaitedFlushesLeaveNoWaits(t *testing.T) {
 		}
 	})
 }
+
+// TestDrainKeepsInboxOrder: the owner applies pushes and the other
+// messages in the order they were sent, though pushes come in apart from
+// them: a flush takes the calls pushed before it and not one pushed
+// after, and a forget sent after a flush still takes its call out.
+func TestDrainKeepsInboxOrder(t *testing.T) {
+	be := BackendFunc(func(context.Context, *Batch, []Response) error { return nil })
+	b := newTest(t, be, 1, BatchConfig{MaxBatchSize: 100, Window: time.Hour})
+	rc := b.route("m")
+	l := newLane(b, keyOf(req("x", PriorityNormal), rc, 0), rc) // no owner: the test drains
+	defer l.timer.Stop()
+	push := func(id string) *Call {
+		r := req(id, PriorityNormal)
+		c := &Call{req: r, b: b, rc: rc, heapIdx: -1, prio: r.Priority}
+		if !l.push(c) {
+			t.Fatalf("push(%s) refused", id)
+		}
+		return c
+	}
+	before, forgotten := push("before"), push("forgotten")
+	if !l.send(msg{kind: msgFlush, fw: newFlushWait(context.Background(), nil)}) {
+		t.Fatal("flush refused")
+	}
+	l.forget(forgotten)
+	after := push("after")
+	l.drain()
+	if before.qidx != qFlushed || !l.holds(before) {
+		t.Errorf("the call pushed before the flush: flushed %v, queued %v", before.qidx == qFlushed, l.holds(before))
+	}
+	if l.holds(forgotten) {
+		t.Error("the call forgotten after the flush is still queued")
+	}
+	if after.qidx == qFlushed || !l.holds(after) {
+		t.Errorf("the call pushed after the flush: flushed %v, queued %v", after.qidx == qFlushed, l.holds(after))
+	}
+	if got := len(l.heap); got != 2 {
+		t.Errorf("%d calls queued, want 2", got)
+	}
+}

@@ -157,7 +157,7 @@ func (b *Batcher) evictIdleLocked(match func(*lane) bool) int {
 			continue
 		}
 		l.inMu.Lock()
-		if len(l.inbox) > 0 || l.size.Load() != 0 || l.closed {
+		if l.inboxFull() || l.size.Load() != 0 || l.closed {
 			l.inMu.Unlock()
 			continue
 		}

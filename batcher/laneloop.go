@@ -32,7 +32,7 @@ func (l *lane) loop() {
 			// after it sees wake. One in between is caught here.
 			l.sleepUntil.Store(max(int64(l.b.clock.monoOf(l.wake)), 1)) // 0 means awake
 			l.inMu.Lock()
-			more := len(l.inbox) > 0
+			more := l.inboxFull()
 			l.inMu.Unlock()
 			if !more {
 				break
@@ -214,43 +214,58 @@ func (l *lane) rest(now time.Time, closing bool) (exit bool) {
 	return false
 }
 
-// drain takes the inbox and applies its messages.
+// inboxFull reports whether the inbox holds a message. Called with inMu
+// held.
+func (l *lane) inboxFull() bool { return len(l.inbox) > 0 || len(l.pushes) > 0 }
+
+// drain takes the inbox and applies its messages, in the order they were
+// sent: each other message after the pushes sent before it.
 func (l *lane) drain() {
 	l.inMu.Lock()
-	in := l.inbox
-	l.inbox = l.spare[:0]
+	in, pushes := l.inbox, l.pushes
+	l.inbox, l.pushes = l.spare[:0], l.sparePushes[:0]
 	l.inMu.Unlock()
+	done := 0
 	for i := range in {
+		for ; done < int(in[i].pushes); done++ {
+			l.queue(pushes[done])
+		}
 		l.handle(&in[i])
 		in[i] = msg{}
 	}
-	l.spare = in
+	for ; done < len(pushes); done++ {
+		l.queue(pushes[done])
+	}
+	clear(pushes)
+	l.spare, l.sparePushes = in, pushes
 }
 
-// handle applies one inbox message.
+// queue applies a push of c.
+func (l *lane) queue(c *Call) {
+	if !c.pending() { // ended before the owner saw it
+		c.queued.Store(false)
+		l.queuedBy[c.prio].Add(-1)
+		l.size.Add(-1)
+		return
+	}
+	p := c.prio
+	c.qidx = uint8(p.level() + 1)
+	if ahead := l.queues[c.qidx].push(l, c); ahead != nil && c.admitted < ahead.admitted {
+		// Back from a retry or a fallback: due before calls queued
+		// ahead of it, where earliestDue does not look.
+		c.late = true
+		if due := c.due(); l.lates == 0 || due < l.lateDue {
+			l.lateDue = due
+		}
+		l.lates++
+	}
+	l.heap.push(c)
+	l.tokens += c.tokens
+}
+
+// handle applies one inbox message other than a push.
 func (l *lane) handle(m *msg) {
 	switch m.kind {
-	case msgPush:
-		c := m.c
-		if !c.pending() { // ended before the owner saw it
-			c.queued.Store(false)
-			l.queuedBy[c.prio].Add(-1)
-			l.size.Add(-1)
-			return
-		}
-		p := c.prio
-		c.qidx = uint8(p.level() + 1)
-		if ahead := l.queues[c.qidx].push(l, c); ahead != nil && c.admitted < ahead.admitted {
-			// Back from a retry or a fallback: due before calls queued
-			// ahead of it, where earliestDue does not look.
-			c.late = true
-			if due := c.due(); l.lates == 0 || due < l.lateDue {
-				l.lateDue = due
-			}
-			l.lates++
-		}
-		l.heap.push(c)
-		l.tokens += c.tokens
 	case msgForget:
 		if c := m.c; l.holds(c) {
 			l.heap.remove(c.heapIdx)
@@ -388,7 +403,7 @@ func (l *lane) close() bool {
 	b := l.b
 	b.lanesMu.Lock()
 	l.inMu.Lock()
-	if len(l.inbox) > 0 {
+	if l.inboxFull() {
 		l.inMu.Unlock()
 		b.lanesMu.Unlock()
 		return false
