@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -13,10 +14,13 @@ import (
 
 // pacedFake streams n deltas, each after the caller has received the one
 // before (ack), so that no two are joined: a delta's whole path, one at a
-// time.
+// time, as a model's tokens come to a caller that keeps up. Each is
+// "token ", or with numbered its index ("0 ", "1 ", ...), for a test that
+// checks their order.
 type pacedFake struct {
-	n   int
-	ack chan struct{}
+	n        int
+	ack      chan struct{}
+	numbered bool
 }
 
 func (f *pacedFake) Dispatch(context.Context, *batcher.Batch, []batcher.Response) error {
@@ -24,8 +28,12 @@ func (f *pacedFake) Dispatch(context.Context, *batcher.Batch, []batcher.Response
 }
 
 func (f *pacedFake) Stream(ctx context.Context, _ *batcher.Batch, w batcher.DeltaWriter) (batcher.Response, error) {
-	for range f.n {
-		if err := w.WriteDelta(&batcher.Delta{Text: "token "}); err != nil {
+	for i := range f.n {
+		text := "token "
+		if f.numbered {
+			text = strconv.Itoa(i) + " "
+		}
+		if err := w.WriteDelta(&batcher.Delta{Text: text}); err != nil {
 			return batcher.Response{}, err
 		}
 		select {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/status"
 )
 
@@ -465,26 +467,40 @@ func TestSubmitStreamedStraightThenBuffered(t *testing.T) {
 // answer floods in. No send of the backend's goroutine waits on it (the
 // straight budget is below gRPC's write quota), so the core's buffer
 // coalesces, overflows and cuts the upstream call off, and the caller then
-// gets the partial text whole and RESOURCE_EXHAUSTED.
+// gets the partial text whole and RESOURCE_EXHAUSTED. On a compressed
+// stream, whose message buffers gRPC frees before its writer takes the
+// bytes, the sender sends no probes (probesWork): a probe's early word
+// would let straight sends run on past the write quota, and the flood
+// would never end.
 func TestSubmitStreamedStalledCaller(t *testing.T) {
-	flood := &floodStreamer{ended: make(chan struct{})}
-	e := newEnv(t, newFake(), withCore(
-		batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
-		batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
-		batcher.WithStreamBuffer(4, 256<<10),
-	))
-	r := chatReq("f", "flood me")
-	r.Model = "flood"
-	rs, err := e.client.SubmitStreamed(testCtx(t), &batcherv1.SubmitStreamedRequest{Request: r})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-flood.ended // nobody reads: the core cut the flood off
-	text, c, err := readStreamed(t, rs)
-	if status.Code(err) != codes.ResourceExhausted || !c.GetPartial() || codes.Code(c.GetError().GetCode()) != codes.ResourceExhausted {
-		t.Fatalf("RPC %v, completion error %v, partial %v: want RESOURCE_EXHAUSTED, partial", err, c.GetError(), c.GetPartial())
-	}
-	if text != c.GetText() || text == "" {
-		t.Fatalf("deltas hold %d bytes, the completion %d: something was lost", len(text), len(c.GetText()))
+	for _, tc := range []struct {
+		name string
+		opts []grpc.CallOption
+	}{
+		{"plain", nil},
+		{"compressed", []grpc.CallOption{grpc.UseCompressor(gzip.Name)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flood := &floodStreamer{ended: make(chan struct{})}
+			e := newEnv(t, newFake(), withCore(
+				batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
+				batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
+				batcher.WithStreamBuffer(4, 256<<10),
+			))
+			r := chatReq("f", "flood me")
+			r.Model = "flood"
+			rs, err := e.client.SubmitStreamed(testCtx(t), &batcherv1.SubmitStreamedRequest{Request: r}, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-flood.ended // nobody reads: the core cut the flood off
+			text, c, err := readStreamed(t, rs)
+			if status.Code(err) != codes.ResourceExhausted || !c.GetPartial() || codes.Code(c.GetError().GetCode()) != codes.ResourceExhausted {
+				t.Fatalf("RPC %v, completion error %v, partial %v: want RESOURCE_EXHAUSTED, partial", err, c.GetError(), c.GetPartial())
+			}
+			if text != c.GetText() || text == "" {
+				t.Fatalf("deltas hold %d bytes, the completion %d: something was lost", len(text), len(c.GetText()))
+			}
+		})
 	}
 }
