@@ -32,9 +32,9 @@ type msg struct {
 	// first, so that the inbox keeps the order of its two halves.
 	pushes int32
 	c      *Call
-	pm   *permit
-	fw   *flushWait
-	err  error
+	pm     *permit
+	fw     *flushWait
+	err    error
 }
 
 // flushWait is one Flush or FlushCalls waiting on one lane.
