@@ -50,6 +50,7 @@ func (st *stream) sendDeltas(ready []*batcher.Call) error {
 		if len(ds) > joinAfter {
 			ds = batcher.JoinDeltas(ds)
 		}
+		relayed.Add(int64(len(ds)))
 		id := c.Request().ID
 		for j := range ds {
 			m := new(streamDeltaMsg)
@@ -282,9 +283,10 @@ func (s *streamedSender) relay(ctx context.Context, c *batcher.Call) error {
 	return nil
 }
 
-// relayed counts the messages SubmitStreamed handlers have sent of the
-// deltas they took from the core's buffer, each after a wake-up, rather
-// than the upstream's reader straight: tests and benchmarks read it.
+// relayed counts the messages SubmitStreamed handlers and SubmitStream
+// senders have sent of the deltas they took from the core's buffers, each
+// after a wake-up, rather than the upstream's reader straight: tests and
+// benchmarks read it.
 var relayed atomic.Int64
 
 // send sends d as one Delta message, a probe when probeAfter bytes wait

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"syscall"
 	"testing"
@@ -102,4 +103,50 @@ func rusageCPU(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSubmitStreamDeltas is BenchmarkSubmitStreamedDelta on one
+// SubmitStream: streamDeltasInFlight streamed requests at a time, answers
+// of 250 deltas, each delta written once the client has received one (so
+// that as many deltas are in flight as requests). relayed/delta is the
+// share of deltas the stream's sender sent after a wake-up.
+func BenchmarkSubmitStreamDeltas(b *testing.B) {
+	const inFlight, perChat = 8, 250
+	f := &pacedFake{n: perChat, ack: make(chan struct{}, inFlight)}
+	e := newEnv(b, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "paced", Backend: f, MaxConcurrency: 64}),
+		batcher.WithRoute(batcher.Route{Name: routeStream, Op: batcher.OpChat, Backend: "paced"}),
+	))
+	s := e.openStream(b, testCtx(b))
+	s.send(optionsMsg(&batcherv1.StreamOptions{Verbosity: batcherv1.Verbosity_VERBOSITY_COMPLETIONS}))
+	b.ReportAllocs()
+	c0, r0 := rusageCPU(b), relayed.Load()
+	b.ResetTimer()
+	sent := 0
+	for range inFlight {
+		s.send(reqMsg(streamedReq(fmt.Sprint(sent), "hello")))
+		sent++
+	}
+	deltas, open := 0, inFlight
+	for open > 0 {
+		m, err := s.Recv()
+		if err != nil {
+			b.Fatal(err)
+		}
+		switch {
+		case m.GetCompletion() != nil:
+			open--
+			if deltas < b.N {
+				s.send(reqMsg(streamedReq(fmt.Sprint(sent), "hello")))
+				sent++
+				open++
+			}
+		case m.GetDelta().GetText() != "":
+			deltas++
+			f.ack <- struct{}{}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(rusageCPU(b)-c0)/float64(deltas), "cpu-ns/delta")
+	b.ReportMetric(float64(relayed.Load()-r0)/float64(deltas), "relayed/delta")
 }
