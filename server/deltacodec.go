@@ -22,7 +22,10 @@ import (
 // Marshal encodes v as grpc's proto codec does; a text delta of
 // SubmitStreamed or SubmitStream is written by marshalDelta.
 func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if p, ok := v.(*sendProbe); ok {
+	switch p := v.(type) {
+	case *sendProbe:
+		return p.marshal()
+	case *streamProbe:
 		return p.marshal()
 	}
 	if b, ok := marshalDelta(v); ok {

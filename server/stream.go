@@ -44,6 +44,7 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 		interval: s.cfg.interval,
 	}
 	st.turn.wake = make(chan struct{}, 1)
+	st.sends.probes = probesWork(st.ctx)
 	st.allEvents.Store(true)
 	defer s.trackStream(st)()
 	return st.run()
@@ -115,6 +116,8 @@ type stream struct {
 	free  atomic.Pointer[item]
 	spare *item
 	nFree atomic.Int32
+
+	sends streamSends // every Send; the sender's and straight deltas (streamsend.go)
 
 	mu        sync.Mutex
 	out       []*batcherv1.SubmitStreamResponse // to send, in order
@@ -347,6 +350,7 @@ func (st *stream) run() error {
 	}()
 	defer st.leave() // after close, which reads items
 	defer st.close()
+	defer st.stopSends()
 	defer st.spillFree(nil)
 
 	st.lastSumAt = time.Now()
@@ -375,7 +379,10 @@ func (st *stream) run() error {
 				ticker.Reset(st.interval)
 			}
 		case now := <-ticker.C:
-			if err := st.gs.Send(st.summary(now, false)); err != nil {
+			st.sends.mu.Lock()
+			err := st.sendLocked(st.summary(now, false), true)
+			st.sends.mu.Unlock()
+			if err != nil {
 				return err
 			}
 		case <-closing:
@@ -383,48 +390,58 @@ func (st *stream) run() error {
 		case <-st.ctx.Done():
 			return status.FromContextError(st.ctx.Err()).Err()
 		}
-		msgs, done, streaming, end, final, endErr := st.take(shutting, buf)
-		// Deltas first: every delta of a request precedes its Completion
-		// (the core notifies before it ends the call; see DeltasReady).
-		if err := st.sendDeltas(streaming); err != nil {
+		if end, err := st.sendTake(shutting, &buf); end {
 			return err
 		}
-		answered := 0
-		for i, m := range msgs {
-			if err := st.gs.Send(m); err != nil {
-				return err
-			}
-			switch m.Kind.(type) {
-			case *batcherv1.SubmitStreamResponse_Completion, *batcherv1.SubmitStreamResponse_Rejection:
-				answered++
-			}
-			msgs[i] = nil
-		}
-		// The Completions of the requests that ended, oldest first; each
-		// item goes back once its Completion is sent.
-		for it := done; it != nil; {
-			if err := st.gs.Send(&it.done.r); err != nil {
-				return err
-			}
-			answered++
-			next := it.next
-			it.unref()
-			it = next
-		}
-		// One release for the lot: the receiver, and the streams waiting
-		// on the server-wide budget, wake once per take, not per message.
-		st.releaseN(answered)
-		buf = msgs[:0]
-		if !end {
-			continue
-		}
-		if final {
-			if err := st.gs.Send(st.summary(time.Now(), true)); err != nil {
-				return err
-			}
-		}
-		return endErr
 	}
+}
+
+// sendTake takes what waits (take) and sends it, sends.mu held
+// throughout (streamSends): the deltas first, every delta of a request
+// before its Completion (the core notifies before it ends the call; see
+// DeltasReady), then out, then the Completions of the requests that
+// ended, oldest first, each item going back once its Completion is sent.
+// end says the stream ends, with err.
+func (st *stream) sendTake(shutting bool, buf *[]*batcherv1.SubmitStreamResponse) (end bool, err error) {
+	st.sends.mu.Lock()
+	defer st.sends.mu.Unlock()
+	msgs, done, streaming, end, final, endErr := st.take(shutting, *buf)
+	if err := st.sendDeltas(streaming); err != nil {
+		return true, err
+	}
+	answered := 0
+	for i, m := range msgs {
+		if err := st.sendLocked(m, done == nil && i == len(msgs)-1 && !final); err != nil {
+			return true, err
+		}
+		switch m.Kind.(type) {
+		case *batcherv1.SubmitStreamResponse_Completion, *batcherv1.SubmitStreamResponse_Rejection:
+			answered++
+		}
+		msgs[i] = nil
+	}
+	for it := done; it != nil; {
+		next := it.next
+		if err := st.sendLocked(&it.done.r, next == nil && !final); err != nil {
+			return true, err
+		}
+		answered++
+		it.unref()
+		it = next
+	}
+	// One release for the lot: the receiver, and the streams waiting
+	// on the server-wide budget, wake once per take, not per message.
+	st.releaseN(answered)
+	*buf = msgs[:0]
+	if !end {
+		return false, nil
+	}
+	if final {
+		if err := st.sendLocked(st.summary(time.Now(), true), false); err != nil {
+			return true, err
+		}
+	}
+	return true, endErr
 }
 
 // take swaps out the messages to send for buf, the sender's drained

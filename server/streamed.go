@@ -28,7 +28,7 @@ func (st *stream) DeltasReady(c *batcher.Call) {
 }
 
 // sendDeltas sends the deltas waiting on the calls of ready, and gives the
-// slice back for the next take. While a send blocks (the caller reads
+// slice back for the next take; sends.mu is held. While a send blocks (the caller reads
 // slowly) the deltas wait in the core's bounded buffers, one per request,
 // which coalesce and then cancel the request (batcher.ErrStreamOverflow);
 // a request found with more than joinAfter deltas waiting is behind, and
@@ -53,11 +53,7 @@ func (st *stream) sendDeltas(ready []*batcher.Call) error {
 		relayed.Add(int64(len(ds)))
 		id := c.Request().ID
 		for j := range ds {
-			m := new(streamDeltaMsg)
-			fillDelta(&m.d, id, &ds[j])
-			m.k.Delta = &m.d
-			m.r.Kind = &m.k
-			if err = st.gs.Send(&m.r); err != nil {
+			if err = st.sendDeltaLocked(id, &ds[j]); err != nil {
 				break
 			}
 		}

@@ -236,6 +236,9 @@ func (st *stream) request(pr *batcherv1.Request) {
 	if st.gone.Load() {
 		c.Cancel()
 	}
+	if it.req.Stream {
+		c.SendDeltasTo(it) // a no-op once the call ended
+	}
 	it.unref()
 }
 

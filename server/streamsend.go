@@ -1,0 +1,148 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// streamSends is a SubmitStream's Sends: the sender's (run), and, as each
+// streamed request's batcher.DeltaSender (item.TrySendDelta), text deltas
+// straight from the upstream's reader while nothing of that request waits
+// in its buffer and the sender is idle, which saves each such delta the
+// sender's wake-up, as streamedSender does for SubmitStreamed.
+//
+// mu is held around every Send (gRPC allows one at a time): by the sender
+// from each take to the end of its sending, so that a delta sent straight
+// never overtakes the deltas of its request the sender took, nor a
+// Completion (which the sender takes only once the request has ended,
+// after every TrySendDelta of it); TrySendDelta only tries it. A straight
+// send never blocks: it goes only while what the stream's queue in gRPC
+// may hold counts less than straightBudget, half of grpc-go's write quota.
+// The sender's other messages (completions, events, summaries) are not
+// counted: after one, nothing is known until a probe sent after it is
+// freed (dirty, freed); deltas are counted (msgBytes), and a probe every
+// probeAfter bytes of them tells how many gRPC's writer took (taken). The
+// sender's last message of each take is a probe when none is in flight,
+// so that a stream that mixes completions with deltas keeps the straight
+// path open. On a compressed stream, no probes, no straight sends.
+type streamSends struct {
+	mu     sync.Mutex
+	off    bool  // the handler is returning: no Send any more
+	probes bool  // the stream is not compressed (probesWork); set before any send
+	seq    int64 // messages sent
+	bytes  int64 // what the deltas sent count (msgBytes)
+	dirty  int64 // seq of the last message not counted, 0 for none
+
+	// Set by a probe's Put, on gRPC's writer goroutine or inside a Send
+	// (mu may be held): every message up to seq freed, and bytes then, were
+	// taken off the stream's queue. probing is true while a probe is in
+	// flight.
+	freed   atomic.Int64
+	taken   atomic.Int64
+	probing atomic.Bool
+}
+
+// TrySendDelta implements batcher.DeltaSender for a streamed request of
+// the stream.
+func (it *item) TrySendDelta(d *batcher.Delta) bool {
+	st := it.st
+	w := &st.sends
+	if !w.mu.TryLock() {
+		return false // the sender is sending
+	}
+	defer w.mu.Unlock()
+	id := it.req.ID
+	if w.off || w.dirty > w.freed.Load() || w.bytes+int64(msgBytes(id, d))-w.taken.Load() > straightBudget {
+		return false
+	}
+	return st.sendDeltaLocked(id, d) == nil
+}
+
+// sendDeltaLocked sends d of request id as one Delta message, counted, a
+// probe when one is due; sends.mu is held.
+func (st *stream) sendDeltaLocked(id string, d *batcher.Delta) error {
+	w := &st.sends
+	w.seq++
+	w.bytes += int64(msgBytes(id, d))
+	m := new(streamDeltaMsg)
+	fillDelta(&m.d, id, d)
+	m.k.Delta = &m.d
+	m.r.Kind = &m.k
+	if w.probes && (w.dirty > w.freed.Load() || w.bytes-w.taken.Load() >= probeAfter) && w.probing.CompareAndSwap(false, true) {
+		return st.gs.SendMsg(&streamProbe{m: &m.r, w: w, seq: w.seq, mark: w.bytes})
+	}
+	return st.gs.Send(&m.r)
+}
+
+// sendLocked sends m, a message other than a delta, uncounted; a probe
+// when last (the take's last message) and none is in flight. sends.mu is
+// held.
+func (st *stream) sendLocked(m *batcherv1.SubmitStreamResponse, last bool) error {
+	w := &st.sends
+	w.seq++
+	w.dirty = w.seq
+	if last && w.probes && w.probing.CompareAndSwap(false, true) {
+		return st.gs.SendMsg(&streamProbe{m: m, w: w, seq: w.seq, mark: w.bytes})
+	}
+	return st.gs.Send(m)
+}
+
+// stopSends waits for a straight send under way and allows no more: gRPC
+// allows no Send once the handler has returned.
+func (st *stream) stopSends() {
+	st.sends.mu.Lock()
+	st.sends.off = true
+	st.sends.mu.Unlock()
+}
+
+// streamProbe is a SubmitStream message sent as a probe: sendProbe's
+// mechanism (read it there), for any message of the stream. It is the
+// message to everyone but the codec (ProtoReflect).
+type streamProbe struct {
+	m         *batcherv1.SubmitStreamResponse
+	w         *streamSends
+	seq, mark int64
+}
+
+// ProtoReflect makes the probe its message.
+func (p *streamProbe) ProtoReflect() protoreflect.Message { return p.m.ProtoReflect() }
+
+// marshal encodes the probe's message into a buffer that gRPC gives back
+// (Put).
+func (p *streamProbe) marshal() (mem.BufferSlice, error) {
+	bp := probeBufs.Get().(*[]byte)
+	b, ok := appendDelta((*bp)[:0], p.m)
+	if !ok {
+		var err error
+		if b, err = (proto.MarshalOptions{}).MarshalAppend((*bp)[:0], p.m); err != nil {
+			probeBufs.Put(bp)
+			return nil, err
+		}
+	}
+	*bp = b
+	return mem.BufferSlice{mem.NewBuffer(bp, p)}, nil
+}
+
+// Get implements mem.BufferPool; gRPC takes no buffer from a probe.
+func (p *streamProbe) Get(n int) *[]byte {
+	b := make([]byte, n)
+	return &b
+}
+
+// Put implements mem.BufferPool: gRPC's writer took every message of the
+// stream up to the probe.
+func (p *streamProbe) Put(bp *[]byte) {
+	p.w.taken.Store(p.mark)
+	p.w.freed.Store(p.seq)
+	p.w.probing.Store(false)
+	if cap(*bp) == probeBufSize {
+		*bp = (*bp)[:0]
+		probeBufs.Put(bp)
+	}
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/batcherhq/batcher/batcher"
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding/gzip"
+)
+
+// TestSubmitStreamDeltasStraight: four long streamed answers (1,000
+// numbered deltas each, about 48 KiB of messages in all) and plain
+// requests on one SubmitStream whose caller keeps up. Probes keep the
+// straight path open past the straight budget and across the plain
+// requests' Completions, so nearly every delta goes straight from its
+// upstream's reader, not through the sender (relayed); and each request's
+// deltas come in order, whole, all before its Completion.
+func TestSubmitStreamDeltasStraight(t *testing.T) {
+	const streams, plain = 4, 4
+	f := &numberedFake{n: 1000, ack: make(chan struct{}, streams)}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "numbered", Backend: f, MaxConcurrency: streams}),
+		batcher.WithRoute(batcher.Route{Name: "numbered", Op: batcher.OpChat, Backend: "numbered"}),
+	))
+	s := e.openStream(t, testCtx(t))
+	r0 := relayed.Load()
+	for i := range streams {
+		r := chatReq("s"+strconv.Itoa(i), "a long answer")
+		r.Model, r.Stream = "numbered", true
+		s.send(reqMsg(r))
+	}
+	next := map[string]int{}
+	texts := map[string]*strings.Builder{}
+	done := map[string]*batcherv1.Completion{}
+	for sent := 0; len(done) < streams+plain; {
+		m := s.next()
+		if c := m.GetCompletion(); c != nil {
+			done[c.GetId()] = c
+			continue
+		}
+		d := m.GetDelta()
+		if d.GetText() == "" {
+			continue // an answer's last delta: the finish reason
+		}
+		id := d.GetId()
+		if done[id] != nil {
+			t.Fatalf("a delta of %s after its completion", id)
+		}
+		if w := strconv.Itoa(next[id]) + " "; d.GetText() != w {
+			t.Fatalf("delta %d of %s holds %q, want %q", next[id], id, d.GetText(), w)
+		}
+		next[id]++
+		if texts[id] == nil {
+			texts[id] = new(strings.Builder)
+		}
+		texts[id].WriteString(d.GetText())
+		f.ack <- struct{}{}
+		if next[id] == 500 && sent < plain { // mid-answer: Completions among the deltas
+			s.send(reqMsg(chatReq("p"+strconv.Itoa(sent), "plain")))
+			sent++
+		}
+	}
+	for i := range streams {
+		id := "s" + strconv.Itoa(i)
+		c := done[id]
+		if next[id] != f.n || c.GetError() != nil || c.GetText() != texts[id].String() {
+			t.Fatalf("%s: %d deltas of %d, completion error %v, its text whole: %v", id, next[id], f.n, c.GetError(), c != nil && c.GetText() == texts[id].String())
+		}
+	}
+	// Some go through the sender all the same: those of a reader that
+	// finds another's straight send under way, or the sender sending.
+	// Without probes, some 3,000 would.
+	if n, total := relayed.Load()-r0, streams*(f.n+1); n > int64(total/4) {
+		t.Fatalf("the sender relayed %d of %d deltas: the straight path closed", n, total)
+	}
+}
+
+// TestSubmitStreamSlowReaderCompressed: on a compressed SubmitStream no
+// probes go (probesWork) and so no straight sends: a caller that does not
+// read leaves the flood to the core's buffer, which cuts it off, as on
+// TestSubmitStreamSlowReader's stream (a probe's early word would let
+// straight sends run on past the write quota, and the flood never end).
+func TestSubmitStreamSlowReaderCompressed(t *testing.T) {
+	flood := &floodStreamer{ended: make(chan struct{})}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
+		batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
+		batcher.WithStreamBuffer(4, 256<<10),
+	))
+	gs, err := e.client.SubmitStream(testCtx(t), grpc.UseCompressor(gzip.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &streamClient{t: t, BatcherService_SubmitStreamClient: gs}
+	big := chatReq("big", "flood me")
+	big.Model, big.Stream = "flood", true
+	s.send(reqMsg(big))
+	<-flood.ended // nobody reads: the core cut the flood off
+	var text strings.Builder
+	var c *batcherv1.Completion
+	for c == nil {
+		m := s.next()
+		text.WriteString(m.GetDelta().GetText())
+		c = m.GetCompletion()
+	}
+	if codes.Code(c.GetError().GetCode()) != codes.ResourceExhausted || !c.GetPartial() || text.String() != c.GetText() {
+		t.Fatalf("flooded request: error %v, partial %v, deltas %d bytes, completion %d: want RESOURCE_EXHAUSTED, partial, equal",
+			c.GetError(), c.GetPartial(), text.Len(), len(c.GetText()))
+	}
+}
