@@ -217,6 +217,9 @@ func (st *stream) request(pr *batcherv1.Request) {
 	it.refs.Store(3) // the sender's, the core's and the receiver's (item.refs)
 
 	it.req.Sink = it
+	if it.req.Stream {
+		st.sends.streamed.Store(true)
+	}
 	c, err := st.s.core.Submit(ctx, &it.req)
 	if err != nil {
 		st.mu.Lock()

@@ -28,9 +28,9 @@ import (
 // counted: after one, nothing is known until a probe sent after it is
 // freed (dirty, freed); deltas are counted (msgBytes), and a probe every
 // probeAfter bytes of them tells how many gRPC's writer took (taken). The
-// sender's last message of each take is a probe when none is in flight,
-// so that a stream that mixes completions with deltas keeps the straight
-// path open. On a compressed stream, no probes, no straight sends.
+// sender's last message of each take is a probe when none is in flight
+// (once the stream has had a streamed request), so that a stream that
+// mixes completions with deltas keeps the straight path open. On a compressed stream, no probes, no straight sends.
 type streamSends struct {
 	mu     sync.Mutex
 	off    bool  // the handler is returning: no Send any more
@@ -38,6 +38,12 @@ type streamSends struct {
 	seq    int64 // messages sent
 	bytes  int64 // what the deltas sent count (msgBytes)
 	dirty  int64 // seq of the last message not counted, 0 for none
+
+	// streamed is set by the receiver before the stream's first streamed
+	// request goes to the core: until then nobody sends straight, and the
+	// sender's messages go without probes, which would cost a stream of
+	// plain requests for nothing.
+	streamed atomic.Bool
 
 	// Set by a probe's Put, on gRPC's writer goroutine or inside a Send
 	// (mu may be held): every message up to seq freed, and bytes then, were
@@ -87,7 +93,7 @@ func (st *stream) sendLocked(m *batcherv1.SubmitStreamResponse, last bool) error
 	w := &st.sends
 	w.seq++
 	w.dirty = w.seq
-	if last && w.probes && w.probing.CompareAndSwap(false, true) {
+	if last && w.probes && w.streamed.Load() && w.probing.CompareAndSwap(false, true) {
 		return st.gs.SendMsg(&streamProbe{m: m, w: w, seq: w.seq, mark: w.bytes})
 	}
 	return st.gs.Send(m)
