@@ -282,49 +282,64 @@ func (f *floodStreamer) Stream(ctx context.Context, _ *batcher.Batch, w batcher.
 // request is cancelled (RESOURCE_EXHAUSTED): memory does not grow with the
 // flood. Nothing is lost: its delta messages, joined per take, add up to
 // its completion's partial text; and a plain request on the same stream
-// still gets its completion.
+// still gets its completion. The straight sends of the request's deltas
+// (streamSends) stop before they could wait on the caller; on a compressed
+// stream, where probes would tell too early, there are none.
 func TestSubmitStreamSlowReader(t *testing.T) {
-	flood := &floodStreamer{ended: make(chan struct{})}
-	e := newEnv(t, newFake(), withCore(
-		batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
-		batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
-		batcher.WithStreamBuffer(4, 256<<10),
-	))
-	ctx := testCtx(t)
-	s := e.openStream(t, ctx)
-	big := chatReq("big", "flood me")
-	big.Model, big.Stream = "flood", true
-	s.send(reqMsg(big))
-	<-flood.ended // nobody reads: the core cut the flood off
-	s.send(reqMsg(chatReq("p", "plain")))
-	var text strings.Builder
-	msgs := 0
-	done := map[string]*batcherv1.Completion{}
-	for len(done) < 2 {
-		m := s.next()
-		if d := m.GetDelta(); d != nil {
-			if d.GetId() != "big" || done["big"] != nil {
-				t.Fatalf("unexpected delta %s (after its completion: %v)", d.GetId(), done["big"] != nil)
+	for _, tc := range []struct {
+		name string
+		opts []grpc.CallOption
+	}{
+		{"plain", nil},
+		{"compressed", []grpc.CallOption{grpc.UseCompressor(gzip.Name)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flood := &floodStreamer{ended: make(chan struct{})}
+			e := newEnv(t, newFake(), withCore(
+				batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
+				batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
+				batcher.WithStreamBuffer(4, 256<<10),
+			))
+			gs, err := e.client.SubmitStream(testCtx(t), tc.opts...)
+			if err != nil {
+				t.Fatal(err)
 			}
-			text.WriteString(d.GetText())
-			msgs++
-		}
-		if c := m.GetCompletion(); c != nil {
-			done[c.GetId()] = c
-		}
-	}
-	c := done["big"]
-	if codes.Code(c.GetError().GetCode()) != codes.ResourceExhausted || !c.GetPartial() {
-		t.Fatalf("flooded request: error %v, partial %v; want RESOURCE_EXHAUSTED, partial", c.GetError(), c.GetPartial())
-	}
-	if text.String() != c.GetText() {
-		t.Fatalf("deltas hold %d bytes, the completion %d: something was lost", text.Len(), len(c.GetText()))
-	}
-	if n := flood.written.Load(); int64(msgs) >= n {
-		t.Fatalf("%d delta messages for %d deltas written: none coalesced or joined", msgs, n)
-	}
-	if p := done["p"]; p.GetError() != nil || p.GetText() == "" {
-		t.Fatalf("plain request: %v", p)
+			s := &streamClient{t: t, BatcherService_SubmitStreamClient: gs}
+			big := chatReq("big", "flood me")
+			big.Model, big.Stream = "flood", true
+			s.send(reqMsg(big))
+			<-flood.ended // nobody reads: the core cut the flood off
+			s.send(reqMsg(chatReq("p", "plain")))
+			var text strings.Builder
+			msgs := 0
+			done := map[string]*batcherv1.Completion{}
+			for len(done) < 2 {
+				m := s.next()
+				if d := m.GetDelta(); d != nil {
+					if d.GetId() != "big" || done["big"] != nil {
+						t.Fatalf("unexpected delta %s (after its completion: %v)", d.GetId(), done["big"] != nil)
+					}
+					text.WriteString(d.GetText())
+					msgs++
+				}
+				if c := m.GetCompletion(); c != nil {
+					done[c.GetId()] = c
+				}
+			}
+			c := done["big"]
+			if codes.Code(c.GetError().GetCode()) != codes.ResourceExhausted || !c.GetPartial() {
+				t.Fatalf("flooded request: error %v, partial %v; want RESOURCE_EXHAUSTED, partial", c.GetError(), c.GetPartial())
+			}
+			if text.String() != c.GetText() {
+				t.Fatalf("deltas hold %d bytes, the completion %d: something was lost", text.Len(), len(c.GetText()))
+			}
+			if n := flood.written.Load(); int64(msgs) >= n {
+				t.Fatalf("%d delta messages for %d deltas written: none coalesced or joined", msgs, n)
+			}
+			if p := done["p"]; p.GetError() != nil || p.GetText() == "" {
+				t.Fatalf("plain request: %v", p)
+			}
+		})
 	}
 }
 
