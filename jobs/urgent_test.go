@@ -43,11 +43,31 @@ type callLog struct {
 	n     int
 	urged map[string]int
 	next  batcher.Backend
+	// at is closed when the atN-th call begins (reach).
+	at  chan struct{}
+	atN int
+}
+
+// reach returns a channel closed once n calls have begun.
+func (l *callLog) reach(n int) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch := make(chan struct{})
+	if l.n >= n {
+		close(ch)
+		return ch
+	}
+	l.at, l.atN = ch, n
+	return ch
 }
 
 func (l *callLog) Dispatch(ctx context.Context, b *batcher.Batch, out []batcher.Response) error {
 	l.mu.Lock()
 	l.n++
+	if l.at != nil && l.n >= l.atN {
+		close(l.at)
+		l.at = nil
+	}
 	for _, r := range b.Requests {
 		if m := r.Input.Messages; len(m) > 0 && strings.HasPrefix(m[0].Content, "urgent ") {
 			l.urged[m[0].Content] = l.n
@@ -114,18 +134,23 @@ func TestUrgentLatencyWhileAJobRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the job keeps the backend busy: its window has opened
-	// past a batch and the one slot is taken in turn by its batches.
-	base := calls.begun() // the idle samples' calls
-	for calls.begun() < base+20 {
-		if pg, _, _ := m.Progress(t.Context(), j.ID); pg.Counts.Ended() == pg.Counts.Total {
-			t.Fatalf("the job ended (%d items) before it kept the backend busy", pg.Counts.Total)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal("the job never kept the backend busy")
-		case <-time.After(5 * time.Millisecond):
-		}
+	// past a batch and the one slot is taken in turn by its batches. The
+	// backend says when its 20th call since the idle samples begins;
+	// Watch, when the job ends first.
+	kept := calls.reach(calls.begun() + 20)
+	watchCtx, stopWatch := context.WithCancel(t.Context())
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		_ = m.Watch(watchCtx, j.ID, time.Second, func(jobs.Progress) error { return nil })
+	}()
+	select {
+	case <-kept:
+	case <-ended:
+		t.Fatal("the job ended before it kept the backend busy")
 	}
+	stopWatch()
+	<-ended
 	busy, overtaken := urgentLatencies(t, core, samples, calls)
 	pg, _, _ := m.Progress(t.Context(), j.ID)
 	t.Logf("URGENT p50/p99 idle %v/%v, while the job runs %v/%v (job: %d of %d done, %d in the core's queue)",
