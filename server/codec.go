@@ -106,7 +106,9 @@ func (c *decodeCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInf
 }
 
 func (c *decodeCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return h(srv, &decodeStream{ServerStream: ss, c: c})
+	ds := &decodeStream{ServerStream: ss, c: c}
+	ds.ctx = context.WithValue(ss.Context(), refusalsKey{}, &ds.refused)
+	return h(srv, ds)
 }
 
 // decodeStream answers a received message that did not decode with
@@ -116,12 +118,17 @@ func (c *decodeCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServer
 // A SubmitStream request that decoded whole but for a field its type does
 // not declare is that request's alone: ending the stream failed every
 // other request in flight on it. Its refusal goes to the stream's handler
-// (streamRefusals), which answers it as the request's own Rejection,
-// carrying its id.
+// (refused, found through the stream's context: refusalsOf), which
+// answers it as the request's own Rejection, carrying its id.
 type decodeStream struct {
 	grpc.ServerStream
-	c *decodeCodec
+	c       *decodeCodec
+	ctx     context.Context // the stream's, carrying refused
+	refused refusals
 }
+
+// Context is the stream's context, which carries its refusals.
+func (s *decodeStream) Context() context.Context { return s.ctx }
 
 func (s *decodeStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
@@ -134,19 +141,28 @@ func (s *decodeStream) RecvMsg(m any) error {
 	var uf unknownFieldError
 	if sr, ok := m.(*batcherv1.SubmitStreamRequest); ok && errors.As(err, &uf) {
 		if r := sr.GetRequest(); r != nil {
-			streamRefusals.put(r, st)
+			s.refused.put(r, st)
 			return nil
 		}
 	}
 	return st.Err()
 }
 
-// streamRefusals holds, between decodeStream's RecvMsg and the SubmitStream
-// handler's next step (stream.request takes it before anything else, on
-// the same goroutine), the refusal of each stream request that carries a
-// field its type does not declare. The key is the message grpc decoded
-// into, new for each receive.
-var streamRefusals refusals
+// refusalsKey is the context key of a stream's refusals.
+type refusalsKey struct{}
+
+// refusalsOf returns the refusals of the stream whose context is ctx, which
+// hold, between decodeStream's RecvMsg and the SubmitStream handler's next
+// step (stream.request takes it before anything else, on the same
+// goroutine), the refusal of each stream request that carries a field its
+// type does not declare. They are the stream's own: nothing outlives it,
+// and no other stream or server sees them. The key is the message grpc
+// decoded into, new for each receive. nil (no refusals) for a stream not
+// served under NewGRPCServer's interceptors.
+func refusalsOf(ctx context.Context) *refusals {
+	f, _ := ctx.Value(refusalsKey{}).(*refusals)
+	return f
+}
 
 // refusals is a set of requests refused before their handler saw them.
 type refusals struct {
@@ -159,9 +175,10 @@ func (f *refusals) put(r *batcherv1.Request, st *status.Status) {
 	f.m.Store(r, st)
 }
 
-// take returns, and forgets, r's refusal; nil when it has none.
+// take returns, and forgets, r's refusal; nil when it has none (or f is
+// nil).
 func (f *refusals) take(r *batcherv1.Request) *status.Status {
-	if f.n.Load() == 0 {
+	if f == nil || f.n.Load() == 0 {
 		return nil
 	}
 	st, ok := f.m.LoadAndDelete(r)

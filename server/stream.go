@@ -34,6 +34,7 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 		gs:         gs,
 		ctx:        gs.Context(),
 		access:     s.accessOf(gs.Context()),
+		refused:    refusalsOf(gs.Context()),
 		conn:       connOf(gs.Context()),
 		windowWake: make(chan struct{}, 1),
 		nudge:      make(chan struct{}, 1),
@@ -82,7 +83,10 @@ type stream struct {
 	gs     batcherv1.BatcherService_SubmitStreamServer
 	ctx    context.Context
 	access *batcher.Access // the caller's, found once; admits each request
-	conn   net.Addr        // the caller's connection (connOf), found once
+	// refused holds the requests the codec refused before the receiver
+	// saw them (codec.go), the stream's own; nil without the codec.
+	refused *refusals
+	conn    net.Addr // the caller's connection (connOf), found once
 	// owed counts the window tokens taken: received messages still owed
 	// an answer. Only the receiver adds (takeWindow); anyone gives back
 	// (returnWindow), and whoever takes it down from full wakes the

@@ -182,7 +182,7 @@ func (st *stream) handle(msg *batcherv1.SubmitStreamRequest) {
 func (st *stream) request(pr *batcherv1.Request) {
 	id := pr.GetId()
 	ctx := st.itemContext(pr)
-	if bad := streamRefusals.take(pr); bad != nil { // a field its type does not declare (codec.go)
+	if bad := st.refused.take(pr); bad != nil { // a field its type does not declare (codec.go)
 		st.reject(ctx, id, bad)
 		return
 	}
