@@ -38,16 +38,7 @@ func TestBacklogIsNotRejection(t *testing.T) {
 	m := started(t, jobs.Config{Store: store, Core: core, DataDir: dir, Exclusive: true,
 		CommitInterval: 5 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	e := &env{core: core, sim: p, store: store, m: m, dir: dir}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Errorf("manager shutdown: %v", err)
-		}
-		if err := core.Shutdown(ctx); err != nil {
-			t.Errorf("core shutdown: %v", err)
-		}
-	}()
+	defer shutdown(t, m, core)
 
 	const n = 100
 	j := e.create(t, jobs.Spec{Model: "chat"}, n)

@@ -75,6 +75,21 @@ func started(t *testing.T, cfg jobs.Config) *jobs.Manager {
 	return m
 }
 
+// shutdown shuts m down and then core, which m's items run on (the other
+// order would fail the items m still runs), within 10 s, failing the test
+// on either's error.
+func shutdown(t testing.TB, m *jobs.Manager, core *batcher.Batcher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Shutdown(ctx); err != nil {
+		t.Errorf("manager shutdown: %v", err)
+	}
+	if err := core.Shutdown(ctx); err != nil {
+		t.Errorf("core shutdown: %v", err)
+	}
+}
+
 // envOn is a started manager over core on a SQLite store in a temporary
 // directory, with the tests' short commit and poll intervals; the test's
 // cleanup shuts the manager and then core down.
@@ -83,16 +98,7 @@ func envOn(t *testing.T, core *batcher.Batcher) *env {
 	dir := t.TempDir()
 	m := started(t, jobs.Config{Store: openSQLite(t, dir), Core: core, DataDir: dir, Exclusive: true,
 		CommitInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Errorf("manager shutdown: %v", err)
-		}
-		if err := core.Shutdown(ctx); err != nil {
-			t.Errorf("core shutdown: %v", err)
-		}
-	})
+	t.Cleanup(func() { shutdown(t, m, core) })
 	return &env{core: core, m: m, dir: dir}
 }
 
@@ -143,14 +149,7 @@ func newEnv(t *testing.T, mut func(*jobs.Config)) *env {
 		default:
 			close(g.open)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Errorf("manager shutdown: %v", err)
-		}
-		if err := core.Shutdown(ctx); err != nil {
-			t.Errorf("core shutdown: %v", err)
-		}
+		shutdown(t, m, core)
 	})
 	return e
 }
