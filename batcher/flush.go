@@ -53,6 +53,12 @@ func (b *Batcher) FlushCalls(ctx context.Context, calls ...*Call) error {
 // or before FlushCallsThen returns when none of the calls is queued), and
 // must not block. A caller that pools its Calls (CallHolder) holds those
 // it flushes until then.
+//
+// then always runs, also when a lane exits around the flush: a lane
+// closes (lane.close, evictIdleLocked) only with an empty inbox, deciding
+// under inMu, the lock send takes. So the flush's message either reaches
+// the inbox of a lane that will read it before it can close, or finds the
+// lane closed and is finished at once (lane.flush).
 func (b *Batcher) FlushCallsThen(then func(), calls ...*Call) {
 	first, firstCalls, others := callsByLane(calls)
 	if first == nil {

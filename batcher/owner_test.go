@@ -246,6 +246,47 @@ func TestFlushCallsThen(t *testing.T) {
 	})
 }
 
+// TestFlushThenAsTheLaneCloses: an unwaited flush's then runs whatever
+// the lane does meanwhile: sent to an idle lane, which still closes
+// after handling it; and sent to a lane that has closed, at once. (A lane
+// closes only with an empty inbox, under the lock senders take: see
+// FlushCallsThen.)
+func TestFlushThenAsTheLaneCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, &fakeBackend{}, 1, BatchConfig{MaxBatchSize: 10, MinBatchSize: 10, Window: time.Hour, MaxWait: time.Hour},
+			WithIdleLaneTimeout(time.Second))
+		c := submit(t, b, req("a", PriorityNormal))
+		synctest.Wait()
+		l := c.lane.Load()
+		c.Cancel()
+		<-c.Done()
+		synctest.Wait() // the lane is idle, its close a second away
+		var ran atomic.Int32
+		then := func() { ran.Add(1) }
+		fw := newFlushWait(noWait, nil)
+		fw.then = then
+		l.flush(fw)
+		synctest.Wait()
+		if n := ran.Load(); n != 1 {
+			t.Fatalf("then ran %d times for a flush sent to an idle lane, want once", n)
+		}
+		time.Sleep(2 * time.Second) // past the idle timeout, on synctest's clock
+		synctest.Wait()
+		l.inMu.Lock()
+		closed := l.closed
+		l.inMu.Unlock()
+		if !closed {
+			t.Fatal("the idle lane did not close after the flush")
+		}
+		fw = newFlushWait(noWait, nil)
+		fw.then = then
+		l.flush(fw)
+		if n := ran.Load(); n != 2 {
+			t.Fatalf("then ran %d times in all, want a second time before flush returned on a closed lane", n)
+		}
+	})
+}
+
 // TestDeadlineOnTimeWhileOwnerSleeps: a call whose deadline comes before
 // the lane owner's next timer still ends at its deadline (the push wakes
 // the owner).
