@@ -43,17 +43,33 @@ var probeBufs = sync.Pool{New: func() any { b := make([]byte, 0, probeBufSize); 
 
 // marshal encodes the probe into a buffer that gRPC gives back (Put).
 func (p *sendProbe) marshal() (mem.BufferSlice, error) {
+	return marshalProbe(&p.SubmitStreamedResponse, p)
+}
+
+// marshalProbe encodes m, a probe's message, into a buffer of probeBufs
+// whose mem.BufferPool is pool, the probe: gRPC's freeing the buffer is
+// the probe's Put.
+func marshalProbe(m proto.Message, pool mem.BufferPool) (mem.BufferSlice, error) {
 	bp := probeBufs.Get().(*[]byte)
-	b, ok := appendDelta((*bp)[:0], &p.SubmitStreamedResponse)
+	b, ok := appendDelta((*bp)[:0], m)
 	if !ok {
 		var err error
-		if b, err = (proto.MarshalOptions{}).MarshalAppend((*bp)[:0], &p.SubmitStreamedResponse); err != nil {
+		if b, err = (proto.MarshalOptions{}).MarshalAppend((*bp)[:0], m); err != nil {
 			probeBufs.Put(bp)
 			return nil, err
 		}
 	}
 	*bp = b
-	return mem.BufferSlice{mem.NewBuffer(bp, p)}, nil
+	return mem.BufferSlice{mem.NewBuffer(bp, pool)}, nil
+}
+
+// putProbeBuf gives a freed probe's buffer back to probeBufs, unless
+// appendDelta grew it past probeBufSize.
+func putProbeBuf(bp *[]byte) {
+	if cap(*bp) == probeBufSize {
+		*bp = (*bp)[:0]
+		probeBufs.Put(bp)
+	}
 }
 
 // Get implements mem.BufferPool; gRPC takes no buffer from a probe.
@@ -67,10 +83,7 @@ func (p *sendProbe) Get(n int) *[]byte {
 func (p *sendProbe) Put(bp *[]byte) {
 	p.s.taken.Store(p.mark)
 	p.s.probing.Store(false)
-	if cap(*bp) == probeBufSize {
-		*bp = (*bp)[:0]
-		probeBufs.Put(bp)
-	}
+	putProbeBuf(bp)
 }
 
 // probesWork reports whether the RPC of ctx sends its messages

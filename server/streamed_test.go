@@ -276,6 +276,30 @@ func (f *floodStreamer) Stream(ctx context.Context, _ *batcher.Batch, w batcher.
 	return batcher.Response{}, ctx.Err()
 }
 
+// compressionRows are the rows of a test that runs on a plain stream and
+// on a compressed one, whose message buffers gRPC frees before its writer
+// takes the bytes, so that no probe is sent there (probesWork).
+var compressionRows = []struct {
+	name string
+	opts []grpc.CallOption
+}{
+	{"plain", nil},
+	{"compressed", []grpc.CallOption{grpc.UseCompressor(gzip.Name)}},
+}
+
+// newFloodEnv is an env whose model "flood" is a floodStreamer, with a
+// stream buffer of 4 deltas and 256 KiB unread.
+func newFloodEnv(t *testing.T) (*env, *floodStreamer) {
+	t.Helper()
+	flood := &floodStreamer{ended: make(chan struct{})}
+	e := newEnv(t, newFake(), withCore(
+		batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
+		batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
+		batcher.WithStreamBuffer(4, 256<<10),
+	))
+	return e, flood
+}
+
 // TestSubmitStreamSlowReader: a caller that stops reading its stream while
 // a streamed request floods it. The request's deltas wait in the core's
 // bounded buffer, coalesce, and once more than its limit is unread the
@@ -286,20 +310,9 @@ func (f *floodStreamer) Stream(ctx context.Context, _ *batcher.Batch, w batcher.
 // (streamSends) stop before they could wait on the caller; on a compressed
 // stream, where probes would tell too early, there are none.
 func TestSubmitStreamSlowReader(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts []grpc.CallOption
-	}{
-		{"plain", nil},
-		{"compressed", []grpc.CallOption{grpc.UseCompressor(gzip.Name)}},
-	} {
+	for _, tc := range compressionRows {
 		t.Run(tc.name, func(t *testing.T) {
-			flood := &floodStreamer{ended: make(chan struct{})}
-			e := newEnv(t, newFake(), withCore(
-				batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
-				batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
-				batcher.WithStreamBuffer(4, 256<<10),
-			))
+			e, flood := newFloodEnv(t)
 			gs, err := e.client.SubmitStream(testCtx(t), tc.opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -488,20 +501,9 @@ func TestSubmitStreamedStraightThenBuffered(t *testing.T) {
 // would let straight sends run on past the write quota, and the flood
 // would never end.
 func TestSubmitStreamedStalledCaller(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts []grpc.CallOption
-	}{
-		{"plain", nil},
-		{"compressed", []grpc.CallOption{grpc.UseCompressor(gzip.Name)}},
-	} {
+	for _, tc := range compressionRows {
 		t.Run(tc.name, func(t *testing.T) {
-			flood := &floodStreamer{ended: make(chan struct{})}
-			e := newEnv(t, newFake(), withCore(
-				batcher.WithBackend(batcher.BackendConfig{Name: "flood", Backend: flood}),
-				batcher.WithRoute(batcher.Route{Name: "flood", Op: batcher.OpChat, Backend: "flood"}),
-				batcher.WithStreamBuffer(4, 256<<10),
-			))
+			e, flood := newFloodEnv(t)
 			r := chatReq("f", "flood me")
 			r.Model = "flood"
 			rs, err := e.client.SubmitStreamed(testCtx(t), &batcherv1.SubmitStreamedRequest{Request: r}, tc.opts...)

@@ -7,7 +7,6 @@ import (
 	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -121,19 +120,7 @@ func (p *streamProbe) ProtoReflect() protoreflect.Message { return p.m.ProtoRefl
 
 // marshal encodes the probe's message into a buffer that gRPC gives back
 // (Put).
-func (p *streamProbe) marshal() (mem.BufferSlice, error) {
-	bp := probeBufs.Get().(*[]byte)
-	b, ok := appendDelta((*bp)[:0], p.m)
-	if !ok {
-		var err error
-		if b, err = (proto.MarshalOptions{}).MarshalAppend((*bp)[:0], p.m); err != nil {
-			probeBufs.Put(bp)
-			return nil, err
-		}
-	}
-	*bp = b
-	return mem.BufferSlice{mem.NewBuffer(bp, p)}, nil
-}
+func (p *streamProbe) marshal() (mem.BufferSlice, error) { return marshalProbe(p.m, p) }
 
 // Get implements mem.BufferPool; gRPC takes no buffer from a probe.
 func (p *streamProbe) Get(n int) *[]byte {
@@ -147,8 +134,5 @@ func (p *streamProbe) Put(bp *[]byte) {
 	p.w.taken.Store(p.mark)
 	p.w.freed.Store(p.seq)
 	p.w.probing.Store(false)
-	if cap(*bp) == probeBufSize {
-		*bp = (*bp)[:0]
-		probeBufs.Put(bp)
-	}
+	putProbeBuf(bp)
 }
