@@ -43,7 +43,7 @@ type Batcher struct {
 	// testHookWake, when set, runs as a batch run is about to wake its
 	// plain callers, on the run's goroutine.
 	testHookWake func()
-	aborted         atomic.Bool // the drain deadline passed: whatever is pending ends
+	aborted      atomic.Bool // the drain deadline passed: whatever is pending ends
 
 	lanesMu     sync.RWMutex
 	lanes       map[laneKey]*lane
