@@ -157,19 +157,25 @@ func progressOf(j *Job, tr *rateTracker, now time.Time) Progress {
 		return p
 	}
 	tokens := j.TokensIn + j.TokensOut
-	tr.observe(now, ended, tokens)
+	// The rate counts the items that ran to an outcome of their own, as a
+	// terminal job's does: a cancel ends the pending items in bulk, which
+	// read as thousands of items a second while cancelling.
+	ran := j.Counts.Succeeded + j.Counts.Failed
+	tr.observe(now, ran, tokens)
 	perS, tokS, ok := tr.rates()
 	if !ok {
 		// The window has one sample on a job's first look (batcherctl
 		// jobs get, the first line of jobs watch), which left the rate and
 		// ETA unknown for a job that had ended half its items: until the
 		// window fills, the rate is the job's average since it started.
-		perS, tokS, ok = averageRates(p.Elapsed, ended, tokens)
+		perS, tokS, ok = averageRates(p.Elapsed, ran, tokens)
 	}
 	if ok {
 		p.ItemsPerH = perS * 3600
 		p.TokensPerS = tokS
-		if left := j.Counts.Total - ended; perS > 0 {
+		// While cancelling, what is left ends at the cancel, not at the
+		// rate (which gave a job cancelled early an ETA of hours): unknown.
+		if left := j.Counts.Total - ended; perS > 0 && j.State != StateCancelling {
 			p.ETA = time.Duration(float64(left) / perS * float64(time.Second))
 		}
 	}

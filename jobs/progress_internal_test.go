@@ -28,3 +28,20 @@ func TestProgressFirstSampleHasARate(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressWhileCancelling: a job cancelling has no ETA (what is left
+// ends at the cancel, not at the rate), and its rate counts the items that
+// ran, not those the cancel ended in bulk. Both once read as a job still
+// running: an ETA of hours at first, then thousands of items a second.
+func TestProgressWhileCancelling(t *testing.T) {
+	now := time.Now()
+	j := &Job{ID: "j", State: StateCancelling, StartedAt: now.Add(-10 * time.Second), TokensIn: 30, TokensOut: 70,
+		Counts: Counts{Total: 20000, Pending: 5990, Running: 2, Succeeded: 8, Cancelled: 14000}}
+	p := progressOf(j, &rateTracker{window: DefaultRateWindow}, now)
+	if p.ETA >= 0 {
+		t.Errorf("cancelling: ETA %v, want unknown", p.ETA)
+	}
+	if p.ItemsPerH != 8*360 || p.TokensPerS != 10 {
+		t.Errorf("cancelling: %v items/h, %v tokens/s; want 2880 (8 ran in 10s), 10", p.ItemsPerH, p.TokensPerS)
+	}
+}
