@@ -298,7 +298,7 @@ func TestRetainForgetsRemovedRoutes(t *testing.T) {
 					}
 				}
 				for _, s := range sets {
-					r, _ := s.Value("route")
+					r, _ := s.Value("batcher.route")
 					seen[r.AsString()] = true
 				}
 			}

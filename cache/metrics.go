@@ -11,6 +11,14 @@ import (
 // meterName is the instrumentation scope of the cache's metrics.
 const meterName = "github.com/batcherhq/batcher/cache"
 
+// The attributes of the cache's series: the route under the key every
+// other series of Batcher's gives it (batcher_route in Prometheus), so that
+// a query can join them, and the layer, local or redis.
+const (
+	keyRoute = attribute.Key("batcher.route")
+	keyLayer = attribute.Key("batcher.cache.layer")
+)
+
 // metrics observes the routes' counts at collection: the hot path only
 // adds to atomics.
 type metrics struct {
@@ -41,20 +49,20 @@ func newMetrics(mp metric.MeterProvider, c *Cache) (*metrics, error) {
 	reg, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		c.stats.Range(func(_, v any) bool {
 			s := v.(*routeStats)
-			route := attribute.String("route", s.route)
+			route := keyRoute.String(s.route)
 			for l, name := range layerNames {
-				at := metric.WithAttributes(route, attribute.String("layer", name))
+				at := metric.WithAttributes(route, keyLayer.String(name))
 				if l == layerRedis && c.rd == nil {
 					continue
 				}
 				o.ObserveInt64(hits, s.hits[l].Load(), at)
 				o.ObserveInt64(misses, s.misses[l].Load(), at)
 			}
-			local := metric.WithAttributes(route, attribute.String("layer", layerNames[layerLocal]))
+			local := metric.WithAttributes(route, keyLayer.String(layerNames[layerLocal]))
 			o.ObserveInt64(evictions, s.evictions.Load(), local)
 			o.ObserveInt64(bytes, s.bytes.Load(), local)
 			if c.rd != nil {
-				redis := metric.WithAttributes(route, attribute.String("layer", layerNames[layerRedis]))
+				redis := metric.WithAttributes(route, keyLayer.String(layerNames[layerRedis]))
 				o.ObserveInt64(redisErrors, s.redisErrors.Load(), redis)
 				o.ObserveInt64(dropped, s.dropped.Load(), redis)
 			}

@@ -115,7 +115,7 @@ func TestCacheForgetsRemovedRoutes(t *testing.T) {
 		out := map[string]bool{}
 		for name, f := range fams {
 			if strings.HasPrefix(name, "batcher_cache_") {
-				for r := range f.labels["route"] {
+				for r := range f.labels["batcher_route"] {
 					out[r] = true
 				}
 			}
