@@ -438,7 +438,21 @@ func (a *batchAPI) get(w http.ResponseWriter, r *http.Request, id string) {
 	a.answer(w, id)(a.jobs.Get(r.Context(), id))
 }
 
+// cancel cancels a batch that has not ended. As OpenAI does, an ended
+// one is a 400 naming its status, not the batch as it was: the caller
+// asked for an end it cannot have. The store's Cancel leaves an ended job
+// as it is, so the status is read first; a batch that ends between the two
+// calls is answered as the store returns it.
 func (a *batchAPI) cancel(w http.ResponseWriter, r *http.Request, id string) {
+	j, err := a.jobs.Get(r.Context(), id)
+	if err == nil && j.terminal() {
+		WriteError(w, badRequest("", "Cannot cancel a batch with status '%s'", j.Status))
+		return
+	}
+	if err != nil {
+		a.answer(w, id)(nil, err)
+		return
+	}
 	a.answer(w, id)(a.jobs.Cancel(r.Context(), id))
 }
 

@@ -432,6 +432,34 @@ func TestBatchesReadAndList(t *testing.T) {
 	}
 }
 
+// TestBatchesCancelEnded: cancelling a batch that has ended is a 400
+// invalid_request_error naming its status, as OpenAI answers, and leaves
+// it as it was; one still running goes cancelling.
+func TestBatchesCancelEnded(t *testing.T) {
+	e := newBatchesEnv(t)
+	ended := []string{openaiapi.BatchCompleted, openaiapi.BatchFailed, openaiapi.BatchExpired, openaiapi.BatchCancelled}
+	for i, st := range ended {
+		e.jobs.add(&openaiapi.BatchJob{ID: fmt.Sprintf("e%d", i), Status: st, CreatedAt: time.Unix(1, 0), EndedAt: time.Unix(2, 0)})
+	}
+	e.jobs.add(&openaiapi.BatchJob{ID: "run", Status: openaiapi.BatchInProgress, CreatedAt: time.Unix(1, 0)})
+	for i, st := range ended {
+		id := fmt.Sprintf("e%d", i)
+		code, _, body := e.do(t, http.MethodPost, "/v1/batches/"+id+"/cancel", "")
+		ae := decodeError(t, body)
+		want := "Cannot cancel a batch with status '" + st + "'"
+		if code != http.StatusBadRequest || ae.Error.Type != openaiapi.TypeInvalidRequest || ae.Error.Message != want {
+			t.Errorf("cancel %s: %d %s, want 400 %q", st, code, body, want)
+		}
+		if j, _ := e.jobs.Get(context.Background(), id); j.Status != st || !j.CancellingAt.IsZero() {
+			t.Errorf("cancel %s changed the job: %+v", st, j)
+		}
+	}
+	code, _, body := e.do(t, http.MethodPost, "/v1/batches/run/cancel", "")
+	if code != http.StatusOK || !strings.Contains(body, `"status":"cancelling"`) {
+		t.Errorf("cancel in_progress: %d %s", code, body)
+	}
+}
+
 // TestBatchesOutputFiles: an ended batch's non-empty output files are
 // registered under ids derived from the job's, the same on every read, and
 // serve the job's content; an empty one is null; a failed batch lists its

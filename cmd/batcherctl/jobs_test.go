@@ -102,6 +102,14 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 		t.Fatalf("watch of a cancelled job: %+v", r)
 	}
 
+	// Cancelling an ended job says so and fails, the job left as it was.
+	for _, e := range [][2]string{{id, "completed"}, {big, "cancelled"}} {
+		r = ctl(t, addr, "", "jobs", "cancel", e[0])
+		if r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, "the job had already ended "+e[1]+": nothing to cancel") {
+			t.Fatalf("cancel of a %s job: %+v", e[1], r)
+		}
+	}
+
 	r = ctl(t, addr, "", "jobs", "list")
 	if r.code != 0 || !strings.Contains(r.stdout, id+"\tsmall\tcompleted") || !strings.Contains(r.stdout, big+"\tbig\tcancelled") {
 		t.Fatalf("list: %+v", r)

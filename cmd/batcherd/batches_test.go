@@ -152,6 +152,15 @@ routes:
 		ended.CancellingAt == 0 || ended.CancellingAt > ended.CancelledAt {
 		t.Errorf("cancelled batch: %+v", ended)
 	}
+	// An ended batch cannot be cancelled, as OpenAI answers.
+	for _, e := range []struct{ id, status string }{{b.ID, "completed"}, {slow.ID, "cancelled"}} {
+		var apiErr *openai.Error
+		_, err := c.Batches.Cancel(ctx, e.id)
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Type != "invalid_request_error" ||
+			apiErr.Message != "Cannot cancel a batch with status '"+e.status+"'" {
+			t.Errorf("cancel %s batch: %v, want 400", e.status, err)
+		}
+	}
 
 	// List: newest first, paged with after and limit.
 	page, err := c.Batches.List(ctx, openai.BatchListParams{Limit: openai.Int(1)})
