@@ -43,6 +43,16 @@ type structFields struct {
 	names string
 }
 
+// foldsTo reports the field whose JSON name k differs from only in case.
+func (sf *structFields) foldsTo(k string) (string, bool) {
+	for name := range sf.types {
+		if strings.EqualFold(name, k) {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 var fieldCache sync.Map // reflect.Type → *structFields
 
 func fieldsOf(t reflect.Type) *structFields {
@@ -156,6 +166,11 @@ func unknownInObject(obj map[string]json.RawMessage, sf *structFields, path stri
 	for _, k := range keys {
 		ft, ok := sf.types[k]
 		if !ok {
+			if name, folds := sf.foldsTo(k); folds {
+				// encoding/json matches a field's name case-insensitively: the
+				// value went into name's field, or was dropped for name's own.
+				return badRequest(joinPath(path, truncate(k)), "is not a field: names are case-sensitive; did you mean %q?", name)
+			}
 			if own && string(obj[k]) != "null" {
 				return badRequest(joinPath(path, truncate(k)), "is not a field Batcher serves in %s, which reads %s", path, sf.names)
 			}

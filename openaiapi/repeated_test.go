@@ -80,3 +80,31 @@ func TestRepeatedKeyAfterMalformedJSON(t *testing.T) {
 		t.Errorf("%d %s; want 400 malformed JSON", code, body)
 	}
 }
+
+// TestCaseFoldedKeysRefused: encoding/json matches a field's name in any
+// case, so "Model" beside "model" would silently replace the model, and
+// "Content" alone would be read as the content while also carried upstream
+// as a field of its own. Every door refuses such a key, naming it.
+func TestCaseFoldedKeysRefused(t *testing.T) {
+	e := newEnv(t, newFake())
+	for _, tc := range []struct{ door, path, body, param string }{
+		{"chat top level", "/chat/completions", `{"model":"chat","Model":"other","messages":[{"role":"user","content":"a"}]}`, "Model"},
+		{"chat message", "/chat/completions", `{"model":"chat","messages":[{"role":"user","Content":"a"}]}`, "messages[0].Content"},
+		{"chat nested", "/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"a"}],"stream":true,"stream_options":{"Include_Usage":true}}`, "stream_options.Include_Usage"},
+		{"completions", "/completions", `{"model":"comp","prompt":"x","Max_Tokens":5}`, "Max_Tokens"},
+		{"embeddings", "/embeddings", `{"model":"embed","Input":"x"}`, "Input"},
+	} {
+		code, _, body := e.post(t, tc.path, tc.body)
+		ae := decodeError(t, body)
+		if code != http.StatusBadRequest || strOrNull(ae.Error.Param) != tc.param {
+			t.Errorf("%s: %d %s; want 400 naming %s", tc.door, code, body, tc.param)
+		}
+	}
+	if n := e.fake.calls.Load(); n != 0 {
+		t.Errorf("the backend was called %d times for refused calls", n)
+	}
+	// A batch line's body, read by the front door's decoder.
+	if _, ae := openaiapi.ChatBody([]byte(`{"model":"chat","Temperature":1,"messages":[{"role":"user","content":"a"}]}`)); ae == nil || ae.Param != "Temperature" {
+		t.Errorf("batch line: %v; want a 400 naming Temperature", ae)
+	}
+}
