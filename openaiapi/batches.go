@@ -434,8 +434,24 @@ func (a *batchAPI) notFound(w http.ResponseWriter, id string) {
 		Message: fmt.Sprintf("no batch with id %q", id)})
 }
 
+// isBatch says whether j was created through the Batch API, which alone
+// keeps the endpoint in its metadata. A job created over gRPC or by
+// batcherctl is no batch: it has no endpoint or input file to show, and
+// the Batch API neither lists nor reads nor cancels it.
+func (j *BatchJob) isBatch() bool { return j.Metadata[metaEndpoint] != "" }
+
+// getBatch is the batch id, or an ErrBatchNotFound when the job is no
+// batch.
+func (a *batchAPI) getBatch(ctx context.Context, id string) (*BatchJob, error) {
+	j, err := a.jobs.Get(ctx, id)
+	if err == nil && !j.isBatch() {
+		return nil, ErrBatchNotFound
+	}
+	return j, err
+}
+
 func (a *batchAPI) get(w http.ResponseWriter, r *http.Request, id string) {
-	a.answer(w, id)(a.jobs.Get(r.Context(), id))
+	a.answer(w, id)(a.getBatch(r.Context(), id))
 }
 
 // cancel cancels a batch that has not ended. As OpenAI does, an ended
@@ -444,7 +460,7 @@ func (a *batchAPI) get(w http.ResponseWriter, r *http.Request, id string) {
 // as it is, so the status is read first; a batch that ends between the two
 // calls is answered as the store returns it.
 func (a *batchAPI) cancel(w http.ResponseWriter, r *http.Request, id string) {
-	j, err := a.jobs.Get(r.Context(), id)
+	j, err := a.getBatch(r.Context(), id)
 	if err == nil && j.terminal() {
 		WriteError(w, badRequest("", "Cannot cancel a batch with status '%s'", j.Status))
 		return
@@ -482,7 +498,7 @@ func (a *batchAPI) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	js, err := a.jobs.List(r.Context(), q.Get("after"), limit+1)
+	js, err := a.batches(r.Context(), q.Get("after"), limit+1)
 	if errors.Is(err, ErrBatchInvalid) {
 		WriteError(w, badRequest("after", "after %q names no batch", q.Get("after")))
 		return
@@ -503,6 +519,37 @@ func (a *batchAPI) list(w http.ResponseWriter, r *http.Request) {
 		out.FirstID, out.LastID = &first, &last
 	}
 	writeBatchJSON(w, &out)
+}
+
+// batchScan is how many jobs batches reads from the store at a time.
+const batchScan = 100
+
+// batches returns at most n batches after the batch after, newest first,
+// passing over the jobs that are no batch (isBatch); an after that names
+// no batch is an ErrBatchInvalid.
+func (a *batchAPI) batches(ctx context.Context, after string, n int) ([]*BatchJob, error) {
+	if after != "" {
+		if _, err := a.getBatch(ctx, after); errors.Is(err, ErrBatchNotFound) {
+			return nil, ErrBatchInvalid
+		}
+	}
+	var out []*BatchJob
+	for len(out) < n {
+		js, err := a.jobs.List(ctx, after, batchScan)
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range js {
+			if j.isBatch() && len(out) < n {
+				out = append(out, j)
+			}
+		}
+		if len(js) < batchScan {
+			break
+		}
+		after = js[len(js)-1].ID
+	}
+	return out, nil
 }
 
 // outputID is the file id of a job's output file name: deterministic, so

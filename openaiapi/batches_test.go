@@ -90,8 +90,12 @@ func (f *fakeJobs) List(_ context.Context, after string, limit int) ([]*openaiap
 	return out, nil
 }
 
-// add stores j as the newest job.
+// add stores j as the newest job; a nil Metadata makes it a batch, as
+// the Batch API creates them (an empty one: a job created elsewhere).
 func (f *fakeJobs) add(j *openaiapi.BatchJob) {
+	if j.Metadata == nil {
+		j.Metadata = map[string]string{"batcher.openai.endpoint": "/v1/chat/completions", "batcher.openai.input_file_id": "file-x"}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.jobs = append(f.jobs, j)
@@ -429,6 +433,56 @@ func TestBatchesReadAndList(t *testing.T) {
 		if ae := decodeError(t, body); code != 400 || strOrNull(ae.Error.Param) != tt.param {
 			t.Errorf("list ?%s: %d %s, want 400 naming %s", tt.query, code, body, tt.param)
 		}
+	}
+}
+
+// TestBatchesOnlyBatches: a job not created through the Batch API (over
+// gRPC, by batcherctl) is not listed, and getting, cancelling or paging
+// after it is as for an unknown id; the list pages past any run of them.
+func TestBatchesOnlyBatches(t *testing.T) {
+	e := newBatchesEnv(t)
+	e.jobs.add(&openaiapi.BatchJob{ID: "b1", Status: openaiapi.BatchInProgress})
+	for i := range 250 { // more than one read of the store
+		e.jobs.add(&openaiapi.BatchJob{ID: fmt.Sprintf("g%d", i), Status: openaiapi.BatchInProgress, Metadata: map[string]string{"team": "x"}})
+	}
+	e.jobs.add(&openaiapi.BatchJob{ID: "b2", Status: openaiapi.BatchInProgress})
+	e.jobs.add(&openaiapi.BatchJob{ID: "g-new", Status: openaiapi.BatchInProgress, Metadata: map[string]string{}})
+	var page struct {
+		Data    []struct{ ID string }
+		HasMore bool `json:"has_more"`
+	}
+	ids := func(body string) string {
+		t.Helper()
+		page.Data, page.HasMore = nil, false
+		if err := json.Unmarshal([]byte(body), &page); err != nil {
+			t.Fatalf("list: %v: %s", err, body)
+		}
+		var out []string
+		for _, d := range page.Data {
+			out = append(out, d.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	if code, _, body := e.do(t, http.MethodGet, "/v1/batches", ""); code != 200 || ids(body) != "b2,b1" || page.HasMore {
+		t.Errorf("list: %d %s, want b2,b1 alone", code, body)
+	}
+	if code, _, body := e.do(t, http.MethodGet, "/v1/batches?limit=1", ""); code != 200 || ids(body) != "b2" || !page.HasMore {
+		t.Errorf("list limit=1: %d %s, want b2 and has_more", code, body)
+	}
+	if code, _, body := e.do(t, http.MethodGet, "/v1/batches?limit=1&after=b2", ""); code != 200 || ids(body) != "b1" || page.HasMore {
+		t.Errorf("list after b2: %d %s, want b1 alone", code, body)
+	}
+	for _, call := range [][2]string{{http.MethodGet, "/v1/batches/g7"}, {http.MethodPost, "/v1/batches/g7/cancel"}} {
+		code, _, body := e.do(t, call[0], call[1], "")
+		if ae := decodeError(t, body); code != 404 || ae.Error.Message != `no batch with id "g7"` {
+			t.Errorf("%s %s: %d %s, want 404", call[0], call[1], code, body)
+		}
+	}
+	if j, _ := e.jobs.Get(context.Background(), "g7"); j.Status != openaiapi.BatchInProgress {
+		t.Errorf("cancel of a non-batch job changed it: %+v", j)
+	}
+	if code, _, body := e.do(t, http.MethodGet, "/v1/batches?after=g7", ""); code != 400 || strOrNull(decodeError(t, body).Error.Param) != "after" {
+		t.Errorf("list after a non-batch job: %d %s, want 400 naming after", code, body)
 	}
 }
 
