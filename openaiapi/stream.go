@@ -2,6 +2,7 @@ package openaiapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -53,8 +54,27 @@ type chatChunk struct {
 	Created     int64             `json:"created"`
 	Model       string            `json:"model"`
 	Choices     []chatChunkChoice `json:"choices"`
-	Usage       *usage            `json:"usage,omitempty"`
+	Usage       *chunkUsage       `json:"usage,omitempty"`
 	ServiceTier string            `json:"service_tier,omitempty"`
+}
+
+// chunkUsage is a chunk's usage. When stream_options.include_usage asks
+// for it OpenAI sends "usage": null on every chunk but the last, which
+// holds it, and no usage field when not: a nil one is left out, and
+// &nullUsage is the null. A pointer, so that encoding a chunk stays
+// without allocations (a Marshaler held by value would be boxed).
+type chunkUsage usage
+
+var (
+	nullUsage chunkUsage
+	jsonNull  = []byte("null")
+)
+
+func (u *chunkUsage) MarshalJSON() ([]byte, error) {
+	if u == &nullUsage {
+		return jsonNull, nil
+	}
+	return json.Marshal((*usage)(u))
 }
 
 // streamErrorEvent is a mid-stream failure, shaped as OpenAI's.
@@ -132,6 +152,10 @@ func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batche
 	ch := chatChunk{ID: req.ID, Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: body.Model,
 		ServiceTier: tierName(body.ServiceTier, o)}
 	ch.Choices = []chatChunkChoice{{}}
+	includeUsage := body.StreamOptions != nil && body.StreamOptions.IncludeUsage
+	if includeUsage {
+		ch.Usage = &nullUsage
+	}
 	first := true
 	// role opens the answer as OpenAI does: a chunk of the role and empty
 	// content alone ({"role":"assistant","content":""}) before the text,
@@ -186,9 +210,9 @@ func (h *Handler) streamChat(w http.ResponseWriter, r *http.Request, req *batche
 	}
 	ch.Choices = []chatChunkChoice{{FinishReason: fr}}
 	sse.event(&ch)
-	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
+	if includeUsage {
 		ch.Choices = []chatChunkChoice{}
-		ch.Usage = usageOf(res.Usage)
+		ch.Usage = (*chunkUsage)(usageOf(res.Usage))
 		sse.event(&ch)
 	}
 	sse.done()
