@@ -1,0 +1,5 @@
+//go:build !race
+
+package openaiapi
+
+const raceBuild = false
