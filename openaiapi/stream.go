@@ -77,6 +77,17 @@ func (u *chunkUsage) MarshalJSON() ([]byte, error) {
 	return json.Marshal((*usage)(u))
 }
 
+// completionChunk is a streamed completion's chunk: a completion whose
+// usage is a chunkUsage.
+type completionChunk struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *chunkUsage        `json:"usage,omitempty"`
+}
+
 // streamErrorEvent is a mid-stream failure, shaped as OpenAI's.
 type streamErrorEvent struct {
 	Error errorFields `json:"error"`
@@ -227,8 +238,12 @@ func (h *Handler) streamCompletion(w http.ResponseWriter, r *http.Request, req *
 	}
 	w.Header().Set("X-Request-Id", id)
 	sse := startSSE(w)
-	resp := completion{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: body.Model}
+	resp := completionChunk{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: body.Model}
 	resp.Choices = []completionChoice{{}}
+	includeUsage := body.StreamOptions != nil && body.StreamOptions.IncludeUsage
+	if includeUsage {
+		resp.Usage = &nullUsage
+	}
 	echo := body.Echo
 	res := pumpDeltas(r.Context(), c, func(d *batcher.Delta) {
 		text := d.Text
@@ -247,9 +262,9 @@ func (h *Handler) streamCompletion(w http.ResponseWriter, r *http.Request, req *
 	}
 	resp.Choices[0] = completionChoice{FinishReason: finishReason(res.FinishReason)}
 	sse.event(&resp)
-	if body.StreamOptions != nil && body.StreamOptions.IncludeUsage {
+	if includeUsage {
 		resp.Choices = []completionChoice{}
-		resp.Usage = usageOf(res.Usage)
+		resp.Usage = (*chunkUsage)(usageOf(res.Usage))
 		sse.event(&resp)
 	}
 	sse.done()

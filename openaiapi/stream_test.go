@@ -208,35 +208,42 @@ func TestChatStreamRefusedBeforeAnyDelta(t *testing.T) {
 	}
 }
 
-// TestChatStreamUsageNull: with stream_options.include_usage every chunk
-// but the last carries "usage":null and the last the usage, as OpenAI
-// streams; without it no chunk has a usage field.
+// TestChatStreamUsageNull: for chat and completions, with
+// stream_options.include_usage every chunk but the last carries
+// "usage":null and the last the usage, as OpenAI streams; without it no
+// chunk has a usage field.
 func TestChatStreamUsageNull(t *testing.T) {
 	e := newStreamEnv(t, newStreamer())
-	for _, include := range []bool{true, false} {
-		body := `{"model":"schat","stream":true,"messages":[{"role":"user","content":"a b"}]`
-		if include {
-			body += `,"stream_options":{"include_usage":true}`
-		}
-		code, _, out := e.post(t, "/chat/completions", body+"}")
-		var chunks []string
-		for _, line := range strings.Split(out, "\n") {
-			if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
-				chunks = append(chunks, d)
+	calls := []struct{ path, body string }{
+		{"/chat/completions", `{"model":"schat","stream":true,"messages":[{"role":"user","content":"a b"}]`},
+		{"/completions", `{"model":"scomp","stream":true,"prompt":"a b"`},
+	}
+	for _, call := range calls {
+		for _, include := range []bool{true, false} {
+			body := call.body
+			if include {
+				body += `,"stream_options":{"include_usage":true}`
 			}
-		}
-		if code != http.StatusOK || len(chunks) < 3 {
-			t.Fatalf("include_usage=%v: %d %s", include, code, out)
-		}
-		for i, c := range chunks {
-			last := i == len(chunks)-1
-			switch {
-			case !include && strings.Contains(c, `"usage"`):
-				t.Errorf("chunk %d without include_usage: %s, want no usage", i, c)
-			case include && !last && !strings.Contains(c, `"usage":null`):
-				t.Errorf("chunk %d: %s, want \"usage\":null", i, c)
-			case include && last && !strings.Contains(c, `"usage":{"prompt_tokens":`):
-				t.Errorf("last chunk: %s, want the usage", c)
+			code, _, out := e.post(t, call.path, body+"}")
+			var chunks []string
+			for _, line := range strings.Split(out, "\n") {
+				if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
+					chunks = append(chunks, d)
+				}
+			}
+			if code != http.StatusOK || len(chunks) < 3 {
+				t.Fatalf("include_usage=%v: %d %s", include, code, out)
+			}
+			for i, c := range chunks {
+				last := i == len(chunks)-1
+				switch {
+				case !include && strings.Contains(c, `"usage"`):
+					t.Errorf("chunk %d without include_usage: %s, want no usage", i, c)
+				case include && !last && !strings.Contains(c, `"usage":null`):
+					t.Errorf("chunk %d: %s, want \"usage\":null", i, c)
+				case include && last && !strings.Contains(c, `"usage":{"prompt_tokens":`):
+					t.Errorf("last chunk: %s, want the usage", c)
+				}
 			}
 		}
 	}
