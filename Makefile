@@ -55,6 +55,7 @@ test: tools-gen ## Vet, check generated code is fresh, run every test with -race
 	@$(MAKE) --no-print-directory check-services
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -run '^TestDoReusesCalls$$' ./batcher/ # allocation counts: the race detector's pools drop what is put back
+	$(GO) test -count=1 -run '^TestChunkUsageNullNoAlloc$$' ./openaiapi/
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory test-python test-java
 
