@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -202,6 +203,14 @@ func specToJobs(ps *batcherv1.JobSpec) (jobs.Spec, *status.Status) {
 		ConcurrentRequests: int(ps.GetConcurrentRequests()), FailOnInvalid: ps.GetFailOnInvalid(),
 		RPM: int(ps.GetRequestsPerMinute()), TPM: ps.GetTokensPerMinute(), OutputDir: ps.GetOutputDir(),
 		Dispatch: ps.GetDispatch()}
+	for k := range s.Metadata {
+		// The Batch API marks its jobs with batcher.openai.* keys: one set
+		// here would pass a gRPC job off as a batch (openaiapi refuses
+		// them on its side alike).
+		if strings.HasPrefix(k, "batcher.") {
+			return s, invalidArgument("spec.metadata", fmt.Sprintf("key %q: keys beginning with \"batcher.\" are reserved for Batcher's own", k))
+		}
+	}
 	var st *status.Status
 	if s.Params, st = paramsToCore(ps.GetParams(), "spec.params"); st != nil {
 		return s, st

@@ -162,7 +162,8 @@ type JobSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A name for people, at most 256 bytes.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Free metadata, at most 32 entries, echoed on the job.
+	// Free metadata, at most 32 entries, echoed on the job. Keys beginning
+	// with "batcher." are reserved (the Batch API marks its jobs with them).
 	Metadata map[string]string `protobuf:"bytes,2,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The default model (route) for items that name none, and for OpenAI
 	// input lines whose body names none.

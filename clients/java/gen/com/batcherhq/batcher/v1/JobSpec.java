@@ -141,7 +141,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -162,7 +163,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -173,7 +175,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -191,7 +194,8 @@ java.lang.String defaultValue) {
   }
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -1649,7 +1653,8 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Free metadata, at most 32 entries, echoed on the job.
+     * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+     * with "batcher." are reserved (the Batch API marks its jobs with them).
      * </pre>
      *
      * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -1670,7 +1675,8 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Free metadata, at most 32 entries, echoed on the job.
+     * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+     * with "batcher." are reserved (the Batch API marks its jobs with them).
      * </pre>
      *
      * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -1681,7 +1687,8 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Free metadata, at most 32 entries, echoed on the job.
+     * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+     * with "batcher." are reserved (the Batch API marks its jobs with them).
      * </pre>
      *
      * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -1699,7 +1706,8 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Free metadata, at most 32 entries, echoed on the job.
+     * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+     * with "batcher." are reserved (the Batch API marks its jobs with them).
      * </pre>
      *
      * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -1723,7 +1731,8 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Free metadata, at most 32 entries, echoed on the job.
+     * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+     * with "batcher." are reserved (the Batch API marks its jobs with them).
      * </pre>
      *
      * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -1746,7 +1755,8 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Free metadata, at most 32 entries, echoed on the job.
+     * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+     * with "batcher." are reserved (the Batch API marks its jobs with them).
      * </pre>
      *
      * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -1763,7 +1773,8 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Free metadata, at most 32 entries, echoed on the job.
+     * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+     * with "batcher." are reserved (the Batch API marks its jobs with them).
      * </pre>
      *
      * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>

@@ -29,7 +29,8 @@ public interface JobSpecOrBuilder extends
 
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -37,7 +38,8 @@ public interface JobSpecOrBuilder extends
   int getMetadataCount();
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -52,7 +54,8 @@ public interface JobSpecOrBuilder extends
   getMetadata();
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -61,7 +64,8 @@ public interface JobSpecOrBuilder extends
   getMetadataMap();
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
@@ -73,7 +77,8 @@ java.lang.String getMetadataOrDefault(
 java.lang.String defaultValue);
   /**
    * <pre>
-   * Free metadata, at most 32 entries, echoed on the job.
+   * Free metadata, at most 32 entries, echoed on the job. Keys beginning
+   * with "batcher." are reserved (the Batch API marks its jobs with them).
    * </pre>
    *
    * <code>map&lt;string, string&gt; metadata = 2 [json_name = "metadata"];</code>
