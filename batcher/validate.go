@@ -160,6 +160,15 @@ func validateInput(in *Input, rc *routeConfig) *ValidationError {
 // validateParams checks the generation parameters that every request may
 // carry; validateRich checks the others.
 func validateParams(p *Params, rc *routeConfig) *ValidationError {
+	if rc.Op == OpEmbedding {
+		if f := generationParam(p); f != "" {
+			// An embedding backend sends none of them upstream, and lanes
+			// and the cache ignore them: taking one would answer a request
+			// other than the one sent.
+			return invalid(f, "route %q serves embeddings, which take no generation parameters", rc.Name)
+		}
+		return nil
+	}
 	if p.MaxTokens < 0 || p.MaxTokens > rc.MaxTokensLimit {
 		return invalid("params.max_tokens", "must be 1 to %d, got %d", rc.MaxTokensLimit, p.MaxTokens)
 	}
@@ -181,6 +190,23 @@ func validateParams(p *Params, rc *routeConfig) *ValidationError {
 		}
 	}
 	return nil
+}
+
+// generationParam names the first generation parameter p sets, or "".
+func generationParam(p *Params) string {
+	rp := p.rich()
+	for _, x := range [...]struct {
+		name string
+		set  bool
+	}{{"params.max_tokens", p.MaxTokens != 0}, {"params.temperature", p.Temperature != nil}, {"params.top_p", p.TopP != nil},
+		{"params.stop", len(p.Stop) > 0}, {"params.seed", p.Seed != nil}, {"params.presence_penalty", rp.PresencePenalty != nil},
+		{"params.frequency_penalty", rp.FrequencyPenalty != nil}, {"params.n", rp.N != 0}, {"params.logit_bias", len(rp.LogitBias) > 0},
+		{"params.logprobs", rp.Logprobs}, {"params.top_logprobs", rp.TopLogprobs != nil}, {"params.reasoning_effort", rp.ReasoningEffort != ""}} {
+		if x.set {
+			return x.name
+		}
+	}
+	return ""
 }
 
 // validateHandling checks how r is to be handled: its timeout, metadata,

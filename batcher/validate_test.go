@@ -51,6 +51,18 @@ func TestValidation(t *testing.T) {
 		{"frequency_penalty", func(r *Request) { r.Params.MutableRich().FrequencyPenalty = ptr[float32](-2.5) }, "params.frequency_penalty", "-2 to 2, got -2.5"},
 		{"top_logprobs", func(r *Request) { r.Params.MutableRich().TopLogprobs = ptr[int32](21) }, "params.top_logprobs", "0 to 20, got 21"},
 		{"logit_bias", func(r *Request) { r.Params.MutableRich().LogitBias = map[string]float32{"7": 101} }, "params.logit_bias[7]", "-100 to 100, got 101"},
+		{"max_tokens on embeddings", func(r *Request) { r.Route = "e"; r.Input = Input{Op: OpEmbedding, Text: "x"}; r.Params.MaxTokens = 5 },
+			"params.max_tokens", `route "e" serves embeddings, which take no generation parameters`},
+		{"temperature on embeddings", func(r *Request) {
+			r.Route = "e"
+			r.Input = Input{Op: OpEmbedding, Text: "x"}
+			r.Params.Temperature = ptr[float32](0.5)
+		}, "params.temperature", "take no generation parameters"},
+		{"n on embeddings", func(r *Request) {
+			r.Route = "e"
+			r.Input = Input{Op: OpEmbedding, Text: "x"}
+			r.Params.MutableRich().N = 2
+		}, "params.n", "take no generation parameters"},
 		{"chat on a completion route", func(r *Request) { r.Input = Input{Op: OpChat, Messages: []Message{{Role: "wizard", Content: "x"}}} }, "input", "takes completion input"},
 	}
 	for _, tt := range tests {
