@@ -294,14 +294,15 @@ func (c *Creator) check(req *ItemRequest) string {
 	if base == "" {
 		base = spec.Model
 	}
-	models := []string{base}
+	models, groups := []string{base}, []*Group{nil}
 	if len(spec.Groups) > 0 {
-		models = models[:0]
-		for _, g := range spec.Groups {
-			models = append(models, cmp.Or(g.Model, base))
+		models, groups = models[:0], groups[:0]
+		for i := range spec.Groups {
+			models = append(models, cmp.Or(spec.Groups[i].Model, base))
+			groups = append(groups, &spec.Groups[i])
 		}
 	}
-	for _, mdl := range models {
+	for i, mdl := range models {
 		if mdl == "" {
 			return "model: must be set (in the item, the job's spec or its run group)"
 		}
@@ -321,6 +322,19 @@ func (c *Creator) check(req *ItemRequest) string {
 		r.Params = mergeParams(r.Params, spec.Params)
 		if err := batcher.Validate(r, ri); err != nil {
 			return fmt.Sprintf("model %q: %s", cut(mdl), spelled(err, req.URL))
+		}
+		if g := groups[i]; g != nil && (g.Temperature != nil || len(g.Seeds) > 0) {
+			// The group's temperature and seeds, as request sets them
+			// when the item runs: refused now, naming the group.
+			if g.Temperature != nil {
+				r.Params.Temperature = g.Temperature
+			}
+			if len(g.Seeds) > 0 {
+				r.Params.Seed = &g.Seeds[0]
+			}
+			if err := batcher.Validate(r, ri); err != nil {
+				return fmt.Sprintf("spec.run_groups[%d] on model %q: %s", i, cut(mdl), spelled(err, req.URL))
+			}
 		}
 	}
 	return ""
