@@ -41,8 +41,8 @@ type openAIBody struct {
 	Model       string          `json:"model"`
 	Prompt      json.RawMessage `json:"prompt"`
 	Input       json.RawMessage `json:"input"`
-	MaxTokens   *int32          `json:"max_tokens"`
-	MaxComplTok *int32          `json:"max_completion_tokens"`
+	MaxTokens   *int64          `json:"max_tokens"`
+	MaxComplTok *int64          `json:"max_completion_tokens"`
 	Temperature *float32        `json:"temperature"`
 	TopP        *float32        `json:"top_p"`
 	Stop        json.RawMessage `json:"stop"`
@@ -180,12 +180,13 @@ func legacyRequest(url string, b *openAIBody, req *ItemRequest) error {
 		return fmt.Errorf("url: unknown endpoint %q (want %s, %s or %s)", cut(url), URLChat, URLCompletions, URLEmbeddings)
 	}
 	p := &req.Params
-	switch {
-	case b.MaxComplTok != nil:
-		p.MaxTokens = *b.MaxComplTok
-	case b.MaxTokens != nil:
-		p.MaxTokens = *b.MaxTokens
+	// The front door's rule: the two names must agree, and a cap set is
+	// at least 1 (0 would read as none). The core checks the rest.
+	n, e := openaiapi.MaxTokens(b.MaxTokens, b.MaxComplTok)
+	if e != nil {
+		return fmt.Errorf("body.%s: %s", e.Param, e.Message)
 	}
+	p.MaxTokens = n
 	p.Temperature, p.TopP, p.Seed = b.Temperature, b.TopP, b.Seed
 	if len(b.Stop) > 0 && string(b.Stop) != "null" {
 		var one string

@@ -14,13 +14,24 @@ import (
 // custom_id, method, url and body is refused by name, not dropped; a
 // completions or embeddings body whose field has the wrong type or range
 // names that field, not "must be a JSON object"; a repeated key is refused
-// by its path.
+// by its path; max_tokens and max_completion_tokens are read by the front
+// door's rule (MaxTokens).
 func TestOpenAILineFieldsNamed(t *testing.T) {
 	for _, tc := range []struct{ line, want string }{
 		{`{"custom_id":"a","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}]},"priority":"urgent"}`,
 			"priority: not a field of a batch line"},
 		{`{"custom_id":"b","url":"/v1/completions","body":{"prompt":"x","max_tokens":99999999999}}`,
+			"body.max_tokens: must be 1 to 2147483647, got 99999999999"},
+		{`{"custom_id":"b2","url":"/v1/completions","body":{"prompt":"x","max_tokens":1e20}}`,
 			"body.max_tokens: must be an integer in range, got number"},
+		// The front door's rule on the cap's two names, as a chat line
+		// and /v1/chat/completions apply it: neither dropped.
+		{`{"custom_id":"b3","url":"/v1/completions","body":{"prompt":"x","max_tokens":5,"max_completion_tokens":7}}`,
+			"body.max_tokens: is 5 and max_completion_tokens 7: set one"},
+		{`{"custom_id":"b4","url":"/v1/completions","body":{"prompt":"x","max_tokens":0}}`,
+			"body.max_tokens: must be at least 1, got 0"},
+		{`{"custom_id":"b5","url":"/v1/embeddings","body":{"input":"x","max_completion_tokens":0}}`,
+			"body.max_completion_tokens: must be at least 1, got 0"},
 		{`{"custom_id":"c","url":"/v1/completions","body":{"prompt":"x","max_tokens":"5"}}`,
 			"body.max_tokens: must be an integer in range, got string"},
 		{`{"custom_id":"d","url":"/v1/embeddings","body":{"input":"x","model":7}}`,

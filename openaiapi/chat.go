@@ -75,15 +75,10 @@ func chatToCore(body *chatRequest) (*batcher.Request, *Error) {
 	if len(body.Messages) > batcher.MaxChatMessages {
 		return nil, badRequest("messages", "must hold at most %d messages, got %d", batcher.MaxChatMessages, len(body.Messages))
 	}
-	g := genParams{maxTokens: body.MaxCompletionTokens, maxParam: "max_completion_tokens",
-		temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed}
-	if m, o := body.MaxCompletionTokens, body.MaxTokens; m != nil && o != nil && *m != *o {
-		// max_tokens is the older name of the same cap: two values would
-		// drop one of the caller's.
-		return nil, badRequest("max_tokens", "is %d and max_completion_tokens %d: set one (max_tokens is the older name of max_completion_tokens)", *o, *m)
-	}
-	if g.maxTokens == nil {
-		g.maxTokens, g.maxParam = body.MaxTokens, "max_tokens"
+	g := genParams{temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed}
+	var e *Error
+	if g.maxTokens, g.maxParam, e = pickMaxTokens(body.MaxTokens, body.MaxCompletionTokens); e != nil {
+		return nil, e
 	}
 	params, e := g.toCore()
 	if e != nil {

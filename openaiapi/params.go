@@ -48,6 +48,36 @@ func (g *genParams) toCore() (batcher.Params, *Error) {
 	return p, nil
 }
 
+// pickMaxTokens is the cap on a completion a body asks for under either
+// of OpenAI's names, and the name it came by: max_tokens is the older
+// name of max_completion_tokens, so two different values are refused
+// naming both, rather than one of the caller's dropped.
+func pickMaxTokens(maxTokens, maxCompletionTokens *int64) (*int64, string, *Error) {
+	if m, o := maxCompletionTokens, maxTokens; m != nil && o != nil && *m != *o {
+		return nil, "", badRequest("max_tokens", "is %d and max_completion_tokens %d: set one (max_tokens is the older name of max_completion_tokens)", *o, *m)
+	}
+	if maxCompletionTokens != nil {
+		return maxCompletionTokens, "max_completion_tokens", nil
+	}
+	return maxTokens, "max_tokens", nil
+}
+
+// MaxTokens is the core's Params.MaxTokens (0: unset) for a body that
+// sets max_tokens, max_completion_tokens or both, by the rule
+// /v1/chat/completions applies: the two must agree, and a value set must
+// be at least 1 (the core reads 0 as unset, so an explicit 0 would be
+// dropped). A batch job's completions and embeddings lines call it, so
+// that every door reads the cap alike. The error names the field.
+func MaxTokens(maxTokens, maxCompletionTokens *int64) (int32, *Error) {
+	v, name, e := pickMaxTokens(maxTokens, maxCompletionTokens)
+	if e != nil {
+		return 0, e
+	}
+	g := genParams{maxTokens: v, maxParam: name}
+	p, e := g.toCore()
+	return p.MaxTokens, e
+}
+
 func float32Param(name string, v *float64) (*float32, *Error) {
 	if v == nil {
 		return nil, nil
