@@ -94,7 +94,13 @@ func validationDoors() []validationDoor {
 // request.
 func (e *tenantsEnv) batchErrorLine(t *testing.T, tok, line string) refusal {
 	t.Helper()
-	r := e.batch(t, tok, "/v1/chat/completions", line)
+	return e.batchErrorLineOn(t, tok, "/v1/chat/completions", line)
+}
+
+// batchErrorLineOn is batchErrorLine for a batch of endpoint.
+func (e *tenantsEnv) batchErrorLineOn(t *testing.T, tok, endpoint, line string) refusal {
+	t.Helper()
+	r := e.batch(t, tok, endpoint, line)
 	var b struct {
 		ID, Status  string
 		ErrorFileID string `json:"error_file_id"`

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+)
+
+// requestRule is a rule on a request's fields, held once (the core's
+// validation, or the front door's reading of a body, which batch lines
+// share), that every door taking such a request applies: a row set of
+// TestEveryDoorAppliesRequestRules.
+type requestRule struct {
+	name string
+	grpc func() *batcherv1.Request // the request as the gRPC doors take it; nil: they cannot express it
+	url  string                    // the OpenAI endpoint of body
+	body string                    // the request as the OpenAI doors take it, on one line
+	// field is the bad field as the gRPC doors name it (after
+	// "request."), param as the OpenAI doors do (a batch line's after
+	// "body."); reason is what every door says of it.
+	field, param, reason string
+	// at is, for a door that refuses the request by an earlier rule of its
+	// own, the field (or param) and reason it names instead.
+	at map[string][2]string
+}
+
+var requestRules = []requestRule{
+	{
+		name: "generation parameter on embeddings",
+		grpc: func() *batcherv1.Request {
+			half := float32(0.5)
+			r := embedItem("sim-embed", batcherv1.Priority_PRIORITY_UNSPECIFIED)
+			r.Params = &batcherv1.GenerationParams{Temperature: &half}
+			return r
+		},
+		url: "/v1/embeddings", body: `{"model": "sim-embed", "input": "hi", "temperature": 0.5}`,
+		field: "params.temperature", param: "temperature", reason: `route "sim-embed" serves embeddings, which take no generation parameters`,
+		at: map[string][2]string{
+			"/v1/embeddings": {"temperature", "is not a parameter Batcher serves on /v1/embeddings"},
+		},
+	},
+	{
+		name: "max_tokens of 0",
+		grpc: func() *batcherv1.Request {
+			zero := int32(0)
+			r := chatItem("sim-chat")
+			r.Params = &batcherv1.GenerationParams{MaxTokens: &zero}
+			return r
+		},
+		url: "/v1/completions", body: `{"model": "sim-completion", "prompt": "hi", "max_tokens": 0}`,
+		field: "params.max_tokens", param: "max_tokens", reason: "must be at least 1, got 0",
+	},
+	{
+		name: "max_tokens and max_completion_tokens differ (completions)",
+		url:  "/v1/completions", body: `{"model": "sim-completion", "prompt": "hi", "max_tokens": 5, "max_completion_tokens": 7}`,
+		param: "max_tokens", reason: "is 5 and max_completion_tokens 7: set one",
+		at: map[string][2]string{"/v1/completions": {"max_completion_tokens", "is not a parameter Batcher serves on /v1/completions"}},
+	},
+	{
+		name: "max_tokens and max_completion_tokens differ (chat)",
+		url:  "/v1/chat/completions", body: `{"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "max_completion_tokens": 7}`,
+		param: "max_tokens", reason: "is 5 and max_completion_tokens 7: set one",
+	},
+}
+
+// ruleDoor is one way into batcherd for a requestRule: send returns its
+// refusal. grpc says whether it takes the rule's gRPC request (and so
+// answers a status) or its OpenAI body (an HTTP status and text).
+type ruleDoor struct {
+	name   string
+	method string // the gRPC method, or ""
+	grpc   bool
+	send   func(t *testing.T, e *tenantsEnv, r requestRule) refusal
+}
+
+func ruleDoors() []ruleDoor {
+	job := func(t *testing.T, e *tenantsEnv, it *batcherv1.JobItems) refusal {
+		// fail_on_invalid: the item's refusal is CreateJob's answer, at
+		// creation, not an error line when it runs.
+		return e.createJob(t, e.tokA, &batcherv1.JobSpec{FailOnInvalid: true}, it)
+	}
+	return []ruleDoor{
+		{"Submit", batcherv1.BatcherService_Submit_FullMethodName, true, func(t *testing.T, e *tenantsEnv, r requestRule) refusal {
+			return e.submit(t, e.tokA, r.grpc())
+		}},
+		{"SubmitStream", batcherv1.BatcherService_SubmitStream_FullMethodName, true, func(t *testing.T, e *tenantsEnv, r requestRule) refusal {
+			return e.stream(t, e.tokA, r.grpc())
+		}},
+		{"SubmitStreamed", batcherv1.BatcherService_SubmitStreamed_FullMethodName, true, func(t *testing.T, e *tenantsEnv, r requestRule) refusal {
+			return e.streamed(t, e.tokA, r.grpc())
+		}},
+		{"CreateJob items", batcherv1.JobService_CreateJob_FullMethodName, true, func(t *testing.T, e *tenantsEnv, r requestRule) refusal {
+			return job(t, e, items(r.grpc()))
+		}},
+		{"CreateJob OpenAI lines", batcherv1.JobService_CreateJob_FullMethodName, false, func(t *testing.T, e *tenantsEnv, r requestRule) refusal {
+			return job(t, e, &batcherv1.JobItems{OpenaiLines: []*batcherv1.OpenAIBatchLine{{Line: []byte(batchLine("x", r.url, r.body))}}})
+		}},
+		{"front door", "", false, func(t *testing.T, e *tenantsEnv, r requestRule) refusal {
+			return e.post(t, e.tokA, r.url, r.body, "")
+		}},
+		{"/v1/batches", "", false, func(t *testing.T, e *tenantsEnv, r requestRule) refusal {
+			return e.batchErrorLineOn(t, e.tokA, r.url, batchLine("x", r.url, r.body))
+		}},
+	}
+}
+
+// TestEveryDoorAppliesRequestRules: each rule on a request's fields is
+// applied at every door that takes such a request, INVALID_ARGUMENT or 400
+// (for a batch, an invalid_request error line written at creation) naming
+// the field and why: none serves the request without what the caller
+// sent. Every gRPC method whose request carries a Request must have a
+// row.
+func TestEveryDoorAppliesRequestRules(t *testing.T) {
+	e := startTenants(t)
+	doors := ruleDoors()
+	methods := map[string]bool{}
+	for _, d := range doors {
+		methods[d.method] = true
+	}
+	for _, m := range requestMethods(t) {
+		if !methods[m] {
+			t.Errorf("gRPC method %s carries a Request or a JobSpec but has no row in ruleDoors", m)
+		}
+	}
+	for _, rule := range requestRules {
+		for _, d := range doors {
+			if d.grpc && rule.grpc == nil {
+				continue // the gRPC request has one field where the body has two
+			}
+			t.Run(rule.name+"/"+d.name, func(t *testing.T) {
+				field, reason := "request."+rule.field, rule.reason
+				if !d.grpc {
+					field = "body." + rule.param
+				}
+				if d.name == "front door" {
+					field = `"param":"` + rule.param + `"`
+				}
+				key := d.name
+				if key == "front door" {
+					key = rule.url
+				}
+				if o, ok := rule.at[key]; ok {
+					field, reason = o[0], o[1]
+				}
+				r := d.send(t, e, rule)
+				if d.method != "" {
+					s := status.Convert(r.err)
+					if s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), field) || !strings.Contains(s.Message(), reason) {
+						t.Errorf("got %v, want INVALID_ARGUMENT naming %s: %s", r.err, field, reason)
+					}
+					return
+				}
+				if r.code != http.StatusBadRequest || !strings.Contains(r.body, field) || !strings.Contains(r.body, reason) {
+					t.Errorf("got %d %s, want 400 naming %s: %s", r.code, r.body, field, reason)
+				}
+			})
+		}
+	}
+	e.finish(t)
+}
