@@ -60,7 +60,7 @@ func usageError(format string, args ...any) error {
 
 // execute runs batcherctl with args and returns its exit code.
 func execute(ctx context.Context, args []string, e env) int {
-	root, a := newRoot(e)
+	root, a := newRootCmd(e)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -51,14 +51,9 @@ const (
 	groupService  = "service"
 )
 
-func newRootCmd(e env) *cobra.Command {
-	root, _ := newRoot(e)
-	return root
-}
-
-// newRoot builds the command tree and returns it with the app whose
+// newRootCmd builds the command tree and returns it with the app whose
 // global flags it parses, which execute reads after a failure.
-func newRoot(e env) (*cobra.Command, *app) {
+func newRootCmd(e env) (*cobra.Command, *app) {
 	a := &app{env: e}
 	addr := DefaultAddr
 	if v, ok := e.lookupEnv(addrEnv); ok && v != "" {
