@@ -340,7 +340,7 @@ func TestJobsStartupErrors(t *testing.T) {
 	}{
 		{[]string{"--data-dir", filepath.Join(file, "sub")}, "data directory " + filepath.Join(file, "sub")},
 		{[]string{"--data-dir", t.TempDir(), "--job-store", "postgres", "--postgres-dsn", "postgres://postgres@127.0.0.1:1/test?connect_timeout=2"}, "PostgreSQL at 127.0.0.1:1/test unreachable"},
-		{[]string{"--job-store", "mysql"}, `job_store: must be sqlite or postgres, got "mysql"`},
+		{[]string{"--job-store", "mysql"}, `job_store (--job-store): must be sqlite or postgres, got "mysql"`},
 	} {
 		var stderr strings.Builder
 		code := run(t.Context(), func() {}, append(tc.args, "--listen=127.0.0.1:0"), noEnv, &stderr)

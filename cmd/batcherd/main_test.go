@@ -58,9 +58,9 @@ func TestRunBadConfig(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--queue-capacity=0", "--log-level=loud"}, []string{"queue_capacity: must be at least 1, got 0", `log.level: must be debug, info, warn or error, got "loud"`}},
+		{[]string{"--queue-capacity=0", "--log-level=loud"}, []string{"queue_capacity (--queue-capacity): must be at least 1, got 0", `log.level (--log-level): must be debug, info, warn or error, got "loud"`}},
 		{[]string{"--config", "/nonexistent.yaml"}, []string{"config file: open /nonexistent.yaml"}},
-		{[]string{"--listen=nowhere"}, []string{`listen: must be host:port, got "nowhere"`}},
+		{[]string{"--listen=nowhere"}, []string{`listen (--listen): must be host:port, got "nowhere"`}},
 	} {
 		var stderr strings.Builder
 		if code := run(t.Context(), func() {}, tc.args, noEnv, &stderr); code != exitConfig {

@@ -296,8 +296,10 @@ func TestLoadErrors(t *testing.T) {
 		{"bad env int", nil, []string{"BATCHER_QUEUE_CAPACITY", "many"}, `queue_capacity (BATCHER_QUEUE_CAPACITY): want an integer, got "many"`},
 		{"bad env duration", nil, []string{"BATCHER_DRAIN_TIMEOUT", "30"}, `drain_timeout (BATCHER_DRAIN_TIMEOUT): want a Go duration`},
 		{"bad flag duration", []string{"--queue-timeout", "soon"}, nil, `queue_timeout (--queue-timeout): want a Go duration such as 250ms or 1m30s, got "soon"`},
-		{"flag value invalid", []string{"--queue-capacity", "0"}, nil, "queue_capacity: must be at least 1, got 0"},
-		{"env value invalid", nil, []string{"BATCHER_LOG_FORMAT", "xml"}, `log.format: must be json or text, got "xml"`},
+		// A value that parses but is out of range names where it came from.
+		{"flag value invalid", []string{"--queue-capacity", "0"}, nil, "queue_capacity (--queue-capacity): must be at least 1, got 0"},
+		{"env value invalid", nil, []string{"BATCHER_LOG_FORMAT", "xml"}, `log.format (BATCHER_LOG_FORMAT): must be json or text, got "xml"`},
+		{"flag over env", []string{"--drain-timeout", "-1s"}, []string{"BATCHER_DRAIN_TIMEOUT", "5s"}, "drain_timeout (--drain-timeout): must be positive"},
 		{"unknown flag", []string{"--lisen", "x"}, nil, "flag provided but not defined: -lisen"},
 		{"argument", []string{"serve"}, nil, `unexpected argument "serve"`},
 		{"missing file", []string{"--config", "/nonexistent/batcherd.yaml"}, nil, "config file: open /nonexistent/batcherd.yaml"},

@@ -44,10 +44,10 @@ func TestFleetSettingsRejected(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"not redis", []string{"--redis-url", "http://user:hunter2@x:1"}, "fleet.redis_url: must be redis://"},
-		{"heartbeat too slow", []string{"--redis-url", "redis://x:1", "--fleet-heartbeat", "3s", "--fleet-ttl", "5s"}, "fleet.heartbeat: must be positive and under a third"},
-		{"empty prefix", []string{"--redis-url", "redis://x:1", "--fleet-prefix", " "}, "fleet.prefix: must not be empty"},
-		{"timeout", []string{"--redis-url", "redis://x:1", "--fleet-timeout", "10us"}, "fleet.timeout: must be at least 1ms"},
+		{"not redis", []string{"--redis-url", "http://user:hunter2@x:1"}, "fleet.redis_url (--redis-url): must be redis://"},
+		{"heartbeat too slow", []string{"--redis-url", "redis://x:1", "--fleet-heartbeat", "3s", "--fleet-ttl", "5s"}, "fleet.heartbeat (--fleet-heartbeat): must be positive and under a third"},
+		{"empty prefix", []string{"--redis-url", "redis://x:1", "--fleet-prefix", " "}, "fleet.prefix (--fleet-prefix): must not be empty"},
+		{"timeout", []string{"--redis-url", "redis://x:1", "--fleet-timeout", "10us"}, "fleet.timeout (--fleet-timeout): must be at least 1ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Load(tc.args, env(), io.Discard)

@@ -162,15 +162,18 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 		c.File = file
 	}
 	var errs []error
+	source := map[string]string{} // a setting's path → the variable or flag that set it last
 	for i := range settings {
 		s := &settings[i]
 		if v, ok := lookupEnv(s.env); ok {
+			source[s.path] = s.env
 			if err := s.set(c, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s (%s): %w", s.path, s.env, err))
 			}
 		}
 	}
 	for _, f := range flagged {
+		source[f.s.path] = "--" + f.s.flag
 		if err := f.s.set(c, f.v); err != nil {
 			errs = append(errs, fmt.Errorf("%s (--%s): %w", f.s.path, f.s.flag, err))
 		}
@@ -179,9 +182,27 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 		return nil, err
 	}
 	if err := errors.Join(c.Validate(), c.checkEnv(lookupEnv), c.checkHTTPEnv(lookupEnv)); err != nil {
+		attribute(err, source)
 		return nil, err
 	}
 	return c, nil
+}
+
+// attribute names, on each FieldError in err whose setting a variable or
+// a flag gave, where the value came from: validation sees only the merged
+// configuration, and "queue_capacity: must be at least 1" sends a reader
+// to a file that may not say it.
+func attribute(err error, source map[string]string) {
+	if fe, ok := err.(*FieldError); ok {
+		if src, ok := source[fe.Path]; ok {
+			fe.Source = src
+		}
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			attribute(e, source)
+		}
+	}
 }
 
 // defaultString is the default of the setting at path as --help shows it:

@@ -29,9 +29,9 @@ func TestTelemetrySettings(t *testing.T) {
 		{name: "network without TLS", args: []string{"--admin-listen=0.0.0.0:9000"},
 			wantErr: []string{`telemetry.admin_listen: 0.0.0.0:9000 is not a loopback address`, "--insecure"}},
 		{name: "bad values", args: []string{"--admin-listen=nowhere", "--access-log=loud", "--stats-interval=1ms"},
-			wantErr: []string{`telemetry.admin_listen: must be host:port or "off", got "nowhere"`,
-				`telemetry.access_log: must be debug, info, warn, error or off, got "loud"`,
-				`telemetry.stats_interval: must be 100ms to 1m0s, got 1ms`}},
+			wantErr: []string{`telemetry.admin_listen (--admin-listen): must be host:port or "off", got "nowhere"`,
+				`telemetry.access_log (--access-log): must be debug, info, warn, error or off, got "loud"`,
+				`telemetry.stats_interval (--stats-interval): must be 100ms to 1m0s, got 1ms`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := config.Load(tc.args, env(tc.env), io.Discard)

@@ -40,10 +40,18 @@ type FieldError struct {
 	// *batcher.SettingError where the core or the server refused the
 	// setting), or nil.
 	Err error
+	// Source names where the value came from when it was not the file:
+	// "--queue-capacity" or "BATCHER_QUEUE_CAPACITY" (Load sets it).
+	Source string
 }
 
-// Error reads "<path>: <reason>".
-func (e *FieldError) Error() string { return e.Path + ": " + e.Reason }
+// Error reads "<path>: <reason>", or "<path> (<source>): <reason>".
+func (e *FieldError) Error() string {
+	if e.Source != "" {
+		return e.Path + " (" + e.Source + "): " + e.Reason
+	}
+	return e.Path + ": " + e.Reason
+}
 
 // Unwrap returns Err.
 func (e *FieldError) Unwrap() error { return e.Err }
