@@ -69,6 +69,10 @@ type Creator struct {
 // createChunk is how many tasks a Creator buffers before writing them.
 const createChunk = 2000
 
+// MaxCustomIDBytes bounds an item's custom id, on every way in: a batch
+// file's line and a CreateJob item alike.
+const MaxCustomIDBytes = 512
+
 // Begin validates spec and creates its job, VALIDATING, with no inputs yet.
 func (m *Manager) Begin(ctx context.Context, spec Spec) (*Creator, error) {
 	select {
@@ -118,6 +122,9 @@ func (c *Creator) Add(ctx context.Context, customID string, req *ItemRequest) er
 	}
 	if customID == "" {
 		customID = "item-" + strconv.FormatInt(c.items, 10)
+	} else if len(customID) > MaxCustomIDBytes {
+		// ParseOpenAILine refuses a line's; a gRPC item's id comes here alone.
+		return kindErr(ErrInvalid, "line %d: custom_id %q: must be at most %d bytes, got %d", c.items, cut(customID), MaxCustomIDBytes, len(customID))
 	} else if err := c.unique(customID); err != nil {
 		return err
 	}

@@ -125,8 +125,8 @@ func readOpenAILine(line []byte) (openAILine, error) {
 			return l, fmt.Errorf("%s: not a field of a batch line, which holds custom_id, method, url and body", cut(k))
 		}
 	}
-	if len(l.CustomID) > 512 {
-		return openAILine{}, errors.New("custom_id: at most 512 bytes")
+	if len(l.CustomID) > MaxCustomIDBytes {
+		return openAILine{}, fmt.Errorf("custom_id: at most %d bytes", MaxCustomIDBytes)
 	}
 	if l.Method != "" && l.Method != http.MethodPost {
 		return l, fmt.Errorf("method: must be POST, got %q", cut(l.Method))

@@ -125,3 +125,27 @@ func TestDuplicateCustomID(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A custom id is bounded on every way in: a CreateJob item's (Add) fails
+// the creation naming the limit, as a batch file's line (AddLine) is an
+// error line naming it.
+func TestCustomIDBounded(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	long := strings.Repeat("x", jobs.MaxCustomIDBytes+1)
+	c, err := e.m.Begin(ctx, jobs.Spec{Model: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Abort()
+	if err := c.Add(ctx, strings.Repeat("x", jobs.MaxCustomIDBytes), chatItem("hi")); err != nil {
+		t.Fatalf("an id of %d bytes: %v", jobs.MaxCustomIDBytes, err)
+	}
+	err = c.Add(ctx, long, chatItem("hi"))
+	if !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), "custom_id") || !strings.Contains(err.Error(), "at most 512 bytes, got 513") {
+		t.Fatalf("an id of %d bytes: %v, want ErrInvalid naming custom_id and the limit", len(long), err)
+	}
+	if _, _, err := jobs.ParseOpenAILine([]byte(`{"custom_id":"` + long + `","method":"POST","url":"/v1/chat/completions","body":{}}`)); err == nil || !strings.Contains(err.Error(), "custom_id: at most 512 bytes") {
+		t.Fatalf("a line's id of %d bytes: %v, want an error naming custom_id and the limit", len(long), err)
+	}
+}
