@@ -125,7 +125,7 @@ func connOf(ctx context.Context) net.Addr {
 // tenant, never what exists.
 func forbidden(err error) *Error {
 	if errors.Is(err, batcher.ErrRevoked) {
-		return &Error{Status: http.StatusUnauthorized, Type: TypeAuthentication, Code: "unauthenticated", Message: "unauthenticated"}
+		return &Error{Status: http.StatusUnauthorized, Type: TypeInvalidRequest, Code: "invalid_api_key", Message: "unauthenticated"}
 	}
 	if !errors.Is(err, batcher.ErrForbidden) {
 		return nil

@@ -13,7 +13,7 @@ func (a *Authenticator) HTTPMiddleware(next http.Handler) http.Handler {
 		t, err := a.authenticate(r.Context(), r.Header.Get("Authorization"), r.TLS)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="batcher"`)
-			writeHTTPError(w, http.StatusUnauthorized, "unauthenticated", "authentication_error", "invalid_api_key")
+			writeHTTPError(w, http.StatusUnauthorized, "unauthenticated", "invalid_request_error", "invalid_api_key")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(WithTenant(r.Context(), t)))

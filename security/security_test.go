@@ -526,7 +526,7 @@ func TestHTTPMiddleware(t *testing.T) {
 	}
 	// Refusals carry OpenAI's whole error object, param and code included,
 	// as the front door's own errors do.
-	unauthenticated := `{"error":{"message":"unauthenticated","type":"authentication_error","param":null,"code":"invalid_api_key"}}` + "\n"
+	unauthenticated := `{"error":{"message":"unauthenticated","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}` + "\n"
 	if code, body := get("/v1/x", newToken(t)); code != 401 || body != unauthenticated {
 		t.Fatalf("unknown token: %d %q, want %q", code, body, unauthenticated)
 	}
