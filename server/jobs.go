@@ -203,13 +203,17 @@ func specToJobs(ps *batcherv1.JobSpec) (jobs.Spec, *status.Status) {
 		ConcurrentRequests: int(ps.GetConcurrentRequests()), FailOnInvalid: ps.GetFailOnInvalid(),
 		RPM: int(ps.GetRequestsPerMinute()), TPM: ps.GetTokensPerMinute(), OutputDir: ps.GetOutputDir(),
 		Dispatch: ps.GetDispatch()}
+	// The Batch API marks its jobs with batcher.openai.* keys: one set here
+	// would pass a gRPC job off as a batch (openaiapi refuses them on its
+	// side alike). The first in order is named, so that the answer is stable.
+	reserved := ""
 	for k := range s.Metadata {
-		// The Batch API marks its jobs with batcher.openai.* keys: one set
-		// here would pass a gRPC job off as a batch (openaiapi refuses
-		// them on its side alike).
-		if strings.HasPrefix(k, "batcher.") {
-			return s, invalidArgument("spec.metadata", fmt.Sprintf("key %q: keys beginning with \"batcher.\" are reserved for Batcher's own", k))
+		if strings.HasPrefix(k, "batcher.") && (reserved == "" || k < reserved) {
+			reserved = k
 		}
+	}
+	if reserved != "" {
+		return s, invalidArgument("spec.metadata", fmt.Sprintf("key %q: keys beginning with \"batcher.\" are reserved for Batcher's own", reserved))
 	}
 	var st *status.Status
 	if s.Params, st = paramsToCore(ps.GetParams(), "spec.params"); st != nil {
