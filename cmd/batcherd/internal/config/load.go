@@ -193,14 +193,16 @@ func Load(args []string, lookupEnv func(string) (string, bool), usage io.Writer)
 // configuration, and "queue_capacity: must be at least 1" sends a reader
 // to a file that may not say it.
 func attribute(err error, source map[string]string) {
-	if fe, ok := err.(*FieldError); ok {
-		if src, ok := source[fe.Path]; ok {
-			fe.Source = src
-		}
-	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
 			attribute(e, source)
+		}
+		return
+	}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		if src, ok := source[fe.Path]; ok {
+			fe.Source = src
 		}
 	}
 }
