@@ -78,14 +78,11 @@ func (u *chunkUsage) MarshalJSON() ([]byte, error) {
 }
 
 // completionChunk is a streamed completion's chunk: a completion whose
-// usage is a chunkUsage.
+// usage is a chunkUsage (the shallower "usage" is the one encoded; the
+// completion's own stays nil).
 type completionChunk struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   *chunkUsage        `json:"usage,omitempty"`
+	completion
+	Usage *chunkUsage `json:"usage,omitempty"`
 }
 
 // streamErrorEvent is a mid-stream failure, shaped as OpenAI's.
@@ -238,7 +235,7 @@ func (h *Handler) streamCompletion(w http.ResponseWriter, r *http.Request, req *
 	}
 	w.Header().Set("X-Request-Id", id)
 	sse := startSSE(w)
-	resp := completionChunk{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: body.Model}
+	resp := completionChunk{completion: completion{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: body.Model}}
 	resp.Choices = []completionChoice{{}}
 	includeUsage := body.StreamOptions != nil && body.StreamOptions.IncludeUsage
 	if includeUsage {
