@@ -14,9 +14,11 @@
 #   plain   issue 27's plain path: this tree against BASE (default 2b48a9c,
 #           before the chat surface), binaries alternated 2*ROUNDS times
 #   stream  issue 28: BenchmarkStreamTTFT (a burst), the same with llmsim in
-#           a process of its own (BenchmarkStreamTTFTSimApart) and
-#           BenchmarkStreamSteady (a steady load), 6 iterations a round, and
-#           BenchmarkStream2000
+#           a process of its own (BenchmarkStreamTTFTSimApart), with the load
+#           client in one (BenchmarkStreamTTFTClientApart), with both
+#           (BenchmarkStreamTTFTApart: three processes, as in production),
+#           and BenchmarkStreamSteady (a steady load), 6 iterations a round,
+#           and BenchmarkStream2000
 #   batchapi  issue 31: the 100k-item job through the batch API on SQLite
 #           and PostgreSQL, the 1M-item job's RSS and cost, and kill -9 at
 #           nine points (test logs: about 10 minutes; needs PostgreSQL)
@@ -68,7 +70,7 @@ stream() {
 	: >results/stream.txt
 	for i in $(seq "$ROUNDS"); do
 		echo "headline: stream round $i of $ROUNDS" >&2
-		run $T-bench.test -test.bench 'StreamTTFT$|StreamTTFTSimApart$|StreamSteady$' -test.benchtime 6x | tee -a results/stream.txt
+		run $T-bench.test -test.bench 'StreamTTFT$|StreamTTFTSimApart$|StreamTTFTClientApart$|StreamTTFTApart$|StreamSteady$' -test.benchtime 6x | tee -a results/stream.txt
 	done
 	run $T-bench.test -test.bench 'Stream2000$' -test.benchtime 3x | tee -a results/stream.txt
 }

@@ -13,6 +13,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(simChildEnv) != "" {
 		os.Exit(serveSimChild())
 	}
+	if os.Getenv(clientChildEnv) != "" {
+		os.Exit(serveClientChild())
+	}
 	// Every server is built with no metrics unless its setup has them
 	// (setup.build).
 	otel.SetMeterProvider(metricnoop.NewMeterProvider())

@@ -273,3 +273,40 @@ func TestStreamRigSimApart(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamRigClientApart checks the rig with the load client in a
+// process of its own, llmsim in this process and in one of its own too:
+// chats through batcherd and direct come back from the client's process
+// whole, every chunk llmsim stamped reaches its client (measure), the
+// hops of the chats through batcherd are in order, and the client's
+// process reports CPU spent.
+func TestStreamRigClientApart(t *testing.T) {
+	const n = 3
+	for _, simApart := range []bool{false, true} {
+		t.Run(fmt.Sprint("simApart=", simApart), func(t *testing.T) {
+			rig := newStreamRig(t, n, 1, rigOpts{stamp: true, simApart: simApart, clientApart: true})
+			defer rig.stop()
+			for _, through := range []bool{false, true} {
+				rs := rig.run(t.Context(), n, fmt.Sprint("client-apart-", through), through, nil)
+				_, delivery := rig.measure(t, rs)
+				if len(delivery) < n {
+					t.Errorf("through %v: %d chunks delivered, want at least %d", through, len(delivery), n)
+				}
+				h := rig.hops(rs, through)
+				for i, c := range rs {
+					if through && (h.sent[i] < 0 || h.handler[i] <= 0 || h.handler[i] > h.decoded[i] ||
+						h.decoded[i] > h.dispatched[i] || h.dispatched[i] > h.arrived[i]) {
+						t.Errorf("chat %q: sent %v, handler %v, decoded %v, dispatched %v, arrived %v after its start: want them in that order",
+							c.key, h.sent[i], h.handler[i], h.decoded[i], h.dispatched[i], h.arrived[i])
+					}
+					if h.arrived[i] <= 0 {
+						t.Errorf("chat %q: arrived at llmsim %v after its start: want after it", c.key, h.arrived[i])
+					}
+				}
+			}
+			if all, own := rig.cpu(t); all <= own {
+				t.Errorf("CPU of both processes %v, of this one %v: want the load client's counted", all, own)
+			}
+		})
+	}
+}

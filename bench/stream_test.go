@@ -43,6 +43,28 @@ func BenchmarkStreamTTFTSimApart(b *testing.B) {
 	b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) { benchStreamTTFT(b, n, rigOpts{stamp: true, simApart: true}) })
 }
 
+// BenchmarkStreamTTFTClientApart is BenchmarkStreamTTFT with the load
+// client, its chats straight to llmsim and those through batcherd, in a
+// process of its own, as batcherd's callers are in production
+// (rigOpts.clientApart): this process holds batcherd and llmsim, and the
+// client's stream starts do not share its runtime. It also reports
+// cpu-batcherd-ms/chat, this process's CPU per chat through less direct.
+func BenchmarkStreamTTFTClientApart(b *testing.B) {
+	const n = 100
+	b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) { benchStreamTTFT(b, n, rigOpts{stamp: true, clientApart: true}) })
+}
+
+// BenchmarkStreamTTFTApart is BenchmarkStreamTTFT as production runs:
+// caller, gateway and provider in three processes (the load client and
+// llmsim each in one of its own: rigOpts.clientApart and simApart), all
+// on this machine's cores. This process holds batcherd alone.
+func BenchmarkStreamTTFTApart(b *testing.B) {
+	const n = 100
+	b.Run(fmt.Sprintf("chats=%d", n), func(b *testing.B) {
+		benchStreamTTFT(b, n, rigOpts{stamp: true, simApart: true, clientApart: true})
+	})
+}
+
 func benchStreamTTFT(b *testing.B, n int, o rigOpts) {
 	rig := newStreamRig(b, n, 1, o)
 	defer rig.stop()
@@ -51,20 +73,23 @@ func benchStreamTTFT(b *testing.B, n int, o rigOpts) {
 	rig.run(ctx, n, "warm-t", true, nil)
 	var dT, tT, dD, tD []time.Duration
 	var dHops, tHops hops
-	var dCPU, tCPU time.Duration // the process's CPU time in each side's rounds
+	// The CPU time in each side's rounds: of this process and the load
+	// client's (rig.cpu), and of this process alone.
+	var dCPU, tCPU, dOwn, tOwn time.Duration
 	i := 0
 	for b.Loop() {
 		i++
-		c0 := processCPU(b)
+		c0, o0 := rig.cpu(b)
 		rs := rig.run(ctx, n, fmt.Sprint("d", i), false, nil)
-		c1 := processCPU(b)
-		dCPU += c1 - c0
+		c1, o1 := rig.cpu(b)
+		dCPU, dOwn = dCPU+c1-c0, dOwn+o1-o0
 		a, d := rig.measure(b, rs)
 		dT, dD = append(dT, a...), append(dD, d...)
 		dHops.add(rig.hops(rs, false))
-		c0 = processCPU(b)
+		c0, o0 = rig.cpu(b)
 		rs = rig.run(ctx, n, fmt.Sprint("t", i), true, nil)
-		tCPU += processCPU(b) - c0
+		c1, o1 = rig.cpu(b)
+		tCPU, tOwn = tCPU+c1-c0, tOwn+o1-o0
 		a, d = rig.measure(b, rs)
 		tT, tD = append(tT, a...), append(tD, d...)
 		tHops.add(rig.hops(rs, true))
@@ -85,14 +110,20 @@ func benchStreamTTFT(b *testing.B, n int, o rigOpts) {
 		b.ReportMetric(ms(pct(tHops.arrived, p.q)), "hop-upstream-batcher-"+p.name+"-ms")
 		b.ReportMetric(ms(pct(dHops.arrived, p.q)), "hop-upstream-direct-"+p.name+"-ms")
 	}
-	// CPU per chat, llmsim and the load client included on both sides: the
-	// difference is what a chat through Batcher costs in CPU, which a burst
-	// of n chats starting at once queues behind on this machine's cores.
-	// The through side's includes the rig's stamps (a few map inserts).
+	// CPU per chat, the load client and llmsim included on both sides
+	// (llmsim only in this process: not with o.simApart): the difference
+	// is what a chat through Batcher costs in CPU, which a burst of n
+	// chats starting at once queues behind on this machine's cores. The
+	// through side's includes the rig's stamps (a few map inserts).
 	chats := float64(i * n)
 	b.ReportMetric(ms(dCPU)/chats, "cpu-direct-ms/chat")
 	b.ReportMetric(ms(tCPU)/chats, "cpu-batcher-ms/chat")
 	b.ReportMetric(ms(tCPU-dCPU)/chats, "cpu-added-ms/chat")
+	if o.clientApart {
+		// This process's alone, through less direct: batcherd's CPU per
+		// chat, on the cores a burst queues on.
+		b.ReportMetric(ms(tOwn-dOwn)/chats, "cpu-batcherd-ms/chat")
+	}
 	reportStream(b, "", dT, tT, dD, tD)
 }
 

@@ -184,15 +184,63 @@ type chatResult struct {
 	err   error
 }
 
-// streamRig is llmsim behind its tap, and batcherd's stack in front of it.
+// loadClient is the stream rig's load: chats straight to llmsim and
+// through batcherd. It runs in the rig's process, or in one of its own
+// (rigOpts.clientApart: clientChild).
+type loadClient struct {
+	url   string // llmsim's /v1
+	hc    *http.Client
+	conns []*target // SubmitStreamed clients, one connection each
+}
+
+// newLoadClient is a load client of llmsim at url (its /v1) with room for
+// n concurrent chats, and no connection to batcherd yet.
+//
+// The direct client's transport is the backend's (upstream.NewTransport,
+// as many idle connections as the backend keeps by default, the same
+// connection buffers), so that both paths hold (and redial) alike and
+// BenchmarkStream2000's difference is what lies between: with more idle
+// connections its direct baseline found them already open and counted
+// none of their buffers; with net/http's 4 KiB buffers against the
+// backend's 1 KiB it counted 6 KB a stream that Batcher's side lacks.
+func newLoadClient(url string, n int) loadClient {
+	idle := min(n, openai.DefaultMaxIdleConns)
+	return loadClient{url: url, hc: &http.Client{Transport: upstream.NewTransport(idle, nil)}}
+}
+
+// dial opens conns client connections to batcherd at addr (a connection
+// carries at most security.DefaultMaxConcurrentStreams RPCs at once).
+func (c *loadClient) dial(addr string, conns int) error {
+	for range conns {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		c.conns = append(c.conns, &target{client: batcherv1.NewBatcherServiceClient(cc), stop: func() { _ = cc.Close() }})
+	}
+	return nil
+}
+
+// close closes the client's connections.
+func (c *loadClient) close() {
+	for i := len(c.conns) - 1; i >= 0; i-- {
+		c.conns[i].stop()
+	}
+	c.hc.CloseIdleConnections()
+}
+
+// streamRig is llmsim behind its tap, and batcherd's stack in front of it,
+// and the load client.
 type streamRig struct {
 	tap *chunkTap
-	url string // llmsim's /v1
+	loadClient
+	// remote, when the load client runs in a process of its own
+	// (rigOpts.clientApart), runs each round's chats there (run), and
+	// loadClient's connections to batcherd are unused.
+	remote *clientChild
 	// stampsURL, when llmsim runs in a process of its own (rigOpts), is
 	// where its tap's stamps are fetched from (pullStamps).
 	stampsURL string
-	hc        *http.Client
-	conns     []*target // SubmitStreamed clients, one connection each
 	core      *batcher.Batcher
 	mu        sync.Mutex
 	disp      map[string]time.Time // when the core handed each chat to the backend
@@ -240,6 +288,15 @@ type rigOpts struct {
 	// each round (pullStamps). Not for the memory figure, whose tap holds
 	// answers in this process.
 	simApart bool
+	// clientApart: the load client, both its chats straight to llmsim and
+	// those through batcherd, runs in a process of its own (this test
+	// binary again: clientChild), as batcherd's callers do in production,
+	// so that this process's CPU holds no client's: in this process the
+	// client's 100 stream starts of a burst share batcherd's cores and
+	// runtime. Its chats come back with their stamps after each round;
+	// every stamp is the host's wall clock. Not for the memory figure nor
+	// the steady load (run only).
+	clientApart bool
 }
 
 // newStreamSim is llmsim as the stream benchmarks configure it.
@@ -253,17 +310,9 @@ func newStreamSim() (*llmsim.Server, error) {
 func newStreamRig(tb testing.TB, n, conns int, o rigOpts) *streamRig {
 	tb.Helper()
 	tap := &chunkTap{by: make(map[string][]tapChunk), arr: make(map[string]time.Time)}
-	// The direct client's transport is the backend's (upstream.NewTransport,
-	// as many idle connections as the backend keeps by default, the same
-	// connection buffers), so that both paths hold (and redial) alike and
-	// BenchmarkStream2000's difference is what lies between: with more idle
-	// connections its direct baseline found them already open and counted
-	// none of their buffers; with net/http's 4 KiB buffers against the
-	// backend's 1 KiB it counted 6 KB a stream that Batcher's side lacks.
-	idle := min(n, openai.DefaultMaxIdleConns)
 	rig := &streamRig{tap: tap, disp: make(map[string]time.Time),
 		hdl: make(map[string]time.Time), dec: make(map[string]time.Time),
-		hc: &http.Client{Transport: upstream.NewTransport(idle, nil)}}
+		loadClient: newLoadClient("", n)}
 	if o.simApart {
 		addr, stop := startSimChild(tb)
 		rig.url, rig.stampsURL = addr+"/v1", addr+"/stamps"
@@ -318,12 +367,10 @@ func newStreamRig(tb testing.TB, n, conns int, o rigOpts) *streamRig {
 		defer close(served)
 		_ = bd.gs.Serve(lis)
 	}()
-	for range conns {
-		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		rig.conns = append(rig.conns, &target{client: batcherv1.NewBatcherServiceClient(cc), stop: func() { _ = cc.Close() }})
+	if o.clientApart {
+		rig.remote = startClientChild(tb, clientChildConfig{SimURL: rig.url, Addr: lis.Addr().String(), N: n, Conns: conns})
+	} else if err := rig.dial(lis.Addr().String(), conns); err != nil {
+		tb.Fatal(err)
 	}
 	rig.stopFn = append([]func(){func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -339,6 +386,9 @@ func newStreamRig(tb testing.TB, n, conns int, o rigOpts) *streamRig {
 }
 
 func (r *streamRig) stop() {
+	if r.remote != nil {
+		r.remote.stop()
+	}
 	for i := len(r.conns) - 1; i >= 0; i-- {
 		r.conns[i].stop()
 	}
@@ -436,7 +486,7 @@ func (r *streamRig) hops(rs []chatResult, through bool) hops {
 }
 
 // direct streams one chat straight from llmsim.
-func (r *streamRig) direct(ctx context.Context, prompt string, onDelta func()) chatResult {
+func (r *loadClient) direct(ctx context.Context, prompt string, onDelta func()) chatResult {
 	res := chatResult{key: prompt}
 	body, _ := json.Marshal(map[string]any{"model": "sim-chat", "stream": true, "max_tokens": streamMaxTokens,
 		"messages": []map[string]string{{"role": "user", "content": prompt}}})
@@ -496,7 +546,7 @@ func (r *streamRig) direct(ctx context.Context, prompt string, onDelta func()) c
 }
 
 // through streams one chat through batcherd (SubmitStreamed) on conn.
-func (r *streamRig) through(ctx context.Context, conn *target, prompt string, onDelta func()) chatResult {
+func (r *loadClient) through(ctx context.Context, conn *target, prompt string, onDelta func()) chatResult {
 	res := chatResult{key: prompt}
 	res.start = time.Now()
 	ss, err := conn.client.SubmitStreamed(ctx, &batcherv1.SubmitStreamedRequest{Request: &batcherv1.Request{
@@ -539,8 +589,21 @@ func (r *streamRig) through(ctx context.Context, conn *target, prompt string, on
 }
 
 // run streams n chats at once, directly or through batcherd, prompts
-// tagged with tag.
+// tagged with tag: in this process, or in the load client's own
+// (rigOpts.clientApart), which takes no onDelta.
 func (r *streamRig) run(ctx context.Context, n int, tag string, through bool, onDelta func()) []chatResult {
+	if r.remote != nil {
+		if onDelta != nil {
+			panic("bench: streamRig.run: onDelta with the load client in a process of its own")
+		}
+		return r.remote.run(n, tag, through)
+	}
+	return r.loadClient.run(ctx, n, tag, through, onDelta)
+}
+
+// run streams n chats at once, directly or through batcherd, prompts
+// tagged with tag.
+func (r *loadClient) run(ctx context.Context, n int, tag string, through bool, onDelta func()) []chatResult {
 	out := make([]chatResult, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -592,11 +655,30 @@ func (r *streamRig) measure(tb testing.TB, rs []chatResult) (ttft, delivery []ti
 
 // processCPU returns the process's CPU time so far, user and system.
 func processCPU(tb testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := rusageCPU()
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
+}
+
+// cpu returns the CPU time so far of this process and of the load
+// client's own, when it has one (rigOpts.clientApart), and of this
+// process alone.
+func (r *streamRig) cpu(tb testing.TB) (all, own time.Duration) {
+	own = processCPU(tb)
+	if r.remote != nil {
+		return own + r.remote.cpuTime(), own
+	}
+	return own, own
+}
+
+func rusageCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 func pct(ds []time.Duration, p float64) time.Duration {
