@@ -5,8 +5,6 @@ import (
 	"slices"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,23 +35,6 @@ func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
 		o(c)
 	}
 	return c
-}
-
-// Dial creates a connection to target with grpc.NewClient and returns a
-// Client that owns it: Close closes it. The connection carries an otelgrpc
-// stats handler that propagates the caller's W3C trace context, so a trace
-// continues across the call; opts are applied after it and must include
-// transport credentials.
-func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
-	stats := otelgrpc.NewClientHandler(otelgrpc.WithPropagators(
-		propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})))
-	conn, err := grpc.NewClient(target, slices.Concat([]grpc.DialOption{grpc.WithStatsHandler(stats)}, opts)...)
-	if err != nil {
-		return nil, err
-	}
-	c := New(conn)
-	c.conn = conn
-	return c, nil
 }
 
 // Close closes the connection Dial made. It does nothing for a Client made

@@ -22,6 +22,20 @@ from ._trace import check_traceparent, new_traceparent
 #: the service answers that it may be retried.
 DEFAULT_MAX_ATTEMPTS = 3
 
+#: Flow-control settings of the channels Client and AsyncClient make, ahead
+#: of the caller's ``options`` (which override them key by key; pass
+#: ``flow_control=False`` for gRPC's defaults). A streamed answer is many
+#: small messages (a delta of a few tokens each); on such a stream gRPC's
+#: bandwidth-delay-product probe pings the service again and again and
+#: costs both sides CPU for nothing, so it is off, and each call's receive
+#: window is fixed at 1 MiB, enough for every delta of a 16,000-token answer
+#: not yet read. gRPC core sizes the connection's window from its calls'.
+#: The Go client's are the same (client.DefaultStreamWindow).
+FLOW_CONTROL_OPTIONS = (
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.http2.lookahead_bytes", 1 << 20),
+)
+
 _RETRIED = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 
 Metadata = Sequence[Tuple[str, Union[str, bytes]]]
@@ -67,6 +81,14 @@ class _Settings:
         return err.retry_delay
 
 
+def _channel_options(options: Sequence[tuple], flow_control: bool) -> list:
+    """FLOW_CONTROL_OPTIONS (unless flow_control is off), then options; a
+    key given twice takes the caller's value."""
+    merged = dict(FLOW_CONTROL_OPTIONS) if flow_control else {}
+    merged.update(dict(options))
+    return list(merged.items())
+
+
 def _remaining(deadline: Optional[float]) -> Optional[float]:
     return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
@@ -90,13 +112,17 @@ class Client:
     turns retries off). ``timeout`` is the default deadline of each call, in
     seconds, retries and their waits included (None: no deadline). With
     ``trace`` on, a call without a traceparent gets a new one, so that the
-    service's spans of it share one trace.
+    service's spans of it share one trace. ``options`` are gRPC channel
+    arguments, after FLOW_CONTROL_OPTIONS (no BDP probe, 1 MiB windows) and
+    overriding them; ``flow_control=False`` leaves those out, for gRPC's
+    default flow control.
     """
 
     def __init__(self, target: str, *, credentials: Optional[grpc.ChannelCredentials] = None,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, timeout: Optional[float] = None,
-                 trace: bool = True, options: Sequence[tuple] = ()):
+                 trace: bool = True, options: Sequence[tuple] = (), flow_control: bool = True):
         self._s = _Settings(max_attempts, timeout, trace)
+        options = _channel_options(options, flow_control)
         if credentials is None:
             self._channel = grpc.insecure_channel(target, options=options)
         else:
@@ -316,8 +342,9 @@ class AsyncClient:
 
     def __init__(self, target: str, *, credentials: Optional[grpc.ChannelCredentials] = None,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, timeout: Optional[float] = None,
-                 trace: bool = True, options: Sequence[tuple] = ()):
+                 trace: bool = True, options: Sequence[tuple] = (), flow_control: bool = True):
         self._s = _Settings(max_attempts, timeout, trace)
+        options = _channel_options(options, flow_control)
         if credentials is None:
             self._channel = aio.insecure_channel(target, options=options)
         else:

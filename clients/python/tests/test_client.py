@@ -7,6 +7,7 @@ import re
 
 import grpc
 import pytest
+from grpc import aio
 
 import batcher_client as bc
 from batcher_client import pb
@@ -211,3 +212,44 @@ def test_retry_info_decoder_agrees_with_protobuf():
         st.details.add(type_url="type.googleapis.com/google.rpc.RetryInfo",
                        value=bytes([0x0A, len(raw)]) + raw)
         assert _retry_delay(st) == pytest.approx(max(d.seconds + d.nanos / 1e9, 0.0), abs=1e-9)
+
+
+
+@pytest.mark.parametrize("kwargs, want", [
+    ({}, {"grpc.http2.bdp_probe": 0, "grpc.http2.lookahead_bytes": 1 << 20}),
+    ({"options": [("grpc.http2.lookahead_bytes", 256 << 10), ("grpc.primary_user_agent", "t")]},
+     {"grpc.http2.bdp_probe": 0, "grpc.http2.lookahead_bytes": 256 << 10, "grpc.primary_user_agent": "t"}),
+    ({"options": [("grpc.http2.bdp_probe", 1)]}, {"grpc.http2.bdp_probe": 1, "grpc.http2.lookahead_bytes": 1 << 20}),
+    ({"flow_control": False}, {}),
+])
+def test_channel_flow_control_options(monkeypatch, kwargs, want):
+    """Both clients' channels get FLOW_CONTROL_OPTIONS, overridden key by
+    key by the caller's options, or none with flow_control=False."""
+    seen = []
+
+    def recording(make):
+        def channel(target, options=()):
+            seen.append(dict(options))
+            return make(target, options=options)
+        return channel
+    monkeypatch.setattr(grpc, "insecure_channel", recording(grpc.insecure_channel))
+    monkeypatch.setattr(aio, "insecure_channel", recording(aio.insecure_channel))
+    bc.Client("127.0.0.1:1", **kwargs).close()
+
+    async def make_async():
+        await bc.AsyncClient("127.0.0.1:1", **kwargs).close()
+    asyncio.run(make_async())
+    assert seen == [want, want]
+
+
+def test_flow_control_options_serve(fake):
+    """A channel with FLOW_CONTROL_OPTIONS carries calls (grpcio takes them)."""
+    f, addr = fake
+    f.answers = [OK]
+    with bc.Client(addr) as c:
+        assert c.submit(bc.complete("m", "p")).text == "done"
+
+    async def call():
+        async with bc.AsyncClient(addr) as ac:
+            return await ac.submit(bc.complete("m", "p"))
+    assert asyncio.run(call()).text == "done"

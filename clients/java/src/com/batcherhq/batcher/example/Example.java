@@ -15,8 +15,8 @@ import com.batcherhq.batcher.v1.Verbosity;
 import com.google.protobuf.Any;
 import com.google.rpc.RetryInfo;
 import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
 import io.grpc.StatusRuntimeException;
+import io.grpc.netty.NettyChannelBuilder;
 import io.grpc.protobuf.StatusProto;
 import io.grpc.stub.StreamObserver;
 import java.util.HashSet;
@@ -40,7 +40,11 @@ public final class Example {
 
   public static void main(String[] args) throws Exception {
     String target = args.length > 0 ? args[0] : "127.0.0.1:50051";
-    ManagedChannel channel = ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+    ManagedChannel channel = NettyChannelBuilder.forTarget(target)
+            .usePlaintext()
+            // 1 MiB windows, fixed: no BDP pings on streams of small deltas (docs/clients.md).
+            .flowControlWindow(1 << 20)
+            .build();
     boolean ok;
     try {
       ok = submit(channel) && submitError(channel) && stream(channel, 10) && streamed(channel);
