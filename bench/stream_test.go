@@ -17,6 +17,10 @@ import (
 // percentile against percentile). Targets: added TTFT p50 <= 2, p99 <= 10;
 // added delivery p99 <= 1.
 //
+// It measures Batcher's Go client as shipped: the load through batcherd
+// dials with client.DialOptions (the client's fixed flow-control windows,
+// no BDP pings), and the load straight to llmsim is plain net/http.
+//
 // The load is a burst, the worst case: all n chats start at the same
 // instant, and llmsim (one time to first token and one token interval for
 // every chat) then flushes every chat's chunk at the same instants, n

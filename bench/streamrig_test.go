@@ -20,6 +20,7 @@ import (
 
 	"github.com/batcherhq/batcher/backend/openai"
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/client"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/internal/upstream"
 	"github.com/batcherhq/batcher/llmsim"
@@ -39,7 +40,9 @@ import (
 // or in one of its own (rigOpts.simApart). The direct load reads llmsim's
 // server-sent events itself; the load through Batcher calls SubmitStreamed
 // on batcherd's stack (setupBatcherd: security, metrics, otelgrpc, the
-// worker pool) whose core has an openai backend pointed at llmsim. Each
+// worker pool) whose core has an openai backend pointed at llmsim, from
+// connections dialled as Batcher's Go client dials them (client.DialOptions):
+// the figures through Batcher are those of its Go client as shipped. Each
 // delta's delivery is the time from llmsim's flush of a chunk to the
 // client's receipt of the first delta that holds its text (a delta may
 // join several chunks when its sender is behind).
@@ -209,10 +212,13 @@ func newLoadClient(url string, n int) loadClient {
 }
 
 // dial opens conns client connections to batcherd at addr (a connection
-// carries at most security.DefaultMaxConcurrentStreams RPCs at once).
+// carries at most security.DefaultMaxConcurrentStreams RPCs at once), as
+// Batcher's Go client dials (client.DialOptions: its otelgrpc handler,
+// on otel's global providers, no-op here, and its flow-control windows),
+// and nothing more.
 func (c *loadClient) dial(addr string, conns int) error {
 	for range conns {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(addr, client.DialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		if err != nil {
 			return err
 		}
