@@ -46,11 +46,22 @@ type grantKey struct{}
 // streamInterceptor registers each authenticated stream of a tenant (not
 // the anonymous one, whose credential cannot be revoked) for revocation.
 func (a *Authenticator) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx := ss.Context()
-	t := TenantFrom(ctx)
+	// The registration has a frame of its own (register), off the stack
+	// while the handler runs: a streamed handler waits on it as long as
+	// its answer lasts, and every byte of stack under the wait is memory
+	// each open stream may hold (server.SubmitStreamed).
+	t := TenantFrom(ss.Context())
 	if t == nil || t == anonymous {
 		return handler(srv, ss)
 	}
+	g, ctx := a.register(ss.Context(), t)
+	defer a.unregister(g)
+	return handler(srv, grantStream{ServerStream: ss, ctx: ctx})
+}
+
+// register registers a stream of tenant t, whose context is ctx, for
+// revocation, and returns its grant and the handler's context.
+func (a *Authenticator) register(ctx context.Context, t *Tenant) (*streamGrant, context.Context) {
 	g := &streamGrant{tenant: t, revoked: make(chan struct{})}
 	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 		g.authz = v[0]
@@ -62,19 +73,21 @@ func (a *Authenticator) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc
 	}
 	g.access = t.Access().WithRevoked(g.revoked)
 	ctx, g.cancel = context.WithCancel(ctx)
-	defer g.cancel()
 	a.mu.Lock()
 	if a.streams == nil {
 		a.streams = map[*streamGrant]struct{}{}
 	}
 	a.streams[g] = struct{}{}
 	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.streams, g)
-		a.mu.Unlock()
-	}()
-	return handler(srv, grantStream{ServerStream: ss, ctx: context.WithValue(ctx, grantKey{}, g)})
+	return g, context.WithValue(ctx, grantKey{}, g)
+}
+
+// unregister forgets g's stream, which has ended, and cancels its context.
+func (a *Authenticator) unregister(g *streamGrant) {
+	a.mu.Lock()
+	delete(a.streams, g)
+	a.mu.Unlock()
+	g.cancel()
 }
 
 type grantStream struct {
