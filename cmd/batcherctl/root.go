@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/batcherhq/batcher/client"
 	"github.com/batcherhq/batcher/internal/version"
 )
 
@@ -235,7 +236,9 @@ func (a *app) dial() (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(a.addr, opts...)
+	// As Batcher's Go client dials (client.Dial): its trace propagation
+	// and its flow-control windows, made for streamed deltas.
+	conn, err := grpc.NewClient(a.addr, client.DialOptions(opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("--addr %q: %w", a.addr, err)
 	}
