@@ -140,18 +140,28 @@ func kebab(s string) string {
 func TestStreamCutFlag(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan string, 1)
-	errc := make(chan error, 1)
+	done := make(chan struct{})
+	var runErr error
 	go func() {
-		errc <- run(ctx, []string{"-addr", "127.0.0.1:0", "-stream-cut-rate", "1"}, io.Discard, func(a string) { addrc <- a })
+		defer close(done)
+		runErr = run(ctx, []string{"-addr", "127.0.0.1:0", "-stream-cut-rate", "1"}, io.Discard, func(a string) { addrc <- a })
 	}()
+	client := &http.Client{Transport: &http.Transport{}}
+	// stop ends the server and waits for run to return, on every way out
+	// of the test, a failure's included: goleak sees no server left.
+	stop := func() error {
+		client.CloseIdleConnections()
+		cancel()
+		<-done
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
 	var addr string
 	select {
 	case addr = <-addrc:
-	case err := <-errc:
-		cancel()
-		t.Fatalf("run: %v", err)
+	case <-done:
+		t.Fatalf("run: %v", runErr)
 	}
-	client := &http.Client{Transport: &http.Transport{}}
 	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}`))
 	if err != nil {
@@ -159,9 +169,7 @@ func TestStreamCutFlag(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	client.CloseIdleConnections()
-	cancel()
-	if err := <-errc; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "data: {") || strings.Contains(string(b), "[DONE]") {
