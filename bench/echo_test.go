@@ -7,8 +7,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +28,23 @@ import (
 type echoServer struct {
 	batcherv1.UnimplementedBatcherServiceServer
 	template *batcherv1.Completion
+	idSeq    atomic.Uint64 // the shaped echo's ids, as the server's newIDIn
+}
+
+// echoIDPrefix is as long as the prefix of the ids Batcher's server gives
+// requests sent without one ("srv-", 12 hex digits, "-").
+const echoIDPrefix = "srv-000000000000-"
+
+// shapedID is the id the shaped echo answers a request with: the
+// request's own, or, for one sent without an id, a new one of the shape
+// Batcher's server gives (its prefix, then a counter in base 36), written
+// into m's buffer as the server writes it into its reply's.
+func (e *echoServer) shapedID(m *shapedReply, id string) string {
+	if id != "" {
+		return id
+	}
+	b := strconv.AppendUint(append(m.idBuf[:0], echoIDPrefix...), e.idSeq.Add(1), 36)
+	return unsafe.String(&b[0], len(b))
 }
 
 func minimalCompletion(id string) *batcherv1.Completion {
@@ -45,6 +66,7 @@ type shapedReply struct {
 	d      [4]durationpb.Duration
 	u      batcherv1.Usage
 	text   batcherv1.Completion_Text
+	idBuf  [32]byte // the id the echo gives a request sent without one
 }
 
 var shapedReplies = sync.Pool{New: func() any { return new(shapedReply) }}
@@ -77,7 +99,7 @@ func (e *echoServer) Submit(_ context.Context, in *batcherv1.SubmitRequest) (*ba
 		return &batcherv1.SubmitResponse{Completion: minimalCompletion(id)}, nil
 	}
 	m := new(shapedReply)
-	m.unary.Completion = m.fill(e.template, id)
+	m.unary.Completion = m.fill(e.template, e.shapedID(m, id))
 	return &m.unary, nil
 }
 
@@ -102,7 +124,7 @@ func (e *echoServer) SubmitStream(s batcherv1.BatcherService_SubmitStreamServer)
 			out = &batcherv1.SubmitStreamResponse{Kind: &batcherv1.SubmitStreamResponse_Completion{Completion: minimalCompletion(r.GetId())}}
 		} else {
 			m = shapedReplies.Get().(*shapedReply)
-			m.kind.Completion = m.fill(e.template, r.GetId())
+			m.kind.Completion = m.fill(e.template, e.shapedID(m, r.GetId()))
 			m.stream.Kind = &m.kind
 			out = &m.stream
 		}
@@ -186,6 +208,16 @@ func TestShapedEchoMatchesBatcher(t *testing.T) {
 					if !proto.Equal(got, want) {
 						t.Errorf("completion %v,\nwant the shape of %v", got, want)
 					}
+				}
+				// A request sent without an id (as the unary load sends)
+				// is answered with one of the server's shape.
+				resp, err = tg.client.Submit(ctx, &batcherv1.SubmitRequest{Request: newRequest("")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id := resp.GetCompletion().GetId(); len(id) <= len(echoIDPrefix) || !strings.HasPrefix(id, "srv-") ||
+					id[len(echoIDPrefix)-1] != '-' || strings.Contains(id[len(echoIDPrefix):], "-") {
+					t.Errorf("a request without an id was answered with id %q, want %q and a counter", id, echoIDPrefix)
 				}
 			}
 		})
