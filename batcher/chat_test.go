@@ -82,7 +82,7 @@ func TestRichValidation(t *testing.T) {
 		}, "input.chat.messages[0].tool_calls", "only assistant"},
 		{"n", AllFeatures, func(r *Request) { r.Params.MutableRich().N = 9 }, "params.n", "1 to 8"},
 		{"penalty range", AllFeatures, func(r *Request) { r.Params.MutableRich().FrequencyPenalty = ptr[float32](3) }, "params.frequency_penalty", "-2 to 2"},
-		{"top_logprobs alone", AllFeatures, func(r *Request) { r.Params.MutableRich().TopLogprobs = ptr[int32](2) }, "params.top_logprobs", "needs params.logprobs"},
+		{"top_logprobs alone", AllFeatures, func(r *Request) { r.Params.MutableRich().TopLogprobs = ptr[int32](2) }, "params.top_logprobs", "needs logprobs to be true"},
 		{"logit_bias key", AllFeatures, func(r *Request) { r.Params.MutableRich().LogitBias = map[string]float32{"hello": 1} }, "params.logit_bias", "token ids"},
 		{"reasoning value", AllFeatures, func(r *Request) { r.Params.MutableRich().ReasoningEffort = "max" }, "params.reasoning_effort", "must be"},
 		{"extra reserved", AllFeatures, func(r *Request) { r.MutableChat().Extra = []byte(`{"model":"x"}`) }, "extra_body.model", "sets itself"},

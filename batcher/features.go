@@ -208,7 +208,7 @@ func validateRichParams(p *RichParams, have Features) *ValidationError {
 			return invalid("params.top_logprobs", "must be 0 to %d, got %d", MaxTopLogprobs, *t)
 		}
 		if !p.Logprobs {
-			return invalid("params.top_logprobs", "needs params.logprobs")
+			return invalid("params.top_logprobs", "needs logprobs to be true") // worded for every door
 		}
 	}
 	if p.Logprobs && !have.Has(FeatureLogprobs) {
