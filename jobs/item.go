@@ -64,6 +64,7 @@ type Record struct {
 	CompletionTokens int32                `json:"completion_tokens,omitempty"`
 	Attempts         int                  `json:"attempts,omitempty"`
 	BatchID          string               `json:"batch_id,omitempty"`
+	BatchSize        int                  `json:"batch_size,omitempty"` // as the Completion showed it
 	Backend          string               `json:"backend,omitempty"`
 	URL              string               `json:"url,omitempty"`
 	ServiceTier      string               `json:"service_tier,omitempty"`

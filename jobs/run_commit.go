@@ -63,7 +63,7 @@ func (r *run) outcome(f *inflight, res batcher.Result) Outcome {
 	t, ro := &f.task, res.ChatOutput()
 	rec := Record{URL: f.url, ServiceTier: f.tier, JudgePrompt: f.judge, Text: res.Text, Embedding: res.Embedding, FinishReason: res.FinishReason,
 		PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Attempts: res.Attempts,
-		BatchID: res.BatchID, Backend: res.Backend, ToolCalls: ro.ToolCalls, Refusal: ro.Refusal, Logprobs: ro.Logprobs, Choices: ro.Choices}
+		BatchID: res.BatchID, BatchSize: res.BatchSize, Backend: res.Backend, ToolCalls: ro.ToolCalls, Refusal: ro.Refusal, Logprobs: ro.Logprobs, Choices: ro.Choices}
 	o := Outcome{Seq: t.Seq, Group: t.Group, Item: t.Item, Run: t.Run, CustomID: t.CustomID, State: ItemSucceeded, Model: f.model,
 		TokensIn: int64(res.Usage.PromptTokens), TokensOut: int64(res.Usage.CompletionTokens),
 		JudgeSeq: r.lay.judgeSeq(t.Item), RunsFrom: t.Item * r.lay.k}

@@ -555,7 +555,7 @@ func jobResult(j *jobs.Job, t *jobs.Task) *batcherv1.JobResult {
 	if rec.Cost != nil {
 		r.CostUsd = *rec.Cost
 	}
-	c := &batcherv1.Completion{Id: t.CustomID, BatchId: rec.BatchID, Attempts: int32(rec.Attempts), Backend: rec.Backend,
+	c := &batcherv1.Completion{Id: t.CustomID, BatchId: rec.BatchID, BatchSize: int32(rec.BatchSize), Attempts: int32(rec.Attempts), Backend: rec.Backend,
 		Usage: &batcherv1.Usage{PromptTokens: rec.PromptTokens, CompletionTokens: rec.CompletionTokens, TotalTokens: rec.PromptTokens + rec.CompletionTokens}}
 	r.Completion = c
 	switch t.State {

@@ -182,6 +182,11 @@ func TestJobServiceEndToEnd(t *testing.T) {
 	if r := all[5]; r.GetCustomId() != "r5" || r.GetCompletion().GetText() != "echo: hello 5" || r.GetOutcome() != batcherv1.ItemOutcome_ITEM_OUTCOME_SUCCEEDED {
 		t.Fatalf("result 5: %v", r)
 	}
+	// The batch a result rode in is shown whole, its size beside its id,
+	// as Submit's Completion shows it.
+	if c := all[5].GetCompletion(); c.GetBatchId() == "" || c.GetBatchSize() < 1 {
+		t.Fatalf("result 5's batch: id %q size %d; want both set", c.GetBatchId(), c.GetBatchSize())
+	}
 	bad := all[120]
 	if bad.GetOutcome() != batcherv1.ItemOutcome_ITEM_OUTCOME_FAILED || bad.GetCompletion().GetError().GetCode() != int32(codes.InvalidArgument) {
 		t.Fatalf("invalid item's result: %v", bad)
