@@ -217,18 +217,17 @@ var (
 // read error otherwise. A stream must end with "data: [DONE]": one that
 // ends before it was cut.
 func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg string, cause error) error) (batcher.Response, error) {
-	br := streamReaders.Get().(*bufio.Reader)
-	br.Reset(body)
-	defer func() { br.Reset(nil); streamReaders.Put(br) }() // nothing returned points into its buffer
-	var long []byte                                         // a line longer than br's buffer, joined (reused)
+	rs := streamReaders.Get().(*streamRead)
+	rs.br.Reset(body)
+	defer rs.put() // nothing returned points into its buffers
+	br, d, cr, ch := rs.br, &rs.d, &rs.cr, &rs.ch
+	var long []byte // a line longer than br's buffer, joined (reused)
 	var out batcher.Response
-	var data []byte  // the event's data lines so far
+	data := rs.data[:0] // the event's data lines so far
+	defer func() { rs.data = data }()
 	inEvent := false // data holds an event's data
-	var d batcher.Delta
 	var text, refusal strings.Builder
 	var calls toolCalls
-	var cr chunkReader
-	var ch streamChunk
 	for {
 		line, err := readLine(br, &long)
 		if err != nil {
@@ -260,7 +259,7 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 			out.Chat = batcher.NewChatOutput(calls.done(), refused, nil, nil)
 			return out, nil
 		}
-		if err := cr.decode(data, &ch); err != nil {
+		if err := cr.decode(data, ch); err != nil {
 			return out, fail("malformed chunk in the stream", fmt.Errorf("%w: %w", errMalformed, err))
 		}
 		data, inEvent = data[:0], false // the buffer serves the next event
@@ -276,7 +275,7 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 			if c.Index != 0 {
 				continue // one choice is asked for
 			}
-			d = batcher.Delta{}
+			*d = batcher.Delta{}
 			switch {
 			case c.Delta.Content != nil:
 				d.Text = *c.Delta.Content
@@ -297,7 +296,7 @@ func readStream(body io.Reader, w batcher.DeltaWriter, keep bool, fail func(msg 
 				text.WriteString(d.Text)
 				refusal.WriteString(d.Refusal)
 			}
-			if err := w.WriteDelta(&d); err != nil {
+			if err := w.WriteDelta(d); err != nil {
 				return out, err
 			}
 			if c.FinishReason != nil && *c.FinishReason != "" {
@@ -368,9 +367,35 @@ func (tc *toolCalls) done() []batcher.ToolCall {
 // in pieces and joined in readLine's scratch).
 const streamReadBuffer = 1024
 
+// streamRead is what readStream reads a stream with: its read buffer, an
+// event's data, the chunk it decodes each event into, and the delta it
+// writes. Each would be an allocation of every streamed call.
+type streamRead struct {
+	br   *bufio.Reader
+	data []byte
+	d    batcher.Delta
+	cr   chunkReader
+	ch   streamChunk
+}
+
+// maxPooledData bounds the event buffer a pooled streamRead keeps: one
+// event of more (a long tool call's arguments) is left to the collector.
+const maxPooledData = 4 << 10
+
+// put gives rs back to streamReaders, holding nothing of its stream.
+func (rs *streamRead) put() {
+	rs.br.Reset(nil)
+	if cap(rs.data) > maxPooledData {
+		rs.data = nil
+	}
+	rs.data = rs.data[:0]
+	rs.d, rs.cr, rs.ch = batcher.Delta{}, chunkReader{}, streamChunk{}
+	streamReaders.Put(rs)
+}
+
 // streamReaders holds the readers of ended streams, for the next ones: a
 // chat's read buffer was its largest allocation of the backend's own.
-var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, streamReadBuffer) }}
+var streamReaders = sync.Pool{New: func() any { return &streamRead{br: bufio.NewReaderSize(nil, streamReadBuffer)} }}
 
 // readLine reads one line without its end ("\n", "\r\n"), at most
 // maxEventBytes long. A line longer than br's buffer is joined in *long,
