@@ -105,9 +105,13 @@ func (c *decodeCodec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInf
 	return h(ctx, req)
 }
 
-func (c *decodeCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func (c *decodeCodec) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	ds := &decodeStream{ServerStream: ss, c: c}
-	ds.ctx = context.WithValue(ss.Context(), refusalsKey{}, &ds.refused)
+	if info != nil && info.FullMethod == batcherv1.BatcherService_SubmitStream_FullMethodName {
+		// Only SubmitStream's requests are refused alone (RecvMsg): the
+		// other streams' contexts need not carry refusals.
+		ds.ctx = context.WithValue(ss.Context(), refusalsKey{}, &ds.refused)
+	}
 	return h(srv, ds)
 }
 
@@ -123,12 +127,18 @@ func (c *decodeCodec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServer
 type decodeStream struct {
 	grpc.ServerStream
 	c       *decodeCodec
-	ctx     context.Context // the stream's, carrying refused
+	ctx     context.Context // the stream's, carrying refused; nil but on SubmitStream
 	refused refusals
 }
 
-// Context is the stream's context, which carries its refusals.
-func (s *decodeStream) Context() context.Context { return s.ctx }
+// Context is the stream's context, which carries its refusals on
+// SubmitStream.
+func (s *decodeStream) Context() context.Context {
+	if s.ctx == nil {
+		return s.ServerStream.Context()
+	}
+	return s.ctx
+}
 
 func (s *decodeStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {

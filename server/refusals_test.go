@@ -22,15 +22,22 @@ func (s ctxStream) Context() context.Context { return s.ctx }
 // SubmitStream's requests are that stream's own, found through its
 // context: another stream, of the same server or of another server in the
 // process, does not see them, and a stream served without the codec has
-// none. (They were one map for the whole process.)
+// none. (They were one map for the whole process.) Only SubmitStream
+// refuses a request alone: another method's stream keeps its own context.
 func TestStreamRefusalsAreTheStreams(t *testing.T) {
-	open := func(c *decodeCodec) context.Context {
+	openMethod := func(c *decodeCodec, method string) context.Context {
 		var ctx context.Context
-		_ = c.stream(nil, ctxStream{ctx: t.Context()}, nil, func(_ any, ss grpc.ServerStream) error {
+		_ = c.stream(nil, ctxStream{ctx: t.Context()}, &grpc.StreamServerInfo{FullMethod: method}, func(_ any, ss grpc.ServerStream) error {
 			ctx = ss.Context()
 			return nil
 		})
 		return ctx
+	}
+	open := func(c *decodeCodec) context.Context {
+		return openMethod(c, batcherv1.BatcherService_SubmitStream_FullMethodName)
+	}
+	if ctx := openMethod(newDecodeCodec(), batcherv1.BatcherService_SubmitStreamed_FullMethodName); ctx != t.Context() || refusalsOf(ctx) != nil {
+		t.Errorf("SubmitStreamed's stream context is not the stream's own, or has refusals")
 	}
 	one, other := newDecodeCodec(), newDecodeCodec()
 	a, sameServer, otherServer := open(one), open(one), open(other)
