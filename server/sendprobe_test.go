@@ -27,7 +27,7 @@ func TestSubmitStreamedLongAnswerStraight(t *testing.T) {
 	))
 	r := chatReq("long", "a long answer")
 	r.Model = "numbered"
-	r0 := relayed.Load()
+	r0 := e.srv.relayed.Load()
 	rs, err := e.client.SubmitStreamed(testCtx(t), &batcherv1.SubmitStreamedRequest{Request: r})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestSubmitStreamedLongAnswerStraight(t *testing.T) {
 	if _, err := rs.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the completion: %v, want the RPC's end", err)
 	}
-	if n := relayed.Load() - r0; n > 2 {
+	if n := e.srv.relayed.Load() - r0; n > 2 {
 		t.Fatalf("the handler relayed %d of %d deltas: the straight budget ran out", n, f.n+1)
 	}
 }

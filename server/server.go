@@ -206,6 +206,11 @@ type Server struct {
 	watchesOnce sync.Once
 	watchesEnd  chan struct{} // closed when the drain begins: health watches end
 	openStreams atomic.Int64  // SubmitStreams open now
+	// relayed counts the messages this server's SubmitStreamed handlers
+	// and SubmitStream senders have sent of the deltas they took from the
+	// core's buffers, each after a wake-up, rather than the upstream's
+	// reader straight: tests and benchmarks read it.
+	relayed atomic.Int64
 
 	// testHookRecvDone, when set (before any stream opens), is called when
 	// a stream's receiver has seen the caller's half-close or a broken

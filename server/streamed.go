@@ -50,7 +50,7 @@ func (st *stream) sendDeltas(ready []*batcher.Call) error {
 		if len(ds) > joinAfter {
 			ds = batcher.JoinDeltas(ds)
 		}
-		relayed.Add(int64(len(ds)))
+		st.s.relayed.Add(int64(len(ds)))
 		id := c.Request().ID
 		for j := range ds {
 			if err = st.sendDeltaLocked(id, &ds[j]); err != nil {
@@ -133,7 +133,7 @@ func (s *Server) SubmitStreamed(in *batcherv1.SubmitStreamedRequest, ss batcherv
 	// closed at once.
 	defer c.Cancel()
 	ctx := ss.Context()
-	snd := &streamedSender{ss: ss, id: req.ID, probes: probesWork(ctx)}
+	snd := &streamedSender{ss: ss, id: req.ID, probes: probesWork(ctx), relayed: &s.relayed}
 	defer snd.stop()
 	c.SendDeltasTo(snd)
 	if err := snd.relay(ctx, c); err != nil {
@@ -221,6 +221,8 @@ type streamedEndMsg struct {
 type streamedSender struct {
 	ss batcherv1.BatcherService_SubmitStreamedServer
 	id string
+	// relayed is the server's count of deltas relayed (Server.relayed).
+	relayed *atomic.Int64
 	// probes is whether sends may carry probes: the stream is not
 	// compressed (probesWork). Set before the first send.
 	probes bool
@@ -301,7 +303,7 @@ func (s *streamedSender) sendWaiting(c *batcher.Call) (more bool, err error) {
 		// token would cost the CPU that made it late.
 		ds = batcher.JoinDeltas(ds)
 	}
-	relayed.Add(int64(len(ds)))
+	s.relayed.Add(int64(len(ds)))
 	for i := range ds {
 		if err = s.send(&ds[i]); err != nil {
 			break
@@ -309,12 +311,6 @@ func (s *streamedSender) sendWaiting(c *batcher.Call) (more bool, err error) {
 	}
 	return more, err
 }
-
-// relayed counts the messages SubmitStreamed handlers and SubmitStream
-// senders have sent of the deltas they took from the core's buffers, each
-// after a wake-up, rather than the upstream's reader straight: tests and
-// benchmarks read it.
-var relayed atomic.Int64
 
 // send sends d as one Delta message, a probe when probeAfter bytes wait
 // unknown and none is in flight; mu is held.

@@ -69,7 +69,7 @@ func benchStreamedDeltas(b *testing.B, perChat int) {
 	))
 	ctx := testCtx(b)
 	b.ReportAllocs()
-	c0, r0 := rusageCPU(b), relayed.Load()
+	c0, r0 := rusageCPU(b), e.srv.relayed.Load()
 	b.ResetTimer()
 	deltas := 0
 	for deltas < b.N {
@@ -93,7 +93,7 @@ func benchStreamedDeltas(b *testing.B, perChat int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(rusageCPU(b)-c0)/float64(deltas), "cpu-ns/delta")
-	b.ReportMetric(float64(relayed.Load()-r0)/float64(deltas), "relayed/delta")
+	b.ReportMetric(float64(e.srv.relayed.Load()-r0)/float64(deltas), "relayed/delta")
 }
 
 // rusageCPU returns the process's CPU time so far, user and system.
@@ -120,7 +120,7 @@ func BenchmarkSubmitStreamDeltas(b *testing.B) {
 	s := e.openStream(b, testCtx(b))
 	s.send(optionsMsg(&batcherv1.StreamOptions{Verbosity: batcherv1.Verbosity_VERBOSITY_COMPLETIONS}))
 	b.ReportAllocs()
-	c0, r0 := rusageCPU(b), relayed.Load()
+	c0, r0 := rusageCPU(b), e.srv.relayed.Load()
 	b.ResetTimer()
 	sent := 0
 	for range inFlight {
@@ -148,5 +148,5 @@ func BenchmarkSubmitStreamDeltas(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(rusageCPU(b)-c0)/float64(deltas), "cpu-ns/delta")
-	b.ReportMetric(float64(relayed.Load()-r0)/float64(deltas), "relayed/delta")
+	b.ReportMetric(float64(e.srv.relayed.Load()-r0)/float64(deltas), "relayed/delta")
 }

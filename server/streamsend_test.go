@@ -24,7 +24,7 @@ func TestSubmitStreamDeltasStraight(t *testing.T) {
 		batcher.WithRoute(batcher.Route{Name: "numbered", Op: batcher.OpChat, Backend: "numbered"}),
 	))
 	s := e.openStream(t, testCtx(t))
-	r0 := relayed.Load()
+	r0 := e.srv.relayed.Load()
 	for i := range streams {
 		r := chatReq("s"+strconv.Itoa(i), "a long answer")
 		r.Model, r.Stream = "numbered", true
@@ -71,7 +71,7 @@ func TestSubmitStreamDeltasStraight(t *testing.T) {
 	// Some go through the sender all the same: those of a reader that
 	// finds another's straight send under way, or the sender sending.
 	// Without probes, some 3,000 would.
-	if n, total := relayed.Load()-r0, streams*(f.n+1); n > int64(total/4) {
+	if n, total := e.srv.relayed.Load()-r0, streams*(f.n+1); n > int64(total/4) {
 		t.Fatalf("the sender relayed %d of %d deltas: the straight path closed", n, total)
 	}
 }
