@@ -75,20 +75,9 @@ func started(t *testing.T, cfg jobs.Config) *jobs.Manager {
 	return m
 }
 
-// shutdown shuts m down and then core, which m's items run on (the other
-// order would fail the items m still runs), within 10 s, failing the test
-// on either's error.
-func shutdown(t testing.TB, m *jobs.Manager, core *batcher.Batcher) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := m.Shutdown(ctx); err != nil {
-		t.Errorf("manager shutdown: %v", err)
-	}
-	if err := core.Shutdown(ctx); err != nil {
-		t.Errorf("core shutdown: %v", err)
-	}
-}
+// shutdown is the package's shared helper, ShutdownForTest
+// (export_test.go), which its internal tests call too.
+var shutdown = jobs.ShutdownForTest
 
 // envOn is a started manager over core on a SQLite store in a temporary
 // directory, with the tests' short commit and poll intervals; the test's

@@ -79,14 +79,7 @@ func TestInFlightTasksHoldNoGoroutineEach(t *testing.T) {
 	release := func() { openOnce.Do(func() { close(be.open) }) }
 	t.Cleanup(func() {
 		release()
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := m.Shutdown(sctx); err != nil {
-			t.Errorf("manager shutdown: %v", err)
-		}
-		if err := core.Shutdown(sctx); err != nil {
-			t.Errorf("core shutdown: %v", err)
-		}
+		ShutdownForTest(t, m, core)
 	})
 	c, err := m.Begin(ctx, Spec{Model: "chat", ConcurrentRequests: n})
 	if err != nil {
