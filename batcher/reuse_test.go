@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/batcherhq/batcher/internal/race"
 )
 
 // TestDoReuseKeepsResultsApart drives Do through every path a call can
@@ -104,7 +106,7 @@ func TestDoReuseKeepsResultsApart(t *testing.T) {
 // pool: a steady stream of Do calls allocates no Call and no channel each,
 // where Submit, whose calls the caller holds, allocates both.
 func TestDoReusesCalls(t *testing.T) {
-	if raceBuild {
+	if race.Enabled {
 		t.Skip("the race detector makes sync.Pool drop a share of what is put back")
 	}
 	b := newTest(t, BackendFunc(func(_ context.Context, bt *Batch, out []Response) error {

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/batcherhq/batcher/internal/race"
 )
 
 // TestChunkUsageNullNoAlloc: a chunk's "usage":null costs its encoding no
 // allocation over a chunk without the field.
 func TestChunkUsageNullNoAlloc(t *testing.T) {
-	if raceBuild {
+	if race.Enabled {
 		t.Skip("allocation counts are noise under the race detector (sync.Pool drops items)")
 	}
 	text := "word"

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/batcherhq/batcher/internal/race"
 )
 
 // The tests build batcherd and batcherctl once into binDir and run them as
@@ -56,7 +58,7 @@ func binaries(t testing.TB) (batcherd, batcherctl string) {
 			return
 		}
 		ctlArgs := []string{"build", "-o", filepath.Join(binDir, "batcherctl")}
-		if raceBuild {
+		if race.Enabled {
 			ctlArgs = append(ctlArgs, "-race")
 		}
 		for _, args := range [][]string{

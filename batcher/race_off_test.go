@@ -1,5 +1,0 @@
-//go:build !race
-
-package batcher
-
-const raceBuild = false

@@ -1,5 +1,0 @@
-//go:build !race
-
-package openaiapi
-
-const raceBuild = false
