@@ -218,18 +218,8 @@ func validateHandling(r *Request, rc *routeConfig) *ValidationError {
 	if r.Timeout > MaxTimeout {
 		return invalid("timeout", "must be at most 24h, got %v", r.Timeout)
 	}
-	if len(r.Metadata) > MaxMetadataEntries {
-		return invalid("metadata", "must hold at most %d entries, got %d", MaxMetadataEntries, len(r.Metadata))
-	}
-	if len(r.Metadata) > 0 { // ranging even a nil map sets up an iterator
-		for k, v := range r.Metadata {
-			if k == "" || len(k) > MaxMetadataKeyBytes {
-				return invalid("metadata", "keys must be 1 to %d bytes, got %d", MaxMetadataKeyBytes, len(k))
-			}
-			if len(v) > MaxMetadataValBytes {
-				return invalid("metadata["+clip.String(k)+"]", "must be at most %d bytes, got %d", MaxMetadataValBytes, len(v))
-			}
-		}
+	if ve := CheckMetadata("metadata", r.Metadata, MaxMetadataEntries); ve != nil {
+		return ve
 	}
 	if o := r.Retry; o != nil && o.Factor != 0 && !(o.Factor >= 1 && o.Factor <= MaxBackoffFactor) {
 		return invalid("retry.factor", "must be 0 (the backend's) or 1 to %v, got %v", MaxBackoffFactor, o.Factor)

@@ -64,6 +64,10 @@ type Creator struct {
 	// and line, so that a million items cost about 30 MB, not the strings.
 	ids   map[[2]uint64]int64
 	seeds [2]maphash.Seed
+	// nextReq: the next input is a gRPC request (NextIsRequest); isReq:
+	// the current one is, and requests counts them, with it.
+	nextReq, isReq bool
+	requests       int64
 }
 
 // createChunk is how many tasks a Creator buffers before writing them.
@@ -124,7 +128,7 @@ func (c *Creator) Add(ctx context.Context, customID string, req *ItemRequest) er
 		customID = "item-" + strconv.FormatInt(c.items, 10)
 	} else if len(customID) > MaxCustomIDBytes {
 		// ParseOpenAILine refuses a line's; a gRPC item's id comes here alone.
-		return kindErr(ErrInvalid, "line %d: custom_id %q: must be at most %d bytes, got %d", c.items, cut(customID), MaxCustomIDBytes, len(customID))
+		return kindErr(ErrInvalid, "%s: %s %q: must be at most %d bytes, got %d", c.at(), c.idField(), cut(customID), MaxCustomIDBytes, len(customID))
 	} else if err := c.unique(customID); err != nil {
 		return err
 	}
@@ -195,10 +199,45 @@ func (c *Creator) unique(id string) error {
 	}
 	k := [2]uint64{maphash.String(c.seeds[0], id), maphash.String(c.seeds[1], id)}
 	if first, ok := c.ids[k]; ok {
-		return kindErr(ErrInvalid, "line %d: custom_id %q is already used by line %d: custom ids must be unique in a job", c.items, cut(id), first)
+		return kindErr(ErrInvalid, "%s: %s %q is already used by %s: ids must be unique in a job", c.at(), c.idField(), cut(id), c.name(first))
 	}
-	c.ids[k] = c.items
+	c.ids[k] = c.ref()
 	return nil
+}
+
+// NextIsRequest says that the next input (Add or AddInvalid) is a gRPC
+// caller's request, not a batch file's line: errors name it as its caller
+// sent it, by its index among JobItems.requests counted from 0 over the
+// whole stream ("requests[3]") and its "id", where a line is named by its
+// number from 1 ("line 4") and its "custom_id".
+func (c *Creator) NextIsRequest() { c.nextReq = true }
+
+// at names the current input as its caller sent it.
+func (c *Creator) at() string { return c.name(c.ref()) }
+
+// ref is the current input as the ids map keeps it: a line's number, or
+// minus one more than a request's index.
+func (c *Creator) ref() int64 {
+	if c.isReq {
+		return -c.requests
+	}
+	return c.items
+}
+
+// name names the input ref refers to.
+func (c *Creator) name(ref int64) string {
+	if ref < 0 {
+		return "requests[" + strconv.FormatInt(-ref-1, 10) + "]"
+	}
+	return "line " + strconv.FormatInt(ref, 10)
+}
+
+// idField is what the current input's caller calls its id.
+func (c *Creator) idField() string {
+	if c.isReq {
+		return "id"
+	}
+	return "custom_id"
 }
 
 func (c *Creator) next() error {
@@ -209,17 +248,21 @@ func (c *Creator) next() error {
 		return kindErr(ErrTooManyItems, "more than %d items (the server's limit)", c.maxItems)
 	}
 	c.items++
+	c.isReq, c.nextReq = c.nextReq, false
+	if c.isReq {
+		c.requests++
+	}
 	return nil
 }
 
 func (c *Creator) addInvalid(ctx context.Context, customID, msg string) error {
 	if c.job.Spec.FailOnInvalid {
 		if customID != "" {
-			return kindErr(ErrInvalid, "line %d (custom_id %q): %s", c.items, cut(customID), msg)
+			return kindErr(ErrInvalid, "%s (%s %q): %s", c.at(), c.idField(), cut(customID), msg)
 		}
-		return kindErr(ErrInvalid, "line %d: %s", c.items, msg)
+		return kindErr(ErrInvalid, "%s: %s", c.at(), msg)
 	}
-	msg = fmt.Sprintf("line %d: %s", c.items, msg)
+	msg = fmt.Sprintf("%s: %s", c.at(), msg)
 	c.invalid++
 	item := c.items - 1
 	c.buf = append(c.buf, Task{Seq: item * c.lay.k, Item: item, Group: GroupNone, CustomID: customID, Line: c.items,
@@ -288,7 +331,7 @@ func (c *Creator) admit(customID string, req *ItemRequest) error {
 		}
 		r := batcher.Request{Route: route, Priority: spec.Priority}
 		if err := c.access.Admit(&r); err != nil {
-			return fmt.Errorf("line %d (custom_id %q): %w", c.items, cut(customID), err)
+			return fmt.Errorf("%s (%s %q): %w", c.at(), c.idField(), cut(customID), err)
 		}
 	}
 	return nil

@@ -1,36 +1,40 @@
 package jobs
 
 import (
-	"fmt"
-	"sort"
+	"strings"
 
 	"github.com/batcherhq/batcher/batcher"
 )
 
-// MaxSpecMetadata bounds the entries of Spec.Metadata.
-const MaxSpecMetadata = 32
+// MaxSpecMetadata bounds the entries of Spec.Metadata: a request's bound
+// in the core.
+const MaxSpecMetadata = batcher.MaxMetadataEntries
 
-// checkMetadata checks a job's metadata against the bounds a request's
-// metadata has in the core (and OpenAI's on a batch's): at most
-// MaxSpecMetadata entries, keys of at most batcher.MaxMetadataKeyBytes
-// bytes, values of at most batcher.MaxMetadataValBytes. It returns the
-// field at fault and why, or "" when the metadata is within them.
-func checkMetadata(md map[string]string) (field, reason string) {
-	if len(md) > MaxSpecMetadata {
-		return "spec.metadata", fmt.Sprintf("at most %d entries, got %d", MaxSpecMetadata, len(md))
+// ReservedMetadataPrefix starts the metadata keys that Batcher's own doors
+// set on a job (the OpenAI Batch API keeps its endpoint and input file
+// under batcher.openai.), in Spec.Tags: a caller's key under it would pass
+// one kind of job off as another, so CheckMetadata refuses it.
+const ReservedMetadataPrefix = "batcher."
+
+// CheckMetadata is the rule on a job's metadata that every way to create a
+// job applies (Manager.Begin applies it to Spec.Metadata, so none can skip
+// it; a door calls it first to name the field as its caller sent it):
+// batcher.CheckMetadata's bounds with at most maxEntries entries, and no
+// key beginning with ReservedMetadataPrefix. It returns an ErrInvalid
+// naming field and the limit, or nil; of several reserved keys it names
+// the least.
+func CheckMetadata(field string, md map[string]string, maxEntries int) error {
+	if ve := batcher.CheckMetadata(field, md, maxEntries); ve != nil {
+		return kindErr(ErrInvalid, "%s: %s", ve.Field, ve.Reason)
 	}
-	keys := make([]string, 0, len(md))
+	reserved, found := "", false
 	for k := range md {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // the same key named on every try
-	for _, k := range keys {
-		if len(k) > batcher.MaxMetadataKeyBytes {
-			return "spec.metadata", fmt.Sprintf("key %q: at most %d bytes, got %d", cut(k), batcher.MaxMetadataKeyBytes, len(k))
-		}
-		if v := md[k]; len(v) > batcher.MaxMetadataValBytes {
-			return fmt.Sprintf("spec.metadata[%q]", k), fmt.Sprintf("at most %d bytes, got %d", batcher.MaxMetadataValBytes, len(v))
+		if strings.HasPrefix(k, ReservedMetadataPrefix) && (!found || k < reserved) {
+			reserved, found = k, true
 		}
 	}
-	return "", ""
+	if found {
+		return kindErr(ErrInvalid, "%s: key %q: keys beginning with %q are reserved for Batcher's own", field, cut(reserved), ReservedMetadataPrefix)
+	}
+	return nil
 }

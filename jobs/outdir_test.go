@@ -149,3 +149,37 @@ func TestCustomIDBounded(t *testing.T) {
 		t.Fatalf("a line's id of %d bytes: %v, want an error naming custom_id and the limit", len(long), err)
 	}
 }
+
+// A gRPC caller's request (NextIsRequest) is named in errors by its index
+// among the requests and its "id", not by a batch file's line number and
+// custom_id, also beside lines in one job.
+func TestRequestNamedByIndex(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	c, err := e.m.Begin(ctx, jobs.Spec{Model: "chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Abort()
+	c.NextIsRequest()
+	if err := c.Add(ctx, "a", chatItem("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Add(ctx, "b", chatItem("hi")); err != nil { // a line: not a request
+		t.Fatal(err)
+	}
+	c.NextIsRequest()
+	err = c.Add(ctx, "a", chatItem("hi"))
+	if want := `requests[1]: id "a" is already used by requests[0]`; !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%v, want ErrInvalid saying %s", err, want)
+	}
+	err = c.Add(ctx, "b", chatItem("hi"))
+	if want := `line 4: custom_id "b" is already used by line 2`; !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%v, want ErrInvalid saying %s", err, want)
+	}
+	c.NextIsRequest()
+	err = c.Add(ctx, strings.Repeat("x", jobs.MaxCustomIDBytes+1), chatItem("hi"))
+	if want := `requests[2]: id "xxx`; !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "line") {
+		t.Fatalf("%v, want ErrInvalid saying %s", err, want)
+	}
+}

@@ -3,6 +3,7 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -60,8 +61,11 @@ func (m *Manager) validateSpec(s *Spec) error {
 	if len(s.Name) > 256 {
 		return badSpec("spec.name", "at most 256 bytes")
 	}
-	if field, reason := checkMetadata(s.Metadata); field != "" {
-		return badSpec(field, "%s", reason)
+	if err := CheckMetadata("spec.metadata", s.Metadata, MaxSpecMetadata); err != nil {
+		return err
+	}
+	if err := s.addTags(); err != nil {
+		return err
 	}
 	if s.Model != "" {
 		if _, ok := m.route(s.Model); !ok {
@@ -158,5 +162,25 @@ func (m *Manager) validateGroup(i int, g *Group, names map[string]bool) error {
 	if f := g.BackoffFactor; f != 0 && !(f >= 1 && f <= batcher.MaxBackoffFactor) {
 		return badSpec(field+".backoff_factor", "0 (the backend's) or 1 to %d, got %v", batcher.MaxBackoffFactor, f)
 	}
+	return nil
+}
+
+// addTags adds s.Tags to s.Metadata, in a new map (the caller's is its
+// own), once Metadata is checked.
+func (s *Spec) addTags() error {
+	if len(s.Tags) == 0 {
+		return nil
+	}
+	md := make(map[string]string, len(s.Metadata)+len(s.Tags))
+	for k, v := range s.Metadata {
+		md[k] = v
+	}
+	for k, v := range s.Tags {
+		if !strings.HasPrefix(k, ReservedMetadataPrefix) {
+			return badSpec("spec.tags", "key %q: must begin with %q", cut(k), ReservedMetadataPrefix)
+		}
+		md[k] = v
+	}
+	s.Metadata, s.Tags = md, nil
 	return nil
 }

@@ -78,8 +78,15 @@ func (s ItemState) Terminal() bool { return s >= ItemSucceeded && s <= ItemExpir
 
 // Spec configures a job.
 type Spec struct {
-	Name     string            `json:"name,omitempty"`
+	Name string `json:"name,omitempty"`
+	// Metadata is the caller's, held to CheckMetadata; once the job is
+	// created it holds Tags too.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Tags are the keys a door of Batcher's own marks its jobs with, each
+	// beginning with ReservedMetadataPrefix (the Batch API's endpoint and
+	// input file). Begin checks Metadata without them, then adds them to
+	// it: they are stored, listed and returned with the caller's keys.
+	Tags map[string]string `json:"-"`
 	// Model is the default route for items that name none.
 	Model string `json:"model,omitempty"`
 	// Params are the default generation parameters for items that set none.

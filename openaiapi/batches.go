@@ -39,9 +39,11 @@ const (
 	metaInputFile = "batcher.openai.input_file_id"
 	batchMaxBody  = 64 << 10
 	batchMaxDepth = 8
-	// batchMaxMetadata is OpenAI's bound on a batch's metadata keys.
-	batchMaxMetadata = 16
 )
+
+// BatchMaxMetadata is OpenAI's bound on a batch's metadata: 16 pairs (its
+// key and value bounds are the core's, batcher.CheckMetadata's).
+const BatchMaxMetadata = 16
 
 // BatchJobs is what the Batch API needs of a store of durable jobs, each
 // call in the scope of ctx's caller (its tenant). batcherd adapts
@@ -51,8 +53,11 @@ const (
 // Errors that the caller should see as more than a server error wrap one
 // of the ErrBatch... kinds, as a *BatchError.
 type BatchJobs interface {
-	// Begin starts a job that keeps meta and must end within window.
-	Begin(ctx context.Context, meta map[string]string, window time.Duration) (BatchCreator, error)
+	// Begin starts a job that keeps the caller's meta (checked by the
+	// jobs' rule, with at most BatchMaxMetadata entries, an error naming
+	// "metadata") and the Batch API's own tags (keys beginning with
+	// batcher.openai.), and must end within window.
+	Begin(ctx context.Context, meta, tags map[string]string, window time.Duration) (BatchCreator, error)
 	// Get returns a job, or an ErrBatchNotFound.
 	Get(ctx context.Context, id string) (*BatchJob, error)
 	// Cancel cancels a job and returns it, or an ErrBatchNotFound.
@@ -281,20 +286,8 @@ func (req *batchRequest) check() (time.Duration, *Error) {
 	if !ok {
 		return 0, badRequest("completion_window", "completion_window %q is not supported: use 24h", req.CompletionWindow)
 	}
-	if len(req.Metadata) > batchMaxMetadata {
-		return 0, badRequest("metadata", "metadata holds %d keys, at most %d", len(req.Metadata), batchMaxMetadata)
-	}
-	for k, v := range req.Metadata {
-		if strings.HasPrefix(k, "batcher.") {
-			return 0, badRequest("metadata", "metadata key %q: the prefix batcher. is reserved", k)
-		}
-		// OpenAI's bounds, which are also the core's on a request's.
-		if len(k) > batcher.MaxMetadataKeyBytes {
-			return 0, badRequest("metadata", "metadata key %.64q...: at most %d bytes, got %d", k, batcher.MaxMetadataKeyBytes, len(k))
-		}
-		if len(v) > batcher.MaxMetadataValBytes {
-			return 0, badRequest("metadata", "metadata value of %q: at most %d bytes, got %d", k, batcher.MaxMetadataValBytes, len(v))
-		}
+	if ve := batcher.CheckMetadata("metadata", req.Metadata, BatchMaxMetadata); ve != nil {
+		return 0, badRequest("metadata", "%s", ve.Error())
 	}
 	if req.InputFileID == "" {
 		return 0, badRequest("input_file_id", "input_file_id must be set")
@@ -319,14 +312,11 @@ func (a *batchAPI) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = f.Close() }()
-	meta := map[string]string{metaEndpoint: req.Endpoint, metaInputFile: req.InputFileID}
-	for k, v := range req.Metadata {
-		meta[k] = v
-	}
+	tags := map[string]string{metaEndpoint: req.Endpoint, metaInputFile: req.InputFileID}
 	ctx := r.Context()
-	c, err := a.jobs.Begin(ctx, meta, window)
+	c, err := a.jobs.Begin(ctx, req.Metadata, tags, window)
 	if err != nil {
-		WriteError(w, jobError(err, ""))
+		WriteError(w, jobError(err, "metadata"))
 		return
 	}
 	if e := feed(ctx, c, f, req.Endpoint); e != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -34,10 +35,12 @@ type fakeJobs struct {
 	aborted                      int
 }
 
-func (f *fakeJobs) Begin(_ context.Context, meta map[string]string, window time.Duration) (openaiapi.BatchCreator, error) {
+func (f *fakeJobs) Begin(_ context.Context, md, tags map[string]string, window time.Duration) (openaiapi.BatchCreator, error) {
 	if f.beginErr != nil {
 		return nil, f.beginErr
 	}
+	meta := maps.Clone(tags)
+	maps.Copy(meta, md)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.windows = append(f.windows, window)
@@ -310,10 +313,10 @@ func TestBatchesCreateRefused(t *testing.T) {
 			`endpoint "/v1/images" is not supported: use /v1/chat/completions, /v1/completions or /v1/embeddings`},
 		{"window", `{"input_file_id":"` + batchFile + `","endpoint":"/v1/embeddings","completion_window":"1h"}`, 400, "completion_window",
 			`completion_window "1h" is not supported: use 24h`},
-		{"metadata size", createBody(batchFile, `,"metadata":{`+strings.Join(many, ",")+`}`), 400, "metadata", "metadata holds 17 keys, at most 16"},
-		{"reserved key", createBody(batchFile, `,"metadata":{"batcher.x":"v"}`), 400, "metadata", `metadata key "batcher.x": the prefix batcher. is reserved`},
-		{"long value", createBody(batchFile, `,"metadata":{"team":"`+strings.Repeat("v", 513)+`"}`), 400, "metadata", `metadata value of "team": at most 512 bytes, got 513`},
-		{"long key", createBody(batchFile, `,"metadata":{"`+strings.Repeat("k", 65)+`":"v"}`), 400, "metadata", `at most 64 bytes, got 65`},
+		{"metadata size", createBody(batchFile, `,"metadata":{`+strings.Join(many, ",")+`}`), 400, "metadata", "metadata: must hold at most 16 entries, got 17"},
+		{"long value", createBody(batchFile, `,"metadata":{"team":"`+strings.Repeat("v", 513)+`"}`), 400, "metadata", `metadata[team]: must be at most 512 bytes, got 513`},
+		{"long key", createBody(batchFile, `,"metadata":{"`+strings.Repeat("k", 65)+`":"v"}`), 400, "metadata", `keys must be 1 to 64 bytes, got 65`},
+		{"empty key", createBody(batchFile, `,"metadata":{"":"v"}`), 400, "metadata", `metadata: key "": keys must be 1 to 64 bytes, got 0`},
 		{"no file", createBody("", ""), 400, "input_file_id", "input_file_id must be set"},
 		{"unknown file", createBody("file-000000000000000000000000", ""), 404, "input_file_id", `no file with id "file-000000000000000000000000"`},
 		{"purpose", createBody(other, ""), 400, "input_file_id", fmt.Sprintf(`file %s has purpose "fine-tune", not batch`, other)},

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -163,6 +162,7 @@ func (s *JobService) CreateJob(stream grpc.ClientStreamingServer[batcherv1.Creat
 }
 
 func (s *JobService) addRequest(ctx context.Context, c *jobs.Creator, pr *batcherv1.Request) error {
+	c.NextIsRequest() // named by its index, not a batch file's line
 	var r batcher.Request
 	if st := toCore(pr, &r); st != nil {
 		return c.AddInvalid(ctx, pr.GetId(), st.Message())
@@ -203,18 +203,6 @@ func specToJobs(ps *batcherv1.JobSpec) (jobs.Spec, *status.Status) {
 		ConcurrentRequests: int(ps.GetConcurrentRequests()), FailOnInvalid: ps.GetFailOnInvalid(),
 		RPM: int(ps.GetRequestsPerMinute()), TPM: ps.GetTokensPerMinute(), OutputDir: ps.GetOutputDir(),
 		Dispatch: ps.GetDispatch()}
-	// The Batch API marks its jobs with batcher.openai.* keys: one set here
-	// would pass a gRPC job off as a batch (openaiapi refuses them on its
-	// side alike). The first in order is named, so that the answer is stable.
-	reserved := ""
-	for k := range s.Metadata {
-		if strings.HasPrefix(k, "batcher.") && (reserved == "" || k < reserved) {
-			reserved = k
-		}
-	}
-	if reserved != "" {
-		return s, invalidArgument("spec.metadata", fmt.Sprintf("key %q: keys beginning with \"batcher.\" are reserved for Batcher's own", reserved))
-	}
 	var st *status.Status
 	if s.Params, st = paramsToCore(ps.GetParams(), "spec.params"); st != nil {
 		return s, st

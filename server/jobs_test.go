@@ -373,7 +373,6 @@ func TestJobSpecRoundTrip(t *testing.T) {
 		spec  *batcherv1.JobSpec
 		field string
 	}{
-		{&batcherv1.JobSpec{Metadata: map[string]string{"team": "a", "batcher.openai.endpoint": "/v1/chat/completions"}}, "spec.metadata"},
 		{&batcherv1.JobSpec{RunGroups: []*batcherv1.RunGroup{{Delay: durationpb.New(-time.Second)}}}, "spec.run_groups[0].delay"},
 		{&batcherv1.JobSpec{RunGroups: []*batcherv1.RunGroup{{}, {RetryDelay: durationpb.New(-time.Second)}}}, "spec.run_groups[1].retry_delay"},
 		// Never dropped: a parameter a spec cannot default is refused by name.

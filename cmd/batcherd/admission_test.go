@@ -164,6 +164,12 @@ func (e *tenantsEnv) post(t *testing.T, tok, path, body, priority string) refusa
 
 // batch uploads lines as a batch file and creates a batch of them.
 func (e *tenantsEnv) batch(t *testing.T, tok, endpoint string, lines ...string) refusal {
+	return e.batchWith(t, tok, endpoint, "", lines...)
+}
+
+// batchWith is batch with extra fields (`,"metadata": {...}`) in the
+// create body.
+func (e *tenantsEnv) batchWith(t *testing.T, tok, endpoint, extra string, lines ...string) refusal {
 	var form bytes.Buffer
 	mw := multipart.NewWriter(&form)
 	_ = mw.WriteField("purpose", "batch")
@@ -175,7 +181,7 @@ func (e *tenantsEnv) batch(t *testing.T, tok, endpoint string, lines ...string) 
 	if code != 200 || json.Unmarshal([]byte(body), &file) != nil {
 		t.Fatalf("upload: %d %s", code, body)
 	}
-	return e.post(t, tok, "/v1/batches", `{"input_file_id": "`+file.ID+`", "endpoint": "`+endpoint+`", "completion_window": "24h"}`, "")
+	return e.post(t, tok, "/v1/batches", `{"input_file_id": "`+file.ID+`", "endpoint": "`+endpoint+`", "completion_window": "24h"`+extra+`}`, "")
 }
 
 func batchLine(id, url, body string) string {
@@ -369,12 +375,12 @@ func TestEveryDoorAdmits(t *testing.T) {
 			}
 		})
 	}
-	// A job or a batch naming a forbidden route names its line.
+	// A job naming a forbidden route names its item as sent (a batch, its line).
 	second := embedItem("", 0)
 	second.Id = "e2" // custom ids are unique in a job
 	r := e.createJob(t, tok, &batcherv1.JobSpec{Model: "sim-embed"}, items(embedItem("", 0), second, chatItem("sim-chat")))
-	if s := status.Convert(r.err); !strings.Contains(s.Message(), "line 3") {
-		t.Errorf("refused job %v does not name line 3", r.err)
+	if s := status.Convert(r.err); !strings.Contains(s.Message(), "requests[2]") {
+		t.Errorf("refused job %v does not name requests[2]", r.err)
 	}
 	r = e.batch(t, tok, "/v1/embeddings", batchLine("a", "/v1/embeddings", embedBody), batchLine("second", "/v1/embeddings", `{"model": "sim-chat", "input": "x"}`))
 	if !strings.Contains(r.body, "line 2") || !strings.Contains(r.body, "second") {

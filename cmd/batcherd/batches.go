@@ -30,8 +30,13 @@ func batchesMount(m *jobs.Manager) func(*openaiapi.FileStore) []openaiapi.Option
 // batchJobs is jobs.Manager as openaiapi.BatchJobs.
 type batchJobs struct{ m *jobs.Manager }
 
-func (b batchJobs) Begin(ctx context.Context, meta map[string]string, window time.Duration) (openaiapi.BatchCreator, error) {
-	c, err := b.m.Begin(jobsScope(ctx), jobs.Spec{Metadata: meta, CompletionWindow: window})
+func (b batchJobs) Begin(ctx context.Context, meta, tags map[string]string, window time.Duration) (openaiapi.BatchCreator, error) {
+	// The jobs' rule, which Begin applies too, named as the Batch API's
+	// caller sent it: "metadata", not a job spec's "spec.metadata".
+	if err := jobs.CheckMetadata("metadata", meta, openaiapi.BatchMaxMetadata); err != nil {
+		return nil, batchErr(err)
+	}
+	c, err := b.m.Begin(jobsScope(ctx), jobs.Spec{Metadata: meta, Tags: tags, CompletionWindow: window})
 	if err != nil {
 		return nil, batchErr(err)
 	}

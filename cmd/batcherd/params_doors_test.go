@@ -147,7 +147,7 @@ func TestEveryDoorRefusesParamsOutOfRange(t *testing.T) {
 		}},
 		{"CreateJob items", func(t *testing.T, bp badParam) {
 			err := createJob(t, &batcherv1.JobItems{Requests: []*batcherv1.Request{chatItem(""), req(bp)}})
-			grpcCode(t, err, codes.InvalidArgument, `line 2 (custom_id "x"): model "sim-chat": request.params.`+bp.field+": "+bp.limit)
+			grpcCode(t, err, codes.InvalidArgument, `requests[1] (id "x"): model "sim-chat": request.params.`+bp.field+": "+bp.limit)
 		}},
 		{"CreateJob OpenAI lines", func(t *testing.T, bp badParam) {
 			err := createJob(t, &batcherv1.JobItems{OpenaiLines: []*batcherv1.OpenAIBatchLine{

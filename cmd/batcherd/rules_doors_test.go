@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 )
 
@@ -66,6 +69,64 @@ var requestRules = []requestRule{
 		url:  "/v1/chat/completions", body: `{"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "max_completion_tokens": 7}`,
 		param: "max_tokens", reason: "is 5 and max_completion_tokens 7: set one",
 	},
+	{
+		name: "metadata key empty",
+		grpc: func() *batcherv1.Request {
+			r := chatItem("sim-chat")
+			r.Metadata = map[string]string{"": "v"}
+			return r
+		},
+		url: "/v1/chat/completions", body: `{"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "metadata": {"": "v"}}`,
+		field: "metadata", param: "metadata", reason: `keys must be 1 to 64 bytes, got 0`,
+	},
+}
+
+// jobMetadataRule is a rule on a job's metadata (jobs.CheckMetadata, on
+// batcher.CheckMetadata) that every way to create a job applies: a row
+// set of TestEveryDoorAppliesRequestRules.
+type jobMetadataRule struct {
+	name string
+	md   map[string]string
+	// reason is what every door says, after the field ("spec.metadata"
+	// over gRPC, "metadata" on the Batch API); at holds a door's own.
+	reason string
+	at     map[string]string
+}
+
+func jobMetadataRules() []jobMetadataRule {
+	many := map[string]string{}
+	for i := range batcher.MaxMetadataEntries + 1 {
+		many[fmt.Sprint("k", i)] = "v"
+	}
+	return []jobMetadataRule{
+		{name: "empty key", md: map[string]string{"": "v"}, reason: `: key "": keys must be 1 to 64 bytes, got 0`},
+		{name: "long key", md: map[string]string{strings.Repeat("k", 65): "v"}, reason: `: key "` + strings.Repeat("k", 64) + `...": keys must be 1 to 64 bytes, got 65`},
+		{name: "long value", md: map[string]string{"team": strings.Repeat("v", 513)}, reason: `[team]: must be at most 512 bytes, got 513`},
+		{name: "reserved key", md: map[string]string{"team": "a", "batcher.openai.endpoint": "/v1/embeddings"},
+			reason: `: key "batcher.openai.endpoint": keys beginning with "batcher." are reserved for Batcher's own`},
+		// OpenAI's contract bounds a batch's metadata at 16 pairs.
+		{name: "entries", md: many, reason: ": must hold at most 32 entries, got 33",
+			at: map[string]string{"/v1/batches": ": must hold at most 16 entries, got 33"}},
+	}
+}
+
+// jobDoor is one way to create a job with metadata: send returns its
+// refusal; field is what it calls the metadata.
+type jobDoor struct {
+	name, field string
+	send        func(t *testing.T, e *tenantsEnv, md map[string]string) refusal
+}
+
+func jobDoors() []jobDoor {
+	return []jobDoor{
+		{"CreateJob", "spec.metadata", func(t *testing.T, e *tenantsEnv, md map[string]string) refusal {
+			return e.createJob(t, e.tokA, &batcherv1.JobSpec{Model: "sim-chat", Metadata: md}, items(chatItem("sim-chat")))
+		}},
+		{"/v1/batches", "metadata", func(t *testing.T, e *tenantsEnv, md map[string]string) refusal {
+			b, _ := json.Marshal(md)
+			return e.batchWith(t, e.tokA, "/v1/chat/completions", `, "metadata": `+string(b), batchLine("x", "/v1/chat/completions", chatBody))
+		}},
+	}
 }
 
 // ruleDoor is one way into batcherd for a requestRule: send returns its
@@ -161,5 +222,31 @@ func TestEveryDoorAppliesRequestRules(t *testing.T) {
 			})
 		}
 	}
+	for _, rule := range jobMetadataRules() {
+		for _, d := range jobDoors() {
+			t.Run("job metadata "+rule.name+"/"+d.name, func(t *testing.T) {
+				want := d.field + rule.reason
+				if r, ok := rule.at[d.name]; ok {
+					want = d.field + r
+				}
+				r := d.send(t, e, rule.md)
+				if r.err != nil || r.code == 0 {
+					if s := status.Convert(r.err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), want) {
+						t.Errorf("got %v, want INVALID_ARGUMENT saying %s", r.err, want)
+					}
+					return
+				}
+				if r.code != http.StatusBadRequest || !strings.Contains(r.body, `"param":"metadata"`) || !strings.Contains(r.body, jsonText(want)) {
+					t.Errorf("got %d %s, want 400 on param metadata saying %s", r.code, r.body, want)
+				}
+			})
+		}
+	}
 	e.finish(t)
+}
+
+// jsonText is s as it shows inside a JSON string.
+func jsonText(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b[1 : len(b)-1])
 }
