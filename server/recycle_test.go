@@ -87,13 +87,12 @@ func TestSpareItemsBounded(t *testing.T) {
 }
 
 // TestItemsMapClearedForTheNextStream checks that a stream's items map
-// goes back to the server's spare maps only once both the sender and the
-// receiver are done with it, and empty: a stream closed with requests in
-// flight must not hand their ids to the next stream, which would refuse
-// them as duplicates.
+// goes back to itemMaps only once both the sender and the receiver are
+// done with it, and empty: a stream closed with requests in flight must
+// not hand their ids to the next stream, which would refuse them as
+// duplicates.
 func TestItemsMapClearedForTheNextStream(t *testing.T) {
-	srv := &Server{items: &spareItems{max: 8}}
-	st := &stream{s: srv, items: map[string]*item{"a": new(item)}, peak: 1}
+	st := &stream{items: map[string]*item{"a": new(item)}, peak: 1}
 	m := st.items
 	st.leave()
 	if len(m) != 1 || st.items == nil {
@@ -102,33 +101,6 @@ func TestItemsMapClearedForTheNextStream(t *testing.T) {
 	st.leave()
 	if len(m) != 0 || st.items != nil {
 		t.Fatalf("after both left: %d items, map kept %v; want it cleared and let go", len(m), st.items != nil)
-	}
-	m["b"] = nil // a mark: the map the next stream gets is this one
-	if got, peak := srv.items.getMap(); len(got) != 1 || peak != 1 {
-		t.Fatalf("the next stream's map holds %d entries, peak %d; want the kept map (marked), peak 1", len(got), peak)
-	}
-}
-
-// TestSpareMapsBounded checks that the server keeps the items maps of
-// ended streams while the peaks they held (one for a map that held none)
-// add up to at most its max items, and none that held more than
-// maxPooledItems.
-func TestSpareMapsBounded(t *testing.T) {
-	p := &spareItems{max: 10}
-	for _, peak := range []int{4, 5, 2, maxPooledItems + 1, 0, 0} {
-		p.putMap(map[string]*item{}, peak)
-	}
-	if len(p.maps.maps) != 3 || p.maps.room != 10 {
-		t.Fatalf("kept %d maps of room %d, want 3 of 10 (peaks 4, 5 and an empty one's 1; 2 and a second empty one past the max, %d past maxPooledItems)",
-			len(p.maps.maps), p.maps.room, maxPooledItems+1)
-	}
-	for i, want := range []int{1, 5, 4} {
-		if m, peak := p.getMap(); m == nil || peak != want {
-			t.Fatalf("getMap %d: map %v, peak %d; want a map of peak %d", i, m != nil, peak, want)
-		}
-	}
-	if len(p.maps.maps) != 0 || p.maps.room != 0 {
-		t.Fatalf("after three gets: %d maps of room %d kept, want none", len(p.maps.maps), p.maps.room)
 	}
 }
 

@@ -246,7 +246,7 @@ func New(core *batcher.Batcher, opts ...Option) (*Server, error) {
 		closing:      make(chan struct{}),
 		watchesEnd:   make(chan struct{}),
 		budget:       newBudget(cfg.maxPending),
-		items:        &spareItems{max: spareItemsMax(cfg.maxPending)},
+		items:        &spareItems{max: cfg.maxPending},
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(healthService, healthpb.HealthCheckResponse_SERVING)

@@ -40,10 +40,10 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 		nudge:      make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
+		items:      itemMaps.Get().(map[string]*item),
 		// The first message may change it.
 		interval: s.cfg.interval,
 	}
-	st.items, st.peak = s.items.getMap()
 	st.turn.wake = make(chan struct{}, 1)
 	st.sends.probes = probesWork(st.ctx)
 	st.allEvents.Store(true)
@@ -128,7 +128,7 @@ type stream struct {
 	streaming []*batcher.Call                   // streamed requests with deltas waiting (sent before out)
 	spareStr  []*batcher.Call                   // streaming's other buffer, sender-owned between takes
 	items     map[string]*item                  // accepted (or being submitted) and not yet taken ended, by id
-	peak      int                               // the most items has held, under earlier streams too (leave)
+	peak      int                               // the most items has held (leave)
 	left      atomic.Int32                      // the sender and the receiver that are done with items (leave)
 	closed    bool                              // the sender is gone: drop messages, cancel late admissions
 	recvDone  bool                              // the receiver stopped reading
@@ -186,30 +186,17 @@ type item struct {
 
 // spareItems holds the streams' cleared items between streams: a
 // stream takes from it when it has none of its own free, and puts its own
-// back when it ends. It keeps at most max (spareItemsMax), so what it
-// retains is bounded; a sync.Pool kept missing, since every garbage
-// collection empties one over two cycles, and under load one runs every
-// few thousand requests. It also keeps the streams' items maps (maps).
+// back when it ends. It keeps at most max (the server-wide budget of
+// answers owed, which bounds the items in flight on all streams at once),
+// so what it retains is bounded; a sync.Pool kept missing, since every
+// garbage collection empties one over two cycles, and under load one runs
+// every few thousand requests.
 type spareItems struct {
 	mu   sync.Mutex
 	head *item // linked by item.next
 	n    int
 	max  int
-	maps spareMaps
 }
-
-// spareItemsMax is how many cleared items the server keeps between
-// streams for a server-wide budget of maxPending answers owed: four
-// times the budget. The budget bounds the items in flight on all streams
-// at once, but not the items a stream holds: each keeps up to
-// maxFreeItems of its own free ones besides those in flight, and they
-// all come back when it ends. BenchmarkGRPCStream's 64 streams (a new 64
-// each round) had about 3,000 to 3,500 items in use between them; a store
-// of the budget alone (1,024) dropped a thousand of them at each round's
-// end, and the next round's streams made as many anew, a fresh 1,152-byte
-// item for about one message in ten. At most about 6 MB for the default
-// budget (an item and its Call, 1.4 KB).
-func spareItemsMax(maxPending int) int { return 4 * maxPending }
 
 // get returns a cleared item, from the store or new.
 func (p *spareItems) get() *item {
@@ -240,73 +227,30 @@ func (p *spareItems) put(list *item) {
 	}
 }
 
-// spareMaps holds the items maps (stream.items) of ended streams, empty,
+// itemMaps holds the items maps (stream.items) of ended streams, empty,
 // for the streams to come: a stream's map grows as its requests come in,
 // six times on the way to a hundred in flight, and a stream of a few
-// hundred requests paid for that growth on each of them. A sync.Pool
-// missed as the items' did (spareItems): in BenchmarkGRPCStream the
-// growth of new maps was 55 bytes a message. It keeps maps while the
-// peaks they held add up to at most the store's max items, as much room
-// as the items they would index; spareItems.mu guards it.
-type spareMaps struct {
-	maps  []map[string]*item
-	peaks []int // the peak size of each map in maps
-	room  int   // the sum of peaks
-}
+// hundred requests paid for that growth on each of them.
+var itemMaps = sync.Pool{New: func() any { return make(map[string]*item) }}
 
-// maxPooledItems bounds the peak size of the items maps kept: clearing a
-// map costs as much as its largest size, and a kept map keeps its room.
+// maxPooledItems bounds the peak size of the items maps kept in itemMaps:
+// clearing a map costs as much as its largest size, and a pooled map keeps
+// its room.
 const maxPooledItems = 1024
 
-// getMap returns an empty items map, kept or new, and the most items it
-// has held: the stream's peak starts there, so that the map's room is
-// counted whole when it is put back.
-func (p *spareItems) getMap() (map[string]*item, int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ms := &p.maps
-	n := len(ms.maps)
-	if n == 0 {
-		return make(map[string]*item), 0
-	}
-	m, peak := ms.maps[n-1], ms.peaks[n-1]
-	ms.maps[n-1] = nil
-	ms.maps = ms.maps[:n-1]
-	ms.room -= peak
-	ms.peaks = ms.peaks[:n-1]
-	return m, peak
-}
-
-// putMap keeps m, which has held at most peak items, cleared, while there
-// is room. A map that never held any counts as one, so that the maps of
-// streams without requests are bounded too.
-func (p *spareItems) putMap(m map[string]*item, peak int) {
-	if peak > maxPooledItems {
-		return
-	}
-	peak = max(peak, 1)
-	clear(m)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ms := &p.maps
-	if ms.room+peak > p.max {
-		return
-	}
-	ms.maps = append(ms.maps, m)
-	ms.peaks = append(ms.peaks, peak)
-	ms.room += peak
-}
-
 // leave is called by the sender and the receiver once each is done with
-// items; the second gives the map to the server's spare maps. Nobody
-// else reads it.
+// items; the second gives the map to itemMaps. Nobody else reads it.
 func (st *stream) leave() {
 	if st.left.Add(1) < 2 {
 		return
 	}
 	m := st.items
 	st.items = nil
-	st.s.items.putMap(m, st.peak)
+	if st.peak > maxPooledItems {
+		return
+	}
+	clear(m)
+	itemMaps.Put(m)
 }
 
 // maxFreeItems bounds a stream's own free items (stream.free); items past
