@@ -62,7 +62,7 @@ func usageError(format string, args ...any) error {
 func execute(ctx context.Context, args []string, e env) int {
 	root, a := newRootCmd(e)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -82,7 +82,8 @@ func execute(ctx context.Context, args []string, e env) int {
 		_, _ = fmt.Fprintf(e.stderr, "batcherctl: %s\n", msg)
 	}
 	if code == exitUsage {
-		_, _ = fmt.Fprintf(e.stderr, "Run 'batcherctl --help' for usage.\n")
+		// The help of the command that failed, where its flags are listed.
+		_, _ = fmt.Fprintf(e.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
 	return code
 }

@@ -104,6 +104,25 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// A usage error points at the help of the command that failed, where its
+// flags are listed, not at the root's.
+func TestUsageNamesCommandHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"submit", "-m", "x", "--nope", "Hi"}, "Run 'batcherctl submit --help' for usage."},
+		{[]string{"jobs", "get"}, "Run 'batcherctl jobs get --help' for usage."},
+		{[]string{"jobs", "nope"}, "Run 'batcherctl jobs --help' for usage."},
+		{[]string{"nope"}, "Run 'batcherctl --help' for usage."},
+	} {
+		r := ctl(t, "127.0.0.1:1", "", tc.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: %+v; want exit 2 with %q", tc.args, r, tc.want)
+		}
+	}
+}
+
 // A --json-schema file that is not JSON is reported as such, with where it
 // breaks; one that is JSON but not an object, as not an object.
 func TestSubmitJSONSchemaNotJSON(t *testing.T) {
