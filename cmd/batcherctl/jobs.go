@@ -443,7 +443,7 @@ func newJobsCancelCmd(a *app) *cobra.Command {
 				// just cancelled may itself end cancelled.
 				job, err := j.Get(ctx, args[0])
 				if err == nil && jobEnded(job.GetProgress().GetState()) {
-					return fmt.Errorf("jobs cancel %s: the job had already ended %s: nothing to cancel", args[0], stateName(job.GetProgress().GetState()))
+					return fmt.Errorf("jobs cancel %s: the job had already ended, %s: nothing to cancel", args[0], stateName(job.GetProgress().GetState()))
 				}
 				if err == nil {
 					job, err = j.Cancel(ctx, args[0])

@@ -105,7 +105,7 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 	// Cancelling an ended job says so and fails, the job left as it was.
 	for _, e := range [][2]string{{id, "completed"}, {big, "cancelled"}} {
 		r = ctl(t, addr, "", "jobs", "cancel", e[0])
-		if r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, "the job had already ended "+e[1]+": nothing to cancel") {
+		if r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, "the job had already ended, "+e[1]+": nothing to cancel") {
 			t.Fatalf("cancel of a %s job: %+v", e[1], r)
 		}
 	}

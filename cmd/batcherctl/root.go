@@ -98,7 +98,7 @@ loopback address; use --tls otherwise).`,
 
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.addr, "addr", addr, "the service's address, host:port (env "+addrEnv+")")
-	pf.DurationVar(&a.timeout, "timeout", 0, "bound on each request: the RPC deadline of submit and health, and in run the timeout of requests that set none (0: none)")
+	pf.DurationVar(&a.timeout, "timeout", 0, "bound on each request: the RPC deadline of submit, health and jobs get, list, cancel and delete, and in run the timeout of requests that set none (0: none)")
 	pf.BoolVar(&a.tls.enabled, "tls", false, "connect with TLS (implied by the other --tls-* flags)")
 	pf.StringVar(&a.tls.caFile, "tls-ca", "", "PEM file of the CAs that sign the service's certificate (default: the system's)")
 	pf.StringVar(&a.tls.certFile, "tls-cert", "", "PEM file of a client certificate, for mutual TLS (with --tls-key)")
@@ -218,8 +218,6 @@ func (a *app) transportOptions() ([]grpc.DialOption, bool, error) {
 	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, true, nil
 }
 
-// dial connects to --addr. grpc.NewClient connects lazily, so a service
-// that is down shows on the first call, as UNAVAILABLE.
 // callContext bounds one call by --timeout, when it is set.
 func (a *app) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if a.timeout > 0 {
@@ -228,6 +226,8 @@ func (a *app) callContext(ctx context.Context) (context.Context, context.CancelF
 	return context.WithCancel(ctx)
 }
 
+// dial connects to --addr. grpc.NewClient connects lazily, so a service
+// that is down shows on the first call, as UNAVAILABLE.
 func (a *app) dial() (*grpc.ClientConn, error) {
 	if strings.TrimSpace(a.addr) == "" {
 		return nil, usageError("--addr: must not be empty")
