@@ -31,9 +31,12 @@ const storeOpenTimeout = 15 * time.Second
 // startJobs opens the job store, resumes the jobs it holds and registers the
 // JobService on gs. It returns the function that drains the jobs at
 // shutdown, before the core's own drain, and the manager the batch API
-// serves (nil with jobs off). With no data directory, jobs are off and the
+// serves (nil with jobs off). The store itself is closed by late, after
+// the telemetry has stopped: the status page and /metrics read the jobs
+// through the drain, and the JobService's reads answer until the gRPC
+// server stops. With no data directory, jobs are off and the
 // JobService answers FAILED_PRECONDITION saying that jobs need --data-dir.
-func startJobs(ctx context.Context, cfg *config.Config, built *config.Built, core *batcher.Batcher, gs *grpc.Server, mp metric.MeterProvider, log *slog.Logger) (func(context.Context), *jobs.Manager, error) {
+func startJobs(ctx context.Context, cfg *config.Config, built *config.Built, core *batcher.Batcher, gs *grpc.Server, mp metric.MeterProvider, log *slog.Logger, late *closers) (func(context.Context), *jobs.Manager, error) {
 	jc := &cfg.Jobs
 	if jc.DataDir == "" {
 		log.Info("jobs off: set data_dir (--data-dir, BATCHER_DATA_DIR) to run batch jobs")
@@ -83,12 +86,14 @@ func startJobs(ctx context.Context, cfg *config.Config, built *config.Built, cor
 	}
 	server.NewJobService(m, log).WithScope(jobsScope).Register(gs)
 	log.Info("jobs", "data_dir", jc.DataDir, "store", kind)
+	late.add(func() {
+		if err := store.Close(); err != nil {
+			log.Error("closing the job store", "err", err)
+		}
+	})
 	return func(ctx context.Context) {
 		if err := m.Shutdown(ctx); err != nil {
 			log.Error("jobs drain incomplete", "err", err)
-		}
-		if err := store.Close(); err != nil {
-			log.Error("closing the job store", "err", err)
 		}
 	}, m, nil
 }

@@ -60,7 +60,10 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		log.Warn(w)
 	}
 
-	var cl closers
+	// late closes what the telemetry reads (the job store) after cl has
+	// stopped the telemetry.
+	var cl, late closers
+	defer late.run()
 	defer cl.run()
 	obs, err := startTelemetry(ctx, cfg, lookupEnv, log)
 	if err != nil {
@@ -68,7 +71,7 @@ func run(ctx context.Context, unsignal func(), args []string, lookupEnv func(str
 		return exitConfig
 	}
 	cl.add(obs.stop) // last: the admin listener, then metrics and spans flushed
-	d := &runState{cfg: cfg, log: log, obs: obs, lookupEnv: lookupEnv}
+	d := &runState{cfg: cfg, log: log, obs: obs, lookupEnv: lookupEnv, late: &late}
 	if code, ok := d.startCore(&cl); !ok {
 		return code
 	}
@@ -132,6 +135,7 @@ type runState struct {
 	log       *slog.Logger
 	obs       *observability
 	lookupEnv func(string) (string, bool)
+	late      *closers // run after the telemetry has stopped
 
 	// startCore's
 	tracing   trace.TracerProvider // nil: no spans at all
@@ -247,7 +251,7 @@ func (d *runState) startServers(ctx context.Context, cl *closers) (int, bool) {
 	// on the way out through shutdown in serve it has stopped already.
 	cl.add(gs.Stop)
 	srv.Register(gs)
-	stopJobs, jobManager, err := startJobs(ctx, cfg, d.built, core, gs, obs.tel.MeterProvider, log)
+	stopJobs, jobManager, err := startJobs(ctx, cfg, d.built, core, gs, obs.tel.MeterProvider, log, d.late)
 	obs.setJobs(jobManager)
 	d.stopJobs, d.jobManager = stopJobs, jobManager
 	if err != nil {

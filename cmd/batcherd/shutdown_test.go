@@ -245,3 +245,39 @@ func TestShutdownSendsGoAway(t *testing.T) {
 		t.Errorf("exit %d", code)
 	}
 }
+
+// TestShutdownKeepsJobStoreForTelemetry: the job store stays open through
+// the drain, for the telemetry that lists the jobs every stats interval
+// (the status page, /metrics), and is closed only after the telemetry has
+// stopped: no "database is closed" warning at each sample of the drain.
+func TestShutdownKeepsJobStoreForTelemetry(t *testing.T) {
+	addr, stop, exit, logs := startInProcess(t, "--listen=127.0.0.1:0", "--config", writeConfig(t, goawayConfig),
+		"--data-dir", t.TempDir(), "--stats-interval", "100ms")
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	queued := make(chan struct{}, 1)
+	s, err := client.New(dialRaw(t, addr)).Stream(ctx, client.OnEvent(func(ev *batcherv1.Event) {
+		if ev.GetQueued() != nil {
+			queued <- struct{}{}
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Send(ctx, client.Chat("chat", client.User("held"), client.WithID("held")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-queued
+	stop() // the drain waits about 3s for the held request: many samples
+	if comp, err := h.Wait(ctx); err != nil || comp.GetText() == "" {
+		t.Errorf("the request in flight: %v, %v", comp, err)
+	}
+	_ = s.Close(ctx)
+	if code := <-exit; code != exitOK {
+		t.Errorf("exit %d", code)
+	}
+	if logs.has("listing jobs for telemetry") {
+		t.Errorf("the telemetry read a closed job store during the shutdown:\n%s", logs)
+	}
+}
