@@ -84,8 +84,22 @@ func (m *Manager) Watch(ctx context.Context, id string, interval time.Duration, 
 }
 
 // Cancel asks a job to end: queued tasks end cancelled, those in flight may
-// finish, and the job ends CANCELLED.
+// finish, and the job ends CANCELLED. A job that has already ended is
+// returned as it is.
 func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
+	j, err := m.CancelUnended(ctx, id)
+	if errors.Is(err, ErrEnded) {
+		return m.cfg.Store.GetJob(ctx, id)
+	}
+	return j, err
+}
+
+// CancelUnended is Cancel for a caller that must know whether the cancel
+// took: a job that has already ended is an ErrEnded. The store's
+// conditional update decides, so a job that ends while the call runs is
+// either cancelled or ErrEnded, never answered as cancelled when it
+// ended otherwise. A job already cancelling is returned as it is.
+func (m *Manager) CancelUnended(ctx context.Context, id string) (*Job, error) {
 	if _, err := m.Get(ctx, id); err != nil {
 		return nil, err
 	}
@@ -104,7 +118,17 @@ func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
 	}
 	m.notify(id)
 	m.nudge()
-	return m.cfg.Store.GetJob(ctx, id)
+	j, gerr := m.cfg.Store.GetJob(ctx, id)
+	if gerr != nil {
+		return nil, gerr
+	}
+	// A state leaves the three above only for finalizing, cancelling or
+	// an end, and an end is final: a conflict with the job ended now is
+	// a job that had ended, or was finishing and has.
+	if err != nil && j.State.Terminal() {
+		return nil, fmt.Errorf("%w %s: %s", ErrEnded, j.State, id)
+	}
+	return j, nil
 }
 
 // Delete removes a job's rows and files, cancelling it first if it runs

@@ -522,6 +522,14 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancelling at %v, finalizing at %v, ended at %v: want cancelling set before the end, finalizing unset",
 			got.CancellingAt, got.FinalizingAt, got.EndedAt)
 	}
+	// Once ended, CancelUnended says so; Cancel answers the job as it is.
+	if j, err := e.m.CancelUnended(ctx, j.ID); !errors.Is(err, jobs.ErrEnded) || j != nil ||
+		!strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("CancelUnended of an ended job: %v, %v, want ErrEnded naming its state", j, err)
+	}
+	if j, err := e.m.Cancel(ctx, j.ID); err != nil || j.State != jobs.StateCancelled {
+		t.Fatalf("Cancel of an ended job: %v, %v, want it as it is", j, err)
+	}
 }
 
 func TestCompletionWindowExpires(t *testing.T) {

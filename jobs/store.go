@@ -14,6 +14,9 @@ var (
 	ErrNotFound = errors.New("jobs: job not found")
 	// ErrConflict: the job is not in a state the change allows.
 	ErrConflict = errors.New("jobs: job state does not allow it")
+	// ErrEnded: the job had already ended, so the cancel did not take
+	// (CancelUnended).
+	ErrEnded = errors.New("jobs: the job has already ended")
 	// ErrTooManyItems: the job has more items than the limit.
 	ErrTooManyItems = errors.New("jobs: too many items")
 	// ErrEmpty: the job has no items.

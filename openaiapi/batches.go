@@ -60,7 +60,9 @@ type BatchJobs interface {
 	Begin(ctx context.Context, meta, tags map[string]string, window time.Duration) (BatchCreator, error)
 	// Get returns a job, or an ErrBatchNotFound.
 	Get(ctx context.Context, id string) (*BatchJob, error)
-	// Cancel cancels a job and returns it, or an ErrBatchNotFound.
+	// Cancel cancels a job and returns it, or an ErrBatchNotFound, or an
+	// ErrBatchEnded when the job had already ended, decided with the
+	// cancel itself (not by a read before it).
 	Cancel(ctx context.Context, id string) (*BatchJob, error)
 	// List returns at most limit jobs, newest first, after the job with id
 	// after ("": from the newest); an after that names no job is an
@@ -142,6 +144,9 @@ var (
 	ErrBatchItemsQuota = errors.New("openaiapi: batch items quota")
 	// ErrBatchClosed: the store is closing: 503.
 	ErrBatchClosed = errors.New("openaiapi: batches closed")
+	// ErrBatchEnded: a cancel found the batch ended: 400 naming its
+	// status.
+	ErrBatchEnded = errors.New("openaiapi: batch ended")
 )
 
 // BatchError is a BatchJobs refusal of one of the ErrBatch... kinds.
@@ -446,20 +451,24 @@ func (a *batchAPI) get(w http.ResponseWriter, r *http.Request, id string) {
 
 // cancel cancels a batch that has not ended. As OpenAI does, an ended
 // one is a 400 naming its status, not the batch as it was: the caller
-// asked for an end it cannot have. The store's Cancel leaves an ended job
-// as it is, so the status is read first; a batch that ends between the two
-// calls is answered as the store returns it.
+// asked for an end it cannot have. Whether the batch had ended is the
+// cancel's own answer (ErrBatchEnded), so a batch that ends while the
+// handler runs is never answered as a cancel that took; the read before
+// it only keeps a job that is no batch out of reach.
 func (a *batchAPI) cancel(w http.ResponseWriter, r *http.Request, id string) {
-	j, err := a.getBatch(r.Context(), id)
-	if err == nil && j.terminal() {
-		WriteError(w, badRequest("", "Cannot cancel a batch with status '%s'", j.Status))
-		return
-	}
-	if err != nil {
+	if _, err := a.getBatch(r.Context(), id); err != nil {
 		a.answer(w, id)(nil, err)
 		return
 	}
-	a.answer(w, id)(a.jobs.Cancel(r.Context(), id))
+	j, err := a.jobs.Cancel(r.Context(), id)
+	if errors.Is(err, ErrBatchEnded) {
+		// An ended batch stays as it ended, so this read is its status.
+		if j, err = a.getBatch(r.Context(), id); err == nil {
+			WriteError(w, badRequest("", "Cannot cancel a batch with status '%s'", j.Status))
+			return
+		}
+	}
+	a.answer(w, id)(j, err)
 }
 
 // answer writes the batch a call on id returned, or its error.

@@ -68,6 +68,12 @@ func (f *fakeJobs) Cancel(ctx context.Context, id string) (*openaiapi.BatchJob, 
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// As the store does, in one step with the cancel: an ended job is
+	// left as it is.
+	switch j.Status {
+	case openaiapi.BatchCompleted, openaiapi.BatchFailed, openaiapi.BatchExpired, openaiapi.BatchCancelled:
+		return nil, &openaiapi.BatchError{Kind: openaiapi.ErrBatchEnded, Message: "ended"}
+	}
 	j.Status, j.CancellingAt = openaiapi.BatchCancelling, time.Unix(1_700_000_100, 0)
 	return j, nil
 }

@@ -49,7 +49,7 @@ func (b batchJobs) Get(ctx context.Context, id string) (*openaiapi.BatchJob, err
 }
 
 func (b batchJobs) Cancel(ctx context.Context, id string) (*openaiapi.BatchJob, error) {
-	j, err := b.m.Cancel(jobsScope(ctx), id)
+	j, err := b.m.CancelUnended(jobsScope(ctx), id)
 	return b.job(j, err)
 }
 
@@ -157,6 +157,8 @@ func batchErr(err error) error {
 		be.Kind, be.Message = openaiapi.ErrBatchInvalid, "the input file has "+jobs.Reason(err)
 	case errors.Is(err, jobs.ErrInvalid):
 		be.Kind, be.Message = openaiapi.ErrBatchInvalid, jobs.Reason(err)
+	case errors.Is(err, jobs.ErrEnded):
+		be.Kind = openaiapi.ErrBatchEnded
 	case errors.Is(err, jobs.ErrClosed):
 		be.Kind, be.Message = openaiapi.ErrBatchClosed, "server shutting down: retry against another instance"
 	default:
