@@ -141,20 +141,7 @@ func startClientChild(tb testing.TB, cfg clientChildConfig) *clientChild {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), clientChildEnv+"="+string(env))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
+	cmd, in, out := startChild(tb, clientChildEnv+"="+string(env))
 	return &clientChild{cmd: cmd, in: in, out: json.NewDecoder(out)}
 }
 

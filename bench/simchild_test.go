@@ -74,24 +74,33 @@ func (t *chunkTap) serveStamps(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-// startSimChild starts this test binary again as llmsim's process
-// (serveSimChild) and returns its base URL and a function that stops it.
-func startSimChild(tb testing.TB) (url string, stop func()) {
+// startChild starts this test binary again with env (NAME=value) added to
+// its environment, its stderr this process's, and returns it with its
+// stdin and stdout: the child processes of the rig (llmsim's, the load
+// client's) are this binary's TestMain seeing its variable.
+func startChild(tb testing.TB, env string) (cmd *exec.Cmd, in io.WriteCloser, out io.ReadCloser) {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), simChildEnv+"=1")
+	cmd = exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
+	if out, err = cmd.StdoutPipe(); err != nil {
 		tb.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
+	return cmd, in, out
+}
+
+// startSimChild starts this test binary again as llmsim's process
+// (serveSimChild) and returns its base URL and a function that stops it.
+func startSimChild(tb testing.TB) (url string, stop func()) {
+	tb.Helper()
+	cmd, in, out := startChild(tb, simChildEnv+"=1")
 	stop = func() {
 		_ = in.Close()
 		_ = cmd.Wait()
