@@ -200,21 +200,7 @@ func TestShutdownSendsGoAway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	cc := dialRaw(t, addr)
-	queued := make(chan struct{}, 1)
-	c := client.New(cc)
-	s, err := c.Stream(ctx, client.OnEvent(func(ev *batcherv1.Event) {
-		if ev.GetQueued() != nil {
-			queued <- struct{}{}
-		}
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := s.Send(ctx, client.Chat("chat", client.User("held"), client.WithID("held")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-queued
+	s, h := sendQueued(ctx, t, cc)
 	// The stream is open, so the connection is READY, or is reported so
 	// once the channel's state catches up (under load it was seen still
 	// CONNECTING here): wait for it, for the GOAWAY below to show as its
@@ -255,8 +241,26 @@ func TestShutdownKeepsJobStoreForTelemetry(t *testing.T) {
 		"--data-dir", t.TempDir(), "--stats-interval", "100ms")
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
+	s, h := sendQueued(ctx, t, dialRaw(t, addr))
+	stop() // the drain waits about 3s for the held request: many samples
+	if comp, err := h.Wait(ctx); err != nil || comp.GetText() == "" {
+		t.Errorf("the request in flight: %v, %v", comp, err)
+	}
+	_ = s.Close(ctx)
+	if code := <-exit; code != exitOK {
+		t.Errorf("exit %d", code)
+	}
+	if logs.has("listing jobs for telemetry") {
+		t.Errorf("the telemetry read a closed job store during the shutdown:\n%s", logs)
+	}
+}
+
+// sendQueued opens a SubmitStream on cc, sends it the chat "held" and
+// returns once the service has queued it.
+func sendQueued(ctx context.Context, t *testing.T, cc *grpc.ClientConn) (*client.Stream, *client.Handle) {
+	t.Helper()
 	queued := make(chan struct{}, 1)
-	s, err := client.New(dialRaw(t, addr)).Stream(ctx, client.OnEvent(func(ev *batcherv1.Event) {
+	s, err := client.New(cc).Stream(ctx, client.OnEvent(func(ev *batcherv1.Event) {
 		if ev.GetQueued() != nil {
 			queued <- struct{}{}
 		}
@@ -269,15 +273,5 @@ func TestShutdownKeepsJobStoreForTelemetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-queued
-	stop() // the drain waits about 3s for the held request: many samples
-	if comp, err := h.Wait(ctx); err != nil || comp.GetText() == "" {
-		t.Errorf("the request in flight: %v, %v", comp, err)
-	}
-	_ = s.Close(ctx)
-	if code := <-exit; code != exitOK {
-		t.Errorf("exit %d", code)
-	}
-	if logs.has("listing jobs for telemetry") {
-		t.Errorf("the telemetry read a closed job store during the shutdown:\n%s", logs)
-	}
+	return s, h
 }
