@@ -63,7 +63,10 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 //
 // A request's end takes no lock: onEvent pushes the item, its Completion
 // filled, on the ended stack, and the sender takes the whole stack and does
-// the books (items, the counts) under mu in take. The core ends a batch's
+// the books (items, the counts) under mu in take. Unless the sender is
+// idle: then onEvent sends the Completion itself, having tried both locks
+// (sendDone, streamsend.go), which spares the sender a wake-up, a select
+// and a take for it. The core ends a batch's
 // requests one after another on one goroutine, so a wait there for mu (held
 // by the stream's receiver or sender, perhaps paused by the scheduler)
 // holds up the rest of the batch: in a mutex profile of
@@ -426,7 +429,7 @@ func (st *stream) sendTake(shutting bool, buf *[]*batcherv1.SubmitStreamResponse
 	}
 	for it := done; it != nil; {
 		next := it.next
-		if err := st.sendLocked(&it.done.r, next == nil && !final); err != nil {
+		if err := st.sendDoneLocked(it, next == nil && !final); err != nil {
 			return true, err
 		}
 		answered++
@@ -635,6 +638,9 @@ func (st *stream) onEvent(it *item, ev *batcher.Event) {
 	sc := &it.done // EventDone comes once
 	sc.k.Completion = sc.c.fill(ev.Request, ev.Result)
 	sc.r.Kind = &sc.k
+	if st.sendDone(it) {
+		return
+	}
 	// No lock (see stream). Counted before the push, so that the count
 	// never goes below 0.
 	st.nEnded.Add(1)

@@ -14,7 +14,9 @@ import (
 // streamed request's batcher.DeltaSender (item.TrySendDelta), text deltas
 // straight from the upstream's reader while nothing of that request waits
 // in its buffer and the sender is idle, which saves each such delta the
-// sender's wake-up, as streamedSender does for SubmitStreamed.
+// sender's wake-up, as streamedSender does for SubmitStreamed; and the
+// Completions of plain requests straight from the core's delivery
+// (sendDone), on the same terms.
 //
 // mu is held around every Send (gRPC allows one at a time): by the sender
 // from each take to the end of its sending, so that a delta sent straight
@@ -23,10 +25,12 @@ import (
 // after every TrySendDelta of it); TrySendDelta only tries it. A straight
 // send never blocks: it goes only while what the stream's queue in gRPC
 // may hold counts less than straightBudget, half of grpc-go's write quota.
-// The sender's other messages (completions, events, summaries) are not
-// counted: after one, nothing is known until a probe sent after it is
-// freed (dirty, freed); deltas are counted (msgBytes), and a probe every
-// probeAfter bytes of them tells how many gRPC's writer took (taken). The
+// The sender's other messages (events, summaries, rejections, a
+// Completion completionBytes does not bound) are not counted: after one,
+// nothing is known until a probe sent after it is freed (dirty, freed);
+// deltas and Completions are counted (msgBytes, completionBytes), and a
+// probe every probeAfter bytes of them tells how many gRPC's writer took
+// (taken). The
 // sender's last message of each take is a probe when none is in flight
 // (once the stream has had a streamed request), so that a stream that
 // mixes completions with deltas keeps the straight path open. On a compressed stream, no probes, no straight sends.
@@ -37,6 +41,9 @@ type streamSends struct {
 	seq    int64 // messages sent
 	bytes  int64 // what the deltas sent count (msgBytes)
 	dirty  int64 // seq of the last message not counted, 0 for none
+	// straight counts the Completions sent straight (sendDone), for
+	// Server.straightDone.
+	straight int64
 
 	// streamed is set by the receiver before the stream's first streamed
 	// request goes to the core: until then nobody sends straight, and the
@@ -72,17 +79,117 @@ func (it *item) TrySendDelta(d *batcher.Delta) bool {
 // sendDeltaLocked sends d of request id as one Delta message, counted, a
 // probe when one is due; sends.mu is held.
 func (st *stream) sendDeltaLocked(id string, d *batcher.Delta) error {
-	w := &st.sends
-	w.seq++
-	w.bytes += int64(msgBytes(id, d))
 	m := new(streamDeltaMsg)
 	fillDelta(&m.d, id, d)
 	m.k.Delta = &m.d
 	m.r.Kind = &m.k
+	return st.sendCountedLocked(&m.r, msgBytes(id, d))
+}
+
+// sendCountedLocked sends m, which counts at most n bytes on the wire
+// (msgBytes, completionBytes), counted, a probe when one is due: some
+// message sent uncounted is not known taken, or probeAfter counted bytes
+// are not. sends.mu is held.
+func (st *stream) sendCountedLocked(m *batcherv1.SubmitStreamResponse, n int) error {
+	w := &st.sends
+	w.seq++
+	w.bytes += int64(n)
 	if w.probes && (w.dirty > w.freed.Load() || w.bytes-w.taken.Load() >= probeAfter) && w.probing.CompareAndSwap(false, true) {
-		return st.gs.SendMsg(&streamProbe{m: &m.r, w: w, seq: w.seq, mark: w.bytes})
+		return st.gs.SendMsg(&streamProbe{m: m, w: w, seq: w.seq, mark: w.bytes})
 	}
-	return st.gs.Send(&m.r)
+	return st.gs.Send(m)
+}
+
+// sendDoneLocked sends it's Completion: counted when completionBytes
+// bounds it, else as sendLocked does. sends.mu is held.
+func (st *stream) sendDoneLocked(it *item, last bool) error {
+	if n, ok := completionBytes(&it.done.c.c); ok {
+		return st.sendCountedLocked(&it.done.r, n)
+	}
+	return st.sendLocked(&it.done.r, last)
+}
+
+// sendDone sends it's Completion straight from onEvent, on the core's
+// goroutine, and does the sender's books of it (take, sendTake), when
+// that can neither wait nor overtake: the sender is idle (sends.mu is
+// free), nothing the stream queued waits (out, streaming: a message
+// queued before now is there or was sent under sends.mu), the request
+// was not streamed (its deltas are the sender's), the Completion's size
+// is bounded (completionBytes) and fits the straight budget as a delta's
+// would (TrySendDelta). Each such Completion saves the sender a wake-up,
+// a select and a take. It never waits: both locks are only tried, and
+// onEvent falls back to the ended stack when it reports false.
+func (st *stream) sendDone(it *item) bool {
+	if it.req.Stream {
+		return false
+	}
+	n, ok := completionBytes(&it.done.c.c)
+	if !ok {
+		return false
+	}
+	w := &st.sends
+	if !w.mu.TryLock() {
+		return false // the sender is sending
+	}
+	if w.off || w.dirty > w.freed.Load() || w.bytes+int64(n)-w.taken.Load() > straightBudget || !st.mu.TryLock() {
+		w.mu.Unlock()
+		return false
+	}
+	if st.closed || len(st.out) > 0 || len(st.streaming) > 0 {
+		st.mu.Unlock()
+		w.mu.Unlock()
+		return false
+	}
+	if st.items[it.req.ID] == it {
+		delete(st.items, it.req.ID)
+	}
+	if it.done.c.c.Error == nil {
+		st.completed++
+	} else {
+		st.failed++
+	}
+	drained := len(st.items) == 0 // the sender may have the stream to end
+	st.mu.Unlock()
+	err := st.sendCountedLocked(&it.done.r, n)
+	w.straight++
+	w.mu.Unlock()
+	it.unref() // the sender's hold (item.refs)
+	st.release()
+	if drained || err != nil {
+		st.wake()
+	}
+	return true
+}
+
+// completionBytes bounds from above what a stream's Completion message
+// holding c counts on the wire, as msgBytes does a delta's, and is false
+// for a Completion it does not bound cheaply (an embedding, output
+// messages, an error with details): such a one goes uncounted, as the
+// sender's other messages do. Each field is counted at its longest tag
+// and length prefix (TestCompletionBytesBoundsSize).
+func completionBytes(c *batcherv1.Completion) (int, bool) {
+	if c.Message != nil || len(c.Choices) > 0 {
+		return 0, false
+	}
+	// The envelope, the scalars, usage, timings, time to first token.
+	n := 320 + len(c.Id) + len(c.BatchId) + len(c.Backend)
+	switch o := c.Output.(type) {
+	case nil:
+	case *batcherv1.Completion_Text:
+		n += 8 + len(o.Text)
+	default:
+		return 0, false
+	}
+	if e := c.Error; e != nil {
+		if len(e.Details) > 0 {
+			return 0, false
+		}
+		n += 32 + len(e.Message)
+	}
+	for k, v := range c.Metadata {
+		n += 24 + len(k) + len(v)
+	}
+	return n, true
 }
 
 // sendLocked sends m, a message other than a delta, uncounted; a probe
@@ -103,6 +210,7 @@ func (st *stream) sendLocked(m *batcherv1.SubmitStreamResponse, last bool) error
 func (st *stream) stopSends() {
 	st.sends.mu.Lock()
 	st.sends.off = true
+	st.s.straightDone.Add(st.sends.straight)
 	st.sends.mu.Unlock()
 }
 
