@@ -95,7 +95,8 @@ func (m *Manager) Cancel(ctx context.Context, id string) (*Job, error) {
 }
 
 // CancelUnended is Cancel for a caller that must know whether the cancel
-// took: a job that has already ended is an ErrEnded. The store's
+// took: a job that has already ended is an ErrEnded (an *EndedError,
+// which names the state it ended in). The store's
 // conditional update decides, so a job that ends while the call runs is
 // either cancelled or ErrEnded, never answered as cancelled when it
 // ended otherwise. A job already cancelling is returned as it is.
@@ -126,7 +127,7 @@ func (m *Manager) CancelUnended(ctx context.Context, id string) (*Job, error) {
 	// an end, and an end is final: a conflict with the job ended now is
 	// a job that had ended, or was finishing and has.
 	if err != nil && j.State.Terminal() {
-		return nil, fmt.Errorf("%w %s: %s", ErrEnded, j.State, id)
+		return nil, &EndedError{ID: id, State: j.State}
 	}
 	return j, nil
 }

@@ -155,3 +155,17 @@ type Store interface {
 
 	Close() error
 }
+
+// EndedError is the ErrEnded of a cancel that found its job ended: the
+// job and the state it ended in, which a door names in its answer (an end
+// is final, so the state is the job's for good). errors.Is matches
+// ErrEnded.
+type EndedError struct {
+	ID    string
+	State State
+}
+
+func (e *EndedError) Error() string { return fmt.Sprintf("%v %s: %s", ErrEnded, e.State, e.ID) }
+
+// Is reports whether target is ErrEnded.
+func (e *EndedError) Is(target error) bool { return target == ErrEnded }

@@ -444,9 +444,17 @@ func (s *JobService) ListJobs(ctx context.Context, req *batcherv1.ListJobsReques
 	return out, nil
 }
 
+// CancelJob cancels a job that has not ended. The store's conditional
+// update decides (jobs.Manager.CancelUnended), not a read before it, so a
+// job that ends while the call runs is either cancelled or answered
+// FAILED_PRECONDITION naming the state it ended in, never answered as if
+// the cancel took.
 func (s *JobService) CancelJob(ctx context.Context, req *batcherv1.CancelJobRequest) (*batcherv1.CancelJobResponse, error) {
 	ctx = s.scope(ctx)
-	j, err := s.m.Cancel(ctx, req.GetId())
+	j, err := s.m.CancelUnended(ctx, req.GetId())
+	if ee := (*jobs.EndedError)(nil); errors.As(err, &ee) {
+		return nil, status.Errorf(codes.FailedPrecondition, "job %s: the job had already ended, %s: nothing to cancel", ee.ID, ee.State)
+	}
 	if err != nil {
 		return nil, s.jobsStatus(err)
 	}

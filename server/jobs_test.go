@@ -310,11 +310,19 @@ func TestJobServiceCancel(t *testing.T) {
 		last.GetCounts().GetCancelled()+last.GetCounts().GetSucceeded() != 200 {
 		t.Fatalf("after cancel: %v", last)
 	}
+	// Once it has ended, a second cancel did not take and says so, naming
+	// the state, as the Batch API's cancel does.
+	again, err := e.jobs.CancelJob(t.Context(), &batcherv1.CancelJobRequest{Id: resp.GetJob().GetId()})
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "the job had already ended, cancelled") {
+		t.Fatalf("CancelJob of a cancelled job: %v, %v; want FAILED_PRECONDITION naming cancelled", again, err)
+	}
 }
 
-// TestEndedJobProgressOnEveryCall: ListJobs and CancelJob report an ended
-// job's progress as GetJob does (its elapsed time, success rate and rates
-// over its whole run), not an elapsed of 0s and no rates.
+// TestEndedJobProgressOnEveryCall: ListJobs reports an ended job's
+// progress as GetJob does (its elapsed time, success rate and rates over
+// its whole run), not an elapsed of 0s and no rates; CancelJob refuses
+// the ended job, FAILED_PRECONDITION naming the state it ended in, rather
+// than answer it as if the cancel took.
 func TestEndedJobProgressOnEveryCall(t *testing.T) {
 	e := newJobsEnv(t, newFake(), 0)
 	resp, err := e.createJob(t, &batcherv1.JobSpec{Model: routeChat},
@@ -339,10 +347,11 @@ func TestEndedJobProgressOnEveryCall(t *testing.T) {
 		t.Fatalf("ListJobs = %v, %v", list, err)
 	}
 	c, err := e.jobs.CancelJob(t.Context(), &batcherv1.CancelJobRequest{Id: id})
-	if err != nil {
-		t.Fatal(err)
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition ||
+		st.Message() != "job "+id+": the job had already ended, completed: nothing to cancel" {
+		t.Errorf("CancelJob of a completed job: %v, %v; want FAILED_PRECONDITION naming completed", c, err)
 	}
-	for name, p := range map[string]*batcherv1.JobProgress{"ListJobs": list.GetJobs()[0].GetProgress(), "CancelJob": c.GetJob().GetProgress()} {
+	for name, p := range map[string]*batcherv1.JobProgress{"ListJobs": list.GetJobs()[0].GetProgress()} {
 		if p.GetState() != want.GetState() || p.GetElapsed().AsDuration() != want.GetElapsed().AsDuration() ||
 			p.GetSuccessRate() != want.GetSuccessRate() || p.GetItemsPerHour() != want.GetItemsPerHour() ||
 			p.GetTokensPerSecond() != want.GetTokensPerSecond() || p.GetEta().AsDuration() != 0 || p.GetEta() == nil {

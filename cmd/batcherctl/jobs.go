@@ -292,16 +292,6 @@ func newJobsListCmd(a *app) *cobra.Command {
 	return c
 }
 
-// jobEnded says whether s is one a job ends in.
-func jobEnded(s batcherv1.JobState) bool {
-	switch s {
-	case batcherv1.JobState_JOB_STATE_COMPLETED, batcherv1.JobState_JOB_STATE_FAILED,
-		batcherv1.JobState_JOB_STATE_CANCELLED, batcherv1.JobState_JOB_STATE_EXPIRED:
-		return true
-	}
-	return false
-}
-
 func stateName(s batcherv1.JobState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
 }
@@ -437,17 +427,10 @@ func newJobsCancelCmd(a *app) *cobra.Command {
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
-				// CancelJob answers an ended job as it is, which read as
-				// a cancel that took; say it had already ended and fail.
-				// The state is read first, since a job that CancelJob
-				// just cancelled may itself end cancelled.
-				job, err := j.Get(ctx, args[0])
-				if err == nil && jobEnded(job.GetProgress().GetState()) {
-					return fmt.Errorf("jobs cancel %s: the job had already ended, %s: nothing to cancel", args[0], stateName(job.GetProgress().GetState()))
-				}
-				if err == nil {
-					job, err = j.Cancel(ctx, args[0])
-				}
+				// CancelJob refuses a job that had already ended,
+				// FAILED_PRECONDITION naming its state, decided with the
+				// cancel: no read before it, which a job could end after.
+				job, err := j.Cancel(ctx, args[0])
 				if err != nil {
 					return rpcError("jobs cancel "+args[0], err)
 				}
