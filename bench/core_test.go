@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -86,6 +87,7 @@ func runProducers(b *testing.B, p int, do func(i, j int) error) {
 	}
 	b.ResetTimer()
 	cpu := cputime.Process()
+	wait := mutexWait()
 	close(start)
 	wg.Wait()
 	b.StopTimer()
@@ -96,7 +98,21 @@ func runProducers(b *testing.B, p int, do func(i, j int) error) {
 		used := cputime.Process() - cpu
 		b.ReportMetric(float64(used)/float64(d), "cores")
 		b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/item")
+		b.ReportMetric(float64(mutexWait()-wait)/float64(b.N), "mutex-wait-ns/item")
 	}
+}
+
+// mutexWait returns the time goroutines have spent blocked on a
+// sync.Mutex, sync.RWMutex or runtime lock so far (runtime/metrics):
+// producers that queue on a shared lock show here as a wait an item, a
+// count that, unlike the rates, a busy machine does not make up.
+func mutexWait() time.Duration {
+	s := []metrics.Sample{{Name: "/sync/mutex/wait/total:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(s[0].Value.Float64() * 1e9)
 }
 
 // BenchmarkCore drives Batcher and two peer batch libraries the same way:
