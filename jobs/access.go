@@ -17,10 +17,11 @@ func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
 	return visible(ctx, j)
 }
 
-// List returns a page of jobs, newest first: ctx's tenant's only.
-func (m *Manager) List(ctx context.Context, state State, after string, limit int) ([]*Job, error) {
+// List returns a page of jobs that match q, newest first: ctx's
+// tenant's only.
+func (m *Manager) List(ctx context.Context, q ListQuery) ([]*Job, error) {
 	t, _ := tenantOf(ctx)
-	return m.cfg.Store.ListJobs(ctx, t.Name, state, after, limit)
+	return m.cfg.Store.ListJobs(ctx, t.Name, q)
 }
 
 // Progress returns a job's progress.

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -84,4 +85,89 @@ func TestSQLitePlansUseThePartialIndexes(t *testing.T) {
 			t.Errorf("%s\nplan %q, want index %s", tc.query, plan, tc.index)
 		}
 	}
+}
+
+// TestSQLitePlansListByKind: a list of one kind's jobs (the Batch API's)
+// reads an index in its order, with or without a tenant, not every job.
+func TestSQLitePlansListByKind(t *testing.T) {
+	st, err := OpenSQLite(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	db := st.(*sqlStore).db
+	for _, tc := range []struct{ query, index string }{
+		{`SELECT id FROM jobs WHERE 1 = 1 AND tenant = ? AND kind = ? ORDER BY created_at DESC, id DESC LIMIT ?`, "jobs_tenant_kind_created"},
+		{`SELECT id FROM jobs WHERE 1 = 1 AND kind = ? ORDER BY created_at DESC, id DESC LIMIT ?`, "jobs_kind_created"},
+	} {
+		plan := queryPlan(t, db, tc.query, "t", "k", 3)
+		if !strings.Contains(plan, "INDEX "+tc.index) || strings.Contains(plan, "TEMP B-TREE") {
+			t.Errorf("%s\nplan %q, want index %s in its order", tc.query, plan, tc.index)
+		}
+	}
+}
+
+// TestSQLiteKindBackfill: the migration that adds a job's kind gives it to
+// the Batch API's jobs made before it (known by their endpoint tag), and
+// to no other job, not even one whose metadata value spells the tag.
+func TestSQLiteKindBackfill(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, SQLiteFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	sub, err := fs.Sub(migrations, "migrations/sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	for id, md := range map[string]map[string]string{
+		"batch": {"batcher.openai.endpoint": "/v1/chat/completions", "team": "x"},
+		"plain": {"team": `"batcher.openai.endpoint":"x`},
+	} {
+		spec, err := json.Marshal(Spec{Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO jobs (id, spec, state, created_at) VALUES (?, ?, 1, 1)`, id, string(spec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"batch": KindOpenAIBatch, "plain": ""} {
+		var kind string
+		if err := db.QueryRowContext(ctx, `SELECT kind FROM jobs WHERE id = ?`, id).Scan(&kind); err != nil || kind != want {
+			t.Errorf("job %s: kind %q (%v), want %q", id, kind, err, want)
+		}
+	}
+}
+
+// queryPlan is SQLite's plan for query, its steps joined by "; ".
+func queryPlan(t *testing.T, db *sql.DB, query string, args ...any) string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	return strings.Join(plan, "; ")
 }

@@ -24,7 +24,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		// A job still VALIDATING was being created when the process died:
 		// its caller got no answer, so it is dropped.
-		orphans, err := m.cfg.Store.ListJobs(ctx, "", StateValidating, "", 1000)
+		orphans, err := m.cfg.Store.ListJobs(ctx, "", ListQuery{State: StateValidating, Limit: 1000})
 		if err != nil {
 			return fmt.Errorf("jobs: looking for jobs left half-created: %w", err)
 		}
@@ -211,7 +211,7 @@ func (m *Manager) loop() {
 // schedule starts runs for the jobs that need one here.
 func (m *Manager) schedule(ctx context.Context) {
 	for _, st := range []State{StateCancelling, StateFinalizing, StateRunning, StateQueued} {
-		js, err := m.cfg.Store.ListJobs(ctx, "", st, "", 100)
+		js, err := m.cfg.Store.ListJobs(ctx, "", ListQuery{State: st, Limit: 100})
 		if err != nil {
 			if ctx.Err() == nil {
 				m.cfg.Logger.Error("jobs: looking for work", "err", err)
@@ -269,7 +269,7 @@ func (m *Manager) sweep(ctx context.Context) {
 		return
 	}
 	for _, st := range []State{StateCompleted, StateFailed, StateCancelled, StateExpired} {
-		js, err := m.cfg.Store.ListJobs(ctx, "", st, "", 1000)
+		js, err := m.cfg.Store.ListJobs(ctx, "", ListQuery{State: st, Limit: 1000})
 		if err != nil {
 			return
 		}

@@ -67,6 +67,9 @@ func (m *Manager) validateSpec(s *Spec) error {
 	if err := s.addTags(); err != nil {
 		return err
 	}
+	if s.Kind != "" && s.Kind != KindOpenAIBatch {
+		return badSpec("spec.kind", "%q or empty, got %q", KindOpenAIBatch, cut(s.Kind))
+	}
 	if s.Model != "" {
 		if _, ok := m.route(s.Model); !ok {
 			return badSpec("spec.model", "unknown model %q", cut(s.Model))

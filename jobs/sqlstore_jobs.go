@@ -31,8 +31,8 @@ func (s *sqlStore) CreateJob(ctx context.Context, j *Job, maxActive int) error {
 				return quotaError(j.Tenant, QuotaJobs, int64(maxActive))
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO jobs (id, tenant, spec, state, created_at) VALUES (?, ?, ?, ?, ?)`),
-			j.ID, j.Tenant, string(spec), int(j.State), j.CreatedAt.UnixNano())
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO jobs (id, tenant, kind, spec, state, created_at) VALUES (?, ?, ?, ?, ?, ?)`),
+			j.ID, j.Tenant, j.Spec.Kind, string(spec), int(j.State), j.CreatedAt.UnixNano())
 		return err
 	})
 }
@@ -213,7 +213,7 @@ func (s *sqlStore) Transition(ctx context.Context, id string, from []State, to S
 	return ErrConflict
 }
 
-const jobColumns = `id, tenant, spec, state, total, pending, running, succeeded, failed, cancelled, expired, invalid,
+const jobColumns = `id, tenant, kind, spec, state, total, pending, running, succeeded, failed, cancelled, expired, invalid,
 	tokens_in, tokens_out, created_at, started_at, ended_at, error, cancelling_at, finalizing_at, cost, online_cost`
 
 func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
@@ -225,7 +225,7 @@ func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
 		cancelling, finalizing  int64
 	)
 	c := &j.Counts
-	if err := row.Scan(&j.ID, &j.Tenant, &spec, &state, &c.Total, &c.Pending, &c.Running, &c.Succeeded, &c.Failed, &c.Cancelled, &c.Expired,
+	if err := row.Scan(&j.ID, &j.Tenant, &j.Spec.Kind, &spec, &state, &c.Total, &c.Pending, &c.Running, &c.Succeeded, &c.Failed, &c.Cancelled, &c.Expired,
 		&j.Invalid, &j.TokensIn, &j.TokensOut, &created, &started, &ended, &j.Error, &cancelling, &finalizing, &j.Cost, &j.OnlineCost); err != nil {
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func (s *sqlStore) GetJob(ctx context.Context, id string) (*Job, error) {
 	return j, rows.Err()
 }
 
-func (s *sqlStore) ListJobs(ctx context.Context, tenant string, state State, after string, limit int) ([]*Job, error) {
+func (s *sqlStore) ListJobs(ctx context.Context, tenant string, q ListQuery) ([]*Job, error) {
 	var b strings.Builder
 	var args []any
 	b.WriteString(`SELECT ` + jobColumns + ` FROM jobs WHERE 1 = 1`)
@@ -283,14 +283,18 @@ func (s *sqlStore) ListJobs(ctx context.Context, tenant string, state State, aft
 		b.WriteString(` AND tenant = ?`)
 		args = append(args, tenant)
 	}
-	if state != StateUnspecified {
-		b.WriteString(` AND state = ?`)
-		args = append(args, int(state))
+	if q.Kind != "" {
+		b.WriteString(` AND kind = ?`)
+		args = append(args, q.Kind)
 	}
-	if after != "" {
+	if q.State != StateUnspecified {
+		b.WriteString(` AND state = ?`)
+		args = append(args, int(q.State))
+	}
+	if q.After != "" {
 		var created int64
-		err := s.db.QueryRowContext(ctx, s.q(`SELECT created_at FROM jobs WHERE id = ? AND (tenant = ? OR ? = '')`),
-			after, tenant, tenant).Scan(&created)
+		err := s.db.QueryRowContext(ctx, s.q(`SELECT created_at FROM jobs WHERE id = ? AND (tenant = ? OR ? = '') AND (kind = ? OR ? = '')`),
+			q.After, tenant, tenant, q.Kind, q.Kind).Scan(&created)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, kindErr(ErrInvalid, "page token names no job")
 		}
@@ -298,10 +302,10 @@ func (s *sqlStore) ListJobs(ctx context.Context, tenant string, state State, aft
 			return nil, err
 		}
 		b.WriteString(` AND (created_at < ? OR (created_at = ? AND id < ?))`)
-		args = append(args, created, created, after)
+		args = append(args, created, created, q.After)
 	}
 	b.WriteString(` ORDER BY created_at DESC, id DESC LIMIT ?`)
-	args = append(args, limit)
+	args = append(args, q.Limit)
 	rows, err := s.db.QueryContext(ctx, s.q(b.String()), args...)
 	if err != nil {
 		return nil, err

@@ -31,6 +31,20 @@ var (
 	ErrQuota = errors.New("jobs: quota exceeded")
 )
 
+// ListQuery selects a page of jobs (Manager.List, Store.ListJobs).
+type ListQuery struct {
+	// State, when not StateUnspecified, lists the jobs in it alone.
+	State State
+	// Kind, when set, lists the jobs of that Spec.Kind alone; empty:
+	// every kind.
+	Kind string
+	// After is the id of the last job of the page before (empty: from
+	// the newest).
+	After string
+	// Limit bounds the page.
+	Limit int
+}
+
 // QuotaRetryAfter is how long a door tells a tenant at its quota of jobs
 // not ended to wait before trying again: a job takes a while to end, so
 // retrying at once is pointless.
@@ -106,11 +120,12 @@ type Store interface {
 	Transition(ctx context.Context, id string, from []State, to State, errMsg string) error
 	// GetJob returns the job, or ErrNotFound.
 	GetJob(ctx context.Context, id string) (*Job, error)
-	// ListJobs returns up to limit jobs of tenant (empty: of every
-	// tenant), newest first, after the job with id after (empty: from the
-	// newest), in state (StateUnspecified: any). An after that names no
-	// job of tenant is an error wrapping ErrInvalid.
-	ListJobs(ctx context.Context, tenant string, state State, after string, limit int) ([]*Job, error)
+	// ListJobs returns up to q.Limit jobs of tenant (empty: of every
+	// tenant) that match q, newest first, filtered and bounded in the
+	// query itself: a tenant with a million jobs costs a page, not a
+	// scan. A q.After that names no job of tenant matching q.Kind is an
+	// error wrapping ErrInvalid.
+	ListJobs(ctx context.Context, tenant string, q ListQuery) ([]*Job, error)
 	// DeleteJob removes the job and its tasks.
 	DeleteJob(ctx context.Context, id string) error
 

@@ -56,10 +56,10 @@ func TestTenantIsolation(t *testing.T) {
 			t.Errorf("%s as b says %q; an unknown id says %q", name, err, unknown)
 		}
 	}
-	if js, err := e.m.List(asB, jobs.StateUnspecified, "", 10); err != nil || len(js) != 0 {
+	if js, err := e.m.List(asB, jobs.ListQuery{Limit: 10}); err != nil || len(js) != 0 {
 		t.Fatalf("b lists %v, %v", js, err)
 	}
-	if js, err := e.m.List(asA, jobs.StateUnspecified, "", 10); err != nil || len(js) != 1 || js[0].ID != j.ID {
+	if js, err := e.m.List(asA, jobs.ListQuery{Limit: 10}); err != nil || len(js) != 1 || js[0].ID != j.ID {
 		t.Fatalf("a lists %v, %v", js, err)
 	}
 	if ts, err := e.m.Results(asA, j.ID, -1, jobs.ItemPending, 10); err != nil || len(ts) != 1 {

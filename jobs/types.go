@@ -87,6 +87,12 @@ type Spec struct {
 	// input file). Begin checks Metadata without them, then adds them to
 	// it: they are stored, listed and returned with the caller's keys.
 	Tags map[string]string `json:"-"`
+	// Kind is set by a door of Batcher's own beside Tags: which door made
+	// the job, so that the door can list its jobs alone (ListQuery.Kind)
+	// without reading the others. KindOpenAIBatch or empty (every other
+	// way in); Begin refuses any other value. The store keeps it in a
+	// column of its own, not in the spec.
+	Kind string `json:"-"`
 	// Model is the default route for items that name none.
 	Model string `json:"model,omitempty"`
 	// Params are the default generation parameters for items that set none.
@@ -124,6 +130,10 @@ type Spec struct {
 	// batch API (Config.BatchRoutes) at its batch price.
 	Dispatch string `json:"dispatch,omitempty"`
 }
+
+// KindOpenAIBatch is the Kind of a job made by the OpenAI Batch API
+// (POST /v1/batches), which lists only its own.
+const KindOpenAIBatch = "openai_batch"
 
 // Group is a run group: every input runs Runs times on Model at
 // Temperature.

@@ -64,9 +64,11 @@ type BatchJobs interface {
 	// ErrBatchEnded when the job had already ended, decided with the
 	// cancel itself (not by a read before it).
 	Cancel(ctx context.Context, id string) (*BatchJob, error)
-	// List returns at most limit jobs, newest first, after the job with id
-	// after ("": from the newest); an after that names no job is an
-	// ErrBatchInvalid.
+	// List returns at most limit of the jobs Begin made (the batches, no
+	// job made another way), newest first, after the batch with id after
+	// ("": from the newest), filtered and bounded by the store's query, so
+	// that a page costs a page however many jobs the caller has; an after
+	// that names no batch is an ErrBatchInvalid.
 	List(ctx context.Context, after string, limit int) ([]*BatchJob, error)
 }
 
@@ -497,7 +499,9 @@ func (a *batchAPI) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	js, err := a.batches(r.Context(), q.Get("after"), limit+1)
+	// The store filters and bounds the page (BatchJobs.List): one more
+	// than the limit says whether there are more.
+	js, err := a.jobs.List(r.Context(), q.Get("after"), limit+1)
 	if errors.Is(err, ErrBatchInvalid) {
 		WriteError(w, badRequest("after", "after %q names no batch", q.Get("after")))
 		return
@@ -518,37 +522,6 @@ func (a *batchAPI) list(w http.ResponseWriter, r *http.Request) {
 		out.FirstID, out.LastID = &first, &last
 	}
 	writeBatchJSON(w, &out)
-}
-
-// batchScan is how many jobs batches reads from the store at a time.
-const batchScan = 100
-
-// batches returns at most n batches after the batch after, newest first,
-// passing over the jobs that are no batch (isBatch); an after that names
-// no batch is an ErrBatchInvalid.
-func (a *batchAPI) batches(ctx context.Context, after string, n int) ([]*BatchJob, error) {
-	if after != "" {
-		if _, err := a.getBatch(ctx, after); errors.Is(err, ErrBatchNotFound) {
-			return nil, ErrBatchInvalid
-		}
-	}
-	var out []*BatchJob
-	for len(out) < n {
-		js, err := a.jobs.List(ctx, after, batchScan)
-		if err != nil {
-			return nil, err
-		}
-		for _, j := range js {
-			if j.isBatch() && len(out) < n {
-				out = append(out, j)
-			}
-		}
-		if len(js) < batchScan {
-			break
-		}
-		after = js[len(js)-1].ID
-	}
-	return out, nil
 }
 
 // outputID is the file id of a job's output file name: deterministic, so

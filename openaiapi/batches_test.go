@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,7 @@ type fakeJobs struct {
 	invalid                      []string // every AddInvalid, "custom_id: msg"
 	windows                      []time.Duration
 	aborted                      int
+	listLimits                   []int // every List's limit, in order
 }
 
 func (f *fakeJobs) Begin(_ context.Context, md, tags map[string]string, window time.Duration) (openaiapi.BatchCreator, error) {
@@ -84,12 +86,17 @@ func (f *fakeJobs) List(_ context.Context, after string, limit int) ([]*openaiap
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.listLimits = append(f.listLimits, limit)
+	// As the store does, by the jobs' kind: batches alone.
+	isBatch := func(j *openaiapi.BatchJob) bool { return j.Metadata["batcher.openai.endpoint"] != "" }
 	var out []*openaiapi.BatchJob
 	found := after == ""
 	for i := len(f.jobs) - 1; i >= 0 && len(out) < limit; i-- {
-		if found {
+		switch {
+		case !isBatch(f.jobs[i]):
+		case found:
 			out = append(out, f.jobs[i])
-		} else if f.jobs[i].ID == after {
+		case f.jobs[i].ID == after:
 			found = true
 		}
 	}
@@ -447,7 +454,9 @@ func TestBatchesReadAndList(t *testing.T) {
 
 // TestBatchesOnlyBatches: a job not created through the Batch API (over
 // gRPC, by batcherctl) is not listed, and getting, cancelling or paging
-// after it is as for an unknown id; the list pages past any run of them.
+// after it is as for an unknown id; the store passes over them in its
+// query, so a page is one read of the store for one more than the limit,
+// however many jobs the caller has.
 func TestBatchesOnlyBatches(t *testing.T) {
 	e := newBatchesEnv(t)
 	e.jobs.add(&openaiapi.BatchJob{ID: "b1", Status: openaiapi.BatchInProgress})
@@ -480,6 +489,9 @@ func TestBatchesOnlyBatches(t *testing.T) {
 	}
 	if code, _, body := e.do(t, http.MethodGet, "/v1/batches?limit=1&after=b2", ""); code != 200 || ids(body) != "b1" || page.HasMore {
 		t.Errorf("list after b2: %d %s, want b1 alone", code, body)
+	}
+	if got := e.jobs.listLimits; !slices.Equal(got, []int{21, 2, 2}) {
+		t.Errorf("the store was read for %v, want one read a page of limit+1 (21, 2, 2)", got)
 	}
 	for _, call := range [][2]string{{http.MethodGet, "/v1/batches/g7"}, {http.MethodPost, "/v1/batches/g7/cancel"}} {
 		code, _, body := e.do(t, call[0], call[1], "")

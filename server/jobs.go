@@ -427,7 +427,7 @@ func (s *JobService) ListJobs(ctx context.Context, req *batcherv1.ListJobsReques
 	if st < 0 || st > batcherv1.JobState_JOB_STATE_EXPIRED {
 		return nil, invalidArgument("state", "unknown value "+strconv.Itoa(int(st))).Err()
 	}
-	js, err := s.m.List(ctx, jobs.State(st), req.GetPageToken(), size)
+	js, err := s.m.List(ctx, jobs.ListQuery{State: jobs.State(st), After: req.GetPageToken(), Limit: size})
 	if err != nil {
 		if errors.Is(err, jobs.ErrInvalid) {
 			return nil, invalidArgument("page_token", "names no job").Err()

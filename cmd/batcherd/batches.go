@@ -36,7 +36,7 @@ func (b batchJobs) Begin(ctx context.Context, meta, tags map[string]string, wind
 	if err := jobs.CheckMetadata("metadata", meta, openaiapi.BatchMaxMetadata); err != nil {
 		return nil, batchErr(err)
 	}
-	c, err := b.m.Begin(jobsScope(ctx), jobs.Spec{Metadata: meta, Tags: tags, CompletionWindow: window})
+	c, err := b.m.Begin(jobsScope(ctx), jobs.Spec{Metadata: meta, Tags: tags, Kind: jobs.KindOpenAIBatch, CompletionWindow: window})
 	if err != nil {
 		return nil, batchErr(err)
 	}
@@ -54,7 +54,7 @@ func (b batchJobs) Cancel(ctx context.Context, id string) (*openaiapi.BatchJob, 
 }
 
 func (b batchJobs) List(ctx context.Context, after string, limit int) ([]*openaiapi.BatchJob, error) {
-	js, err := b.m.List(jobsScope(ctx), jobs.StateUnspecified, after, limit)
+	js, err := b.m.List(jobsScope(ctx), jobs.ListQuery{Kind: jobs.KindOpenAIBatch, After: after, Limit: limit})
 	if err != nil {
 		return nil, batchErr(err)
 	}

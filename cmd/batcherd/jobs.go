@@ -123,7 +123,7 @@ func jobsSource(m *jobs.Manager, log *slog.Logger) func() []telemetry.Job {
 	return func() []telemetry.Job {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		js, err := m.List(ctx, jobs.StateUnspecified, "", jobsListLimit)
+		js, err := m.List(ctx, jobs.ListQuery{Limit: jobsListLimit})
 		if err != nil {
 			log.Warn("listing jobs for telemetry", "err", err)
 			return nil

@@ -29,7 +29,7 @@ func testCreateGetList(t *testing.T, s jobs.Store) {
 	after := ""
 	var order []string
 	for {
-		page, err := s.ListJobs(ctx, "", jobs.StateUnspecified, after, 2)
+		page, err := s.ListJobs(ctx, "", jobs.ListQuery{After: after, Limit: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func testCreateGetList(t *testing.T, s jobs.Store) {
 	if !slices.Equal(order, want) {
 		t.Fatalf("listed %v, want newest first %v", order, want)
 	}
-	queued, err := s.ListJobs(ctx, "", jobs.StateQueued, "", 1000)
+	queued, err := s.ListJobs(ctx, "", jobs.ListQuery{State: jobs.StateQueued, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

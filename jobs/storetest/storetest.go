@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) jobs.Store) {
 		{"Delete", testDelete},
 		{"Abandoned", testAbandoned},
 		{"Tenants", testTenants},
+		{"ListKind", testListKind},
 		{"TenantQuotaConcurrentSafe", testTenantQuotaConcurrentSafe},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })

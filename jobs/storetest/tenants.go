@@ -38,7 +38,7 @@ func testTenants(t *testing.T, s jobs.Store) {
 	if j := get(t, s, aIDs[0]); j.Tenant != a {
 		t.Fatalf("tenant %q, want %q", j.Tenant, a)
 	}
-	page, err := s.ListJobs(ctx, a, jobs.StateUnspecified, "", 10)
+	page, err := s.ListJobs(ctx, a, jobs.ListQuery{Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +51,13 @@ func testTenants(t *testing.T, s jobs.Store) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("tenant a lists %v, want %v", got, want)
 	}
-	if page, err := s.ListJobs(ctx, a, jobs.StateUnspecified, aIDs[2], 1); err != nil || len(page) != 1 || page[0].ID != aIDs[1] {
+	if page, err := s.ListJobs(ctx, a, jobs.ListQuery{After: aIDs[2], Limit: 1}); err != nil || len(page) != 1 || page[0].ID != aIDs[1] {
 		t.Fatalf("second page = %v, %v", page, err)
 	}
-	if _, err := s.ListJobs(ctx, a, jobs.StateUnspecified, bID, 10); !errors.Is(err, jobs.ErrInvalid) {
+	if _, err := s.ListJobs(ctx, a, jobs.ListQuery{After: bID, Limit: 10}); !errors.Is(err, jobs.ErrInvalid) {
 		t.Fatalf("a page token naming b's job = %v, want ErrInvalid", err)
 	}
-	all, err := s.ListJobs(ctx, "", jobs.StateUnspecified, "", 1000)
+	all, err := s.ListJobs(ctx, "", jobs.ListQuery{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,5 +108,80 @@ func testTenantQuotaConcurrentSafe(t *testing.T, s jobs.Store) {
 	}
 	if ok != quota {
 		t.Fatalf("%d jobs created under a quota of %d", ok, quota)
+	}
+}
+
+// testListKind: a list by kind pages through one tenant's jobs of that
+// kind alone, newest first, in the query: among many jobs of other kinds
+// and tenants, each page holds up to its limit of them and no other; a
+// page token naming a job of another kind or tenant is refused as if it
+// named none.
+func testListKind(t *testing.T, s jobs.Store) {
+	ctx := t.Context()
+	a, b := "a-"+newID(), "b-"+newID()
+	create := func(tenant, kind string) string {
+		t.Helper()
+		id := newID()
+		if err := s.CreateJob(ctx, &jobs.Job{ID: id, Tenant: tenant, State: jobs.StateValidating, CreatedAt: time.Now(),
+			Spec: jobs.Spec{Kind: kind}}, 0); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	const plain, every = 600, 20 // a batch every 20 jobs: 30 batches among 600 others
+	var batches []string
+	var plainID string
+	for i := range plain {
+		plainID = create(a, "")
+		if i%every == 0 {
+			batches = append(batches, create(a, jobs.KindOpenAIBatch))
+			create(b, jobs.KindOpenAIBatch)
+		}
+	}
+	if j := get(t, s, batches[0]); j.Spec.Kind != jobs.KindOpenAIBatch {
+		t.Fatalf("kind %q, want %q", j.Spec.Kind, jobs.KindOpenAIBatch)
+	}
+	if j := get(t, s, plainID); j.Spec.Kind != "" {
+		t.Fatalf("a plain job's kind %q, want none", j.Spec.Kind)
+	}
+	const limit = 7
+	var got []string
+	after := ""
+	for {
+		page, err := s.ListJobs(ctx, a, jobs.ListQuery{Kind: jobs.KindOpenAIBatch, After: after, Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > limit {
+			t.Fatalf("a page of %d jobs under a limit of %d", len(page), limit)
+		}
+		for _, j := range page {
+			if j.Tenant != a || j.Spec.Kind != jobs.KindOpenAIBatch {
+				t.Fatalf("listed %s of tenant %q, kind %q", j.ID, j.Tenant, j.Spec.Kind)
+			}
+			got = append(got, j.ID)
+		}
+		if len(page) < limit {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	want := slices.Clone(batches)
+	slices.Reverse(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %d batches %v, want %d newest first %v", len(got), got, len(want), want)
+	}
+	for _, after := range []string{plainID, "job_nope"} {
+		if _, err := s.ListJobs(ctx, a, jobs.ListQuery{Kind: jobs.KindOpenAIBatch, After: after, Limit: limit}); !errors.Is(err, jobs.ErrInvalid) {
+			t.Fatalf("a page token naming %s = %v, want ErrInvalid", after, err)
+		}
+	}
+	// Unscoped, the kind still filters: b's batches are there, no plain job.
+	all, err := s.ListJobs(ctx, "", jobs.ListQuery{Kind: jobs.KindOpenAIBatch, Limit: 2 * len(batches)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2*len(batches) || slices.ContainsFunc(all, func(j *jobs.Job) bool { return j.Spec.Kind != jobs.KindOpenAIBatch }) {
+		t.Fatalf("unscoped list of batches: %d jobs, want %d batches", len(all), 2*len(batches))
 	}
 }
