@@ -35,6 +35,11 @@ type clientRound struct {
 	N       int
 	Tag     string
 	Through bool
+	// Signal: once every chat of the round has its first delta (or has
+	// ended without one), the process says so, with a clientRoundResult
+	// whose FirstDeltas is set, before the round's result
+	// (BenchmarkStream2000ClientApart holds the chats open there).
+	Signal bool
 }
 
 // clientRoundResult is a round's answer, a line of JSON on its standard
@@ -44,6 +49,9 @@ type clientRoundResult struct {
 	Chats []wireChat
 	CPU   time.Duration
 	Err   string // the round could not run
+	// FirstDeltas marks the line that answers a round's Signal: it
+	// carries nothing else, and the round's result follows it.
+	FirstDeltas bool `json:",omitempty"`
 }
 
 // wireChat is a chatResult on the wire.
@@ -85,7 +93,22 @@ func serveClientChild() int {
 		if err := json.Unmarshal(in.Bytes(), &round); err != nil {
 			res.Err = err.Error()
 		} else {
-			for _, c := range lc.run(context.Background(), round.N, round.Tag, round.Through, nil) {
+			var onDelta func()
+			if round.Signal {
+				// Called once a chat (lc.run): the last call, on a chat's
+				// goroutine, comes before run returns, so the encoder is
+				// never used by two at once.
+				left := round.N
+				var mu sync.Mutex
+				onDelta = func() {
+					mu.Lock()
+					defer mu.Unlock()
+					if left--; left == 0 {
+						_ = enc.Encode(clientRoundResult{FirstDeltas: true})
+					}
+				}
+			}
+			for _, c := range lc.run(context.Background(), round.N, round.Tag, round.Through, onDelta) {
 				res.Chats = append(res.Chats, toWire(c))
 			}
 		}
@@ -147,11 +170,17 @@ func startClientChild(tb testing.TB, cfg clientChildConfig) *clientChild {
 
 // run runs a round of n chats in the load client's process, and returns
 // them. A round that fails as a whole comes back as n chats with its
-// error, for measure to report.
-func (c *clientChild) run(n int, tag string, through bool) []chatResult {
+// error, for measure to report. onDelta, when not nil, is called n times
+// once every chat has its first delta or has ended (loadClient.run calls
+// it once a chat), or once the round failed.
+func (c *clientChild) run(n int, tag string, through bool, onDelta func()) []chatResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	res, err := c.round(clientRound{N: n, Tag: tag, Through: through})
+	res, err := c.round(clientRound{N: n, Tag: tag, Through: through, Signal: onDelta != nil}, func() {
+		for range n {
+			onDelta()
+		}
+	})
 	if err == nil && res.Err != "" {
 		err = errors.New(res.Err)
 	}
@@ -172,14 +201,33 @@ func (c *clientChild) run(n int, tag string, through bool) []chatResult {
 	return out
 }
 
-func (c *clientChild) round(r clientRound) (clientRoundResult, error) {
-	var res clientRoundResult
+// round sends r and reads its result; signalled runs when the round's
+// signal came, or, for a round that asked for one, when none will.
+func (c *clientChild) round(r clientRound, signalled func()) (res clientRoundResult, err error) {
+	if r.Signal {
+		defer func() {
+			if r.Signal { // not signalled yet
+				signalled()
+			}
+		}()
+	}
 	line, err := json.Marshal(r)
 	if err != nil {
 		return res, err
 	}
 	if _, err := c.in.Write(append(line, '\n')); err != nil {
 		return res, err
+	}
+	if r.Signal {
+		if err := c.out.Decode(&res); err != nil {
+			return res, err
+		}
+		if !res.FirstDeltas {
+			return res, errors.New("the round ended without its signal")
+		}
+		r.Signal = false
+		signalled()
+		res = clientRoundResult{}
 	}
 	err = c.out.Decode(&res)
 	return res, err

@@ -18,7 +18,8 @@
 #           client in one (BenchmarkStreamTTFTClientApart), with both
 #           (BenchmarkStreamTTFTApart: three processes, as in production),
 #           and BenchmarkStreamSteady (a steady load), 6 iterations a round,
-#           and BenchmarkStream2000
+#           and BenchmarkStream2000 and BenchmarkStream2000ClientApart (the
+#           memory figures with the load client in this process and apart)
 #   batchapi  issue 31: the 100k-item job through the batch API on SQLite
 #           and PostgreSQL, the 1M-item job's RSS and cost, and kill -9 at
 #           nine points (test logs: about 10 minutes; needs PostgreSQL)
@@ -72,7 +73,7 @@ stream() {
 		echo "headline: stream round $i of $ROUNDS" >&2
 		run $T-bench.test -test.bench 'StreamTTFT$|StreamTTFTSimApart$|StreamTTFTClientApart$|StreamTTFTApart$|StreamSteady$' -test.benchtime 6x | tee -a results/stream.txt
 	done
-	run $T-bench.test -test.bench 'Stream2000$' -test.benchtime 3x | tee -a results/stream.txt
+	run $T-bench.test -test.bench 'Stream2000$|Stream2000ClientApart$' -test.benchtime 3x | tee -a results/stream.txt
 }
 
 batchapi() {

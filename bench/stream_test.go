@@ -217,9 +217,25 @@ func BenchmarkStreamSteady(b *testing.B) {
 // gRPC client's side of each stream) beyond its upstream connection and
 // reader, which the direct caller holds alike (the backend's transport and
 // read buffer: newStreamRig, streamRig.direct). Target: at most 16 KiB.
-func BenchmarkStream2000(b *testing.B) {
+// BenchmarkStream2000ClientApart measures batcherd's process without the
+// load client.
+func BenchmarkStream2000(b *testing.B) { benchStream2000(b, rigOpts{}) }
+
+// BenchmarkStream2000ClientApart is BenchmarkStream2000 with the load
+// client, its chats straight to llmsim and through batcherd alike, in a
+// process of its own (rigOpts.clientApart), as batcherd's callers are in
+// production: this process holds batcherd and llmsim (behind its tap, which
+// holds the answers), so the difference of the two sides is everything
+// batcherd holds for an open streamed request, its upstream connection to
+// llmsim, that connection's buffers and goroutines and the backend's
+// reader included, and nothing of the gRPC client's. llmsim's side of
+// each chat (its handler and its connection's buffers) is the same on
+// both sides and cancels.
+func BenchmarkStream2000ClientApart(b *testing.B) { benchStream2000(b, rigOpts{clientApart: true}) }
+
+func benchStream2000(b *testing.B, o rigOpts) {
 	const n = 2000
-	rig := newStreamRig(b, n, 4, rigOpts{})
+	rig := newStreamRig(b, n, 4, o)
 	defer rig.stop()
 	ctx := context.Background()
 	held := func(through bool, tag string) (perStream float64, stacks float64) {
@@ -228,6 +244,7 @@ func BenchmarkStream2000(b *testing.B) {
 		rig.forget(n + 1)
 		var before, during runtime.MemStats
 		settle(&before)
+		writeProfiles(b, tag+"-before")
 		hold := make(chan struct{})
 		rig.tap.mu.Lock()
 		rig.tap.hold = hold
@@ -244,6 +261,7 @@ func BenchmarkStream2000(b *testing.B) {
 		rig.tap.held.Wait() // every answer stopped after its first chunk
 		got.Wait()          // and its first delta at the client
 		settle(&during)
+		writeProfiles(b, tag+"-during")
 		rig.tap.mu.Lock()
 		rig.tap.hold = nil
 		rig.tap.mu.Unlock()

@@ -596,19 +596,19 @@ func (r *loadClient) through(ctx context.Context, conn *target, prompt string, o
 
 // run streams n chats at once, directly or through batcherd, prompts
 // tagged with tag: in this process, or in the load client's own
-// (rigOpts.clientApart), which takes no onDelta.
+// (rigOpts.clientApart), which calls onDelta n times once every chat has
+// its first delta (or has ended), rather than once at each.
 func (r *streamRig) run(ctx context.Context, n int, tag string, through bool, onDelta func()) []chatResult {
 	if r.remote != nil {
-		if onDelta != nil {
-			panic("bench: streamRig.run: onDelta with the load client in a process of its own")
-		}
-		return r.remote.run(n, tag, through)
+		return r.remote.run(n, tag, through, onDelta)
 	}
 	return r.loadClient.run(ctx, n, tag, through, onDelta)
 }
 
 // run streams n chats at once, directly or through batcherd, prompts
-// tagged with tag.
+// tagged with tag. onDelta, when not nil, is called once a chat: at its
+// first delta, or at its end when it had none (a failed chat, which
+// measure reports), so that a caller waiting for n calls never hangs.
 func (r *loadClient) run(ctx context.Context, n int, tag string, through bool, onDelta func()) []chatResult {
 	out := make([]chatResult, n)
 	var wg sync.WaitGroup
@@ -619,6 +619,9 @@ func (r *loadClient) run(ctx context.Context, n int, tag string, through bool, o
 				out[i] = r.through(ctx, r.conns[i%len(r.conns)], prompt, onDelta)
 			} else {
 				out[i] = r.direct(ctx, prompt, onDelta)
+			}
+			if onDelta != nil && len(out[i].recvs) == 0 {
+				onDelta()
 			}
 		})
 	}
