@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,6 +272,39 @@ func TestStreamRigSimApart(t *testing.T) {
 				t.Errorf("chat %q: arrived at llmsim %v after its start, dispatched %v: want after its dispatch", c.key, h.arrived[i], h.dispatched[i])
 			}
 		}
+	}
+}
+
+// TestStreamRigClientApartSignal: with the load client in a process of
+// its own, a round's onDelta calls (one a chat) all come while its chats
+// are still open, held at llmsim after their first chunk, as
+// BenchmarkStream2000ClientApart needs them; then the answers end whole.
+func TestStreamRigClientApartSignal(t *testing.T) {
+	const n = 3
+	rig := newStreamRig(t, n, 1, rigOpts{clientApart: true})
+	defer rig.stop()
+	for _, through := range []bool{false, true} {
+		hold := make(chan struct{})
+		rig.tap.mu.Lock()
+		rig.tap.hold = hold
+		rig.tap.mu.Unlock()
+		rig.tap.held.Add(n)
+		var got sync.WaitGroup
+		got.Add(n)
+		done := make(chan []chatResult)
+		go func() { done <- rig.run(t.Context(), n, fmt.Sprint("signal-", through), through, got.Done) }()
+		rig.tap.held.Wait()
+		got.Wait() // hangs, and the test times out, if the signal never comes
+		select {
+		case <-done:
+			t.Fatalf("through %v: the round ended while its answers were held", through)
+		default:
+		}
+		rig.tap.mu.Lock()
+		rig.tap.hold = nil
+		rig.tap.mu.Unlock()
+		close(hold)
+		rig.measure(t, <-done)
 	}
 }
 
