@@ -38,8 +38,12 @@ type batchRun struct {
 	watch   deadlineWatch
 	flushes []*flushWait // told once the upstream call starts
 	wake    []*Call      // deliver's plain calls, ended but not yet signalled
-	tallies tallies      // deliver's plain calls' histograms, added before they wake
-	later   []int32      // deliver's other calls (r.live's indices), ended after the wake
+	// tallies are deliver's plain calls' histograms, added before they
+	// wake; made at a run's first plain call and kept with the pooled
+	// run. A streamed call is never plain, so a run that carries one does
+	// not hold them (776 bytes) for as long as its answer streams.
+	tallies *tallies
+	later   []int32 // deliver's other calls (r.live's indices), ended after the wake
 	// view is every live call's view of the batch (setViews, viewOf)
 	// unless mixed: the batch holds several tenants' requests, and
 	// tenantIdx and views give each tenant's.
@@ -375,7 +379,9 @@ func (r *batchRun) deliver(err error, end time.Time, elapsed time.Duration) {
 		}
 		ended += r.deliverCall(i, c, true, err, end, endM, elapsed)
 	}
-	r.tallies.flush()
+	if r.tallies != nil {
+		r.tallies.flush()
+	}
 	r.signal()
 	for j, i := range r.later {
 		r.later[j] = 0

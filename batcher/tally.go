@@ -60,7 +60,7 @@ func (t *tally) flush() {
 	*t = tally{}
 }
 
-// tallies are a run's tallies (batchRun.tallied).
+// tallies are a run's tallies (batchRun.tallies).
 type tallies struct {
 	t [maxTallies]tally
 	n int
@@ -105,6 +105,9 @@ func (m *metrics) finishedBy(r *batchRun, c *Call, res *Result) {
 		return
 	}
 	rm, p := c.rc.metrics, c.prio
+	if r.tallies == nil {
+		r.tallies = new(tallies)
+	}
 	r.tallies.record(&rm.durations[p][outcomeOf(res.Err)], res.Timings.Total)
 	if res.Timings.Queued > 0 {
 		r.tallies.record(&rm.queueWaits[p], res.Timings.Queued)
