@@ -106,7 +106,7 @@ func newJobMetrics(mp metric.MeterProvider) (*jobMetrics, error) {
 	tasks, err2 := mt.Int64Counter("batcher.job.tasks", metric.WithUnit("{task}"),
 		metric.WithDescription("Tasks of jobs that ended with an outcome of their own (succeeded, failed, or cancelled or expired while in flight), by route and state; pending tasks a cancel or expiry ends in bulk are not counted."))
 	tokens, err3 := mt.Int64Counter("batcher.job.task.tokens", metric.WithUnit("{token}"),
-		metric.WithDescription("Tokens the ended tasks of jobs used, by route and gen_ai.token.type (input, output)."))
+		metric.WithDescription("Tokens the ended tasks of jobs used, by route and token type (input, output)."))
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, err
 	}

@@ -146,8 +146,10 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 		t.Fatalf("the job ended %v, want 8 succeeded", p)
 	}
 	_ = conn.Close()
-	metrics, labels := seriesNames(scrape(t, o.admin))
+	fams := scrape(t, o.admin)
+	metrics, labels := seriesNames(fams)
 	o.shutdown(t)
+	checkHelp(t, fams)
 
 	for _, q := range qs {
 		// A gauge's derivative misreads a job deleted or finished as work
@@ -292,4 +294,28 @@ func TestPrometheusScrapesBatcherd(t *testing.T) {
 		pending = still
 	}
 	t.Logf("prometheus answered %d queries over batcherd's series", len(want))
+}
+
+// otelNameRE matches a dotted OTel name (batcher.job.tasks,
+// gen_ai.token.type): not what a Prometheus reader sees.
+var otelNameRE = regexp.MustCompile(`\b[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*(\.[a-z0-9_]+)*\b`)
+
+// checkHelp: every family batcherd defines has a help text, and none names
+// an instrument or attribute by its OTel name, which a Prometheus reader
+// does not see (batcher_job_items' once said "rate() batcher.job.tasks
+// instead", meaning batcher_job_tasks_total). Families of the Go and
+// process collectors are theirs.
+func checkHelp(t *testing.T, fams map[string]*familyInfo) {
+	t.Helper()
+	for name, f := range fams {
+		if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") || strings.HasPrefix(name, "promhttp_") {
+			continue
+		}
+		if f.help == "" {
+			t.Errorf("%s: no help text", name)
+		}
+		if m := otelNameRE.FindString(f.help); m != "" {
+			t.Errorf("%s: help %q names %q by its OTel name", name, f.help, m)
+		}
+	}
 }

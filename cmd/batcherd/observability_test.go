@@ -166,6 +166,7 @@ func scrape(t *testing.T, admin string) map[string]*familyInfo {
 			}
 		}
 		fi.histogram = f.GetType().String() == "HISTOGRAM"
+		fi.help = f.GetHelp()
 		out[name] = fi
 	}
 	return out
@@ -176,6 +177,7 @@ type familyInfo struct {
 	sum       float64 // counters and gauges: the values' sum; histograms: the count
 	histogram bool
 	labels    map[string]map[string]bool
+	help      string
 }
 
 func TestMetricsUnderLoad(t *testing.T) {
