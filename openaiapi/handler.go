@@ -65,9 +65,10 @@ func New(core *batcher.Batcher, opts ...Option) (*Handler, error) {
 // provider, the http.server.* metrics with a meter provider. Whichever is
 // not set is a no-op, not the global one, and without a tracer provider
 // no traceparent is read. The metrics carry the endpoint's template as
-// http.route, and a fixed server.address with no server.port: otelhttp
-// would otherwise take both from the Host header, which the caller
-// chooses, so that any caller could add series without bound.
+// http.route, and the listen address set by WithServerAddress as
+// server.address and server.port (none: an empty server.address and no
+// port): otelhttp would otherwise take both from the Host header, which
+// the caller chooses, so that any caller could add series without bound.
 func instrument(next http.Handler, cfg *config) http.Handler {
 	tp, mp, prop := cfg.tracerProvider, cfg.meterProvider, cfg.propagator
 	if tp == nil {
@@ -82,21 +83,26 @@ func instrument(next http.Handler, cfg *config) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-	return otelhttp.NewHandler(labeled, "openai",
+	return otelhttp.NewHandler(labeled, "openai", // the operation, unused: the formatter below names the spans
 		otelhttp.WithTracerProvider(tp),
 		otelhttp.WithMeterProvider(mp),
 		otelhttp.WithPropagators(prop),
-		// A port of 0 makes otelhttp leave server.port out rather than
-		// read it from the Host header.
-		otelhttp.WithServerName(metricsServerName+":0"),
+		otelhttp.WithServerName(serverName(cfg.serverAddress)),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			return r.Method + " " + pathTemplate(r.URL.Path)
 		}))
 }
 
-// metricsServerName is the server.address of the front door's HTTP
-// metrics.
-const metricsServerName = "openai"
+// serverName is otelhttp's server name for the listen address addr
+// (host:port, checked by newConfig): addr itself, or with none ":0", an
+// empty host and a port of 0, which otelhttp leaves out rather than read
+// it from the Host header.
+func serverName(addr string) string {
+	if addr == "" {
+		return ":0"
+	}
+	return addr
+}
 
 // Authenticated reports whether the handler asks callers for a token.
 func (h *Handler) Authenticated() bool { return len(h.tokens) > 0 }

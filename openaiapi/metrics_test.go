@@ -17,14 +17,16 @@ import (
 
 // TestMetricsWithoutTracing: with a meter provider and no tracer provider
 // (batcherd without OTLP traces) every call is measured, by endpoint
-// template, and a caller's Host header adds no series: server.address is
-// fixed and server.port left out. The front door once had no HTTP metrics
-// at all unless tracing was on, and then one series per Host header.
+// template, and a caller's Host header adds no series: server.address and
+// server.port are the listen address's (WithServerAddress). The front door
+// once had no HTTP metrics at all unless tracing was on, and then one
+// series per Host header; then a server.address of "openai", which is no
+// address.
 func TestMetricsWithoutTracing(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	e := newEnv(t, newFake(), withHandler(openaiapi.WithMeterProvider(mp)))
+	e := newEnv(t, newFake(), withHandler(openaiapi.WithMeterProvider(mp), openaiapi.WithServerAddress("127.0.0.1:8089")))
 
 	call := func(method, path, body, host string) {
 		t.Helper()
@@ -51,7 +53,7 @@ func TestMetricsWithoutTracing(t *testing.T) {
 	call(http.MethodGet, "/models", "", "b.example:2222")
 	call(http.MethodGet, "/models", "", "c.example")
 
-	routes := callsByRoute(t, reader)
+	routes := callsByRoute(t, reader, "127.0.0.1", 8089)
 	if routes["/v1/chat/completions"] != 1 || routes["/v1/models"] != 2 || len(routes) != 2 {
 		t.Errorf("calls by http.route %v, want /v1/chat/completions 1 and /v1/models 2", routes)
 	}
@@ -90,7 +92,7 @@ func TestMetricsBatchesByTemplate(t *testing.T) {
 		}
 		_ = resp.Body.Close()
 	}
-	got := callsByRoute(t, reader)
+	got := callsByRoute(t, reader, "", 0) // no listen address set: none, whatever the Host header
 	want := map[string]uint64{"/v1/batches/{id}": 3, "/v1/batches/{id}/cancel": 1, "unknown": 1, "/v1/batches": 2}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("calls by http.route %v, want %v", got, want)
@@ -98,8 +100,9 @@ func TestMetricsBatchesByTemplate(t *testing.T) {
 }
 
 // callsByRoute collects reader and counts http.server.request.duration's
-// calls by http.route, checking every point's server address and port.
-func callsByRoute(t *testing.T, reader sdkmetric.Reader) map[string]uint64 {
+// calls by http.route, checking every point's server address and port
+// (0: none).
+func callsByRoute(t *testing.T, reader sdkmetric.Reader, addr string, port int) map[string]uint64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(testCtx(t), &rm); err != nil {
@@ -120,11 +123,15 @@ func callsByRoute(t *testing.T, reader sdkmetric.Reader) map[string]uint64 {
 			for _, dp := range h.DataPoints {
 				route, _ := dp.Attributes.Value("http.route")
 				routes[route.AsString()] += dp.Count
-				if addr, _ := dp.Attributes.Value("server.address"); addr.AsString() != "openai" {
-					t.Errorf("server.address %q, want openai (never the Host header)", addr.AsString())
+				if got, _ := dp.Attributes.Value("server.address"); got.AsString() != addr {
+					t.Errorf("server.address %q, want %q (never the Host header)", got.AsString(), addr)
 				}
-				if dp.Attributes.HasValue(attribute.Key("server.port")) {
+				got, ok := dp.Attributes.Value(attribute.Key("server.port"))
+				if port == 0 && ok {
 					t.Errorf("server.port set (%v): it would come from the Host header", dp.Attributes.Encoded(attribute.DefaultEncoder()))
+				}
+				if port != 0 && got.AsInt64() != int64(port) {
+					t.Errorf("server.port %v, want %d", got.Emit(), port)
 				}
 			}
 		}
@@ -133,4 +140,20 @@ func callsByRoute(t *testing.T, reader sdkmetric.Reader) map[string]uint64 {
 		t.Fatal("no http.server.request.duration recorded without a tracer provider")
 	}
 	return routes
+}
+
+// TestServerAddressMustBeHostPort: an address that is not host:port fails
+// New, naming it, rather than becoming a server.address that names no
+// address.
+func TestServerAddressMustBeHostPort(t *testing.T) {
+	for _, addr := range []string{"openai", "127.0.0.1", "[::1"} {
+		if _, err := openaiapi.New(nil, openaiapi.WithServerAddress(addr)); err == nil || !strings.Contains(err.Error(), "server address") {
+			t.Errorf("WithServerAddress(%q): %v, want an error naming the server address", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:8080", "[::]:8080", ":8080"} {
+		if _, err := openaiapi.New(nil, openaiapi.WithServerAddress(addr)); err != nil {
+			t.Errorf("WithServerAddress(%q): %v", addr, err)
+		}
+	}
 }

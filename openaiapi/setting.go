@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -84,11 +85,20 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithMeterProvider records otelhttp's server metrics for every call
 // (http.server.request.duration and the body sizes) by method, status
 // code and http.route, the endpoint's template (/v1/files/{id}, ...).
-// Their server.address is "openai", never the caller's Host header.
-// Default none: no metrics.
+// Their server.address and server.port are WithServerAddress's, never the
+// caller's Host header. Default none: no metrics.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.meterProvider = mp }
 }
+
+// WithServerAddress sets the address the front door listens on, as
+// host:port (batcherd passes its listener's), which its metrics and spans
+// carry as server.address and server.port (the port left out when it is
+// the scheme's default or 0). Default none: server.address is empty, which
+// Prometheus shows as no label, and no server.port. otelhttp would
+// otherwise take both from the Host header, which the caller chooses. An
+// address that is not host:port makes New fail.
+func WithServerAddress(addr string) Option { return func(c *config) { c.serverAddress = addr } }
 
 // WithPropagator sets how traceparent and tracestate are read. Default the
 // W3C trace context propagator; nil is ignored.
@@ -123,6 +133,7 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	propagator     propagation.TextMapPropagator
+	serverAddress  string
 	logger         *slog.Logger
 	access         func(context.Context) *batcher.Access
 }
@@ -157,6 +168,11 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	if c.defaultTimeout < 0 || c.defaultTimeout > MaxTimeout {
 		errs = append(errs, fmt.Errorf("default timeout: must be 0 to %v, got %v", MaxTimeout, c.defaultTimeout))
+	}
+	if c.serverAddress != "" {
+		if _, port, err := net.SplitHostPort(c.serverAddress); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("server address: want host:port, got %q", c.serverAddress))
+		}
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

@@ -65,9 +65,6 @@ func startHTTP(cfg *config.Config, core *batcher.Batcher, sec *security.Security
 	if mount != nil {
 		opts = append(opts, mount(f.Files)...)
 	}
-	if f.Handler, err = openaiapi.New(core, opts...); err != nil {
-		return nil, fmt.Errorf("http: %w", err)
-	}
 	if f.lis, err = net.Listen("tcp", front.Listen); err != nil {
 		return nil, fmt.Errorf("http listen %s: %w", front.Listen, err)
 	}
@@ -78,6 +75,13 @@ func startHTTP(cfg *config.Config, core *batcher.Batcher, sec *security.Security
 			_ = f.lis.Close()
 			return nil, fmt.Errorf("http.listen %s: bound to %s, which is not loopback: without authentication the front door serves loopback only, unless --insecure", front.Listen, f.lis.Addr())
 		}
+	}
+	// The bound address (a port of 0 resolved) is the metrics'
+	// server.address and server.port.
+	opts = append(opts, openaiapi.WithServerAddress(f.lis.Addr().String()))
+	if f.Handler, err = openaiapi.New(core, opts...); err != nil {
+		_ = f.lis.Close()
+		return nil, fmt.Errorf("http: %w", err)
 	}
 	f.lis = sec.Listener(f.lis)
 	f.srv = &http.Server{

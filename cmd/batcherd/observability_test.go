@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -411,7 +412,8 @@ func TestWatchStatsOverGRPC(t *testing.T) {
 
 // TestFrontDoorMetricsWithoutTracing: /metrics measures the OpenAI front
 // door by endpoint whether or not traces are exported (they are not here);
-// it once did only when they were.
+// it once did only when they were. Its server_address and server_port are
+// the listen address's.
 func TestFrontDoorMetricsWithoutTracing(t *testing.T) {
 	o := startObserved(t)
 	c := sdkClient(httpAddr(t, o.logs), "")
@@ -426,6 +428,14 @@ func TestFrontDoorMetricsWithoutTracing(t *testing.T) {
 	}
 	if routes := f.labels["http_route"]; len(routes) != 1 || !routes["/v1/chat/completions"] {
 		t.Errorf("http_route values %v, want /v1/chat/completions", routes)
+	}
+	// The listen address, not a name: server_address="openai" it once was.
+	host, port, err := net.SplitHostPort(httpAddr(t, o.logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, p := f.labels["server_address"], f.labels["server_port"]; len(a) != 1 || !a[host] || len(p) != 1 || !p[port] {
+		t.Errorf("server_address %v, server_port %v, want the listen address's %s and %s", a, p, host, port)
 	}
 	o.shutdown(t)
 }
