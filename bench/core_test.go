@@ -6,6 +6,7 @@ import (
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +89,7 @@ func runProducers(b *testing.B, p int, do func(i, j int) error) {
 	b.ResetTimer()
 	cpu := cputime.Process()
 	wait := mutexWait()
+	sw := voluntarySwitches()
 	close(start)
 	wg.Wait()
 	b.StopTimer()
@@ -99,7 +101,23 @@ func runProducers(b *testing.B, p int, do func(i, j int) error) {
 		b.ReportMetric(float64(used)/float64(d), "cores")
 		b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/item")
 		b.ReportMetric(float64(mutexWait()-wait)/float64(b.N), "mutex-wait-ns/item")
+		b.ReportMetric(float64(voluntarySwitches()-sw)/float64(b.N), "sleeps/item")
 	}
+}
+
+// voluntarySwitches returns how many times the process's threads have
+// given up their core so far (getrusage's ru_nvcsw): for the Go runtime,
+// a thread that found no goroutine to run going to sleep on a futex (or
+// the network poller), which another wakes again when it readies one.
+// Per item, it tells a run whose second P keeps going idle between
+// bursts of work from one that keeps both busy; the machine's load adds
+// involuntary switches, not these.
+func voluntarySwitches() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Nvcsw
 }
 
 // mutexWait returns the time goroutines have spent blocked on a
