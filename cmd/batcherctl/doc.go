@@ -26,8 +26,9 @@
 // prints a plain progress line every --progress-interval. `jobs watch` draws
 // one bar per run group on a terminal, plain lines otherwise; `stats`
 // redraws its view on a terminal and prints each snapshot otherwise.
-// `jobs results` writes JSONL (protobuf JSON of JobResult), and its -o is the
-// output file.
+// `jobs results` writes JSONL (protobuf JSON of JobResult), to the file
+// --out names; its -o is the format, json alone, and -o FILE, which once
+// named the file, is refused naming --out.
 //
 // Exit codes: 0 success; 1 a failure (a failed request, an unreachable or
 // unhealthy service, a run that could not finish or had failed lines); 2 a

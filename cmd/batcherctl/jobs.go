@@ -262,8 +262,13 @@ in protobuf JSON with --spec (the flags then override it).`,
 func newJobsListCmd(a *app) *cobra.Command {
 	var out outputFormat
 	c := &cobra.Command{
-		Use:     "list",
-		Short:   "List the jobs, newest first",
+		Use:   "list",
+		Short: "List the jobs, newest first",
+		Long: `list prints every job the caller may see (with tenants: its tenant's),
+newest first, one a line: its id, name, state and counts (done of total,
+succeeded, failed, and cancelled or expired when any). It reads the jobs a
+page at a time until the last. -o json prints one Job message (protobuf
+JSON) a line.`,
 		Example: "  batcherctl jobs list\n  batcherctl jobs list -o json | jq -r '.id'",
 		Args:    argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -367,18 +372,26 @@ unless the job completed.`,
 }
 
 func newJobsResultsCmd(a *app) *cobra.Command {
-	var file string
+	var file, format string
 	var force bool
 	c := &cobra.Command{
 		Use:   "results ID",
 		Short: "Write a job's results as JSONL",
 		Long: `results writes the job's finished items, in item order, one JSON object
 (protobuf JSON of JobResult, always with its item and run, 0 included) a
-line, to stdout or --output. As with run, an existing --output file is an
-error without --force.`,
-		Example: "  batcherctl jobs results job_7ea308f3105a729ad74b > results.jsonl\n  batcherctl jobs results job_7ea308f3105a729ad74b -o results.jsonl",
-		Args:    argsBetween(1, 1),
+line, to stdout or the file --out names. As with run, an existing --out
+file is an error without --force.
+
+-o/--output is the output format, as in batcherctl's other commands; the
+results have one, json (JSON lines), the default. -o once named the file:
+-o FILE is now refused, naming --out.`,
+		Example: "  batcherctl jobs results job_7ea308f3105a729ad74b > results.jsonl\n  batcherctl jobs results job_7ea308f3105a729ad74b --out results.jsonl\n" +
+			"  batcherctl jobs results job_7ea308f3105a729ad74b | jq -c 'select(.outcome != \"JOB_ITEM_OUTCOME_SUCCEEDED\")'",
+		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkResultsFormat(format); err != nil {
+				return err
+			}
 			w := cmd.OutOrStdout()
 			if file != "" && file != "-" {
 				flag := os.O_WRONLY | os.O_CREATE | os.O_EXCL
@@ -413,17 +426,36 @@ error without --force.`,
 			return err
 		},
 	}
-	c.Flags().StringVarP(&file, "output", "o", "", "write to this file (default: stdout)")
-	c.Flags().BoolVar(&force, "force", false, "overwrite an existing --output file")
+	c.Flags().StringVarP(&file, "out", "f", "", "write to this file (default: stdout)")
+	c.Flags().StringVarP(&format, "output", "o", string(outputJSON), "output format: json (JSON lines), the only one")
+	c.Flags().BoolVar(&force, "force", false, "overwrite an existing --out file")
 	return c
+}
+
+// checkResultsFormat checks jobs results' -o: json alone. Any other value
+// is refused naming what to use instead, so that a script written when -o
+// named the results file fails saying so, not by writing nowhere.
+func checkResultsFormat(format string) error {
+	switch format {
+	case string(outputJSON):
+		return nil
+	case string(outputText):
+		return usageError(`-o text: the results are JSON lines only (-o json); "jobs get" shows a job for people`)
+	}
+	return usageError("-o %q: -o is the output format now (json), as in the other commands; write the results to a file with --out %s", format, format)
 }
 
 func newJobsCancelCmd(a *app) *cobra.Command {
 	var out outputFormat
 	c := &cobra.Command{
-		Use:     "cancel ID",
-		Short:   "Cancel a job",
-		Example: "  batcherctl jobs cancel job_7ea308f3105a729ad74b",
+		Use:   "cancel ID",
+		Short: "Cancel a job",
+		Long: `cancel stops a job that has not ended: its queued items end cancelled, those
+in flight may finish, and the job goes cancelling, then cancelled, with the
+results it has (jobs results reads them). It prints the job's id and state;
+-o json prints the whole Job message. A job that had already ended is left
+as it is, and cancel fails (exit 1) naming the state it ended in.`,
+		Example: "  batcherctl jobs cancel job_7ea308f3105a729ad74b\n  batcherctl jobs cancel job_7ea308f3105a729ad74b && batcherctl jobs watch job_7ea308f3105a729ad74b",
 		Args:    argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {

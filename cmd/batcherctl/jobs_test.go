@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,7 +48,15 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 	}
 
 	out := filepath.Join(t.TempDir(), "results.jsonl")
-	if r = ctl(t, addr, "", "jobs", "results", id, "-o", out); r.code != 0 {
+	// -o is the format, as in the other commands; -o FILE, which once
+	// named the file, is refused naming --out, and writes nothing.
+	if r = ctl(t, addr, "", "jobs", "results", id, "-o", out); r.code != exitUsage || !strings.Contains(r.stderr, "--out "+out) || r.stdout != "" {
+		t.Fatalf("results -o FILE: %+v, want a usage error naming --out", r)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("results -o FILE made the file: %v", err)
+	}
+	if r = ctl(t, addr, "", "jobs", "results", id, "--out", out, "-o", "json"); r.code != 0 {
 		t.Fatalf("results: %+v", r)
 	}
 	b, err := os.ReadFile(out)
@@ -75,13 +85,13 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 		t.Fatalf("results to stdout differ from the file:\n%s\nvs\n%s", r2.stdout, b)
 	}
 	// An existing file is not overwritten without --force, as with run.
-	if r = ctl(t, addr, "", "jobs", "results", id, "-o", out); r.code != 2 || !strings.Contains(r.stderr, "exists: pass --force") {
+	if r = ctl(t, addr, "", "jobs", "results", id, "-f", out); r.code != 2 || !strings.Contains(r.stderr, "exists: pass --force") {
 		t.Fatalf("results over an existing file: %+v, want exit 2 naming --force", r)
 	}
 	if err := os.WriteFile(out, []byte("old and longer than any line of results would ever be\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r = ctl(t, addr, "", "jobs", "results", id, "-o", out, "--force"); r.code != 0 {
+	if r = ctl(t, addr, "", "jobs", "results", id, "--out", out, "--force"); r.code != 0 {
 		t.Fatalf("results --force: %+v", r)
 	}
 	if b2, _ := os.ReadFile(out); string(b2) != string(b) {

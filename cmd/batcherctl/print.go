@@ -83,3 +83,12 @@ func printJSONLine(w io.Writer, m proto.Message) error {
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
 }
+
+// plural is n and noun, with an s unless n is 1: "1 result written", not
+// "1 results written".
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatInt(n, 10) + " " + noun + "s"
+}

@@ -256,8 +256,8 @@ func watchInterrupts(a *app, prog runfile.Progress, counters *runfile.Counters, 
 			case <-sigs:
 			}
 			if n == 0 {
-				notice(fmt.Sprintf("batcherctl run: interrupted: draining the %d requests in flight (their results are written); press Ctrl-C again to abort",
-					counters.Sent.Load()-counters.Done.Load()))
+				notice(fmt.Sprintf("batcherctl run: interrupted: draining %s in flight (their results are written); press Ctrl-C again to abort",
+					plural(counters.Sent.Load()-counters.Done.Load(), "request")))
 				close(stop)
 				continue
 			}
@@ -286,20 +286,20 @@ func runExit(f *runFlags, sum runfile.Summary, retried int, aborted bool, runErr
 	}
 	switch {
 	case aborted || sum.Stopped:
-		return &exitError{code: exitInterrupted, err: fmt.Errorf("run interrupted: %d results written; rerun with --resume to finish", sum.Written)}
+		return &exitError{code: exitInterrupted, err: fmt.Errorf("run interrupted: %s written; rerun with --resume to finish", plural(sum.Written, "result"))}
 	case runErr != nil:
 		hint := ""
 		if !toStdout {
 			hint = "; rerun with --resume to finish"
 		}
 		if st, ok := serviceStatus(runErr); ok { // the service ended the stream
-			return &serviceError{msg: fmt.Sprintf("run: %s: %s (%d results written%s)", codeName(st.Code()), st.Message(), sum.Written, hint), code: st.Code()}
+			return &serviceError{msg: fmt.Sprintf("run: %s: %s (%s written%s)", codeName(st.Code()), st.Message(), plural(sum.Written, "result"), hint), code: st.Code()}
 		}
-		return fmt.Errorf("run did not finish (%d results written%s): %w", sum.Written, hint, runErr)
+		return fmt.Errorf("run did not finish (%s written%s): %w", plural(sum.Written, "result"), hint, runErr)
 	case sum.Failed > 0 && retried > 0:
-		return fmt.Errorf("%d of %d requests failed (%d had failed before and were retried): see the error lines in %s", sum.Failed, sum.Written, retried, where)
+		return fmt.Errorf("%d of %s failed (%d had failed before and were retried): see the error lines in %s", sum.Failed, plural(sum.Written, "request"), retried, where)
 	case sum.Failed > 0:
-		return fmt.Errorf("%d of %d requests failed: see the error lines in %s", sum.Failed, sum.Written, where)
+		return fmt.Errorf("%d of %s failed: see the error lines in %s", sum.Failed, plural(sum.Written, "request"), where)
 	}
 	return nil
 }
@@ -339,7 +339,7 @@ func printRunSummary(cmd *cobra.Command, f *runFlags, sum runfile.Summary, resum
 		return err
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "batcherctl run: %d results written (%d failed) in %v", sum.Written, sum.Failed, sum.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(&b, "batcherctl run: %s written (%d failed) in %v", plural(sum.Written, "result"), sum.Failed, sum.Elapsed.Round(time.Millisecond))
 	if sum.Elapsed > 0 {
 		fmt.Fprintf(&b, ", %.0f req/s", float64(sum.Written)/sum.Elapsed.Seconds())
 	}

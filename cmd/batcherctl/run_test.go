@@ -149,6 +149,11 @@ func TestRunStdinToStdout(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], `{"line":1,"id":"line-1","completion":`) || !strings.HasPrefix(lines[1], `{"line":2,"id":"b","completion":`) {
 		t.Errorf("stdout %q", r.stdout)
 	}
+	// One line: "1 result", not "1 results".
+	r = ctl(t, addr, `{"chat":{"messages":[{"role":"user","content":"a"}]}}`+"\n", "run", "-", "--model", "sim-chat", "--progress", "none")
+	if r.code != 0 || !strings.Contains(r.stderr, "batcherctl run: 1 result written (0 failed)") {
+		t.Errorf("one request: %+v, want \"1 result written\"", r)
+	}
 }
 
 func TestRunResume(t *testing.T) {
