@@ -115,7 +115,7 @@ func runSoak(ctx context.Context, dir, batcherdBin, llmsimBin string, load time.
 		fail(err)
 	}
 	pid := bd.cmd.Process.Pid
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dial(addr)
 	if err != nil {
 		fail(err)
 	}
@@ -439,4 +439,12 @@ func (d *driver) stream(ss *soakStream) {
 		d.t.add(d.t.refused, status.Code(err))
 		d.t.note(&d.t.refusedIDs, fmt.Sprintf("%s (%v)", id, err))
 	}
+}
+
+// dial connects to batcherd as Batcher's Go client and batcherctl do
+// (client.DialOptions): the caller's trace context propagated, and the
+// client's fixed flow-control windows, made for streamed deltas, so that
+// the soak's traffic is what Batcher's own clients send.
+func dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, client.DialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 }
