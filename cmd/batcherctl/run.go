@@ -256,7 +256,7 @@ func watchInterrupts(a *app, prog runfile.Progress, counters *runfile.Counters, 
 			case <-sigs:
 			}
 			if n == 0 {
-				notice(fmt.Sprintf("batcherctl run: interrupted: draining %s in flight (their results are written); press Ctrl-C again to abort",
+				notice(fmt.Sprintf("batcherctl run: interrupted: draining the %s in flight (their results are written); press Ctrl-C again to abort",
 					plural(counters.Sent.Load()-counters.Done.Load(), "request")))
 				close(stop)
 				continue
