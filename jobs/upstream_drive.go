@@ -400,8 +400,10 @@ func (u *upstream) collect(ctx context.Context, c *Chunk, b *batchapi.Batch, hel
 		got[i] = true
 		f := &inflight{task: held[i], model: u.route}
 		rp := &res.Resp
+		// The batch's size is the requests its file carried, as an online
+		// result's is the requests of its batch.
 		o := u.r.outcome(f, batcher.Result{Text: rp.Text, Embedding: rp.Embedding, FinishReason: rp.FinishReason,
-			Chat: rp.Chat, Usage: rp.Usage, Attempts: 1, BatchID: b.ID, Backend: backendBatchAPI})
+			Chat: rp.Chat, Usage: rp.Usage, Attempts: 1, BatchID: b.ID, BatchSize: len(c.Seqs), Backend: backendBatchAPI})
 		outs = append(outs, o)
 		if len(outs) >= 1024 {
 			return flush()
