@@ -35,8 +35,9 @@ type target struct {
 }
 
 // serve starts gs on 127.0.0.1 after register has added its service, and
-// dials it. stop ends both, then runs cleanup.
-func serve(tb testing.TB, gs *grpc.Server, register func(*grpc.Server), cleanup func()) *target {
+// dials it (insecure, then dial's options). stop ends both, then runs
+// cleanup.
+func serve(tb testing.TB, gs *grpc.Server, register func(*grpc.Server), cleanup func(), dial ...grpc.DialOption) *target {
 	tb.Helper()
 	register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,7 +49,7 @@ func serve(tb testing.TB, gs *grpc.Server, register func(*grpc.Server), cleanup 
 		defer close(served)
 		_ = gs.Serve(lis)
 	}()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/batcherhq/batcher/backend/openai"
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/client"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"github.com/batcherhq/batcher/internal/upstream"
 	"github.com/batcherhq/batcher/llmsim"
@@ -82,7 +83,10 @@ func benchStreamStart(b *testing.B, through bool) {
 
 // serveStreamCore serves batcherd's stack (setupBatcherd) with a core
 // whose one chat route goes to the openai backend at url, built as
-// batcherd builds it, and dials it.
+// batcherd builds it, and dials it as Batcher's Go client dials
+// (client.DialOptions), as the rig of BenchmarkStreamTTFT does
+// (loadClient.dial): with grpc-go's default dial, the client's BDP
+// estimator pinged the server for each chat, 3 of a chat's 12 writes.
 func serveStreamCore(tb testing.TB, url string) *target {
 	tb.Helper()
 	bd := setupBatcherd.build(tb)
@@ -111,7 +115,7 @@ func serveStreamCore(tb testing.TB, url string) *target {
 		}
 		bd.cleanup()
 		_ = be.Close()
-	})
+	}, client.DialOptions()...)
 }
 
 // startThrough streams chat i through batcherd to its end.
