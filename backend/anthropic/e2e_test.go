@@ -3,6 +3,7 @@ package anthropic_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -170,4 +171,24 @@ type deltaText struct{ strings.Builder }
 func (d *deltaText) WriteDelta(x *batcher.Delta) error {
 	d.WriteString(x.Text)
 	return nil
+}
+
+// TestStreamHeaderTimeout: a streamed call whose response's headers do not
+// come within Timeout ends as a timeout (a retryable failure), not as if
+// its caller had cancelled it, and the upstream sees it go.
+func TestStreamHeaderTimeout(t *testing.T) {
+	gone := make(chan struct{}, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // read: the server then watches the connection
+		<-r.Context().Done()               // no headers, ever
+		gone <- struct{}{}
+	}))
+	t.Cleanup(ts.Close)
+	be := newBackend(t, anthropic.Config{BaseURL: ts.URL, Timeout: 50 * time.Millisecond, APIKeyEnv: "K", LookupEnv: func(string) (string, bool) { return "sk-ant-test", true }})
+	b := &batcher.Batch{Route: "r", Model: "sim-chat", Op: batcher.OpChat, Requests: []*batcher.Request{userTurn("hi")}, MaxTokens: 8}
+	_, err := be.Stream(context.Background(), b, &deltaText{})
+	if batcher.ClassOf(err) != batcher.ClassTimeout || errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want a timeout", err)
+	}
+	<-gone
 }

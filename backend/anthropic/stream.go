@@ -96,11 +96,7 @@ func (b *Backend) stream(ctx context.Context, body *messagesRequest, w batcher.D
 	res, err := b.client.Do(req)
 	headers.Stop()
 	if err != nil {
-		ectx := ctx
-		if ctx.Err() == nil && errors.Is(context.Cause(cctx), context.DeadlineExceeded) {
-			ectx = cctx
-		}
-		return batcher.Response{}, nil, transportError(ectx, ep, err)
+		return batcher.Response{}, nil, transportError(ctx, ep, upstream.HeadersErr(ctx, cctx, err))
 	}
 	defer func() { _ = res.Body.Close() }()
 	rl := ParseRateLimit(res.Header, time.Now())

@@ -119,7 +119,7 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 	res, err := b.client.Do(req)
 	headers.Stop()
 	if err != nil {
-		return batcher.Response{}, nil, transportError(streamCtx(ctx, cctx), ep, err)
+		return batcher.Response{}, nil, transportError(ctx, ep, upstream.HeadersErr(ctx, cctx, err))
 	}
 	defer func() { _ = res.Body.Close() }()
 	rl := ParseRateLimit(res.Header, time.Now())
@@ -157,15 +157,6 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 
 // errDrained ends a call whose response did not end soon after [DONE].
 var errDrained = errors.New("openai: the response went on after [DONE]")
-
-// streamCtx is the context whose end explains a failed call: the
-// caller's, or the header timeout's.
-func streamCtx(ctx, cctx context.Context) context.Context {
-	if ctx.Err() == nil && errors.Is(context.Cause(cctx), context.DeadlineExceeded) {
-		return cctx
-	}
-	return ctx
-}
 
 // setStreamHeaders sets a streamed call's headers: content type, agent,
 // the configured headers, organization, project, key, and Accept.

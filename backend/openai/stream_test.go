@@ -3,6 +3,7 @@ package openai_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -215,4 +216,23 @@ func TestStreamReusesTheConnection(t *testing.T) {
 	if conns != 1 {
 		t.Fatalf("3 streamed calls in turn opened %d connections, want 1", conns)
 	}
+}
+
+// TestStreamHeaderTimeout: a streamed call whose response's headers do not
+// come within Timeout ends as a timeout (a retryable failure), not as if
+// its caller had cancelled it, and the upstream sees it go.
+func TestStreamHeaderTimeout(t *testing.T) {
+	gone := make(chan struct{}, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // read: the server then watches the connection
+		<-r.Context().Done()               // no headers, ever
+		gone <- struct{}{}
+	}))
+	t.Cleanup(ts.Close)
+	be := newBackend(t, openai.Config{BaseURL: ts.URL + "/v1", Timeout: 50 * time.Millisecond})
+	_, err := be.Stream(context.Background(), streamBatch(chat("r", "x")), newDeltaLog())
+	if batcher.ClassOf(err) != batcher.ClassTimeout || errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want a timeout", err)
+	}
+	<-gone
 }

@@ -77,6 +77,20 @@ func TransportError(ctx context.Context, ep string, err error) error {
 	return ue
 }
 
+// HeadersErr is the error to pass TransportError, with the caller's ctx,
+// for a streamed call that failed before its response's headers came:
+// context.DeadlineExceeded when the call's header timeout ended the call's
+// own context cctx (derived from ctx, cancelled with that cause) while ctx
+// is live, else err. cctx itself will not do as TransportError's context:
+// its Err is context.Canceled whatever the cause, which TransportError
+// takes for the caller's cancellation.
+func HeadersErr(ctx, cctx context.Context, err error) error {
+	if ctx.Err() == nil && errors.Is(context.Cause(cctx), context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
 // InvalidResponse is an answer from the endpoint ep that Batcher cannot
 // use; msg says what is wrong with it.
 func InvalidResponse(code int, ep, msg string, cause error) *batcher.UpstreamError {
