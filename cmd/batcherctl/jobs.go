@@ -127,7 +127,12 @@ func jobText(job *batcherv1.Job) string {
 		fmt.Fprintf(&b, "error\t%s: %s\n", codeName(codes.Code(e.GetCode())), e.GetMessage())
 	}
 	if d := job.GetOutputDir(); d != "" {
-		fmt.Fprintf(&b, "output\t%s\n", d)
+		// Relative, and on the service's machine: say to what.
+		under := "the service's data_dir"
+		if job.GetSpec().GetOutputDir() != "" {
+			under = "the service's jobs.output_root"
+		}
+		fmt.Fprintf(&b, "output\t%s (under %s)\n", d, under)
 	}
 	return b.String()
 }
@@ -274,6 +279,7 @@ JSON) a line.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.jobsCall(cmd, true, func(ctx context.Context, j *client.Jobs) error {
 				w := cmd.OutOrStdout()
+				n := 0
 				for job, err := range j.List(ctx, batcherv1.JobState_JOB_STATE_UNSPECIFIED) {
 					if err != nil {
 						return rpcError("jobs list", err)
@@ -288,6 +294,13 @@ JSON) a line.`,
 					if _, err := fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", job.GetId(), job.GetSpec().GetName(), stateName(p.GetState()), countsText(p.GetCounts())); err != nil {
 						return err
 					}
+					n++
+				}
+				if n == 0 && out == outputText {
+					// Not silence: say so, on stderr, where a script
+					// reading the list does not see it.
+					_, err := fmt.Fprintln(cmd.ErrOrStderr(), "no jobs")
+					return err
 				}
 				return nil
 			})

@@ -33,6 +33,10 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 	addr := startBatcherd(t, slowConfig, "--data-dir", t.TempDir())
 	in := writeFile(t, "in.jsonl", jobLines(5))
 
+	// No job yet: the list says so on stderr, and prints nothing.
+	if r := ctl(t, addr, "", "jobs", "list"); r.code != 0 || r.stdout != "" || r.stderr != "no jobs\n" {
+		t.Fatalf("list of none: %+v, want \"no jobs\" on stderr", r)
+	}
 	r := ctl(t, addr, "", "jobs", "create", in, "-m", "sim-chat", "--name", "small")
 	if r.code != 0 {
 		t.Fatalf("create: %+v", r)
@@ -131,7 +135,8 @@ func TestJobsCreateWatchResultsCancelList(t *testing.T) {
 
 	r = ctl(t, addr, "", "jobs", "get", id)
 	if r.code != 0 || !strings.Contains(r.stdout, "id\t"+id+"\n") || !strings.Contains(r.stdout, "state\tcompleted\n") ||
-		!strings.Contains(r.stdout, "items\t5/5 done, 5 succeeded") || !strings.Contains(r.stdout, "items/s") {
+		!strings.Contains(r.stdout, "items\t5/5 done, 5 succeeded") || !strings.Contains(r.stdout, "items/s") ||
+		!strings.Contains(r.stdout, "output\tjobs/"+id+" (under the service's data_dir)\n") {
 		t.Fatalf("get: %+v", r)
 	}
 	r = ctl(t, addr, "", "jobs", "get", id, "-o", "json")
