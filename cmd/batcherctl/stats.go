@@ -121,7 +121,9 @@ func writeStats(b *strings.Builder, s *batcherv1.StatsSnapshot) {
 			// servers old and new; done here is every item that ended, as
 			// in batcherctl jobs. failed includes the cancelled and the
 			// expired items, shown apart (servers before them send 0).
-			fmt.Fprintf(b, "  %s\t%s %s %d/%d done, %d succeeded, %d failed", j.GetId(), j.GetName(), j.GetState(),
+			// Tab-separated as in batcherctl jobs list, so that a job
+			// without a name leaves an empty column, not "id\t state".
+			fmt.Fprintf(b, "  %s\t%s\t%s %d/%d done, %d succeeded, %d failed", j.GetId(), j.GetName(), j.GetState(),
 				j.GetDone()+j.GetFailed(), j.GetTotal(), j.GetDone(), j.GetFailed()-j.GetCancelled()-j.GetExpired())
 			if n := j.GetCancelled(); n > 0 {
 				fmt.Fprintf(b, ", %d cancelled", n)
