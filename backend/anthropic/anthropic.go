@@ -33,7 +33,8 @@ type Backend struct {
 	failed  atomic.Int64
 	log     *slog.Logger
 	logs    *upstream.LogLimiter
-	schemas schema.Cache // strict tool schemas, to check answers
+	schemas schema.Cache        // strict tool schemas, to check answers
+	timers  upstream.CallTimers // a streamed call's timer (stream)
 }
 
 var (

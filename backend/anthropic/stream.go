@@ -84,17 +84,19 @@ func (b *Backend) Stream(ctx context.Context, batch *batcher.Batch, w batcher.De
 // stream makes the streamed call and reads its events to the end.
 func (b *Backend) stream(ctx context.Context, body *messagesRequest, w batcher.DeltaWriter) (batcher.Response, *batcher.RateLimitInfo, error) {
 	ep := b.cfg.endpointPath(messagesPath)
+	// One pooled timer bounds the headers, then the drain after
+	// message_stop.
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	headers := time.AfterFunc(b.cfg.Timeout, func() { cancel(context.DeadlineExceeded) })
+	timer := b.timers.Start(cancel, b.cfg.Timeout, context.DeadlineExceeded)
+	defer timer.Release()
 	req, err := b.newHTTPRequest(cctx, body)
 	if err != nil {
-		headers.Stop()
 		return batcher.Response{}, nil, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	res, err := b.client.Do(req)
-	headers.Stop()
+	timer.Stop()
 	if err != nil {
 		return batcher.Response{}, nil, transportError(ctx, ep, upstream.HeadersErr(ctx, cctx, err))
 	}
@@ -128,7 +130,7 @@ func (b *Backend) stream(ctx context.Context, body *messagesRequest, w batcher.D
 		}
 		return batcher.Response{}, nil, err
 	}
-	upstream.Drain(res.Body, cancel, errDrained)
+	upstream.Drain(res.Body, timer, errDrained)
 	return out, rl, nil
 }
 

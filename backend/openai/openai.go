@@ -33,6 +33,7 @@ type Backend struct {
 	// streamHdr is a streamed call's headers, built once by New; each
 	// call sends a clone (nil: built per call).
 	streamHdr http.Header
+	timers    upstream.CallTimers // a streamed call's timer (stream)
 }
 
 var _ batcher.Backend = (*Backend)(nil)

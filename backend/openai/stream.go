@@ -103,12 +103,13 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 	raw = withExtra(raw, body) // the request's extra body fields, as do sends them
 	// The configured timeout bounds the wait for the headers; the answer
 	// then streams for as long as the request's deadline allows.
+	// One pooled timer bounds the headers, then the drain after [DONE].
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	headers := time.AfterFunc(b.cfg.Timeout, func() { cancel(context.DeadlineExceeded) })
+	timer := b.timers.Start(cancel, b.cfg.Timeout, context.DeadlineExceeded)
+	defer timer.Release()
 	req, err := http.NewRequestWithContext(cctx, http.MethodPost, b.cfg.endpoint(path), bytes.NewReader(raw))
 	if err != nil {
-		headers.Stop()
 		return batcher.Response{}, nil, &batcher.UpstreamError{Class: batcher.ClassInvalidRequest, Message: "request cannot be built", Err: err}
 	}
 	if b.streamHdr != nil {
@@ -117,7 +118,7 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 		b.setStreamHeaders(req.Header)
 	}
 	res, err := b.client.Do(req)
-	headers.Stop()
+	timer.Stop()
 	if err != nil {
 		return batcher.Response{}, nil, transportError(ctx, ep, upstream.HeadersErr(ctx, cctx, err))
 	}
@@ -151,7 +152,7 @@ func (b *Backend) stream(ctx context.Context, path string, body any, w batcher.D
 		}
 		return batcher.Response{}, nil, err
 	}
-	upstream.Drain(res.Body, cancel, errDrained)
+	upstream.Drain(res.Body, timer, errDrained)
 	return out, rl, nil
 }
 

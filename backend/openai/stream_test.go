@@ -236,3 +236,49 @@ func TestStreamHeaderTimeout(t *testing.T) {
 	}
 	<-gone
 }
+
+// TestStreamTimerPhases: one timer a call bounds the wait for the headers
+// (Timeout: a call whose headers never come ends as a timeout, and the
+// upstream sees it go) and then the drain after [DONE] (a response that
+// goes on after it is cut, the answer kept, the connection closed); the
+// calls between, on the same backend, whose timers are pooled, are not cut
+// by an earlier call's timer.
+func TestStreamTimerPhases(t *testing.T) {
+	gone := make(chan string, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mode := "plain"
+		for _, m := range []string{"hang", "linger"} {
+			if strings.Contains(string(body), m) {
+				mode = m
+			}
+		}
+		defer func() { gone <- mode }()
+		if mode == "hang" { // no headers, ever
+			<-r.Context().Done()
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+		_ = http.NewResponseController(w).Flush()
+		if mode == "linger" { // the body never ends
+			<-r.Context().Done()
+		}
+	}))
+	t.Cleanup(ts.Close)
+	be := newBackend(t, openai.Config{BaseURL: ts.URL + "/v1", Timeout: 100 * time.Millisecond})
+	for _, mode := range []string{"plain", "hang", "plain", "linger", "plain", "plain"} {
+		l := newDeltaLog()
+		_, err := be.Stream(context.Background(), streamBatch(chat("r", mode)), l)
+		if mode == "hang" {
+			if batcher.ClassOf(err) != batcher.ClassTimeout {
+				t.Fatalf("%s: err %v, want a timeout", mode, err)
+			}
+		} else if err != nil || l.text() != "hi" {
+			t.Fatalf("%s: %q, %v; want the answer", mode, l.text(), err)
+		}
+		if got := <-gone; got != mode { // the upstream saw this call end
+			t.Fatalf("the upstream saw %q end, want %q", got, mode)
+		}
+	}
+}

@@ -7,7 +7,6 @@ package upstream
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -165,15 +164,3 @@ const (
 	drainWait     = 50 * time.Millisecond
 	maxDrainBytes = 4096
 )
-
-// Drain reads a streamed response's body to its end once the answer is
-// whole ([DONE], message_stop). net/http returns a connection to the pool
-// only when its body was read to EOF: closed before (the end of a chunked
-// response comes just after the last event), the connection is closed and
-// the next call dials anew. A response that does not end within 50 ms or
-// 4 KiB is cut, cancel(cause), and its connection closed.
-func Drain(body io.Reader, cancel context.CancelCauseFunc, cause error) {
-	t := time.AfterFunc(drainWait, func() { cancel(cause) })
-	_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
-	t.Stop()
-}
