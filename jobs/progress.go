@@ -153,6 +153,13 @@ func progressOf(j *Job, tr *rateTracker, now time.Time) Progress {
 		}
 		return p
 	}
+	if j.Counts.Total > 0 && ended >= j.Counts.Total {
+		// Every item has ended (the job finalizing, or about to): nothing
+		// is left to wait for, whatever the rate, which a window with no
+		// item ended in it reads as 0 (an ETA of "unknown" once shown
+		// beside "20/20 done").
+		p.ETA = 0
+	}
 	if tr == nil {
 		return p
 	}

@@ -45,3 +45,21 @@ func TestProgressWhileCancelling(t *testing.T) {
 		t.Errorf("cancelling: %v items/h, %v tokens/s; want 2880 (8 ran in 10s), 10", p.ItemsPerH, p.TokensPerS)
 	}
 }
+
+// TestProgressAllEndedHasNoWait: a job whose items have all ended
+// (finalizing) has an ETA of 0, also when no item ended within the rate's
+// window (rate 0); jobs watch once showed "finalizing 20/20 done ... eta
+// unknown".
+func TestProgressAllEndedHasNoWait(t *testing.T) {
+	now := time.Now()
+	j := &Job{ID: "j", State: StateFinalizing, StartedAt: now.Add(-3 * time.Second), TokensIn: 40, TokensOut: 160,
+		Counts: Counts{Total: 20, Succeeded: 20}}
+	tr := &rateTracker{window: DefaultRateWindow}
+	tr.observe(now.Add(-2*time.Second), 20, 200)
+	if p := progressOf(j, tr, now); p.ETA != 0 {
+		t.Errorf("finalizing, every item ended: ETA %v, want 0", p.ETA)
+	}
+	if p := progressOf(j, nil, now); p.ETA != 0 {
+		t.Errorf("finalizing without a tracker: ETA %v, want 0", p.ETA)
+	}
+}
