@@ -131,7 +131,7 @@ func callsByRoute(t *testing.T, reader sdkmetric.Reader, addr string, port int) 
 					t.Errorf("server.port set (%v): it would come from the Host header", dp.Attributes.Encoded(attribute.DefaultEncoder()))
 				}
 				if port != 0 && got.AsInt64() != int64(port) {
-					t.Errorf("server.port %v, want %d", got.Emit(), port)
+					t.Errorf("server.port %v, want %d", got.String(), port)
 				}
 			}
 		}

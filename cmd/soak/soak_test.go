@@ -67,7 +67,12 @@ func TestDialAsBatchersClient(t *testing.T) {
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); <-served })
+	t.Cleanup(func() {
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
 
 	conn, err := dial(lis.Addr().String())
 	if err != nil {
