@@ -63,6 +63,10 @@ func TestRichValidation(t *testing.T) {
 			r.MutableChat().ToolChoice = ToolChoice{Mode: ToolChoiceFunction, Function: "nope"}
 		}, "tool_choice.function", "not the name"},
 		{"required without tools", AllFeatures, func(r *Request) { r.MutableChat().ToolChoice.Mode = ToolChoiceRequired }, "tool_choice", "needs tools"},
+		{"auto without tools", AllFeatures, func(r *Request) { r.MutableChat().ToolChoice.Mode = ToolChoiceAuto }, "tool_choice", "auto needs tools"},
+		{"function without tools", AllFeatures, func(r *Request) {
+			r.MutableChat().ToolChoice = ToolChoice{Mode: ToolChoiceFunction, Function: "get_weather"}
+		}, "tool_choice", `function "get_weather" needs tools`},
 		{"schema missing", AllFeatures, func(r *Request) { r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s"} }, "response_format.schema", "must be set"},
 		{"schema name", AllFeatures, func(r *Request) {
 			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Schema: []byte(`{}`)}

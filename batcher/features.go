@@ -278,15 +278,25 @@ func validateTools(r *Request, have Features) *ValidationError {
 		}
 	}
 	tc := &c.ToolChoice
+	if len(c.Tools) == 0 {
+		// OpenAI answers 400 on tool_choice without tools: a choice
+		// among no tools would be dropped. none asks for what no tools
+		// give anyway, so it is honoured.
+		switch tc.Mode {
+		case ToolChoiceAuto:
+			return invalid("tool_choice", "auto needs tools: tool_choice is only allowed when tools are given")
+		case ToolChoiceRequired:
+			return invalid("tool_choice", "required needs tools: tool_choice is only allowed when tools are given")
+		case ToolChoiceFunction:
+			return invalid("tool_choice", "function %q needs tools: tool_choice is only allowed when tools are given", clip.String(tc.Function))
+		}
+	}
 	switch tc.Mode {
 	case ToolChoiceDefault, ToolChoiceAuto, ToolChoiceNone:
 		if tc.Function != "" {
 			return invalid("tool_choice", "names a function without the function mode")
 		}
 	case ToolChoiceRequired:
-		if len(c.Tools) == 0 {
-			return invalid("tool_choice", "required needs tools")
-		}
 	case ToolChoiceFunction:
 		found := false
 		for i := range c.Tools {

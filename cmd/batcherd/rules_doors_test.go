@@ -70,6 +70,26 @@ var requestRules = []requestRule{
 		param: "max_tokens", reason: "is 5 and max_completion_tokens 7: set one",
 	},
 	{
+		name: "tool_choice auto without tools",
+		grpc: func() *batcherv1.Request {
+			r := chatItem("sim-chat")
+			r.ToolChoice = &batcherv1.ToolChoice{Choice: &batcherv1.ToolChoice_Mode{Mode: batcherv1.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO}}
+			return r
+		},
+		url: "/v1/chat/completions", body: `{"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"}`,
+		field: "tool_choice", param: "tool_choice", reason: "auto needs tools: tool_choice is only allowed when tools are given",
+	},
+	{
+		name: "tool_choice naming a function without tools",
+		grpc: func() *batcherv1.Request {
+			r := chatItem("sim-chat")
+			r.ToolChoice = &batcherv1.ToolChoice{Choice: &batcherv1.ToolChoice_Function{Function: "get_weather"}}
+			return r
+		},
+		url: "/v1/chat/completions", body: `{"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}`,
+		field: "tool_choice", param: "tool_choice", reason: "needs tools: tool_choice is only allowed when tools are given",
+	},
+	{
 		name: "metadata key empty",
 		grpc: func() *batcherv1.Request {
 			r := chatItem("sim-chat")
