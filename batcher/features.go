@@ -129,6 +129,10 @@ func blameFallback(ve *ValidationError, have Features, targets []TargetInfo, che
 // calls it only when r is not plain (richFields, or a negative N).
 func validateRich(r *Request, op Operation, have Features) *ValidationError {
 	c := r.chat()
+	if rp := r.Params.rich(); rp.N > 1 && op != OpChat && rp.N <= MaxChoices {
+		// One rule for every door: a completion's answer is one text.
+		return invalid("params.n", "only chat routes answer several choices, this one takes %s input; leave n unset or 1", op)
+	}
 	if ve := validateRichParams(r.Params.rich(), have); ve != nil {
 		return ve
 	}

@@ -11,7 +11,11 @@ import (
 
 // Limits on request fields that do not depend on the route.
 const (
-	MaxIDBytes          = 128
+	MaxIDBytes = 128
+	// MaxMetadataEntries bounds a request's metadata as the gRPC doors
+	// document it (batcher.proto). A door that speaks a tighter outside
+	// contract passes its own bound to CheckMetadata first: the OpenAI
+	// doors hold a request to OpenAI's 16 (openaiapi.MaxMetadata).
 	MaxMetadataEntries  = 32
 	MaxMetadataKeyBytes = 64
 	MaxMetadataValBytes = 512

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -37,59 +36,52 @@ type openAILine struct {
 	Body     json.RawMessage `json:"body"`
 }
 
-type openAIBody struct {
-	Model       string          `json:"model"`
-	Prompt      json.RawMessage `json:"prompt"`
-	Input       json.RawMessage `json:"input"`
-	MaxTokens   *int64          `json:"max_tokens"`
-	MaxComplTok *int64          `json:"max_completion_tokens"`
-	Temperature *float32        `json:"temperature"`
-	TopP        *float32        `json:"top_p"`
-	Stop        json.RawMessage `json:"stop"`
-	Seed        *int64          `json:"seed"`
-	ServiceTier string          `json:"service_tier"`
-}
-
 // ParseOpenAILine parses one line of an OpenAI batch input file into its
-// custom_id and request. The error names the field at fault; the caller
-// adds the line number.
+// custom_id and request. The body is read by its endpoint's decoder, the
+// front door's own (openaiapi.ChatBody, CompletionBody, EmbeddingBody),
+// so that a line carries, and refuses, what a request to that endpoint
+// does. The error names the field at fault; the caller adds the line
+// number.
 func ParseOpenAILine(line []byte) (customID string, req *ItemRequest, err error) {
 	l, err := readOpenAILine(line)
 	if err != nil {
 		return l.CustomID, nil, err
 	}
-	var b openAIBody
-	var chat *batcher.Request
-	if l.URL == URLChat {
-		if chat, err = chatLineBody(l.Body, &b); err != nil {
-			return l.CustomID, nil, err
-		}
-	} else {
-		if err := json.Unmarshal(l.Body, &b); err != nil {
-			return l.CustomID, nil, bodyError(err)
-		}
-		if err := unreadFields(l.Body); err != nil {
-			return l.CustomID, nil, err
-		}
+	var decode func([]byte) (*batcher.Request, *openaiapi.Error)
+	switch l.URL {
+	case URLChat:
+		decode = openaiapi.ChatBody
+	case URLCompletions:
+		decode = openaiapi.CompletionBody
+	case URLEmbeddings:
+		decode = openaiapi.EmbeddingBody
+	default:
+		return l.CustomID, nil, fmt.Errorf("url: unknown endpoint %q (want %s, %s or %s)", cut(l.URL), URLChat, URLCompletions, URLEmbeddings)
 	}
-	switch b.ServiceTier {
+	r, e := decode(l.Body)
+	if e != nil {
+		if e.Param == "" {
+			return l.CustomID, nil, fmt.Errorf("body: %s", e.Message)
+		}
+		return l.CustomID, nil, fmt.Errorf("body.%s: %s", e.Param, e.Message)
+	}
+	var tier struct {
+		ServiceTier string `json:"service_tier"`
+	}
+	if json.Unmarshal(l.Body, &tier) != nil {
+		return l.CustomID, nil, errors.New("body.service_tier: must be a string")
+	}
+	switch tier.ServiceTier {
 	case "", "auto", "default", "flex", "scale", "priority":
 	default:
-		return l.CustomID, nil, fmt.Errorf("body.service_tier: must be auto, default, flex, scale or priority, got %q", cut(b.ServiceTier))
+		return l.CustomID, nil, fmt.Errorf("body.service_tier: must be auto, default, flex, scale or priority, got %q", cut(tier.ServiceTier))
 	}
 	// A job's items run at the job's priority whatever the tier; the tier
 	// is carried to the output line, as OpenAI echoes it.
-	req = &ItemRequest{Model: b.Model, URL: l.URL, ServiceTier: b.ServiceTier}
-	if l.URL == URLChat {
-		req.Input, req.Params, req.Metadata = chat.Input, chat.Params, chat.Metadata
-		o := chat.ChatOptions()
-		req.Tools, req.ToolChoice, req.ParallelToolCalls = o.Tools, o.ToolChoice, o.ParallelToolCalls
-		req.ResponseFormat, req.User, req.Extra = o.ResponseFormat, o.User, o.Extra
-		return l.CustomID, req, nil
-	}
-	if err := legacyRequest(l.URL, &b, req); err != nil {
-		return l.CustomID, nil, err
-	}
+	req = &ItemRequest{Model: r.Route, URL: l.URL, ServiceTier: tier.ServiceTier, Input: r.Input, Params: r.Params, Metadata: r.Metadata}
+	o := r.ChatOptions()
+	req.Tools, req.ToolChoice, req.ParallelToolCalls = o.Tools, o.ToolChoice, o.ParallelToolCalls
+	req.ResponseFormat, req.User, req.Extra = o.ResponseFormat, o.User, o.Extra
 	return l.CustomID, req, nil
 }
 
@@ -137,116 +129,9 @@ func readOpenAILine(line []byte) (openAILine, error) {
 	return l, nil
 }
 
-// chatLineBody reads a chat line's body with the front door's decoder: the
-// line carries what a request to /v1/chat/completions carries (tools,
-// response formats, images, the other parameters, unknown fields as extra
-// body fields), and the core refuses by name what the model cannot honour
-// (Creator). It sets b's model and service tier.
-func chatLineBody(body json.RawMessage, b *openAIBody) (*batcher.Request, error) {
-	cr, e := openaiapi.ChatBody(body)
-	if e != nil {
-		if e.Param == "" {
-			return nil, fmt.Errorf("body: %s", e.Message)
-		}
-		return nil, fmt.Errorf("body.%s: %s", e.Param, e.Message)
-	}
-	var tier struct {
-		ServiceTier string `json:"service_tier"`
-	}
-	if json.Unmarshal(body, &tier) != nil {
-		return nil, errors.New("body.service_tier: must be a string")
-	}
-	b.Model, b.ServiceTier = cr.Route, tier.ServiceTier
-	return cr, nil
-}
-
-// legacyRequest fills req from the body of a completions or embeddings
-// line; any other url is an error naming it.
-func legacyRequest(url string, b *openAIBody, req *ItemRequest) error {
-	switch url {
-	case URLCompletions:
-		var p string
-		if json.Unmarshal(b.Prompt, &p) != nil {
-			return errors.New("body.prompt: must be a string")
-		}
-		req.Input = batcher.Input{Op: batcher.OpCompletion, Prompt: p}
-	case URLEmbeddings:
-		text, err := embeddingInput(b.Input)
-		if err != nil {
-			return fmt.Errorf("body.input: %w", err)
-		}
-		req.Input = batcher.Input{Op: batcher.OpEmbedding, Text: text}
-	default:
-		return fmt.Errorf("url: unknown endpoint %q (want %s, %s or %s)", cut(url), URLChat, URLCompletions, URLEmbeddings)
-	}
-	p := &req.Params
-	// The front door's rule: the two names must agree, and a cap set is
-	// at least 1 (0 would read as none). The core checks the rest.
-	n, e := openaiapi.MaxTokens(b.MaxTokens, b.MaxComplTok)
-	if e != nil {
-		return fmt.Errorf("body.%s: %s", e.Param, e.Message)
-	}
-	p.MaxTokens = n
-	p.Temperature, p.TopP, p.Seed = b.Temperature, b.TopP, b.Seed
-	if len(b.Stop) > 0 && string(b.Stop) != "null" {
-		var one string
-		if json.Unmarshal(b.Stop, &one) == nil {
-			p.Stop = []string{one}
-		} else if json.Unmarshal(b.Stop, &p.Stop) != nil {
-			return errors.New("body.stop: must be a string or a list of strings")
-		}
-	}
-	return nil
-}
-
 // lineFields are a batch input line's fields: OpenAI's envelope. Another
 // (a priority, say) is refused by name, not dropped.
 var lineFields = map[string]bool{"custom_id": true, "method": true, "url": true, "body": true}
-
-// bodyError names what is wrong with a completions or embeddings line's
-// body that does not decode: the field of the wrong type, or the body.
-func bodyError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" && te.Type != nil {
-		t := te.Type
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		want := "a " + t.Kind().String()
-		switch t.Kind() {
-		case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Int:
-			want = "an integer in range"
-		case reflect.Float32, reflect.Float64:
-			want = "a number in range"
-		case reflect.String:
-			want = "a string"
-		}
-		return fmt.Errorf("body.%s: must be %s, got %s", te.Field, want, te.Value)
-	}
-	return errors.New("body: must be a JSON object")
-}
-
-// readBodyFields are what a completions or embeddings batch line's body
-// may hold: the fields ParseOpenAILine carries into the job. (A chat
-// line's body is read as /v1/chat/completions reads it.)
-var readBodyFields = map[string]bool{"model": true, "prompt": true, "input": true, "max_tokens": true,
-	"max_completion_tokens": true, "temperature": true, "top_p": true, "stop": true, "seed": true,
-	"service_tier": true} // carried to the output line
-
-// unreadFields refuses, by name, a field of a completions or embeddings
-// line's body that the job would not carry (tools, logprobs, ...): a
-// batch line is never run with part of it dropped. The first such field,
-// in sorted order, is named.
-func unreadFields(body json.RawMessage) error {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil {
-		return errors.New("body: must be a JSON object")
-	}
-	if k := firstUnread(top, readBodyFields); k != "" {
-		return fmt.Errorf("body.%s: not supported in %s and %s batch lines", cut(k), URLCompletions, URLEmbeddings)
-	}
-	return nil
-}
 
 func firstUnread(m map[string]json.RawMessage, read map[string]bool) string {
 	first := ""
@@ -256,18 +141,6 @@ func firstUnread(m map[string]json.RawMessage, read map[string]bool) string {
 		}
 	}
 	return first
-}
-
-func embeddingInput(raw json.RawMessage) (string, error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var list []string
-	if json.Unmarshal(raw, &list) == nil && len(list) == 1 {
-		return list[0], nil
-	}
-	return "", errors.New("must be a string (or a list of one string)")
 }
 
 func cut(s string) string {

@@ -13,9 +13,9 @@ import (
 // TestOpenAILineFieldsNamed: a batch line's envelope field other than
 // custom_id, method, url and body is refused by name, not dropped; a
 // completions or embeddings body whose field has the wrong type or range
-// names that field, not "must be a JSON object"; a repeated key is refused
-// by its path; max_tokens and max_completion_tokens are read by the front
-// door's rule (MaxTokens).
+// names that field, as the front door's decoder names it; a repeated key
+// is refused by its path; max_tokens and max_completion_tokens are read by
+// the front door's rule.
 func TestOpenAILineFieldsNamed(t *testing.T) {
 	for _, tc := range []struct{ line, want string }{
 		{`{"custom_id":"a","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}]},"priority":"urgent"}`,
@@ -23,21 +23,25 @@ func TestOpenAILineFieldsNamed(t *testing.T) {
 		{`{"custom_id":"b","url":"/v1/completions","body":{"prompt":"x","max_tokens":99999999999}}`,
 			"body.max_tokens: must be 1 to 2147483647, got 99999999999"},
 		{`{"custom_id":"b2","url":"/v1/completions","body":{"prompt":"x","max_tokens":1e20}}`,
-			"body.max_tokens: must be an integer in range, got number"},
+			"body.max_tokens: max_tokens: want an integer in range, got number 1e20"},
 		// The front door's rule on the cap's two names, as a chat line
 		// and /v1/chat/completions apply it: neither dropped.
 		{`{"custom_id":"b3","url":"/v1/completions","body":{"prompt":"x","max_tokens":5,"max_completion_tokens":7}}`,
 			"body.max_tokens: is 5 and max_completion_tokens 7: set one"},
 		{`{"custom_id":"b4","url":"/v1/completions","body":{"prompt":"x","max_tokens":0}}`,
 			"body.max_tokens: must be at least 1, got 0"},
-		{`{"custom_id":"b5","url":"/v1/embeddings","body":{"input":"x","max_completion_tokens":0}}`,
+		{`{"custom_id":"b5","url":"/v1/completions","body":{"prompt":"x","max_completion_tokens":0}}`,
 			"body.max_completion_tokens: must be at least 1, got 0"},
+		// An embeddings line is read as /v1/embeddings reads a body,
+		// which takes no cap.
+		{`{"custom_id":"b6","url":"/v1/embeddings","body":{"input":"x","max_completion_tokens":4}}`,
+			"body.max_completion_tokens: is not a parameter Batcher serves on /v1/embeddings"},
 		{`{"custom_id":"c","url":"/v1/completions","body":{"prompt":"x","max_tokens":"5"}}`,
-			"body.max_tokens: must be an integer in range, got string"},
+			"body.max_tokens: max_tokens: want an integer in range, got string"},
 		{`{"custom_id":"d","url":"/v1/embeddings","body":{"input":"x","model":7}}`,
-			"body.model: must be a string, got number"},
+			"body.model: model: want a string, got number"},
 		{`{"custom_id":"e","url":"/v1/completions","body":{"prompt":"x","temperature":"hot"}}`,
-			"body.temperature: must be a number in range, got string"},
+			"body.temperature: temperature: want a number, got string"},
 	} {
 		_, _, err := jobs.ParseOpenAILine([]byte(tc.line))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

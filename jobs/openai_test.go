@@ -35,11 +35,22 @@ func TestParseOpenAILine(t *testing.T) {
 		{`{"method":"POST","url":"/v1/completions","body":{}}`, "custom_id: must be set", nil},
 		{`{"custom_id":"f","url":"/v1/images","body":{}}`, "url: unknown endpoint", nil},
 		{`{"custom_id":"g","url":"/v1/chat/completions","body":{"messages":[]}}`, "body.messages: must hold at least one message", nil},
-		{`{"custom_id":"h","url":"/v1/completions","body":{"prompt":["a","b"]}}`, "body.prompt: must be a string", nil},
+		{`{"custom_id":"h","url":"/v1/completions","body":{"prompt":["a","b"]}}`, "body.prompt: a batch line holds one item, got 2", nil},
 		{`{"custom_id":"i","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}}`, "body.messages[0].content[0].image_url: must be set", nil},
 		{`{"custom_id":"i2","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"stream":true}}`, "body.stream: must not be true", nil},
-		{`{"custom_id":"i3","url":"/v1/completions","body":{"prompt":"x","tools":[]}}`, "body.tools: not supported in /v1/completions and /v1/embeddings batch lines", nil},
+		{`{"custom_id":"i3","url":"/v1/completions","body":{"prompt":"x","tools":[]}}`, "body.tools: is not a parameter Batcher serves on /v1/completions", nil},
 		{`{"custom_id":"j"} {"x":1}`, "more than one value", nil},
+		// Completions and embeddings lines are read by their endpoint's
+		// decoder too: what /v1/completions carries, a line carries
+		// (max_completion_tokens, n for the core to judge, metadata);
+		// what a line's answer cannot hold is refused by name.
+		{`{"custom_id":"c2","url":"/v1/completions","body":{"prompt":"p","max_completion_tokens":9,"n":2,"metadata":{"k":"v"}}}`, "",
+			func(r *jobs.ItemRequest) bool {
+				return r.Params.MaxTokens == 9 && r.Params.RichParams().N == 2 && r.Metadata["k"] == "v"
+			}},
+		{`{"custom_id":"c3","url":"/v1/completions","body":{"prompt":"p","echo":true}}`, "body.echo: is not served in batch lines", nil},
+		{`{"custom_id":"d2","url":"/v1/embeddings","body":{"input":"t","dimensions":8}}`, "body.dimensions: is not served in batch lines", nil},
+		{`{"custom_id":"d3","url":"/v1/embeddings","body":{"input":"t","temperature":0.5}}`, "body.temperature: is not a parameter Batcher serves on /v1/embeddings", nil},
 		// Nothing is dropped: a chat line carries what /v1/chat/completions
 		// carries (the core refuses, at the job's creation, what the
 		// model cannot honour), unknown fields as extra body fields.

@@ -42,8 +42,9 @@ const (
 )
 
 // BatchMaxMetadata is OpenAI's bound on a batch's metadata: 16 pairs (its
-// key and value bounds are the core's, batcher.CheckMetadata's).
-const BatchMaxMetadata = 16
+// key and value bounds are the core's, batcher.CheckMetadata's), as on a
+// request's (MaxMetadata).
+const BatchMaxMetadata = MaxMetadata
 
 // BatchJobs is what the Batch API needs of a store of durable jobs, each
 // call in the scope of ctx's caller (its tenant). batcherd adapts

@@ -75,8 +75,11 @@ func chatToCore(body *chatRequest) (*batcher.Request, *Error) {
 	if len(body.Messages) > batcher.MaxChatMessages {
 		return nil, badRequest("messages", "must hold at most %d messages, got %d", batcher.MaxChatMessages, len(body.Messages))
 	}
+	e := checkMetadata(body.Metadata)
+	if e != nil {
+		return nil, e
+	}
 	g := genParams{temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed}
-	var e *Error
 	if g.maxTokens, g.maxParam, e = pickMaxTokens(body.MaxTokens, body.MaxCompletionTokens); e != nil {
 		return nil, e
 	}
@@ -84,12 +87,9 @@ func chatToCore(body *chatRequest) (*batcher.Request, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	var n int32
-	if body.N != nil { // several choices, where the backend honours n (the core checks)
-		if *body.N < 1 || *body.N > batcher.MaxChoices {
-			return nil, badRequest("n", "must be 1 to %d, got %d", batcher.MaxChoices, *body.N)
-		}
-		n = int32(*body.N)
+	n, e := choices(body.N) // several choices, where the backend honours n (the core checks)
+	if e != nil {
+		return nil, e
 	}
 	msgs := make([]batcher.Message, len(body.Messages))
 	for i := range body.Messages {

@@ -93,38 +93,62 @@ func (h *Handler) completionRequests(r *http.Request, body *completionRequest) (
 	if body.Model == "" {
 		return "", nil, badRequest("model", "must be set")
 	}
-	if e := h.checkInputs("prompt", &body.Prompt); e != nil {
-		return "", nil, e
-	}
-	if body.Suffix != nil && *body.Suffix != "" {
-		return "", nil, badRequest("suffix", "is not served: Batcher completes prompts only")
-	}
-	g := genParams{maxTokens: body.MaxTokens, maxParam: "max_tokens",
-		temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed, n: body.N}
-	params, e := g.toCore()
+	reqs, e := completionToCore(body, h.cfg.maxInputs)
 	if e != nil {
 		return "", nil, e
 	}
-	reqs := make([]*batcher.Request, len(body.Prompt.texts))
 	id := h.newID("cmpl-")
-	for i, p := range body.Prompt.texts {
-		reqs[i] = &batcher.Request{
-			ID:       itemID(id, i, len(reqs)),
-			Route:    body.Model,
-			Priority: o.priority,
-			Input:    batcher.Input{Op: batcher.OpCompletion, Prompt: p},
-			Params:   params,
-			Timeout:  o.timeout,
-			Cache:    o.cache,
-			Metadata: body.Metadata,
-		}
+	for i, req := range reqs {
+		req.ID, req.Priority, req.Timeout, req.Cache = itemID(id, i, len(reqs)), o.priority, o.timeout, o.cache
 	}
 	return id, reqs, nil
 }
 
+// completionToCore translates a completions body into one core request
+// per prompt, at most maxInputs, without the caller's options (id,
+// priority, timeout, cache mode), which its door sets: the HTTP headers
+// here, a batch job's spec for a batch line (CompletionBody).
+func completionToCore(body *completionRequest, maxInputs int) ([]*batcher.Request, *Error) {
+	if e := checkInputs("prompt", &body.Prompt, maxInputs); e != nil {
+		return nil, e
+	}
+	if body.Suffix != nil && *body.Suffix != "" {
+		return nil, badRequest("suffix", "is not served: Batcher completes prompts only")
+	}
+	if e := checkMetadata(body.Metadata); e != nil {
+		return nil, e
+	}
+	g := genParams{temperature: body.Temperature, topP: body.TopP, stop: body.Stop, seed: body.Seed}
+	var e *Error
+	if g.maxTokens, g.maxParam, e = pickMaxTokens(body.MaxTokens, body.MaxCompletionTokens); e != nil {
+		return nil, e
+	}
+	params, e := g.toCore()
+	if e != nil {
+		return nil, e
+	}
+	n, e := choices(body.N)
+	if e != nil {
+		return nil, e
+	}
+	reqs := make([]*batcher.Request, len(body.Prompt.texts))
+	for i, p := range body.Prompt.texts {
+		reqs[i] = &batcher.Request{
+			Route:    body.Model,
+			Input:    batcher.Input{Op: batcher.OpCompletion, Prompt: p},
+			Params:   params,
+			Metadata: body.Metadata,
+		}
+		if n > 1 { // the core refuses it by its rule on n (only chat routes answer several choices)
+			reqs[i].Params.MutableRich().N = n
+		}
+	}
+	return reqs, nil
+}
+
 // checkInputs checks an input that may be an array: set, not empty, within
 // the item limit, and text rather than token ids.
-func (h *Handler) checkInputs(name string, in *inputList) *Error {
+func checkInputs(name string, in *inputList, maxInputs int) *Error {
 	switch {
 	case !in.set:
 		return badRequest(name, "must be set: a string or an array of strings")
@@ -132,8 +156,11 @@ func (h *Handler) checkInputs(name string, in *inputList) *Error {
 		return badRequest(name, "token-id inputs are not served: Batcher's backends take text, so send strings")
 	case len(in.texts) == 0:
 		return badRequest(name, "must hold at least one item")
-	case len(in.texts) > h.cfg.maxInputs:
-		return badRequest(name, "must hold at most %d items, got %d", h.cfg.maxInputs, len(in.texts))
+	case len(in.texts) > maxInputs:
+		if maxInputs == 1 {
+			return badRequest(name, "a batch line holds one item, got %d: send one line each", len(in.texts))
+		}
+		return badRequest(name, "must hold at most %d items, got %d", maxInputs, len(in.texts))
 	}
 	return nil
 }

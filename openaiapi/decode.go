@@ -168,6 +168,12 @@ func decodeKnown(w http.ResponseWriter, r *http.Request, v any, known map[string
 	if e != nil {
 		return e
 	}
+	return decodeKnownBody(body, v, known, maxDepth, path)
+}
+
+// decodeKnownBody is decodeKnown of a body already read: a batch line's
+// (CompletionBody, EmbeddingBody) is read as its endpoint's body is.
+func decodeKnownBody(body []byte, v any, known map[string]bool, maxDepth int, path string) *Error {
 	if e := decode(body, v, maxDepth); e != nil {
 		return e
 	}

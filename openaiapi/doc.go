@@ -39,13 +39,16 @@
 //     forwarding keeps new provider fields usable without a Batcher
 //     release, refusing where they cannot go keeps them from vanishing.
 //     Whatever the model's backend cannot honour is a 400 naming the field
-//     (the core checks what each backend declares). On completions and
-//     embeddings, fields whose value would change the answer's meaning and
-//     that Batcher cannot serve (n > 1, token-id inputs, suffix) are
-//     refused by name, other unknown fields ignored;
-//   - a batch job's chat lines are read by the same decoder (ChatBody) and
-//     their answers written by the same renderer (ChatCompletionBody), so a
-//     line carries, and its output line answers, what this door does;
+//     (the core checks what each backend declares; n > 1 it refuses on
+//     completion routes). On completions and embeddings, fields whose
+//     value would change the answer's meaning and that Batcher cannot
+//     serve (token-id inputs, suffix) are refused by name, and so are
+//     fields they do not read. Metadata is held to OpenAI's 16 pairs
+//     (MaxMetadata);
+//   - a batch job's lines are read by their endpoint's decoder (ChatBody,
+//     CompletionBody, EmbeddingBody), and chat answers written by the same
+//     renderer (ChatCompletionBody), so a line carries, and its output
+//     line answers, what this door does;
 //   - each request carries its HTTP connection (its remote address: one
 //     per keep-alive or HTTP/2 connection) as batcher.Request.Conn, so the
 //     lane cap's fair share holds per connection within a tenant, as on

@@ -68,30 +68,37 @@ func (h *Handler) embeddingRequests(r *http.Request, body *embeddingRequest) (st
 	if body.Model == "" {
 		return "", nil, badRequest("model", "must be set")
 	}
-	if e := h.checkInputs("input", &body.Input); e != nil {
+	reqs, e := embeddingToCore(body, h.cfg.maxInputs)
+	if e != nil {
 		return "", nil, e
+	}
+	id := h.newID("emb-")
+	for i, req := range reqs {
+		req.ID, req.Priority, req.Timeout, req.Cache = itemID(id, i, len(reqs)), o.priority, o.timeout, o.cache
+	}
+	return id, reqs, nil
+}
+
+// embeddingToCore translates an embeddings body into one core request per
+// input, at most maxInputs, without the caller's options, which its door
+// sets (see completionToCore).
+func embeddingToCore(body *embeddingRequest, maxInputs int) ([]*batcher.Request, *Error) {
+	if e := checkInputs("input", &body.Input, maxInputs); e != nil {
+		return nil, e
 	}
 	switch body.EncodingFormat {
 	case "", "float", "base64":
 	default:
-		return "", nil, badRequest("encoding_format", "must be float or base64, got %q", truncate(body.EncodingFormat))
+		return nil, badRequest("encoding_format", "must be float or base64, got %q", truncate(body.EncodingFormat))
 	}
 	if d := body.Dimensions; d != nil && (*d < 1 || *d > math.MaxInt32) {
-		return "", nil, badRequest("dimensions", "must be 1 to %d, got %d", math.MaxInt32, *d)
+		return nil, badRequest("dimensions", "must be 1 to %d, got %d", math.MaxInt32, *d)
 	}
 	reqs := make([]*batcher.Request, len(body.Input.texts))
-	id := h.newID("emb-")
 	for i, t := range body.Input.texts {
-		reqs[i] = &batcher.Request{
-			ID:       itemID(id, i, len(reqs)),
-			Route:    body.Model,
-			Priority: o.priority,
-			Input:    batcher.Input{Op: batcher.OpEmbedding, Text: t},
-			Timeout:  o.timeout,
-			Cache:    o.cache,
-		}
+		reqs[i] = &batcher.Request{Route: body.Model, Input: batcher.Input{Op: batcher.OpEmbedding, Text: t}}
 	}
-	return id, reqs, nil
+	return reqs, nil
 }
 
 // shorten keeps an embedding's first n dimensions, scaled back to unit

@@ -16,17 +16,13 @@ type genParams struct {
 	topP        *float64
 	stop        stringList
 	seed        *int64
-	n           *int64
 }
 
 // toCore checks what the core cannot see once translated (ranges of the
-// wider JSON numbers, n) and translates the rest; the core validates the
+// wider JSON numbers) and translates the rest; the core validates the
 // values against the route.
 func (g *genParams) toCore() (batcher.Params, *Error) {
 	var p batcher.Params
-	if g.n != nil && *g.n != 1 {
-		return p, badRequest("n", "must be 1: Batcher answers one choice per request, got %d", *g.n)
-	}
 	if g.maxTokens != nil {
 		if *g.maxTokens < 1 {
 			return p, badRequest(g.maxParam, "must be at least 1, got %d", *g.maxTokens)
@@ -76,6 +72,36 @@ func MaxTokens(maxTokens, maxCompletionTokens *int64) (int32, *Error) {
 	g := genParams{maxTokens: v, maxParam: name}
 	p, e := g.toCore()
 	return p.MaxTokens, e
+}
+
+// choices is the n a body asks for (0: unset), by the rule every door
+// applies: 1 to batcher.MaxChoices. Whether the route answers several is
+// the core's to say (only chat routes, and where the backend honours n).
+func choices(n *int64) (int32, *Error) {
+	if n == nil {
+		return 0, nil
+	}
+	if *n < 1 || *n > batcher.MaxChoices {
+		return 0, badRequest("n", "must be 1 to %d, got %d", batcher.MaxChoices, *n)
+	}
+	return int32(*n), nil
+}
+
+// MaxMetadata is OpenAI's bound on a request's metadata: 16 pairs. The
+// doors that speak OpenAI's contract (the front door's chat and
+// completions, and batch lines, read by the same decoders) hold a
+// request's metadata to it; the gRPC doors keep the core's documented
+// batcher.MaxMetadataEntries (32). Keys and values have the core's
+// bounds, batcher.CheckMetadata's, which the core checks again.
+const MaxMetadata = 16
+
+// checkMetadata is batcher.CheckMetadata with OpenAI's bound on entries,
+// as a 400 naming metadata (and the key whose value is too long).
+func checkMetadata(md map[string]string) *Error {
+	if ve := batcher.CheckMetadata("metadata", md, MaxMetadata); ve != nil {
+		return ErrorFrom(ve, "")
+	}
+	return nil
 }
 
 func float32Param(name string, v *float64) (*float32, *Error) {

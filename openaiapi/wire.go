@@ -71,20 +71,23 @@ func (c *content) UnmarshalJSON(b []byte) error {
 }
 
 type completionRequest struct {
-	Model         string            `json:"model"`
-	Prompt        inputList         `json:"prompt"`
-	MaxTokens     *int64            `json:"max_tokens"`
-	Temperature   *float64          `json:"temperature"`
-	TopP          *float64          `json:"top_p"`
-	Stop          stringList        `json:"stop"`
-	Seed          *int64            `json:"seed"`
-	N             *int64            `json:"n"`
-	Echo          bool              `json:"echo"`
-	Suffix        *string           `json:"suffix"`
-	Stream        bool              `json:"stream"`
-	StreamOptions *streamOptions    `json:"stream_options"`
-	ServiceTier   string            `json:"service_tier"`
-	Metadata      map[string]string `json:"metadata"`
+	Model     string    `json:"model"`
+	Prompt    inputList `json:"prompt"`
+	MaxTokens *int64    `json:"max_tokens"`
+	// MaxCompletionTokens is max_tokens's newer name, as chat takes it:
+	// one cap under two names, on every endpoint that caps a completion.
+	MaxCompletionTokens *int64            `json:"max_completion_tokens"`
+	Temperature         *float64          `json:"temperature"`
+	TopP                *float64          `json:"top_p"`
+	Stop                stringList        `json:"stop"`
+	Seed                *int64            `json:"seed"`
+	N                   *int64            `json:"n"`
+	Echo                bool              `json:"echo"`
+	Suffix              *string           `json:"suffix"`
+	Stream              bool              `json:"stream"`
+	StreamOptions       *streamOptions    `json:"stream_options"`
+	ServiceTier         string            `json:"service_tier"`
+	Metadata            map[string]string `json:"metadata"`
 }
 
 type embeddingRequest struct {

@@ -324,7 +324,7 @@ routes:
 						items.OpenaiLines = append(items.OpenaiLines, &batcherv1.OpenAIBatchLine{Line: []byte(l)})
 					}
 					return createJob(t, items)
-				}, map[string]string{"penalty": penaltyLine, "completion-tools": "body.tools: not supported in /v1/completions"}},
+				}, map[string]string{"penalty": penaltyLine, "completion-tools": "body.tools: is not a parameter Batcher serves on /v1/completions"}},
 				{"/v1/batches", func(t *testing.T) ([]byte, []byte) {
 					c := sdkClient(httpAddr(t, logs), "")
 					f, err := c.Files.New(t.Context(), openai.FileNewParams{File: openai.File(strings.NewReader(strings.Join(chatLines, "\n")+"\n"),

@@ -43,9 +43,51 @@ var requestRules = []requestRule{
 		},
 		url: "/v1/embeddings", body: `{"model": "sim-embed", "input": "hi", "temperature": 0.5}`,
 		field: "params.temperature", param: "temperature", reason: `route "sim-embed" serves embeddings, which take no generation parameters`,
+		// The OpenAI doors read an embeddings body with one decoder,
+		// which refuses a field /v1/embeddings does not read by name
+		// before the core sees it.
 		at: map[string][2]string{
-			"/v1/embeddings": {"temperature", "is not a parameter Batcher serves on /v1/embeddings"},
+			"/v1/embeddings":         {"temperature", "is not a parameter Batcher serves on /v1/embeddings"},
+			"CreateJob OpenAI lines": {"body.temperature", "is not a parameter Batcher serves on /v1/embeddings"},
+			"/v1/batches":            {"body.temperature", "is not a parameter Batcher serves on /v1/embeddings"},
 		},
+	},
+	{
+		name: "n above 1 on completions",
+		grpc: func() *batcherv1.Request {
+			two := int32(2)
+			return &batcherv1.Request{Model: "sim-completion", Params: &batcherv1.GenerationParams{N: &two},
+				Input: &batcherv1.Request_Completion{Completion: &batcherv1.CompletionInput{Prompt: "hi"}}}
+		},
+		url: "/v1/completions", body: `{"model": "sim-completion", "prompt": "hi", "n": 2}`,
+		field: "params.n", param: "n", reason: "only chat routes answer several choices, this one takes completion input",
+	},
+	{
+		name: "n of 0 (completions)",
+		url:  "/v1/completions", body: `{"model": "sim-completion", "prompt": "hi", "n": 0}`,
+		param: "n", reason: "must be 1 to 8, got 0",
+	},
+	{
+		name: "n of 0 (chat)",
+		url:  "/v1/chat/completions", body: `{"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "n": 0}`,
+		param: "n", reason: "must be 1 to 8, got 0",
+	},
+	{
+		name: "max_completion_tokens of 0 (completions)",
+		url:  "/v1/completions", body: `{"model": "sim-completion", "prompt": "hi", "max_completion_tokens": 0}`,
+		param: "max_completion_tokens", reason: "must be at least 1, got 0",
+	},
+	{
+		// OpenAI's bound on a request's metadata, where a door speaks
+		// OpenAI's contract; the gRPC doors keep their documented 32.
+		name: "metadata over OpenAI's 16 entries (chat)",
+		url:  "/v1/chat/completions", body: `{"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "metadata": ` + manyPairs(17) + `}`,
+		param: "metadata", reason: "must hold at most 16 entries, got 17",
+	},
+	{
+		name: "metadata over OpenAI's 16 entries (completions)",
+		url:  "/v1/completions", body: `{"model": "sim-completion", "prompt": "hi", "metadata": ` + manyPairs(17) + `}`,
+		param: "metadata", reason: "must hold at most 16 entries, got 17",
 	},
 	{
 		name: "max_tokens of 0",
@@ -62,7 +104,6 @@ var requestRules = []requestRule{
 		name: "max_tokens and max_completion_tokens differ (completions)",
 		url:  "/v1/completions", body: `{"model": "sim-completion", "prompt": "hi", "max_tokens": 5, "max_completion_tokens": 7}`,
 		param: "max_tokens", reason: "is 5 and max_completion_tokens 7: set one",
-		at: map[string][2]string{"/v1/completions": {"max_completion_tokens", "is not a parameter Batcher serves on /v1/completions"}},
 	},
 	{
 		name: "max_tokens and max_completion_tokens differ (chat)",
@@ -263,6 +304,16 @@ func TestEveryDoorAppliesRequestRules(t *testing.T) {
 		}
 	}
 	e.finish(t)
+}
+
+// manyPairs is a JSON object of n metadata pairs.
+func manyPairs(n int) string {
+	md := map[string]string{}
+	for i := range n {
+		md[fmt.Sprint("k", i)] = "v"
+	}
+	b, _ := json.Marshal(md)
+	return string(b)
 }
 
 // jsonText is s as it shows inside a JSON string.
