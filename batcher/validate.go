@@ -33,8 +33,8 @@ var validRoles = map[string]bool{"system": true, "user": true, "assistant": true
 // validate checks r against its route and returns a *ValidationError naming
 // the first bad field.
 func validate(r *Request, rc *routeConfig) *ValidationError {
-	if len(r.ID) > MaxIDBytes {
-		return invalid("id", "must be at most %d bytes, got %d", MaxIDBytes, len(r.ID))
+	if ve := CheckID("id", r.ID, MaxIDBytes); ve != nil {
+		return ve
 	}
 	if r.Priority > PriorityDeferrable {
 		return invalid("priority", "unknown priority %d", r.Priority)

@@ -74,7 +74,9 @@ type Creator struct {
 const createChunk = 2000
 
 // MaxCustomIDBytes bounds an item's custom id, on every way in: a batch
-// file's line and a CreateJob item alike.
+// file's line and a CreateJob item alike. OpenAI's custom_id is a free
+// string; 512 bytes passes real files' ids (UUIDs, paths, composite keys)
+// and refuses an absurd one. The charset is batcher.CheckID's.
 const MaxCustomIDBytes = 512
 
 // Begin validates spec and creates its job, VALIDATING, with no inputs yet.
@@ -126,9 +128,8 @@ func (c *Creator) Add(ctx context.Context, customID string, req *ItemRequest) er
 	}
 	if customID == "" {
 		customID = "item-" + strconv.FormatInt(c.items, 10)
-	} else if len(customID) > MaxCustomIDBytes {
-		// ParseOpenAILine refuses a line's; a gRPC item's id comes here alone.
-		return kindErr(ErrInvalid, "%s: %s %q: must be at most %d bytes, got %d", c.at(), c.idField(), cut(customID), MaxCustomIDBytes, len(customID))
+	} else if err := c.checkID(customID); err != nil {
+		return err
 	} else if err := c.unique(customID); err != nil {
 		return err
 	}
@@ -181,11 +182,26 @@ func (c *Creator) AddInvalid(ctx context.Context, customID, msg string) error {
 		return err
 	}
 	if customID != "" {
+		if err := c.checkID(customID); err != nil {
+			return err
+		}
 		if err := c.unique(customID); err != nil {
 			return err
 		}
 	}
 	return c.addInvalid(ctx, customID, msg)
+}
+
+// checkID holds a custom id to the rule on ids every door applies
+// (batcher.CheckID, at most MaxCustomIDBytes): an id that breaks it
+// cannot label the item's result, so it fails the call with ErrInvalid
+// naming the input. ParseOpenAILine refuses a line's, which then gets an
+// error line of its own; a gRPC item's id comes here alone.
+func (c *Creator) checkID(customID string) error {
+	if ve := batcher.CheckID(c.idField(), customID, MaxCustomIDBytes); ve != nil {
+		return kindErr(ErrInvalid, "%s: %s %q: %s", c.at(), ve.Field, cut(customID), ve.Reason)
+	}
+	return nil
 }
 
 // unique records the custom id of the current line, and fails with

@@ -117,8 +117,10 @@ func readOpenAILine(line []byte) (openAILine, error) {
 			return l, fmt.Errorf("%s: not a field of a batch line, which holds custom_id, method, url and body", cut(k))
 		}
 	}
-	if len(l.CustomID) > MaxCustomIDBytes {
-		return openAILine{}, fmt.Errorf("custom_id: at most %d bytes", MaxCustomIDBytes)
+	// The rule on ids every door applies; a custom_id that breaks it
+	// cannot label the line's error line, so it is not kept.
+	if ve := batcher.CheckID("custom_id", l.CustomID, MaxCustomIDBytes); ve != nil {
+		return openAILine{}, ve
 	}
 	if l.Method != "" && l.Method != http.MethodPost {
 		return l, fmt.Errorf("method: must be POST, got %q", cut(l.Method))

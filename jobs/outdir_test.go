@@ -145,7 +145,7 @@ func TestCustomIDBounded(t *testing.T) {
 	if !errors.Is(err, jobs.ErrInvalid) || !strings.Contains(err.Error(), "custom_id") || !strings.Contains(err.Error(), "at most 512 bytes, got 513") {
 		t.Fatalf("an id of %d bytes: %v, want ErrInvalid naming custom_id and the limit", len(long), err)
 	}
-	if _, _, err := jobs.ParseOpenAILine([]byte(`{"custom_id":"` + long + `","method":"POST","url":"/v1/chat/completions","body":{}}`)); err == nil || !strings.Contains(err.Error(), "custom_id: at most 512 bytes") {
+	if _, _, err := jobs.ParseOpenAILine([]byte(`{"custom_id":"` + long + `","method":"POST","url":"/v1/chat/completions","body":{}}`)); err == nil || !strings.Contains(err.Error(), "custom_id: must be at most 512 bytes, got ") {
 		t.Fatalf("a line's id of %d bytes: %v, want an error naming custom_id and the limit", len(long), err)
 	}
 }

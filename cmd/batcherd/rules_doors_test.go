@@ -321,3 +321,109 @@ func jsonText(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b[1 : len(b)-1])
 }
+
+// idRule is an id that breaks the rule on ids every door applies
+// (batcher.CheckID): a request's id on the gRPC doors, a job item's custom
+// id (a CreateJob item's id, a batch line's custom_id). reason is what
+// the doors that take live requests say (ids of at most 128 bytes); job
+// is what the job doors say (custom ids of at most 512 bytes).
+type idRule struct {
+	name, id, reason, job string
+}
+
+func idRules() []idRule {
+	return []idRule{
+		{name: "newline", id: "a\nb",
+			reason: "must be printable text of at most 128 bytes, without control characters: got U+000A at byte 1",
+			job:    "must be printable text of at most 512 bytes, without control characters: got U+000A at byte 1"},
+		{name: "DEL", id: "ab\x7f",
+			reason: "without control characters: got U+007F at byte 2", job: "without control characters: got U+007F at byte 2"},
+		{name: "line separator", id: "a\u2028b",
+			reason: "without control characters: got U+2028 at byte 1", job: "without control characters: got U+2028 at byte 1"},
+		{name: "absurd length", id: strings.Repeat("i", 600),
+			reason: "must be at most 128 bytes, got 600", job: "must be at most 512 bytes, got 600"},
+	}
+}
+
+// TestEveryDoorAppliesTheIDRule: an id that breaks the rule on ids is
+// refused at every door that takes a caller's id, INVALID_ARGUMENT or 400
+// (for a batch, an invalid_request error line, which cannot carry the
+// id) naming the field and the limit. The front door takes no caller's
+// id (it names each request itself), so its row checks that the ids it
+// makes keep the rule; an id real batch files use (spaces, punctuation,
+// non-ASCII) passes at every door.
+func TestEveryDoorAppliesTheIDRule(t *testing.T) {
+	e := startTenants(t)
+	job := func(t *testing.T, it *batcherv1.JobItems) refusal {
+		return e.createJob(t, e.tokA, &batcherv1.JobSpec{FailOnInvalid: true}, it)
+	}
+	line := func(id string) string {
+		b, _ := json.Marshal(id)
+		return `{"custom_id": ` + string(b) + `, "method": "POST", "url": "/v1/chat/completions", "body": ` + chatBody + `}`
+	}
+	withID := func(id string) *batcherv1.Request {
+		r := chatItem("sim-chat")
+		r.Id = id
+		return r
+	}
+	doors := []struct {
+		name, field string
+		live        bool // a door of live requests (128 bytes), not of a job's items (512)
+		send        func(t *testing.T, id string) refusal
+	}{
+		{"Submit", "request.id", true, func(t *testing.T, id string) refusal { return e.submit(t, e.tokA, withID(id)) }},
+		{"SubmitStream", "request.id", true, func(t *testing.T, id string) refusal { return e.stream(t, e.tokA, withID(id)) }},
+		{"SubmitStreamed", "request.id", true, func(t *testing.T, id string) refusal { return e.streamed(t, e.tokA, withID(id)) }},
+		{"CreateJob items", "id", false, func(t *testing.T, id string) refusal { return job(t, items(withID(id))) }},
+		{"CreateJob OpenAI lines", "custom_id", false, func(t *testing.T, id string) refusal {
+			return job(t, &batcherv1.JobItems{OpenaiLines: []*batcherv1.OpenAIBatchLine{{Line: []byte(line(id))}}})
+		}},
+		{"/v1/batches", "custom_id", false, func(t *testing.T, id string) refusal {
+			return e.batchErrorLineOn(t, e.tokA, "/v1/chat/completions", line(id))
+		}},
+	}
+	for _, rule := range idRules() {
+		for _, d := range doors {
+			t.Run(rule.name+"/"+d.name, func(t *testing.T) {
+				want := rule.job
+				if d.live {
+					want = rule.reason
+				}
+				r := d.send(t, rule.id)
+				if r.err != nil || r.code == 0 {
+					if s := status.Convert(r.err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), d.field) || !strings.Contains(s.Message(), want) {
+						t.Errorf("got %v, want INVALID_ARGUMENT naming %s: %s", r.err, d.field, want)
+					}
+					return
+				}
+				if r.code != http.StatusBadRequest || !strings.Contains(r.body, d.field+": ") || !strings.Contains(r.body, want) {
+					t.Errorf("got %d %s, want 400 naming %s: %s", r.code, r.body, d.field, want)
+				}
+			})
+		}
+	}
+	t.Run("real ids pass", func(t *testing.T) {
+		for _, id := range []string{"request-1", "doc 12: chunk 4/7", "résumé_#3", "0f8c2e9a-4b1d-4c3e-9a7f-2d6b8e1c5a90"} {
+			for _, d := range doors[:3] {
+				if r := d.send(t, id); r.err != nil {
+					t.Errorf("%s of id %q: %v", d.name, id, r.err)
+				}
+			}
+			if r := job(t, &batcherv1.JobItems{Requests: []*batcherv1.Request{withID(id)},
+				OpenaiLines: []*batcherv1.OpenAIBatchLine{{Line: []byte(line(id + " (line)"))}}}); r.err != nil {
+				t.Errorf("CreateJob of id %q: %v", id, r.err)
+			}
+		}
+	})
+	t.Run("front door ids keep the rule", func(t *testing.T) {
+		r := e.post(t, e.tokA, "/v1/chat/completions", chatBody, "")
+		var b struct{ ID string }
+		if r.code != http.StatusOK || json.Unmarshal([]byte(r.body), &b) != nil || b.ID == "" {
+			t.Fatalf("front door: %d %s", r.code, r.body)
+		}
+		if ve := batcher.CheckID("id", b.ID, batcher.MaxIDBytes); ve != nil {
+			t.Errorf("the front door's id %q breaks the rule: %v", b.ID, ve)
+		}
+	})
+	e.finish(t)
+}
