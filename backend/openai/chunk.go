@@ -53,17 +53,43 @@ type chunkToolCall struct {
 // skips; deeper chunks go to json.Unmarshal.
 const maxChunkDepth = 16
 
-// chunkReader decodes chunks with decodeChunk; its choices array is
-// reused from chunk to chunk (a chunk is done with before the next is read).
+// chunkReader decodes chunks with decodeChunk; its arena is reused from
+// chunk to chunk (a chunk is done with before the next is read).
 type chunkReader struct {
+	ar chunkArena
+}
+
+// chunkArena holds what a chunk decodeChunk decodes points to: its first
+// choices, the strings its *string fields point to (a delta's content,
+// its finish reason) and its usage, so that a chunk costs no allocation
+// but its strings' bytes. Strings past the arena's room are boxed on the
+// heap, as before.
+type chunkArena struct {
 	choices [1]chunkChoice
+	strs    [4]string
+	nstr    int
+	usage   wireUsage
+}
+
+// str returns a pointer to v: into the arena while it has room (a nil
+// arena has none), else to a copy of its own.
+func (a *chunkArena) str(v string) *string {
+	if a == nil || a.nstr == len(a.strs) {
+		p := new(string) // not &v, which would move v to the heap on every call
+		*p = v
+		return p
+	}
+	p := &a.strs[a.nstr]
+	a.nstr++
+	*p = v
+	return p
 }
 
 // decode decodes data into ch as json.Unmarshal does: by decodeChunk when
 // it can, else by json.Unmarshal into a fresh chunk.
 func (r *chunkReader) decode(data []byte, ch *streamChunk) error {
 	*ch = streamChunk{}
-	if decodeChunk(data, ch, r.choices[:0]) {
+	if decodeChunk(data, ch, &r.ar) {
 		return nil
 	}
 	*ch = streamChunk{}
@@ -71,16 +97,21 @@ func (r *chunkReader) decode(data []byte, ch *streamChunk) error {
 }
 
 // decodeChunk decodes data into ch, which is zero, and reports whether it
-// could: data is one JSON object whose "choices" (decoded into choices'
-// array while it has room) hold only index, delta (content, refusal, a
+// could: data is one JSON object whose "choices" (decoded into ar's
+// array while it has room; ar, which may be nil, also holds the strings
+// and usage ch points to, until the next call with it) hold only index, delta (content, refusal, a
 // null tool_calls and fields that say nothing here), text and
 // finish_reason, and whose "usage", if there, is null or holds token
 // counts (the last chunk, with stream_options.include_usage) beside fields
 // that say nothing here. Anything else (tool calls, an error, a count
 // that is not a small integer, a key json.Unmarshal would match
 // case-insensitively or twice, malformed JSON) returns false.
-func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
-	s := chunkScan{jsonscan.New(data), data}
+func decodeChunk(data []byte, ch *streamChunk, ar *chunkArena) bool {
+	var choices []chunkChoice
+	if ar != nil {
+		ar.nstr, choices = 0, ar.choices[:0]
+	}
+	s := chunkScan{jsonscan.New(data), data, ar}
 	var seen uint8
 	ok := s.Object(func(key []byte) bool {
 		switch string(key) {
@@ -108,7 +139,12 @@ func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
 			if s.Null() {
 				return true
 			}
-			ch.Usage = new(wireUsage)
+			if s.ar != nil {
+				s.ar.usage = wireUsage{}
+				ch.Usage = &s.ar.usage
+			} else {
+				ch.Usage = new(wireUsage)
+			}
 			return s.usage(ch.Usage)
 		}
 		return s.other(key, 0)
@@ -120,6 +156,7 @@ func decodeChunk(data []byte, ch *streamChunk, choices []chunkChoice) bool {
 type chunkScan struct {
 	jsonscan.Scanner
 	data []byte
+	ar   *chunkArena // what the chunk points to (nil: the heap)
 }
 
 // choice reads one element of "choices" into c.
@@ -251,21 +288,20 @@ func (s *chunkScan) optString(p **string) bool {
 		return false
 	}
 	if !esc && utf8.Valid(raw) {
-		v := string(raw)
-		*p = &v
+		*p = s.ar.str(string(raw))
 		return true
 	}
 	// Escapes of one character ("\n" is in most answers) are decoded here;
 	// \u escapes and bytes that are not UTF-8 (which json.Unmarshal
 	// replaces) go to json.Unmarshal, the one string.
-	var v string
 	if b, ok := jsonscan.AppendUnescaped(make([]byte, 0, len(raw)), raw); ok && utf8.Valid(b) {
-		v = string(b)
-	} else {
-		off := s.Offset(raw)
-		if json.Unmarshal(s.data[off-1:off+len(raw)+1], &v) != nil {
-			return false
-		}
+		*p = s.ar.str(string(b))
+		return true
+	}
+	var v string
+	off := s.Offset(raw)
+	if json.Unmarshal(s.data[off-1:off+len(raw)+1], &v) != nil {
+		return false
 	}
 	*p = &v
 	return true

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/batcherhq/batcher/internal/race"
 )
 
 // chunkSeeds are chunks as OpenAI, llmsim and other servers send them, and
@@ -55,7 +57,7 @@ func FuzzDecodeChunk(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var fast streamChunk
-		if !decodeChunk(data, &fast, make([]chunkChoice, 0, 1)) {
+		if !decodeChunk(data, &fast, new(chunkArena)) {
 			return
 		}
 		var want streamChunk
@@ -136,4 +138,32 @@ func BenchmarkDecodeChunk(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDecodeChunkArena: one arena serves chunk after chunk, as a stream
+// reuses it, and each chunk reads as it does without an arena, with more
+// strings than the arena holds (three choices) boxed on the heap; a text
+// delta then costs one allocation, its text.
+func TestDecodeChunkArena(t *testing.T) {
+	seeds := append(chunkSeeds[:len(chunkSeeds):len(chunkSeeds)],
+		`{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"},{"index":1,"delta":{"content":"b","refusal":"c"},"finish_reason":"length"},{"index":2,"text":"d","finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`)
+	var ar chunkArena
+	for range 2 {
+		for _, s := range seeds {
+			var got, want streamChunk
+			okGot := decodeChunk([]byte(s), &got, &ar)
+			okWant := decodeChunk([]byte(s), &want, nil)
+			if okGot != okWant || okGot && !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: with the arena %v %s, without %v %s", s, okGot, dumpChunk(got), okWant, dumpChunk(want))
+			}
+		}
+	}
+	if race.Enabled {
+		return // the race detector's allocations are not the code's
+	}
+	data := []byte(chunkSeeds[0])
+	var ch streamChunk
+	if n := testing.AllocsPerRun(100, func() { ch = streamChunk{}; decodeChunk(data, &ch, &ar) }); n > 1 {
+		t.Fatalf("a text delta costs %v allocations, want 1", n)
+	}
 }
