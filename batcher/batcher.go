@@ -43,7 +43,11 @@ type Batcher struct {
 	// testHookWake, when set, runs as a batch run is about to wake its
 	// plain callers, on the run's goroutine.
 	testHookWake func()
-	aborted      atomic.Bool // the drain deadline passed: whatever is pending ends
+	// testHookPushCounted, when set, runs in lane.push once the call is
+	// counted (size, queuedBy), before the inbox's lock.
+	testHookPushCounted func()
+
+	aborted atomic.Bool // the drain deadline passed: whatever is pending ends
 
 	lanesMu     sync.RWMutex
 	lanes       map[laneKey]*lane

@@ -203,11 +203,15 @@ func (l *lane) push(c *Call) bool {
 	// The shared counts go up before the lock, so that it is held for the
 	// append alone: every producer of the lane takes it, and at 512
 	// producers their waits for it were nearly all of BenchmarkCore's
-	// mutex delay. A count ahead of its push only keeps the lane from
-	// being evicted (evictIdleLocked reads size under inMu); a closed
+	// mutex delay. A count ahead of its push keeps the lane from being
+	// evicted (evictIdleLocked reads size under inMu), shows in Lanes a
+	// moment early and may cost the owner a nudge too many; a closed
 	// lane's are taken back.
 	l.queuedBy[p].Add(1) // counted from the push, so Lanes sees it at once
-	size := l.size.Add(1)
+	l.size.Add(1)
+	if h := l.b.testHookPushCounted; h != nil {
+		h()
+	}
 	l.inMu.Lock()
 	if l.closed {
 		l.inMu.Unlock()
@@ -221,7 +225,13 @@ func (l *lane) push(c *Call) bool {
 	c.queued.Store(true)
 	l.pushes = append(l.pushes, c)
 	l.inMu.Unlock()
-	if l.wakeFor(due, deadline, size) {
+	// The size is read again after the append, not taken from the count:
+	// counts and appends need not come in the same order, and a push
+	// counted earlier but appended later than the one that woke the
+	// owner for a full batch would otherwise see its own, smaller count
+	// and leave the owner asleep with the batch full (until its window).
+	// Read now, it covers every call in the inbox, c included.
+	if l.wakeFor(due, deadline, l.size.Load()) {
 		l.nudge()
 	}
 	return true

@@ -307,3 +307,45 @@ func TestDeadlineOnTimeWhileOwnerSleeps(t *testing.T) {
 		<-low.Done()
 	})
 }
+
+// TestPushCountedAheadStillFillsBatch: a producer counted in the lane's
+// size but not yet in its inbox (paused between the count and the lock)
+// must not keep the batch it completes waiting for the window. Here the
+// push counted second appends first and wakes the owner, which finds two
+// calls of three and sleeps; the paused push then completes the batch,
+// and must wake the owner although the size its own count returned was
+// two.
+func TestPushCountedAheadStillFillsBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &fakeBackend{}
+		b := newTest(t, be, 4, BatchConfig{MaxBatchSize: 3, MinBatchSize: 3, Window: time.Hour, MaxWait: time.Hour})
+		first := submit(t, b, req("1", PriorityNormal))
+		synctest.Wait() // the owner sleeps with one call, until the window
+		paused, release := make(chan struct{}), make(chan struct{})
+		var pauses atomic.Int32
+		b.testHookPushCounted = func() {
+			if pauses.Add(1) == 1 { // the first push only
+				close(paused)
+				<-release
+			}
+		}
+		slow := make(chan *Call)
+		go func() { slow <- submit(t, b, req("2", PriorityNormal)) }()
+		<-paused // counted: the lane's size is 2, its inbox empty
+		// Counted 3: it appends and wakes the owner, which finds 2 calls.
+		fast := submit(t, b, req("3", PriorityNormal))
+		synctest.Wait()
+		if n := be.calls.Load(); n != 0 {
+			t.Fatalf("sent %d batches with two calls of three in the lane", n)
+		}
+		close(release)
+		c := <-slow
+		synctest.Wait() // no time passes: only a nudge sends the batch now
+		if got := be.sizes(); !slices.Equal(got, []int{3}) {
+			t.Fatalf("batches %v with three calls queued, want [3] at once, not after the window", got)
+		}
+		for _, c := range []*Call{first, c, fast} {
+			wantOK(t, c)
+		}
+	})
+}
