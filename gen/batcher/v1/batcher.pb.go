@@ -428,7 +428,9 @@ func (CacheMode) EnumDescriptor() ([]byte, []int) {
 type Request struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Caller-chosen id, unique among the requests in flight on one stream. At
-	// most 128 bytes. The server assigns one for Submit when it is empty.
+	// most 128 bytes of printable UTF-8 (no control characters); a job item's
+	// id, its custom id, at most 512. The server assigns one for Submit when
+	// it is empty.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Route (model) name as configured on the server, for example "sim-chat".
 	Model    string   `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`

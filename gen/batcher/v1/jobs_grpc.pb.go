@@ -51,7 +51,8 @@ type JobServiceClient interface {
 	// ListJobs lists jobs, newest first, one page at a time.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	// CancelJob ends a job: its queued items end cancelled, those in flight
-	// may finish, and the job ends CANCELLED with its counts.
+	// may finish, and the job ends CANCELLED with its counts. A job that has
+	// already ended is FAILED_PRECONDITION naming the state it ended in.
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	// DeleteJob removes a job's rows and files. A running job is cancelled
 	// first.
@@ -187,7 +188,8 @@ type JobServiceServer interface {
 	// ListJobs lists jobs, newest first, one page at a time.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	// CancelJob ends a job: its queued items end cancelled, those in flight
-	// may finish, and the job ends CANCELLED with its counts.
+	// may finish, and the job ends CANCELLED with its counts. A job that has
+	// already ended is FAILED_PRECONDITION naming the state it ended in.
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	// DeleteJob removes a job's rows and files. A running job is cancelled
 	// first.

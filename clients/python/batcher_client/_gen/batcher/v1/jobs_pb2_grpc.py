@@ -92,7 +92,8 @@ class JobServiceServicer(object):
 
     def CancelJob(self, request, context):
         """CancelJob ends a job: its queued items end cancelled, those in flight
-        may finish, and the job ends CANCELLED with its counts.
+        may finish, and the job ends CANCELLED with its counts. A job that has
+        already ended is FAILED_PRECONDITION naming the state it ended in.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -331,7 +331,8 @@ public final class JobServiceGrpc {
     /**
      * <pre>
      * CancelJob ends a job: its queued items end cancelled, those in flight
-     * may finish, and the job ends CANCELLED with its counts.
+     * may finish, and the job ends CANCELLED with its counts. A job that has
+     * already ended is FAILED_PRECONDITION naming the state it ended in.
      * </pre>
      */
     public void cancelJob(com.batcherhq.batcher.v1.CancelJobRequest request,
@@ -490,7 +491,8 @@ public final class JobServiceGrpc {
     /**
      * <pre>
      * CancelJob ends a job: its queued items end cancelled, those in flight
-     * may finish, and the job ends CANCELLED with its counts.
+     * may finish, and the job ends CANCELLED with its counts. A job that has
+     * already ended is FAILED_PRECONDITION naming the state it ended in.
      * </pre>
      */
     public void cancelJob(com.batcherhq.batcher.v1.CancelJobRequest request,
@@ -580,7 +582,8 @@ public final class JobServiceGrpc {
     /**
      * <pre>
      * CancelJob ends a job: its queued items end cancelled, those in flight
-     * may finish, and the job ends CANCELLED with its counts.
+     * may finish, and the job ends CANCELLED with its counts. A job that has
+     * already ended is FAILED_PRECONDITION naming the state it ended in.
      * </pre>
      */
     public com.batcherhq.batcher.v1.CancelJobResponse cancelJob(com.batcherhq.batcher.v1.CancelJobRequest request) {
@@ -670,7 +673,8 @@ public final class JobServiceGrpc {
     /**
      * <pre>
      * CancelJob ends a job: its queued items end cancelled, those in flight
-     * may finish, and the job ends CANCELLED with its counts.
+     * may finish, and the job ends CANCELLED with its counts. A job that has
+     * already ended is FAILED_PRECONDITION naming the state it ended in.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<com.batcherhq.batcher.v1.CancelJobResponse> cancelJob(

@@ -118,7 +118,9 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Caller-chosen id, unique among the requests in flight on one stream. At
-   * most 128 bytes. The server assigns one for Submit when it is empty.
+   * most 128 bytes of printable UTF-8 (no control characters); a job item's
+   * id, its custom id, at most 512. The server assigns one for Submit when
+   * it is empty.
    * </pre>
    *
    * <code>string id = 1 [json_name = "id"];</code>
@@ -140,7 +142,9 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Caller-chosen id, unique among the requests in flight on one stream. At
-   * most 128 bytes. The server assigns one for Submit when it is empty.
+   * most 128 bytes of printable UTF-8 (no control characters); a job item's
+   * id, its custom id, at most 512. The server assigns one for Submit when
+   * it is empty.
    * </pre>
    *
    * <code>string id = 1 [json_name = "id"];</code>
@@ -1909,7 +1913,9 @@ java.lang.String defaultValue) {
     /**
      * <pre>
      * Caller-chosen id, unique among the requests in flight on one stream. At
-     * most 128 bytes. The server assigns one for Submit when it is empty.
+     * most 128 bytes of printable UTF-8 (no control characters); a job item's
+     * id, its custom id, at most 512. The server assigns one for Submit when
+     * it is empty.
      * </pre>
      *
      * <code>string id = 1 [json_name = "id"];</code>
@@ -1930,7 +1936,9 @@ java.lang.String defaultValue) {
     /**
      * <pre>
      * Caller-chosen id, unique among the requests in flight on one stream. At
-     * most 128 bytes. The server assigns one for Submit when it is empty.
+     * most 128 bytes of printable UTF-8 (no control characters); a job item's
+     * id, its custom id, at most 512. The server assigns one for Submit when
+     * it is empty.
      * </pre>
      *
      * <code>string id = 1 [json_name = "id"];</code>
@@ -1952,7 +1960,9 @@ java.lang.String defaultValue) {
     /**
      * <pre>
      * Caller-chosen id, unique among the requests in flight on one stream. At
-     * most 128 bytes. The server assigns one for Submit when it is empty.
+     * most 128 bytes of printable UTF-8 (no control characters); a job item's
+     * id, its custom id, at most 512. The server assigns one for Submit when
+     * it is empty.
      * </pre>
      *
      * <code>string id = 1 [json_name = "id"];</code>
@@ -1970,7 +1980,9 @@ java.lang.String defaultValue) {
     /**
      * <pre>
      * Caller-chosen id, unique among the requests in flight on one stream. At
-     * most 128 bytes. The server assigns one for Submit when it is empty.
+     * most 128 bytes of printable UTF-8 (no control characters); a job item's
+     * id, its custom id, at most 512. The server assigns one for Submit when
+     * it is empty.
      * </pre>
      *
      * <code>string id = 1 [json_name = "id"];</code>
@@ -1985,7 +1997,9 @@ java.lang.String defaultValue) {
     /**
      * <pre>
      * Caller-chosen id, unique among the requests in flight on one stream. At
-     * most 128 bytes. The server assigns one for Submit when it is empty.
+     * most 128 bytes of printable UTF-8 (no control characters); a job item's
+     * id, its custom id, at most 512. The server assigns one for Submit when
+     * it is empty.
      * </pre>
      *
      * <code>string id = 1 [json_name = "id"];</code>

@@ -10,7 +10,9 @@ public interface RequestOrBuilder extends
   /**
    * <pre>
    * Caller-chosen id, unique among the requests in flight on one stream. At
-   * most 128 bytes. The server assigns one for Submit when it is empty.
+   * most 128 bytes of printable UTF-8 (no control characters); a job item's
+   * id, its custom id, at most 512. The server assigns one for Submit when
+   * it is empty.
    * </pre>
    *
    * <code>string id = 1 [json_name = "id"];</code>
@@ -20,7 +22,9 @@ public interface RequestOrBuilder extends
   /**
    * <pre>
    * Caller-chosen id, unique among the requests in flight on one stream. At
-   * most 128 bytes. The server assigns one for Submit when it is empty.
+   * most 128 bytes of printable UTF-8 (no control characters); a job item's
+   * id, its custom id, at most 512. The server assigns one for Submit when
+   * it is empty.
    * </pre>
    *
    * <code>string id = 1 [json_name = "id"];</code>
