@@ -77,7 +77,7 @@ func TestRunUnauthenticated(t *testing.T) {
 	tenants := writeFile(t, "tenants.yaml", fmt.Sprintf("tenants:\n  - name: team-a\n    tokens: [%s]\n", security.HashToken("s3cret-token-for-team-a")))
 	addr := startBatcherd(t, fastConfig, "--tenants", tenants)
 	in := writeFile(t, "in.jsonl", `{"model":"sim-chat","chat":{"messages":[{"role":"user","content":"Hi"}]}}`+"\n")
-	r := ctlEnv(t, addr, nil, "run", in, "-o", "-")
+	r := ctlEnv(t, addr, nil, "run", in, "--out", "-")
 	if r.code != exitFailed || !strings.Contains(r.stderr, "run: UNAUTHENTICATED: unauthenticated") || !strings.Contains(r.stderr, "no token was sent") ||
 		strings.Contains(r.stderr, "stream ended before") || strings.Contains(r.stderr, "rpc error") {
 		t.Errorf("%+v; want exit 1 with \"run: UNAUTHENTICATED: unauthenticated\"", r)

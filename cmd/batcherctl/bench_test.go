@@ -84,7 +84,7 @@ func BenchmarkRun100k(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		args := append([]string{"--addr", addr, "run", in, "-o", out}, strings.Fields(os.Getenv("BENCH_CTL_ARGS"))...)
+		args := append([]string{"--addr", addr, "run", in, "--out", out}, strings.Fields(os.Getenv("BENCH_CTL_ARGS"))...)
 		cmd := exec.CommandContext(b.Context(), bin, args...)
 		cmd.Env = cleanEnv()
 		if msg, err := cmd.CombinedOutput(); err != nil {

@@ -3,7 +3,7 @@
 // progress bar, check the service's health.
 //
 //	batcherctl submit -m sim-chat "Write a haiku about queues"
-//	batcherctl run prompts.jsonl -o results.jsonl
+//	batcherctl run prompts.jsonl --out results.jsonl
 //	batcherctl health
 //	batcherctl jobs create requests.jsonl -m sim-chat   # prints the job's id
 //	batcherctl jobs watch ID; batcherctl jobs results ID > results.jsonl
@@ -18,9 +18,11 @@
 // order (sent in plaintext only to a loopback address).
 //
 // Commands that print a result take -o/--output text|json; json is the
-// protobuf JSON of the service's messages, for scripts. `run` writes JSONL
-// result lines instead (see package runfile for their shape), and its -o is
-// the results file.
+// protobuf JSON of the service's messages, for scripts. A command that
+// writes a file names it with --out (-f): `run` writes JSONL result lines
+// there (see package runfile for their shape; its summary's format is
+// --summary), and its -o FILE, the old spelling, still works with a note
+// naming --out.
 //
 // Progress: on a terminal `run` draws a bar (vbauerster/mpb); otherwise it
 // prints a plain progress line every --progress-interval. `jobs watch` draws

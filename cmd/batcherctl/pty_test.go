@@ -33,7 +33,7 @@ func TestRunBarOnTerminal(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--addr", addr, "run", in, "-o", out)
+	cmd := exec.CommandContext(ctx, bin, "--addr", addr, "run", in, "--out", out)
 	cmd.Env = append(cleanEnv(), "TERM=xterm")
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, tty
@@ -87,7 +87,7 @@ func TestRunInterruptOnTerminal(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--addr", addr, "run", in, "-o", out, "--window", "32")
+	cmd := exec.CommandContext(ctx, bin, "--addr", addr, "run", in, "--out", out, "--window", "32")
 	cmd.Env = append(cleanEnv(), "TERM=xterm")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	// Its own session, with the pseudo-terminal as its controlling one, so

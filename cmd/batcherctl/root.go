@@ -76,7 +76,7 @@ loopback address; use --tls otherwise).`,
   batcherctl submit -m sim-chat "Write a haiku about queues"
 
   # A file of requests, one per line, results in input order
-  batcherctl run prompts.jsonl -o results.jsonl
+  batcherctl run prompts.jsonl --out results.jsonl
 
   # A durable batch job, followed to the end, its results saved
   id=$(batcherctl jobs create requests.jsonl -m sim-chat)

@@ -47,7 +47,7 @@ type runFlags struct {
 func newRunCmd(a *app) *cobra.Command {
 	var f runFlags
 	c := &cobra.Command{
-		Use:   "run FILE.jsonl [-o RESULTS.jsonl]",
+		Use:   "run FILE.jsonl [--out RESULTS.jsonl]",
 		Short: "Stream a JSONL file of requests and write their results in order",
 		Long: `run streams a file of requests through one SubmitStream and writes one result
 line per request, in input order. FILE "-" reads standard input.
@@ -89,10 +89,10 @@ A tenant with an in_flight quota has every request past it refused
 (RESOURCE_EXHAUSTED "quota in_flight exceeded: limit N requests in flight"
 lines): set --window to N.`,
 		Example: `  # Results to a file, progress on the terminal
-  batcherctl run prompts.jsonl -o results.jsonl
+  batcherctl run prompts.jsonl --out results.jsonl
 
   # Finish a run that was interrupted
-  batcherctl run prompts.jsonl -o results.jsonl --resume
+  batcherctl run prompts.jsonl --out results.jsonl --resume
 
   # From a pipe to a pipe, requests without a model go to sim-chat
   jq -c '{chat:{messages:[{role:"user",content:.q}]}}' questions.jsonl |
@@ -102,11 +102,25 @@ lines): set --window to N.`,
   jq -c 'select(.error)' results.jsonl`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("output") {
+				if cmd.Flags().Changed("out") {
+					return usageError("--out and -o/--output (its old name) both given: give --out alone")
+				}
+				// Cobra keeps pflag's deprecation notice to itself: say it.
+				if _, err := fmt.Fprintln(cmd.ErrOrStderr(), "batcherctl run: -o/--output is the old name of the results file: use --out (-f); -o is an output format in batcherctl's other commands"); err != nil {
+					return err
+				}
+			}
 			return runRun(cmd, a, &f, args[0])
 		},
 	}
 	fl := c.Flags()
-	fl.StringVarP(&f.output, "output", "o", "-", `the results file; "-" is standard output`)
+	fl.StringVarP(&f.output, "out", "f", "-", `the results file; "-" is standard output`)
+	// -o/--output, run's old name of the results file, keeps working
+	// and says what to use: -o is an output format in every other
+	// command (and jobs results writes to --out too).
+	fl.StringVarP(&f.output, "output", "o", "-", "the results file: the old name of --out")
+	_ = fl.MarkHidden("output")
 	fl.BoolVar(&f.resume, "resume", false, "finish the results file: skip the requests it holds as succeeded, send again those that failed, append the rest")
 	fl.BoolVar(&f.force, "force", false, "overwrite an existing results file")
 	fl.IntVar(&f.window, "window", runfile.DefaultWindow, "most requests sent and not yet written (bounds memory, and what Ctrl-C waits for)")
@@ -205,10 +219,10 @@ func checkRunFlags(f *runFlags, input string) error {
 	}
 	toStdout := f.output == "-"
 	if toStdout && f.resume {
-		return usageError("--resume: needs a results file (-o FILE)")
+		return usageError("--resume: needs a results file (--out FILE)")
 	}
 	if !toStdout && input != "-" && sameFile(input, f.output) {
-		return usageError("-o: the results file %s is the input file", f.output)
+		return usageError("--out: the results file %s is the input file", f.output)
 	}
 	return nil
 }

@@ -87,7 +87,7 @@ func TestRunGoodAndBadLines(t *testing.T) {
 	in := writeFile(t, "in.jsonl", requestsFile(n, bad))
 	out := filepath.Join(t.TempDir(), "out.jsonl")
 
-	r := ctl(t, addr, "", "run", in, "-o", out, "--summary", "json")
+	r := ctl(t, addr, "", "run", in, "--out", out, "--summary", "json")
 	if r.code != exitFailed || !strings.Contains(r.stderr, "3 of 699 requests failed: see the error lines in "+out) {
 		t.Errorf("exit %d, stderr %s; want 1 and 3 failures named", r.code, r.stderr)
 	}
@@ -132,7 +132,7 @@ func TestRunGoodAndBadLines(t *testing.T) {
 	}
 
 	// An existing results file is not overwritten by accident.
-	r = ctl(t, addr, "", "run", in, "-o", out)
+	r = ctl(t, addr, "", "run", in, "--out", out)
 	if r.code != exitUsage || !strings.Contains(r.stderr, "exists: pass --resume") {
 		t.Errorf("rerun onto the results: %+v", r)
 	}
@@ -154,6 +154,13 @@ func TestRunStdinToStdout(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "batcherctl run: 1 result written (0 failed)") {
 		t.Errorf("one request: %+v, want \"1 result written\"", r)
 	}
+	// -o FILE, run's old spelling of --out, still writes the results
+	// there, and says to use --out: -o is a format everywhere else.
+	out := filepath.Join(t.TempDir(), "old.jsonl")
+	r = ctl(t, addr, `{"chat":{"messages":[{"role":"user","content":"a"}]}}`+"\n", "run", "-", "--model", "sim-chat", "--progress", "none", "-o", out)
+	if b, err := os.ReadFile(out); r.code != 0 || err != nil || !strings.HasPrefix(string(b), `{"line":1,`) || !strings.Contains(r.stderr, "-o/--output is the old name of the results file: use --out (-f)") {
+		t.Errorf("run -o FILE: %+v, file %q (%v); want the results there and a note naming --out", r, b, err)
+	}
 }
 
 func TestRunResume(t *testing.T) {
@@ -161,7 +168,7 @@ func TestRunResume(t *testing.T) {
 	const n = 300
 	in := writeFile(t, "in.jsonl", requestsFile(n, map[int]string{9: "junk"}))
 	full := filepath.Join(t.TempDir(), "full.jsonl")
-	if r := ctl(t, addr, "", "run", in, "-o", full, "--progress", "none"); r.code != exitFailed {
+	if r := ctl(t, addr, "", "run", in, "--out", full, "--progress", "none"); r.code != exitFailed {
 		t.Fatalf("full run: %+v", r)
 	}
 	b, err := os.ReadFile(full)
@@ -177,7 +184,7 @@ func TestRunResume(t *testing.T) {
 	part := writeFile(t, "part.jsonl", string(b[:cut]))
 
 	// The junk line 9 was among the 120: it is sent again, and fails again.
-	r := ctl(t, addr, "", "run", in, "-o", part, "--resume", "--summary", "json")
+	r := ctl(t, addr, "", "run", in, "--out", part, "--resume", "--summary", "json")
 	var sum runSummary
 	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil || r.code != exitFailed || sum.Skipped != 119 || sum.Retried != 1 || sum.Written != n-119 || sum.Failed != 1 {
 		t.Fatalf("resume: %+v, summary %+v: want 119 skipped, the junk line retried, the rest written", r, sum)
@@ -196,7 +203,7 @@ func TestRunResume(t *testing.T) {
 		}
 	}
 	// Nothing left but the junk line: a second resume sends it alone.
-	r = ctl(t, addr, "", "run", in, "-o", part, "--resume", "--summary", "json")
+	r = ctl(t, addr, "", "run", in, "--out", part, "--resume", "--summary", "json")
 	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil || r.code != exitFailed || sum.Written != 1 || sum.Failed != 1 || sum.Skipped != n-1 {
 		t.Errorf("second resume: %+v %+v", r, sum)
 	}
@@ -210,7 +217,7 @@ func TestRunResumeRetriesFailed(t *testing.T) {
 	const n = 50
 	in := writeFile(t, "in.jsonl", requestsFile(n, nil))
 	out := filepath.Join(t.TempDir(), "out.jsonl")
-	if r := ctl(t, addr, "", "run", in, "-o", out, "--progress", "none"); r.code != 0 {
+	if r := ctl(t, addr, "", "run", in, "--out", out, "--progress", "none"); r.code != 0 {
 		t.Fatalf("first run: %+v", r)
 	}
 	b, err := os.ReadFile(out)
@@ -227,7 +234,7 @@ func TestRunResumeRetriesFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := ctl(t, addr, "", "run", in, "-o", out, "--resume", "--progress", "none")
+	r := ctl(t, addr, "", "run", in, "--out", out, "--resume", "--progress", "none")
 	if r.code != 0 || !strings.Contains(r.stderr, "12 results written (0 failed)") || !strings.Contains(r.stderr, "38 already done, skipped; 2 that had failed, sent again") {
 		t.Fatalf("resume: %+v: want exit 0 with lines 7 and 31 sent again", r)
 	}
@@ -273,7 +280,7 @@ func TestRunInterrupt(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--addr", addr, "run", in, "-o", out, "--window", "32", "--progress", "plain", "--progress-interval", "20ms")
+	cmd := exec.CommandContext(ctx, bin, "--addr", addr, "run", in, "--out", out, "--window", "32", "--progress", "plain", "--progress-interval", "20ms")
 	cmd.Env = cleanEnv()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -316,7 +323,7 @@ func TestRunInterrupt(t *testing.T) {
 		}
 	}
 
-	r := ctl(t, addr, "", "run", in, "-o", out, "--resume", "--progress", "none")
+	r := ctl(t, addr, "", "run", in, "--out", out, "--resume", "--progress", "none")
 	if r.code != 0 {
 		t.Fatalf("resume: %+v", r)
 	}
