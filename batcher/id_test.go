@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/batcherhq/batcher/batcher"
 )
@@ -33,4 +35,30 @@ func TestCheckID(t *testing.T) {
 			t.Errorf("CheckID(%q) = %v, want %q", tc.id, ve, tc.want)
 		}
 	}
+}
+
+// FuzzCheckID: an id CheckID passes is within the bound, valid UTF-8 and
+// free of control characters and line separators; one it refuses is
+// refused naming the field.
+func FuzzCheckID(f *testing.F) {
+	for _, s := range []string{"", "req-1", "a b", "é", "a\nb", "\x7f", "\xff", "\u2028", "\u0085"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		ve := batcher.CheckID("id", id, 32)
+		if ve != nil {
+			if ve.Field != "id" || !errors.Is(ve, batcher.ErrInvalid) {
+				t.Fatalf("CheckID(%q) = %v", id, ve)
+			}
+			return
+		}
+		if len(id) > 32 || !utf8.ValidString(id) {
+			t.Fatalf("CheckID passed %q", id)
+		}
+		for _, r := range id {
+			if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+				t.Fatalf("CheckID passed %q, holding %U", id, r)
+			}
+		}
+	})
 }

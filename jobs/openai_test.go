@@ -98,6 +98,9 @@ func FuzzParseOpenAILine(f *testing.F) {
 		`{"custom_id":"x","url":"/v1/chat/completions","body":{"messages":[{"content":[{"type":"text","text":"\u00ff"}]}]}}`,
 		`{"custom_id":"t","url":"/v1/chat/completions","body":{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"y"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"required"}}`,
 		`{"custom_id":"s","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x"}}]}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{}}},"x":1}}`,
+		`{"custom_id":"c2","url":"/v1/completions","body":{"prompt":["p"],"max_completion_tokens":3,"n":2,"metadata":{"k":"v"},"echo":false}}`,
+		`{"custom_id":"d2","url":"/v1/embeddings","body":{"input":["t"],"encoding_format":"float","dimensions":null}}`,
+		`{"custom_id":"a\u0007b","url":"/v1/embeddings","body":{"input":"t"}}`,
 		`{`, ``, `null`, `[]`,
 	} {
 		f.Add([]byte(s))
@@ -115,6 +118,9 @@ func FuzzParseOpenAILine(f *testing.F) {
 		}
 		if id == "" || req == nil {
 			t.Fatalf("no error, but id %q request %v", id, req)
+		}
+		if ve := batcher.CheckID("custom_id", id, jobs.MaxCustomIDBytes); ve != nil {
+			t.Fatalf("accepted a custom_id that breaks the id rule: %v", ve)
 		}
 		// The request as a task stores it reads back the same.
 		stored, err := json.Marshal(req)
