@@ -61,6 +61,9 @@ func CompletionBody(body []byte) (*batcher.Request, *Error) {
 	if b.Echo {
 		return nil, badRequest("echo", "is not served in batch lines: a line's answer holds the completion alone")
 	}
+	if e := lineOne("prompt", &b.Prompt); e != nil {
+		return nil, e
+	}
 	reqs, e := completionToCore(&b, 1)
 	if e != nil {
 		return nil, e
@@ -81,6 +84,9 @@ func EmbeddingBody(body []byte) (*batcher.Request, *Error) {
 	if e := decodeKnownBody(body, &b, knownEmbeddingFields(), DefaultMaxJSONDepth, "/v1/embeddings"); e != nil {
 		return nil, e
 	}
+	if e := lineOne("input", &b.Input); e != nil {
+		return nil, e
+	}
 	reqs, e := embeddingToCore(&b, 1)
 	if e != nil {
 		return nil, e
@@ -92,6 +98,17 @@ func EmbeddingBody(body []byte) (*batcher.Request, *Error) {
 		return nil, badRequest("encoding_format", "must be float in batch lines: a line's answer holds the embedding as numbers")
 	}
 	return reqs[0], nil
+}
+
+// lineOne refuses an array of several prompts or inputs in a batch line,
+// which holds one (a line an item), with a message that says so; the
+// endpoint's own limit (WithMaxInputs, which may be 1 too) is checked
+// after, by checkInputs.
+func lineOne(name string, in *inputList) *Error {
+	if len(in.texts) > 1 {
+		return badRequest(name, "a batch line holds one item, got %d: send one line each", len(in.texts))
+	}
+	return nil
 }
 
 // lineWhole refuses a streamed body in a batch line: a line is answered

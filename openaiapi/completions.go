@@ -157,9 +157,6 @@ func checkInputs(name string, in *inputList, maxInputs int) *Error {
 	case len(in.texts) == 0:
 		return badRequest(name, "must hold at least one item")
 	case len(in.texts) > maxInputs:
-		if maxInputs == 1 {
-			return badRequest(name, "a batch line holds one item, got %d: send one line each", len(in.texts))
-		}
 		return badRequest(name, "must hold at most %d items, got %d", maxInputs, len(in.texts))
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/batcherhq/batcher/batcher"
+	"github.com/batcherhq/batcher/openaiapi"
 )
 
 func TestChat(t *testing.T) {
@@ -343,4 +344,23 @@ func decode(v []float64) string {
 		b[i] = byte(f)
 	}
 	return string(b)
+}
+
+// TestMaxInputsOfOne: a front door configured for one input a call
+// (WithMaxInputs(1)) refuses two by its limit, on both endpoints that
+// take an array, not with a batch line's message ("a batch line holds one
+// item"), which would send the caller looking for a batch file it never
+// wrote.
+func TestMaxInputsOfOne(t *testing.T) {
+	e := newEnv(t, newFake(), withHandler(openaiapi.WithMaxInputs(1)))
+	for _, tc := range []struct{ path, body, field string }{
+		{"/completions", `{"model":"comp","prompt":["a","b"]}`, "prompt"},
+		{"/embeddings", `{"model":"embed","input":["a","b"]}`, "input"},
+	} {
+		code, _, body := e.post(t, tc.path, tc.body)
+		const want = "must hold at most 1 items, got 2"
+		if code != http.StatusBadRequest || !strings.Contains(body, want) || !strings.Contains(body, `"param":"`+tc.field+`"`) {
+			t.Errorf("%s with two inputs: %d %s, want 400 %q", tc.path, code, body, want)
+		}
+	}
 }
