@@ -27,11 +27,49 @@ func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return p.marshal()
 	case *streamProbe:
 		return p.marshal()
+	case *streamedDeltaMsg:
+		if bs, ok := p.w.marshal(&p.SubmitStreamedResponse); ok {
+			return bs, nil
+		}
+		return c.CodecV2.Marshal(&p.SubmitStreamedResponse)
 	}
 	if b, ok := marshalDelta(v); ok {
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
 	return c.CodecV2.Marshal(v)
+}
+
+// deltaWire is a SubmitStreamed Delta message's encoding, which the codec
+// writes into the message's own memory (streamedDeltaMsg): the bytes in
+// arr (or, for a delta longer than arr, in a slice appendDelta grows), and
+// the one-buffer slice gRPC is given, whose buffer is buf, so that no
+// interface box is made for it. gRPC frees nothing it need give back: a
+// SliceBuffer's Free does nothing, and the collector takes the message
+// once gRPC has written it.
+type deltaWire struct {
+	buf wireBuf
+	bs  [1]mem.Buffer
+	arr [deltaWireBytes]byte
+}
+
+// deltaWireBytes holds a delta of a token or two with its request's id
+// (a delta of a token with a server-made id is some 30 bytes); a longer
+// one grows a slice of its own.
+const deltaWireBytes = 64
+
+// wireBuf is a mem.SliceBuffer a pointer to which is a mem.Buffer.
+type wireBuf struct{ mem.SliceBuffer }
+
+// marshal writes m, a delta message, into w and returns it as gRPC takes
+// it, or false when appendDelta does not write m (marshalDelta).
+func (w *deltaWire) marshal(m *batcherv1.SubmitStreamedResponse) (mem.BufferSlice, bool) {
+	b, ok := appendDelta(w.arr[:0], m)
+	if !ok {
+		return nil, false
+	}
+	w.buf.SliceBuffer = b
+	w.bs[0] = &w.buf
+	return w.bs[:], true
 }
 
 // marshalDelta returns the wire form of v when v is a SubmitStreamedResponse

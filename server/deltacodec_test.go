@@ -2,9 +2,12 @@ package server
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
+	"github.com/batcherhq/batcher/batcher"
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
+	"github.com/batcherhq/batcher/internal/race"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/protobuf/proto"
 )
@@ -89,5 +92,53 @@ func BenchmarkMarshalDelta(b *testing.B) {
 				bs.Free()
 			}
 		})
+	}
+}
+
+// TestStreamedDeltaMsgWire: a SubmitStreamed delta sent as its own message
+// (streamedDeltaMsg) encodes as proto.Marshal encodes its response, under
+// the server's codec (into its own memory, a delta longer than that
+// included, and a tool-call delta through grpc's codec) and under grpc's
+// own proto codec (a server not built by NewGRPCServer); a text delta's
+// encoding then costs no allocation.
+func TestStreamedDeltaMsgWire(t *testing.T) {
+	long := strings.Repeat("token ", 40) // past deltaWireBytes
+	deltas := []*batcher.Delta{
+		{Text: "Hello"},
+		{Text: " wörld ✓\n"},
+		{Refusal: "I can't"},
+		{Text: long},
+		{ToolCalls: []batcher.ToolCallDelta{{Index: 0, ID: "call_1", Name: "f", Arguments: `{"a":`}}},
+	}
+	msg := func(d *batcher.Delta) *streamedDeltaMsg {
+		m := new(streamedDeltaMsg)
+		fillDelta(&m.d, "srv-r1", d)
+		m.k.Delta = &m.d
+		m.Kind = &m.k
+		return m
+	}
+	for _, codec := range []encoding.CodecV2{newDecodeCodec(), encoding.GetCodecV2("proto")} {
+		for _, d := range deltas {
+			m := msg(d)
+			want, err := proto.Marshal(&m.SubmitStreamedResponse)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs, err := codec.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := bs.Materialize(); !bytes.Equal(got, want) {
+				t.Fatalf("%T: delta %+v encodes as %x, proto.Marshal %x", codec, d, got, want)
+			}
+		}
+	}
+	if race.Enabled {
+		return // the race detector's allocations are not the code's
+	}
+	c := newDecodeCodec()
+	m := msg(deltas[0])
+	if n := testing.AllocsPerRun(100, func() { _, _ = c.Marshal(m) }); n != 0 {
+		t.Fatalf("a text delta's encoding costs %v allocations, want 0", n)
 	}
 }

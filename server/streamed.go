@@ -74,7 +74,10 @@ const joinAfter = 16
 // streamDeltaMsg and streamedDeltaMsg are a Delta message of SubmitStream
 // and of SubmitStreamed, each allocated whole: one allocation a delta, not
 // three. A message is never reused once sent (grpc may read it after Send
-// returns).
+// returns). A streamedDeltaMsg is sent as itself (SendMsg), a proto
+// message by its embedded response, so that the codec writes its encoding
+// into its w (deltaWire): with the message, one allocation a delta, where
+// the encoding was three more.
 type (
 	streamDeltaMsg struct {
 		r batcherv1.SubmitStreamResponse
@@ -82,9 +85,10 @@ type (
 		d batcherv1.Delta
 	}
 	streamedDeltaMsg struct {
-		r batcherv1.SubmitStreamedResponse
+		batcherv1.SubmitStreamedResponse
 		k batcherv1.SubmitStreamedResponse_Delta
 		d batcherv1.Delta
+		w deltaWire
 	}
 )
 
@@ -326,8 +330,8 @@ func (s *streamedSender) send(d *batcher.Delta) error {
 	m := new(streamedDeltaMsg)
 	fillDelta(&m.d, s.id, d)
 	m.k.Delta = &m.d
-	m.r.Kind = &m.k
-	return s.ss.Send(&m.r)
+	m.Kind = &m.k
+	return s.ss.SendMsg(m)
 }
 
 // stop waits for a straight send under way and allows no more: gRPC
