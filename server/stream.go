@@ -495,19 +495,26 @@ func (st *stream) take(shutting bool, buf []*batcherv1.SubmitStreamResponse) (ms
 func (st *stream) endedLocked(ended *item) (oldest *item, n int64) {
 	for it := ended; it != nil; n++ {
 		next := it.next
-		if st.items[it.req.ID] == it {
-			delete(st.items, it.req.ID)
-		}
-		if it.done.c.c.Error == nil {
-			st.completed++
-		} else {
-			st.failed++
-		}
+		st.answeredLocked(it)
 		it.next = oldest // reversed in place
 		oldest = it
 		it = next
 	}
 	return oldest, n
+}
+
+// answeredLocked does the books of it, whose Completion is being sent
+// (endedLocked, sendDone): out of items, counted completed or failed, as
+// the summaries read them. mu is held.
+func (st *stream) answeredLocked(it *item) {
+	if st.items[it.req.ID] == it {
+		delete(st.items, it.req.ID)
+	}
+	if it.done.c.c.Error == nil {
+		st.completed++
+	} else {
+		st.failed++
+	}
 }
 
 // summary builds a StreamSummary; only the sender calls it.

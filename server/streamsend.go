@@ -140,14 +140,7 @@ func (st *stream) sendDone(it *item) bool {
 		w.mu.Unlock()
 		return false
 	}
-	if st.items[it.req.ID] == it {
-		delete(st.items, it.req.ID)
-	}
-	if it.done.c.c.Error == nil {
-		st.completed++
-	} else {
-		st.failed++
-	}
+	st.answeredLocked(it)
 	drained := len(st.items) == 0 // the sender may have the stream to end
 	st.mu.Unlock()
 	err := st.sendCountedLocked(&it.done.r, n)
