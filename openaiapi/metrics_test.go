@@ -146,7 +146,9 @@ func callsByRoute(t *testing.T, reader sdkmetric.Reader, addr string, port int) 
 // New, naming it, rather than becoming a server.address that names no
 // address.
 func TestServerAddressMustBeHostPort(t *testing.T) {
-	for _, addr := range []string{"openai", "127.0.0.1", "[::1"} {
+	// A port that is not a number from 0 to 65535 would make otelhttp
+	// take server.port from the caller's Host header after all.
+	for _, addr := range []string{"openai", "127.0.0.1", "[::1", "127.0.0.1:http", "127.0.0.1:65536", "127.0.0.1:-1"} {
 		if _, err := openaiapi.New(nil, openaiapi.WithServerAddress(addr)); err == nil || !strings.Contains(err.Error(), "server address") {
 			t.Errorf("WithServerAddress(%q): %v, want an error naming the server address", addr, err)
 		}

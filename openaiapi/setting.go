@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/batcherhq/batcher/batcher"
@@ -97,7 +98,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // the scheme's default or 0). Default none: server.address is empty, which
 // Prometheus shows as no label, and no server.port. otelhttp would
 // otherwise take both from the Host header, which the caller chooses. An
-// address that is not host:port makes New fail.
+// address that is not host:port, with a port of 0 to 65535 in decimal
+// (not a service name), makes New fail.
 func WithServerAddress(addr string) Option { return func(c *config) { c.serverAddress = addr } }
 
 // WithPropagator sets how traceparent and tracestate are read. Default the
@@ -170,8 +172,10 @@ func newConfig(opts []Option) (*config, error) {
 		errs = append(errs, fmt.Errorf("default timeout: must be 0 to %v, got %v", MaxTimeout, c.defaultTimeout))
 	}
 	if c.serverAddress != "" {
-		if _, port, err := net.SplitHostPort(c.serverAddress); err != nil || port == "" {
-			errs = append(errs, fmt.Errorf("server address: want host:port, got %q", c.serverAddress))
+		// The port must be a number otelhttp reads (0 to 65535): one it
+		// cannot, it takes from the caller's Host header instead.
+		if _, port, err := net.SplitHostPort(c.serverAddress); err != nil || !isPort(port) {
+			errs = append(errs, fmt.Errorf("server address: want host:port with a port of 0 to 65535, got %q", c.serverAddress))
 		}
 	}
 	if c.logger == nil {
@@ -181,4 +185,10 @@ func newConfig(opts []Option) (*config, error) {
 		c.propagator = propagation.TraceContext{}
 	}
 	return c, errors.Join(errs...)
+}
+
+// isPort reports whether s is a port number, 0 to 65535, in decimal.
+func isPort(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 16)
+	return err == nil
 }
