@@ -12,8 +12,8 @@ import (
 // embeddings body's are refused by name (decodeKnown), as OpenAI refuses an
 // unrecognized argument; a field inside one of the objects they read
 // (stream_options, tools, content parts...) is refused by its path
-// (nested.go); values Batcher cannot serve (n > 1, token inputs, suffix)
-// are refused by name.
+// (nested.go); values Batcher cannot serve (n over 8, or over 1 on a
+// route that is not chat; token inputs; suffix) are refused by name.
 
 type chatRequest struct {
 	Model               string            `json:"model"`
