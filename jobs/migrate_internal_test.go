@@ -18,19 +18,7 @@ import (
 func TestSQLiteMigrationsDownAndUp(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, SQLiteFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = db.Close() }()
-	sub, err := fs.Sub(migrations, "migrations/sqlite")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, p := sqliteMigrator(t, dir)
 	for range 2 {
 		if _, err := p.Up(ctx); err != nil {
 			t.Fatalf("up: %v", err)
@@ -113,19 +101,7 @@ func TestSQLitePlansListByKind(t *testing.T) {
 func TestSQLiteKindBackfill(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, SQLiteFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = db.Close() }()
-	sub, err := fs.Sub(migrations, "migrations/sqlite")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, p := sqliteMigrator(t, dir)
 	if _, err := p.UpTo(ctx, 8); err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +126,27 @@ func TestSQLiteKindBackfill(t *testing.T) {
 			t.Errorf("job %s: kind %q (%v), want %q", id, kind, err, want)
 		}
 	}
+}
+
+// sqliteMigrator opens the SQLite database in dir, closed when the test
+// ends (closing it earlier is harmless), and a goose provider of the
+// SQLite migrations over it, which the test runs step by step.
+func sqliteMigrator(t *testing.T, dir string) (*sql.DB, *goose.Provider) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, SQLiteFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	sub, err := fs.Sub(migrations, "migrations/sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, p
 }
 
 // queryPlan is SQLite's plan for query, its steps joined by "; ".
