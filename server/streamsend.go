@@ -33,7 +33,11 @@ import (
 // (taken). The
 // sender's last message of each take is a probe when none is in flight
 // (once the stream has had a streamed request), so that a stream that
-// mixes completions with deltas keeps the straight path open. On a compressed stream, no probes, no straight sends.
+// mixes completions with deltas keeps the straight path open. On a
+// compressed stream there are no probes, so nothing is ever known taken:
+// straight sends go only before the stream's first uncounted message and
+// stop for good once straightBudget bytes have gone (as streamedSender
+// counts every byte without probes).
 type streamSends struct {
 	mu     sync.Mutex
 	off    bool  // the handler is returning: no Send any more
