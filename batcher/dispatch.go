@@ -40,8 +40,9 @@ type batchRun struct {
 	wake    []*Call      // deliver's plain calls, ended but not yet signalled
 	// tallies are deliver's plain calls' histograms, added before they
 	// wake; made at a run's first plain call and kept with the pooled
-	// run. A streamed call is never plain, so a run that carries one does
-	// not hold them (776 bytes) for as long as its answer streams.
+	// run. A streamed call is never plain, so a run made for one does not
+	// hold them (776 bytes) for as long as its answer streams, unless a
+	// plain batch had the run before it (runPool).
 	tallies *tallies
 	later   []int32 // deliver's other calls (r.live's indices), ended after the wake
 	// view is every live call's view of the batch (setViews, viewOf)
