@@ -7,6 +7,7 @@ import (
 	batcherv1 "github.com/batcherhq/batcher/gen/batcher/v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // A streamed answer sends one Delta message a token, so its encoding is
@@ -32,6 +33,11 @@ func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) {
 			return bs, nil
 		}
 		return c.CodecV2.Marshal(&p.SubmitStreamedResponse)
+	case *streamDeltaMsg:
+		if bs, ok := p.w.marshal(&p.SubmitStreamResponse); ok {
+			return bs, nil
+		}
+		return c.CodecV2.Marshal(&p.SubmitStreamResponse)
 	}
 	if b, ok := marshalDelta(v); ok {
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
@@ -39,8 +45,8 @@ func (c *decodeCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.CodecV2.Marshal(v)
 }
 
-// deltaWire is a SubmitStreamed Delta message's encoding, which the codec
-// writes into the message's own memory (streamedDeltaMsg): the bytes in
+// deltaWire is a Delta message's encoding, which the codec writes into the
+// message's own memory (streamedDeltaMsg, streamDeltaMsg): the bytes in
 // arr (or, for a delta longer than arr, in a slice appendDelta grows), and
 // the one-buffer slice gRPC is given, whose buffer is buf, so that no
 // interface box is made for it. gRPC frees nothing it need give back: a
@@ -62,7 +68,7 @@ type wireBuf struct{ mem.SliceBuffer }
 
 // marshal writes m, a delta message, into w and returns it as gRPC takes
 // it, or false when appendDelta does not write m (marshalDelta).
-func (w *deltaWire) marshal(m *batcherv1.SubmitStreamedResponse) (mem.BufferSlice, bool) {
+func (w *deltaWire) marshal(m proto.Message) (mem.BufferSlice, bool) {
 	b, ok := appendDelta(w.arr[:0], m)
 	if !ok {
 		return nil, false

@@ -95,13 +95,13 @@ func BenchmarkMarshalDelta(b *testing.B) {
 	}
 }
 
-// TestStreamedDeltaMsgWire: a SubmitStreamed delta sent as its own message
-// (streamedDeltaMsg) encodes as proto.Marshal encodes its response, under
-// the server's codec (into its own memory, a delta longer than that
-// included, and a tool-call delta through grpc's codec) and under grpc's
-// own proto codec (a server not built by NewGRPCServer); a text delta's
-// encoding then costs no allocation.
-func TestStreamedDeltaMsgWire(t *testing.T) {
+// TestDeltaMsgWire: a delta of SubmitStreamed or SubmitStream sent as its
+// own message (streamedDeltaMsg, streamDeltaMsg) encodes as proto.Marshal
+// encodes its response, under the server's codec (into its own memory, a
+// delta longer than that included, and a tool-call delta through grpc's
+// codec) and under grpc's own proto codec (a server not built by
+// NewGRPCServer); a text delta's encoding then costs no allocation.
+func TestDeltaMsgWire(t *testing.T) {
 	long := strings.Repeat("token ", 40) // past deltaWireBytes
 	deltas := []*batcher.Delta{
 		{Text: "Hello"},
@@ -110,26 +110,32 @@ func TestStreamedDeltaMsgWire(t *testing.T) {
 		{Text: long},
 		{ToolCalls: []batcher.ToolCallDelta{{Index: 0, ID: "call_1", Name: "f", Arguments: `{"a":`}}},
 	}
-	msg := func(d *batcher.Delta) *streamedDeltaMsg {
+	// msg returns d's message of each RPC and the response it holds.
+	msgs := func(d *batcher.Delta) [][2]any {
 		m := new(streamedDeltaMsg)
 		fillDelta(&m.d, "srv-r1", d)
 		m.k.Delta = &m.d
 		m.Kind = &m.k
-		return m
+		n := new(streamDeltaMsg)
+		fillDelta(&n.d, "srv-r1", d)
+		n.k.Delta = &n.d
+		n.Kind = &n.k
+		return [][2]any{{m, &m.SubmitStreamedResponse}, {n, &n.SubmitStreamResponse}}
 	}
 	for _, codec := range []encoding.CodecV2{newDecodeCodec(), encoding.GetCodecV2("proto")} {
 		for _, d := range deltas {
-			m := msg(d)
-			want, err := proto.Marshal(&m.SubmitStreamedResponse)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bs, err := codec.Marshal(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := bs.Materialize(); !bytes.Equal(got, want) {
-				t.Fatalf("%T: delta %+v encodes as %x, proto.Marshal %x", codec, d, got, want)
+			for _, mr := range msgs(d) {
+				want, err := proto.Marshal(mr[1].(proto.Message))
+				if err != nil {
+					t.Fatal(err)
+				}
+				bs, err := codec.Marshal(mr[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := bs.Materialize(); !bytes.Equal(got, want) {
+					t.Fatalf("%T, %T: delta %+v encodes as %x, proto.Marshal %x", codec, mr[0], d, got, want)
+				}
 			}
 		}
 	}
@@ -137,8 +143,9 @@ func TestStreamedDeltaMsgWire(t *testing.T) {
 		return // the race detector's allocations are not the code's
 	}
 	c := newDecodeCodec()
-	m := msg(deltas[0])
-	if n := testing.AllocsPerRun(100, func() { _, _ = c.Marshal(m) }); n != 0 {
-		t.Fatalf("a text delta's encoding costs %v allocations, want 0", n)
+	for _, mr := range msgs(deltas[0]) {
+		if n := testing.AllocsPerRun(100, func() { _, _ = c.Marshal(mr[0]) }); n != 0 {
+			t.Fatalf("%T: a text delta's encoding costs %v allocations, want 0", mr[0], n)
+		}
 	}
 }

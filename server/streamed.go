@@ -74,15 +74,16 @@ const joinAfter = 16
 // streamDeltaMsg and streamedDeltaMsg are a Delta message of SubmitStream
 // and of SubmitStreamed, each allocated whole: one allocation a delta, not
 // three. A message is never reused once sent (grpc may read it after Send
-// returns). A streamedDeltaMsg is sent as itself (SendMsg), a proto
-// message by its embedded response, so that the codec writes its encoding
-// into its w (deltaWire): with the message, one allocation a delta, where
-// the encoding was three more.
+// returns). Each is sent as itself (SendMsg), a proto message by its
+// embedded response, so that the codec writes its encoding into its w
+// (deltaWire): with the message, one allocation a delta, where the
+// encoding was three more.
 type (
 	streamDeltaMsg struct {
-		r batcherv1.SubmitStreamResponse
+		batcherv1.SubmitStreamResponse
 		k batcherv1.SubmitStreamResponse_Delta
 		d batcherv1.Delta
+		w deltaWire
 	}
 	streamedDeltaMsg struct {
 		batcherv1.SubmitStreamedResponse

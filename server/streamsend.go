@@ -86,29 +86,30 @@ func (st *stream) sendDeltaLocked(id string, d *batcher.Delta) error {
 	m := new(streamDeltaMsg)
 	fillDelta(&m.d, id, d)
 	m.k.Delta = &m.d
-	m.r.Kind = &m.k
-	return st.sendCountedLocked(&m.r, msgBytes(id, d))
+	m.Kind = &m.k
+	return st.sendCountedLocked(&m.SubmitStreamResponse, m, msgBytes(id, d))
 }
 
 // sendCountedLocked sends m, which counts at most n bytes on the wire
 // (msgBytes, completionBytes), counted, a probe when one is due: some
 // message sent uncounted is not known taken, or probeAfter counted bytes
-// are not. sends.mu is held.
-func (st *stream) sendCountedLocked(m *batcherv1.SubmitStreamResponse, n int) error {
+// are not. What is sent unless a probe is msg: m, or a message holding it
+// that the codec encodes (streamDeltaMsg). sends.mu is held.
+func (st *stream) sendCountedLocked(m *batcherv1.SubmitStreamResponse, msg any, n int) error {
 	w := &st.sends
 	w.seq++
 	w.bytes += int64(n)
 	if w.probes && (w.dirty > w.freed.Load() || w.bytes-w.taken.Load() >= probeAfter) && w.probing.CompareAndSwap(false, true) {
 		return st.gs.SendMsg(&streamProbe{m: m, w: w, seq: w.seq, mark: w.bytes})
 	}
-	return st.gs.Send(m)
+	return st.gs.SendMsg(msg)
 }
 
 // sendDoneLocked sends it's Completion: counted when completionBytes
 // bounds it, else as sendLocked does. sends.mu is held.
 func (st *stream) sendDoneLocked(it *item, last bool) error {
 	if n, ok := completionBytes(&it.done.c.c); ok {
-		return st.sendCountedLocked(&it.done.r, n)
+		return st.sendCountedLocked(&it.done.r, &it.done.r, n)
 	}
 	return st.sendLocked(&it.done.r, last)
 }
@@ -147,7 +148,7 @@ func (st *stream) sendDone(it *item) bool {
 	st.answeredLocked(it)
 	drained := len(st.items) == 0 // the sender may have the stream to end
 	st.mu.Unlock()
-	err := st.sendCountedLocked(&it.done.r, n)
+	err := st.sendCountedLocked(&it.done.r, &it.done.r, n)
 	w.straight++
 	w.mu.Unlock()
 	it.unref() // the sender's hold (item.refs)
