@@ -453,7 +453,7 @@ func (s *JobService) CancelJob(ctx context.Context, req *batcherv1.CancelJobRequ
 	ctx = s.scope(ctx)
 	j, err := s.m.CancelUnended(ctx, req.GetId())
 	if ee := (*jobs.EndedError)(nil); errors.As(err, &ee) {
-		return nil, status.Errorf(codes.FailedPrecondition, "job %s: the job had already ended, %s: nothing to cancel", ee.ID, ee.State)
+		return nil, status.Errorf(codes.FailedPrecondition, "%s: the job had already ended, %s: nothing to cancel", ee.ID, ee.State)
 	}
 	if err != nil {
 		return nil, s.jobsStatus(err)

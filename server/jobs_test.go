@@ -348,7 +348,7 @@ func TestEndedJobProgressOnEveryCall(t *testing.T) {
 	}
 	c, err := e.jobs.CancelJob(t.Context(), &batcherv1.CancelJobRequest{Id: id})
 	if st := status.Convert(err); st.Code() != codes.FailedPrecondition ||
-		st.Message() != "job "+id+": the job had already ended, completed: nothing to cancel" {
+		st.Message() != id+": the job had already ended, completed: nothing to cancel" {
 		t.Errorf("CancelJob of a completed job: %v, %v; want FAILED_PRECONDITION naming completed", c, err)
 	}
 	for name, p := range map[string]*batcherv1.JobProgress{"ListJobs": list.GetJobs()[0].GetProgress()} {
