@@ -211,10 +211,6 @@ type Server struct {
 	// core's buffers, each after a wake-up, rather than the upstream's
 	// reader straight: tests and benchmarks read it.
 	relayed atomic.Int64
-	// straightDone counts the Completions this server's SubmitStreams
-	// sent straight from the core's delivery (stream.sendDone), added as
-	// each stream's sender stops; only tests read it.
-	straightDone atomic.Int64
 
 	// testHookRecvDone, when set (before any stream opens), is called when
 	// a stream's receiver has seen the caller's half-close or a broken

@@ -63,10 +63,7 @@ func (s *Server) SubmitStream(gs batcherv1.BatcherService_SubmitStreamServer) er
 //
 // A request's end takes no lock: onEvent pushes the item, its Completion
 // filled, on the ended stack, and the sender takes the whole stack and does
-// the books (items, the counts) under mu in take. Unless the sender is
-// idle: then onEvent sends the Completion itself, having tried both locks
-// (sendDone, streamsend.go), which spares the sender a wake-up, a select
-// and a take for it. The core ends a batch's
+// the books (items, the counts) under mu in take. The core ends a batch's
 // requests one after another on one goroutine, so a wait there for mu (held
 // by the stream's receiver or sender, perhaps paused by the scheduler)
 // holds up the rest of the batch: in a mutex profile of
@@ -504,7 +501,7 @@ func (st *stream) endedLocked(ended *item) (oldest *item, n int64) {
 }
 
 // answeredLocked does the books of it, whose Completion is being sent
-// (endedLocked, sendDone): out of items, counted completed or failed, as
+// (endedLocked): out of items, counted completed or failed, as
 // the summaries read them. mu is held.
 func (st *stream) answeredLocked(it *item) {
 	if st.items[it.req.ID] == it {
@@ -645,9 +642,6 @@ func (st *stream) onEvent(it *item, ev *batcher.Event) {
 	sc := &it.done // EventDone comes once
 	sc.k.Completion = sc.c.fill(ev.Request, ev.Result)
 	sc.r.Kind = &sc.k
-	if st.sendDone(it) {
-		return
-	}
 	// No lock (see stream). Counted before the push, so that the count
 	// never goes below 0.
 	st.nEnded.Add(1)

@@ -14,9 +14,10 @@ import (
 // streamed request's batcher.DeltaSender (item.TrySendDelta), text deltas
 // straight from the upstream's reader while nothing of that request waits
 // in its buffer and the sender is idle, which saves each such delta the
-// sender's wake-up, as streamedSender does for SubmitStreamed; and the
-// Completions of plain requests straight from the core's delivery
-// (sendDone), on the same terms.
+// sender's wake-up, as streamedSender does for SubmitStreamed. (Plain
+// requests' Completions are the sender's: sent straight from the core's
+// delivery, 5c2bc64, they cost the stream benchmark more CPU than the
+// wake-ups they saved, in a quiet A/B of 28 alternated rounds.)
 //
 // mu is held around every Send (gRPC allows one at a time): by the sender
 // from each take to the end of its sending, so that a delta sent straight
@@ -45,9 +46,6 @@ type streamSends struct {
 	seq    int64 // messages sent
 	bytes  int64 // what the deltas sent count (msgBytes)
 	dirty  int64 // seq of the last message not counted, 0 for none
-	// straight counts the Completions sent straight (sendDone), for
-	// Server.straightDone.
-	straight int64
 
 	// streamed is set by the receiver before the stream's first streamed
 	// request goes to the core: until then nobody sends straight, and the
@@ -114,51 +112,6 @@ func (st *stream) sendDoneLocked(it *item, last bool) error {
 	return st.sendLocked(&it.done.r, last)
 }
 
-// sendDone sends it's Completion straight from onEvent, on the core's
-// goroutine, and does the sender's books of it (take, sendTake), when
-// that can neither wait nor overtake: the sender is idle (sends.mu is
-// free), nothing the stream queued waits (out, streaming: a message
-// queued before now is there or was sent under sends.mu), the request
-// was not streamed (its deltas are the sender's), the Completion's size
-// is bounded (completionBytes) and fits the straight budget as a delta's
-// would (TrySendDelta). Each such Completion saves the sender a wake-up,
-// a select and a take. It never waits: both locks are only tried, and
-// onEvent falls back to the ended stack when it reports false.
-func (st *stream) sendDone(it *item) bool {
-	if it.req.Stream {
-		return false
-	}
-	n, ok := completionBytes(&it.done.c.c)
-	if !ok {
-		return false
-	}
-	w := &st.sends
-	if !w.mu.TryLock() {
-		return false // the sender is sending
-	}
-	if w.off || w.dirty > w.freed.Load() || w.bytes+int64(n)-w.taken.Load() > straightBudget || !st.mu.TryLock() {
-		w.mu.Unlock()
-		return false
-	}
-	if st.closed || len(st.out) > 0 || len(st.streaming) > 0 {
-		st.mu.Unlock()
-		w.mu.Unlock()
-		return false
-	}
-	st.answeredLocked(it)
-	drained := len(st.items) == 0 // the sender may have the stream to end
-	st.mu.Unlock()
-	err := st.sendCountedLocked(&it.done.r, &it.done.r, n)
-	w.straight++
-	w.mu.Unlock()
-	it.unref() // the sender's hold (item.refs)
-	st.release()
-	if drained || err != nil {
-		st.wake()
-	}
-	return true
-}
-
 // completionBytes bounds from above what a stream's Completion message
 // holding c counts on the wire, as msgBytes does a delta's, and is false
 // for a Completion it does not bound cheaply (an embedding, output
@@ -208,7 +161,6 @@ func (st *stream) sendLocked(m *batcherv1.SubmitStreamResponse, last bool) error
 func (st *stream) stopSends() {
 	st.sends.mu.Lock()
 	st.sends.off = true
-	st.s.straightDone.Add(st.sends.straight)
 	st.sends.mu.Unlock()
 }
 

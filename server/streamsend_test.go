@@ -120,12 +120,10 @@ func TestCompletionBytesBoundsSize(t *testing.T) {
 	}
 }
 
-// TestSubmitStreamCompletionsStraight: a caller that waits for each
-// Completion before it sends the next request finds the stream's sender
-// idle each time, so nearly every Completion goes straight from the
-// core's delivery (sendDone), not through the sender; each comes once,
-// and the final summary counts them all.
-func TestSubmitStreamCompletionsStraight(t *testing.T) {
+// TestSubmitStreamCompletionsLockstep: a caller that waits for each
+// Completion before it sends the next request gets each once, and the
+// final summary counts them all.
+func TestSubmitStreamCompletionsLockstep(t *testing.T) {
 	const n = 200
 	e := newEnv(t, newFake())
 	s := e.openStream(t, testCtx(t))
@@ -146,14 +144,5 @@ func TestSubmitStreamCompletionsStraight(t *testing.T) {
 	ta := tallyOf(msgs)
 	if len(ta.completions) != 0 || ta.finals != 1 || ta.final.GetCompleted() != n || ta.final.GetInFlight() != 0 {
 		t.Fatalf("after the last Completion: %d more, %d final summaries, final %v", len(ta.completions), ta.finals, ta.final)
-	}
-	// Some go through the sender all the same: one that finds the
-	// sender sending a periodic summary, or the probe after it in flight.
-	// The handler has returned (the caller saw the stream's end), and its
-	// sender added its count as it stopped.
-	got := e.srv.straightDone.Load()
-	t.Logf("%d of %d Completions went straight", got, n)
-	if got < n/2 {
-		t.Fatalf("%d of %d Completions went straight, want at least %d", got, n, n/2)
 	}
 }
