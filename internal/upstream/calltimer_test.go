@@ -20,8 +20,11 @@ func TestCallTimerStoppedInTime(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	ct := p.Start(cancel, time.Hour, errPhase)
-	if ct.Stop() || ct.Stop() {
+	if ct.Stop() {
 		t.Fatal("Stop reports a firing that never happened")
+	}
+	if ct.Stop() {
+		t.Fatal("a second Stop reports a firing that never happened")
 	}
 	ct.Release()
 	if ctx.Err() != nil {
