@@ -35,7 +35,7 @@ func TestRichValidation(t *testing.T) {
 	}{
 		{"tools unsupported", 0, func(r *Request) { r.MutableChat().Tools = []Tool{weatherTool} }, "tools", "not supported"},
 		{"tool_choice unsupported", 0, func(r *Request) { r.MutableChat().ToolChoice.Mode = ToolChoiceNone }, "tool_choice", "not supported"},
-		{"parallel unsupported", 0, func(r *Request) { r.MutableChat().ParallelToolCalls = ptr(true) }, "parallel_tool_calls", "not supported"},
+		{"parallel without tools, backend without tools", 0, func(r *Request) { r.MutableChat().ParallelToolCalls = ptr(true) }, "parallel_tool_calls", "needs tools"},
 		{"json_object unsupported", FeatureTools, func(r *Request) { r.MutableChat().ResponseFormat.Type = FormatJSONObject }, "response_format", "not supported"},
 		{"json_schema unsupported", FeatureJSONObject, func(r *Request) {
 			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s", Schema: []byte(`{}`)}
@@ -67,6 +67,7 @@ func TestRichValidation(t *testing.T) {
 		{"function without tools", AllFeatures, func(r *Request) {
 			r.MutableChat().ToolChoice = ToolChoice{Mode: ToolChoiceFunction, Function: "get_weather"}
 		}, "tool_choice", `function "get_weather" needs tools`},
+		{"parallel_tool_calls without tools", AllFeatures, func(r *Request) { r.MutableChat().ParallelToolCalls = ptr(false) }, "parallel_tool_calls", "needs tools"},
 		{"schema missing", AllFeatures, func(r *Request) { r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Name: "s"} }, "response_format.schema", "must be set"},
 		{"schema name", AllFeatures, func(r *Request) {
 			r.MutableChat().ResponseFormat = ResponseFormat{Type: FormatJSONSchema, Schema: []byte(`{}`)}

@@ -294,6 +294,11 @@ func validateTools(r *Request, have Features) *ValidationError {
 		case ToolChoiceFunction:
 			return invalid("tool_choice", "function %q needs tools: tool_choice is only allowed when tools are given", clip.String(tc.Function))
 		}
+		// And on parallel_tool_calls without tools: it says how to call
+		// tools that are not there.
+		if c.ParallelToolCalls != nil {
+			return invalid("parallel_tool_calls", "needs tools: parallel_tool_calls is only allowed when tools are given")
+		}
 	}
 	switch tc.Mode {
 	case ToolChoiceDefault, ToolChoiceAuto, ToolChoiceNone:

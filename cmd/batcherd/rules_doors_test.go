@@ -131,6 +131,17 @@ var requestRules = []requestRule{
 		field: "tool_choice", param: "tool_choice", reason: "needs tools: tool_choice is only allowed when tools are given",
 	},
 	{
+		name: "parallel_tool_calls without tools",
+		grpc: func() *batcherv1.Request {
+			r := chatItem("sim-chat")
+			no := false
+			r.ParallelToolCalls = &no
+			return r
+		},
+		url: "/v1/chat/completions", body: `{"model": "sim-chat", "messages": [{"role": "user", "content": "hi"}], "parallel_tool_calls": false}`,
+		field: "parallel_tool_calls", param: "parallel_tool_calls", reason: "needs tools: parallel_tool_calls is only allowed when tools are given",
+	},
+	{
 		name: "metadata key empty",
 		grpc: func() *batcherv1.Request {
 			r := chatItem("sim-chat")
