@@ -103,11 +103,16 @@ func (st *stream) sendCountedLocked(m *batcherv1.SubmitStreamResponse, msg any, 
 	return st.gs.SendMsg(msg)
 }
 
-// sendDoneLocked sends it's Completion: counted when completionBytes
-// bounds it, else as sendLocked does. sends.mu is held.
+// sendDoneLocked sends it's Completion: once the stream has had a
+// streamed request, counted when completionBytes bounds it (so that its
+// deltas' straight path stays open across Completions); else as
+// sendLocked does, as on a stream of plain requests alone, which neither
+// counts nor probes. sends.mu is held.
 func (st *stream) sendDoneLocked(it *item, last bool) error {
-	if n, ok := completionBytes(&it.done.c.c); ok {
-		return st.sendCountedLocked(&it.done.r, &it.done.r, n)
+	if st.sends.streamed.Load() {
+		if n, ok := completionBytes(&it.done.c.c); ok {
+			return st.sendCountedLocked(&it.done.r, &it.done.r, n)
+		}
 	}
 	return st.sendLocked(&it.done.r, last)
 }
