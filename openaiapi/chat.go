@@ -61,7 +61,7 @@ func (h *Handler) chatRequest(r *http.Request, body *chatRequest) (*batcher.Requ
 	if e != nil {
 		return nil, o, e
 	}
-	req.ID, req.Priority, req.Timeout, req.Cache = h.newID("chatcmpl-"), o.priority, o.timeout, o.cache
+	o.stamp(h.newID("chatcmpl-"), req)
 	return req, o, nil
 }
 

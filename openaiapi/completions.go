@@ -98,9 +98,7 @@ func (h *Handler) completionRequests(r *http.Request, body *completionRequest) (
 		return "", nil, e
 	}
 	id := h.newID("cmpl-")
-	for i, req := range reqs {
-		req.ID, req.Priority, req.Timeout, req.Cache = itemID(id, i, len(reqs)), o.priority, o.timeout, o.cache
-	}
+	o.stamp(id, reqs...)
 	return id, reqs, nil
 }
 

@@ -73,9 +73,7 @@ func (h *Handler) embeddingRequests(r *http.Request, body *embeddingRequest) (st
 		return "", nil, e
 	}
 	id := h.newID("emb-")
-	for i, req := range reqs {
-		req.ID, req.Priority, req.Timeout, req.Cache = itemID(id, i, len(reqs)), o.priority, o.timeout, o.cache
-	}
+	o.stamp(id, reqs...)
 	return id, reqs, nil
 }
 

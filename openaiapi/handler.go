@@ -261,6 +261,14 @@ type callOptions struct {
 	cache    batcher.CacheMode // from Cache-Control (cachecontrol.go)
 }
 
+// stamp gives the call's requests its options and their ids: the call's
+// id, suffixed by each one's index when there are several (itemID).
+func (o callOptions) stamp(id string, reqs ...*batcher.Request) {
+	for i, req := range reqs {
+		req.ID, req.Priority, req.Timeout, req.Cache = itemID(id, i, len(reqs)), o.priority, o.timeout, o.cache
+	}
+}
+
 // PriorityHeader names the header that sets a call's priority, overriding
 // service_tier: urgent, high, normal, low or deferrable.
 const PriorityHeader = "X-Batcher-Priority"
