@@ -44,32 +44,14 @@ func TestSQLiteMigrationsDownAndUp(t *testing.T) {
 // large job read the partial index meant for them, not the whole table
 // (SQLite uses a partial index only when the query spells its condition).
 func TestSQLitePlansUseThePartialIndexes(t *testing.T) {
-	st, err := OpenSQLite(t.Context(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
-	db := st.(*sqlStore).db
+	db := freshSQLite(t)
 	for _, tc := range []struct{ query, index string }{
 		{`SELECT seq FROM tasks WHERE job_id = ? AND done_seq = 0 AND state = 0 AND seq >= ? ORDER BY seq LIMIT ?`, "tasks_open"},
 		{`SELECT seq FROM tasks WHERE job_id = ? AND done_seq > 0 AND done_seq > ? ORDER BY done_seq LIMIT ?`, "tasks_done"},
 		{`SELECT seq FROM tasks WHERE job_id = ? AND done_seq > 0 AND state <> 2 AND state = ? AND seq > ? ORDER BY seq LIMIT ?`, "tasks_unsucceeded"},
 	} {
-		rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+tc.query, "job", 1, 2, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		_ = rows.Close()
-		if !strings.Contains(strings.Join(plan, "; "), "INDEX "+tc.index) {
+		plan := queryPlan(t, db, tc.query, "job", 1, 2, 3)
+		if !strings.Contains(plan, "INDEX "+tc.index) {
 			t.Errorf("%s\nplan %q, want index %s", tc.query, plan, tc.index)
 		}
 	}
@@ -78,12 +60,7 @@ func TestSQLitePlansUseThePartialIndexes(t *testing.T) {
 // TestSQLitePlansListByKind: a list of one kind's jobs (the Batch API's)
 // reads an index in its order, with or without a tenant, not every job.
 func TestSQLitePlansListByKind(t *testing.T) {
-	st, err := OpenSQLite(t.Context(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = st.Close() }()
-	db := st.(*sqlStore).db
+	db := freshSQLite(t)
 	for _, tc := range []struct{ query, index string }{
 		{`SELECT id FROM jobs WHERE 1 = 1 AND tenant = ? AND kind = ? ORDER BY created_at DESC, id DESC LIMIT ?`, "jobs_tenant_kind_created"},
 		{`SELECT id FROM jobs WHERE 1 = 1 AND kind = ? ORDER BY created_at DESC, id DESC LIMIT ?`, "jobs_kind_created"},
@@ -147,6 +124,18 @@ func sqliteMigrator(t *testing.T, dir string) (*sql.DB, *goose.Provider) {
 		t.Fatal(err)
 	}
 	return db, p
+}
+
+// freshSQLite opens a new SQLite store, migrated, closed at the test's
+// end, and returns its database.
+func freshSQLite(t *testing.T) *sql.DB {
+	t.Helper()
+	st, err := OpenSQLite(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st.(*sqlStore).db
 }
 
 // queryPlan is SQLite's plan for query, its steps joined by "; ".
