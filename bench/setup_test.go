@@ -284,26 +284,19 @@ func TestStreamRigClientApartSignal(t *testing.T) {
 	rig := newStreamRig(t, n, 1, rigOpts{clientApart: true})
 	defer rig.stop()
 	for _, through := range []bool{false, true} {
-		hold := make(chan struct{})
-		rig.tap.mu.Lock()
-		rig.tap.hold = hold
-		rig.tap.mu.Unlock()
-		rig.tap.held.Add(n)
+		wait, release := rig.tap.holdNext(n)
 		var got sync.WaitGroup
 		got.Add(n)
 		done := make(chan []chatResult)
 		go func() { done <- rig.run(t.Context(), n, fmt.Sprint("signal-", through), through, got.Done) }()
-		rig.tap.held.Wait()
+		wait()
 		got.Wait() // hangs, and the test times out, if the signal never comes
 		select {
 		case <-done:
 			t.Fatalf("through %v: the round ended while its answers were held", through)
 		default:
 		}
-		rig.tap.mu.Lock()
-		rig.tap.hold = nil
-		rig.tap.mu.Unlock()
-		close(hold)
+		release()
 		rig.measure(t, <-done)
 	}
 }

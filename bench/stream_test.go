@@ -245,11 +245,7 @@ func benchStream2000(b *testing.B, o rigOpts) {
 		var before, during runtime.MemStats
 		settle(&before)
 		writeProfiles(b, tag+"-before")
-		hold := make(chan struct{})
-		rig.tap.mu.Lock()
-		rig.tap.hold = hold
-		rig.tap.mu.Unlock()
-		rig.tap.held.Add(n)
+		wait, release := rig.tap.holdNext(n)
 		var got sync.WaitGroup
 		got.Add(n)
 		var rs []chatResult
@@ -258,14 +254,11 @@ func benchStream2000(b *testing.B, o rigOpts) {
 			defer close(done)
 			rs = rig.run(ctx, n, tag, through, got.Done)
 		}()
-		rig.tap.held.Wait() // every answer stopped after its first chunk
-		got.Wait()          // and its first delta at the client
+		wait()     // every answer stopped after its first chunk
+		got.Wait() // and its first delta at the client
 		settle(&during)
 		writeProfiles(b, tag+"-during")
-		rig.tap.mu.Lock()
-		rig.tap.hold = nil
-		rig.tap.mu.Unlock()
-		close(hold)
+		release()
 		<-done
 		rig.measure(b, rs) // every answer whole
 		return (float64(during.HeapAlloc) - float64(before.HeapAlloc)) / n,

@@ -67,6 +67,22 @@ type chunkTap struct {
 	held sync.WaitGroup // answers stopped at hold
 }
 
+// holdNext holds the next n answers after their first content chunk, and
+// returns what lets them go on; wait returns once all n are held.
+func (t *chunkTap) holdNext(n int) (wait, release func()) {
+	hold := make(chan struct{})
+	t.mu.Lock()
+	t.hold = hold
+	t.mu.Unlock()
+	t.held.Add(n)
+	return t.held.Wait, func() {
+		t.mu.Lock()
+		t.hold = nil
+		t.mu.Unlock()
+		close(hold)
+	}
+}
+
 type tapChunk struct {
 	at  time.Time
 	cum int // the answer's text bytes up to and with this chunk
